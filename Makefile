@@ -1,0 +1,76 @@
+# hotpath: build, run and test. Run as root on Debian (eBPF needs it).
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
+GO ?= go
+OCB_VERSION := v0.162.0
+STATICCHECK_VERSION := 2026.1
+BIN := bin
+COLLECTOR := $(BIN)/otelcol-hotpath
+RUN_DIR ?= var/run
+DEPS_STAMP := .deps-installed
+
+APT_PACKAGES := clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 ca-certificates
+
+.PHONY: all deps build collector generate check-generated run stop test test-unit lint bench clean
+
+all: build
+
+# deps installs what build and test need on a fresh Debian machine.
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP):
+	@command -v $(GO) >/dev/null || { echo "Go 1.26 is required at /usr/local/go/bin (see README)"; exit 1; }
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@test -x $(HOME)/go/bin/builder || $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
+	@test -x $(HOME)/go/bin/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
+	@touch $@
+
+# generate rebuilds the BPF objects and their Go bindings (committed, so a
+# build needs no clang).
+generate: deps
+	$(GO) generate ./receiver/...
+
+# check-generated fails when the committed BPF objects are not what the C
+# sources compile to.
+check-generated: generate
+	@git diff --exit-code -- '*_bpfel.go' '*_bpfel.o' || { echo "generated BPF bindings are stale: run 'make generate' and commit"; exit 1; }
+
+build: collector $(BIN)/hotpath
+
+collector: deps
+	mkdir -p build
+	builder --config=builder-config.yaml --skip-compilation
+	cp distributions/otelcol-hotpath/profiles_gate.go build/otelcol-hotpath/
+	cd build/otelcol-hotpath && CGO_ENABLED=1 $(GO) build -trimpath -o ../../$(COLLECTOR) .
+
+$(BIN)/hotpath: deps FORCE
+	@if [ -d cmd/hotpath ]; then CGO_ENABLED=1 $(GO) build -o $@ ./cmd/hotpath; fi
+FORCE:
+
+# run starts the agent (and the gateway) on this machine with the shipped
+# configs; Ctrl-C stops both.
+run: build
+	./scripts/run.sh
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfel.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	staticcheck ./...
+
+test-unit: deps
+	$(GO) test -count=1 ./...
+
+# test is what CI runs: generated code up to date, lint, all tests (eBPF tests
+# need root and fail, not skip, without it), then the collector end to end.
+test: check-generated lint build
+	@[ "$$(id -u)" = 0 ] || { echo "make test must run as root: the eBPF tests load real BPF programs"; exit 1; }
+	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) $(GO) test -count=1 -timeout 30m ./...
+
+bench: build
+	./scripts/bench.sh
+
+clean:
+	rm -rf $(BIN) build $(RUN_DIR) $(DEPS_STAMP)

@@ -1,0 +1,189 @@
+// Package profileschema is the one place that says how hotpath lays out CPU
+// profiles in OTLP: which attribute keys, sample types and frame names every
+// component (receiver, processors, exporter, CLI) agrees on.
+package profileschema
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+)
+
+// Scope identifies profiles produced by hotpath's receiver.
+const ScopeName = "github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver"
+
+// Resource attribute keys (OpenTelemetry semantic conventions where one exists).
+const (
+	AttrServiceName        = "service.name"
+	AttrServiceVersion     = "service.version"
+	AttrHostName           = "host.name"
+	AttrContainerID        = "container.id"
+	AttrK8sPodName         = "k8s.pod.name"
+	AttrK8sNamespaceName   = "k8s.namespace.name"
+	AttrDeploymentEnv      = "deployment.environment"
+	AttrProcessPID         = "process.pid"
+	AttrProcessExeName     = "process.executable.name"
+	AttrProcessExePath     = "process.executable.path"
+	AttrBuildIDGNU         = "process.executable.build_id.gnu"
+	AttrBuildIDGo          = "process.executable.build_id.go"
+	AttrBuildIDSHA256      = "hotpath.build_id.sha256"
+	AttrBuildID            = "hotpath.build_id" // canonical: GNU, else Go, else SHA-256
+	AttrBinaryHasDebugInfo = "hotpath.binary.has_debug_info"
+)
+
+// Binary metadata the buildid processor records on a resource (next to the
+// build-ID keys above) so the exporter can fill binary_metadata_local /
+// binary_metadata_registry. Times are Int attributes in Unix nanoseconds:
+// when this collector first and last saw the build. The binary's path is
+// AttrProcessExePath.
+const (
+	AttrBinaryFirstSeen = "hotpath.binary.first_seen"
+	AttrBinaryLastSeen  = "hotpath.binary.last_seen"
+)
+
+// Location attribute: what kind of code a frame is (semantic convention
+// profile.frame.type).
+const (
+	AttrFrameType   = "profile.frame.type"
+	FrameTypeKernel = "kernel"
+	FrameTypeNative = "native"
+	FrameTypeGo     = "go"
+)
+
+// Sample and period types. A receiver emits, per process, one profile of
+// SampleTypeSamples/UnitCount (the number of samples, what storage keeps) and
+// one of SampleTypeCPU/UnitNanoseconds (count × period). Consumers that want
+// sample counts pick the first with IsSampleCount.
+const (
+	SampleTypeSamples = "samples"
+	SampleTypeCPU     = "cpu"
+	UnitCount         = "count"
+	UnitNanoseconds   = "nanoseconds"
+)
+
+// IsSampleCount reports whether p's sample type is samples/count.
+func IsSampleCount(dict pprofile.ProfilesDictionary, p pprofile.Profile) bool {
+	st := p.SampleType()
+	return str(dict, st.TypeStrindex()) == SampleTypeSamples && str(dict, st.UnitStrindex()) == UnitCount
+}
+
+// SampleTime is the time a sample belongs to: its first timestamp when it has
+// one, else the start of its profile. The receiver aggregates in the kernel and
+// so emits samples without timestamps.
+func SampleTime(p pprofile.Profile, s pprofile.Sample) pcommon.Timestamp {
+	if ts := s.TimestampsUnixNano(); ts.Len() > 0 {
+		return pcommon.Timestamp(ts.At(0))
+	}
+	return p.Time()
+}
+
+// SampleCount sums a sample's values (aggregated samples carry one value;
+// timestamped samples one per timestamp).
+func SampleCount(s pprofile.Sample) int64 {
+	var n int64
+	vs := s.Values()
+	for i := 0; i < vs.Len(); i++ {
+		n += vs.At(i)
+	}
+	return n
+}
+
+// FrameName is the display name of a location: its innermost function when it
+// has one (kernel frames get flamegraph.pl's "_[k]" suffix); else the mapping's file base name and the address, so an
+// unresolved frame stays distinguishable and can be symbolized later
+// ("libfoo.so+0x1a2b" with the file offset, the same in every process
+// whatever the load address, or "0x1a2b" with no mapping). Out-of-range indices
+// give "[unknown]" rather than a panic: input may come from another host.
+func FrameName(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
+	lines := loc.Lines()
+	if lines.Len() > 0 {
+		// Lines are innermost first; the innermost is the frame's own function.
+		fi := lines.At(0).FunctionIndex()
+		if fi > 0 && int(fi) < dict.FunctionTable().Len() {
+			if name := str(dict, dict.FunctionTable().At(int(fi)).NameStrindex()); name != "" {
+				if IsKernelFrame(dict, loc) {
+					return name + "_[k]"
+				}
+				return name
+			}
+		}
+	}
+	mi := loc.MappingIndex()
+	if mi > 0 && int(mi) < dict.MappingTable().Len() {
+		m := dict.MappingTable().At(int(mi))
+		if file := str(dict, m.FilenameStrindex()); file != "" {
+			return fmt.Sprintf("%s+0x%x", filepath.Base(file), FileOffset(m, loc.Address()))
+		}
+	}
+	return fmt.Sprintf("0x%x", loc.Address())
+}
+
+// Str returns the string at index i of the dictionary, or "" when out of range.
+func Str(dict pprofile.ProfilesDictionary, i int32) string { return str(dict, i) }
+
+func str(dict pprofile.ProfilesDictionary, i int32) string {
+	st := dict.StringTable()
+	if i < 0 || int(i) >= st.Len() {
+		return ""
+	}
+	return st.At(int(i))
+}
+
+// IsKernelFrame reports whether loc carries profile.frame.type=kernel.
+func IsKernelFrame(dict pprofile.ProfilesDictionary, loc pprofile.Location) bool {
+	attrs := dict.AttributeTable()
+	idx := loc.AttributeIndices()
+	for i := 0; i < idx.Len(); i++ {
+		ai := idx.At(i)
+		if ai <= 0 || int(ai) >= attrs.Len() {
+			continue
+		}
+		kv := attrs.At(int(ai))
+		if str(dict, kv.KeyStrindex()) == AttrFrameType && kv.Value().Str() == FrameTypeKernel {
+			return true
+		}
+	}
+	return false
+}
+
+// UnknownService is the service of a resource without service.name, as the
+// OpenTelemetry SDKs name it.
+const UnknownService = "unknown_service"
+
+// ServiceName is the resource's service.name, or UnknownService.
+func ServiceName(res pcommon.Resource) string {
+	if v, ok := res.Attributes().Get(AttrServiceName); ok && v.Str() != "" {
+		return v.Str()
+	}
+	return UnknownService
+}
+
+// PodName is where a profile came from at the granularity the summary tier
+// keeps: the Kubernetes pod when known, else the host.
+func PodName(res pcommon.Resource) string {
+	for _, k := range []string{AttrK8sPodName, AttrHostName} {
+		if v, ok := res.Attributes().Get(k); ok && v.Str() != "" {
+			return v.Str()
+		}
+	}
+	return ""
+}
+
+// BuildID is the resource's canonical build ID, or "" when none is known.
+func BuildID(res pcommon.Resource) string {
+	if v, ok := res.Attributes().Get(AttrBuildID); ok {
+		return v.Str()
+	}
+	return ""
+}
+
+// FileOffset converts a runtime address inside mapping m to an offset in the
+// mapped file.
+func FileOffset(m pprofile.Mapping, addr uint64) uint64 {
+	if addr < m.MemoryStart() {
+		return addr
+	}
+	return addr - m.MemoryStart() + m.FileOffset()
+}

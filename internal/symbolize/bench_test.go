@@ -1,0 +1,165 @@
+package symbolize
+
+import (
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// libcPath finds the libc the test program maps.
+func libcPath(tb testing.TB, p *Process) string {
+	for _, m := range p.Mappings {
+		if strings.Contains(filepath.Base(m.Path), "libc.so") {
+			return m.Path
+		}
+	}
+	tb.Fatal("no libc mapping")
+	return ""
+}
+
+// goTool is a real, larger Go program than the test's own: gofmt from the
+// toolchain (it also conveniently waits on stdin).
+func goTool(tb testing.TB, name string) string {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "bin", name)
+}
+
+// randomStacks makes n stacks of depth frames from addresses inside p's
+// file-backed executable mappings (exe, libc, libhot ...).
+func randomStacks(tb testing.TB, r *rand.Rand, p *Process, n, depth int) [][]uint64 {
+	var text []Mapping
+	for _, m := range p.Mappings {
+		if strings.HasPrefix(m.Path, "/") {
+			text = append(text, m)
+		}
+	}
+	if len(text) == 0 {
+		tb.Fatal("no file mappings")
+	}
+	stacks := make([][]uint64, n)
+	for i := range stacks {
+		st := make([]uint64, depth)
+		for j := range st {
+			m := text[r.IntN(len(text))]
+			st[j] = m.Start + r.Uint64N(m.Limit-m.Start)
+		}
+		stacks[i] = st
+	}
+	return stacks
+}
+
+// BenchmarkSymbolizeInterval symbolizes what one 15 s interval might hold:
+// 300 unique stacks of 15 frames across a C program (its own text, libc,
+// a dlopened library) and a Go program (gofmt), with warm caches. ns/op is
+// the cost of one interval.
+func BenchmarkSymbolizeInterval(b *testing.B) {
+	cp := start(b, cProg(b, "hot-pie", "-fPIE", "-pie", "-ldl"), libHot(b))
+	gp := start(b, goTool(b, "gofmt"))
+	s := New(Options{})
+	procs := []*Process{snapshot(b, s, cp.pid()), snapshot(b, s, gp.pid())}
+	r := rand.New(rand.NewPCG(1, 2))
+	type job struct {
+		p     *Process
+		stack []uint64
+	}
+	var jobs []job
+	for _, p := range procs {
+		for _, st := range randomStacks(b, r, p, 150, 15) {
+			jobs = append(jobs, job{p, st})
+		}
+	}
+	frames := make([]Frame, 0, 16)
+	resolved, total := 0, 0
+	for _, j := range jobs { // warm the caches
+		for _, f := range s.User(j.p, j.stack, frames[:0]) {
+			total++
+			if f.Function != "" {
+				resolved++
+			}
+		}
+	}
+	b.ReportMetric(float64(len(jobs)), "stacks/op")
+	b.ReportMetric(100*float64(resolved)/float64(total), "%resolved")
+	b.ResetTimer()
+	for b.Loop() {
+		for _, j := range jobs {
+			frames = s.User(j.p, j.stack, frames[:0])
+		}
+	}
+}
+
+// BenchmarkLoadTable is the cold cost of a table: libc, the test's small Go
+// program, and the toolchain's go command (a ~15 MB Go binary).
+func BenchmarkLoadTable(b *testing.B) {
+	cp := start(b, cProg(b, "hot-pie", "-fPIE", "-pie", "-ldl"))
+	s := New(Options{})
+	libc := libcPath(b, snapshot(b, s, cp.pid()))
+	for _, c := range []struct{ name, path string }{
+		{"libc", libc},
+		{"goprog", goBuild(b, "go")},
+		{"go-command", goTool(b, "go")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var t *SymbolTable
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if t, err = OpenSymbolTable(c.path); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(t.Size()), "heap-bytes")
+			b.ReportMetric(float64(t.MappedBytes()), "mapped-bytes")
+			b.ReportMetric(float64(t.Symbols()), "elf-symbols")
+		})
+	}
+}
+
+func BenchmarkLoadKallsyms(b *testing.B) {
+	var k *Kallsyms
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if k, err = LoadKallsyms("/proc/kallsyms"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(k.Size()), "heap-bytes")
+	b.ReportMetric(float64(k.Symbols()), "symbols")
+}
+
+// TestTableFootprint measures the live heap a loaded table keeps and guards
+// the compact layout against regressions.
+func TestTableFootprint(t *testing.T) {
+	cp := start(t, cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl"))
+	libc := libcPath(t, snapshot(t, New(Options{}), cp.pid()))
+	for _, c := range []struct {
+		name, path string
+		maxHeap    uint64
+	}{
+		{"libc", libc, 512 << 10},
+		{"go-command", goTool(t, "go"), 256 << 10},
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		tab, err := OpenSymbolTable(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		live := after.HeapAlloc - min(after.HeapAlloc, before.HeapAlloc)
+		t.Logf("%s: %d ELF symbols, Size() %d B, live heap %d B, file mapping %d B", c.name, tab.Symbols(), tab.Size(), live, tab.MappedBytes())
+		if live > c.maxHeap {
+			t.Errorf("%s table keeps %d B of heap, want <= %d", c.name, live, c.maxHeap)
+		}
+		runtime.KeepAlive(tab)
+	}
+}

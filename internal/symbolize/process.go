@@ -1,0 +1,249 @@
+package symbolize
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hotpath-dev/hotpath/internal/fileid"
+)
+
+// Mapping is one executable mapping of a process.
+type Mapping struct {
+	Start, Limit uint64 // runtime address range [Start, Limit)
+	Offset       uint64 // file offset mapped at Start
+	Path         string // as the process sees it; "[vdso]", "" for anonymous memory
+	Dev, Inode   uint64 // from /proc/PID/maps (Dev in the kernel's dev_t encoding)
+	ID           fileid.ID
+	Deleted      bool   // the file was unlinked while mapped
+	OpenErr      string // why the file could not be opened, "" when it was
+
+	file int // index into Process.files, -1 when there is no file to read
+}
+
+// Process is a snapshot of a process's executable mappings. It holds open
+// handles to the mapped files (or their loaded SymbolTables), so it stays
+// symbolizable after the process exits or its files are deleted. Close it
+// when the process is forgotten.
+type Process struct {
+	PID      int
+	ExePath  string    // readlink /proc/PID/exe
+	Mappings []Mapping // sorted by Start
+
+	mu    sync.Mutex
+	files []*procFile
+}
+
+// procFile is one distinct mapped file: an open handle until its table is
+// loaded, then the table (whose file mapping outlives the handle).
+type procFile struct {
+	id     fileid.ID
+	f      *os.File
+	table  *SymbolTable
+	err    error
+	loaded bool
+}
+
+// Close releases the open file handles. Tables already loaded keep working.
+func (p *Process) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, pf := range p.files {
+		if pf.f != nil {
+			errs = append(errs, pf.f.Close())
+			pf.f = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// find returns the index of the mapping containing addr, or -1.
+func (p *Process) find(addr uint64) int {
+	i, _ := slices.BinarySearchFunc(p.Mappings, addr, func(m Mapping, a uint64) int {
+		switch {
+		case m.Limit <= a:
+			return -1
+		case m.Start > a:
+			return 1
+		}
+		return 0
+	})
+	if i < len(p.Mappings) && p.Mappings[i].Start <= addr && addr < p.Mappings[i].Limit {
+		return i
+	}
+	return -1
+}
+
+// snapshotProcess reads procRoot/PID/{exe,maps} and opens every mapped
+// executable file. Files are opened through procRoot/PID/root so paths
+// resolve in the process's own mount namespace (containers); a deleted or
+// since-replaced file is opened through procRoot/PID/map_files, which names
+// exactly the mapped inode.
+func snapshotProcess(procRoot string, pid int) (*Process, error) {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid))
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("snapshot process %d: process does not exist", pid)
+		}
+		return nil, fmt.Errorf("snapshot process %d: %w", pid, err)
+	}
+	// Kernel threads have no exe link; that leaves ExePath empty.
+	exe, err := os.Readlink(filepath.Join(dir, "exe"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("snapshot process %d: read exe link: %w", pid, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "maps"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return nil, fmt.Errorf("snapshot process %d: process does not exist: %w", pid, err)
+		}
+		return nil, fmt.Errorf("snapshot process %d: read maps: %w", pid, err)
+	}
+	maps, err := parseMaps(raw)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot process %d: %w", pid, err)
+	}
+	p := &Process{PID: pid, ExePath: exe, Mappings: maps}
+	byInode := map[[2]uint64]int{}
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if !strings.HasPrefix(m.Path, "/") {
+			continue
+		}
+		key := [2]uint64{m.Dev, m.Inode}
+		if fi, ok := byInode[key]; ok {
+			m.file, m.ID = fi, p.files[fi].id
+			continue
+		}
+		f, err := openMapped(dir, m)
+		if err != nil {
+			m.OpenErr = err.Error()
+			continue
+		}
+		id, err := fileid.OfFile(f)
+		if err != nil {
+			f.Close()
+			m.OpenErr = err.Error()
+			continue
+		}
+		m.ID = id
+		m.file = len(p.files)
+		byInode[key] = m.file
+		p.files = append(p.files, &procFile{id: id, f: f})
+	}
+	return p, nil
+}
+
+func openMapped(dir string, m *Mapping) (*os.File, error) {
+	mapFile := filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", m.Start, m.Limit))
+	if m.Deleted {
+		return os.Open(mapFile)
+	}
+	f, err := os.Open(filepath.Join(dir, "root", m.Path))
+	if err == nil {
+		var st syscall.Stat_t
+		if serr := syscall.Fstat(int(f.Fd()), &st); serr == nil && st.Ino == m.Inode {
+			return f, nil
+		}
+		// Replaced on disk since it was mapped (new inode at the same path).
+		f.Close()
+	}
+	mf, merr := os.Open(mapFile)
+	if merr == nil {
+		return mf, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%s was replaced since it was mapped and %w", m.Path, merr)
+}
+
+// parseMaps keeps the executable mappings of a /proc/PID/maps listing.
+// Non-executable ones are not needed: SymbolTable.FileAddr turns the
+// executable mapping's own file offset into an ELF address.
+func parseMaps(raw []byte) ([]Mapping, error) {
+	var out []Mapping
+	for n, line := range bytes.Split(raw, []byte{'\n'}) {
+		if len(line) == 0 {
+			continue
+		}
+		// start-limit perms offset dev inode [path]
+		fields := bytes.Fields(line)
+		if len(fields) < 5 {
+			return nil, fmt.Errorf("parse maps line %d %q: want at least 5 fields", n+1, line)
+		}
+		if len(fields[1]) < 3 || fields[1][2] != 'x' {
+			continue
+		}
+		dash := bytes.IndexByte(fields[0], '-')
+		if dash < 0 {
+			return nil, fmt.Errorf("parse maps line %d %q: bad address range", n+1, line)
+		}
+		var m Mapping
+		var errs [5]error
+		m.Start, errs[0] = strconv.ParseUint(string(fields[0][:dash]), 16, 64)
+		m.Limit, errs[1] = strconv.ParseUint(string(fields[0][dash+1:]), 16, 64)
+		m.Offset, errs[2] = strconv.ParseUint(string(fields[2]), 16, 64)
+		m.Dev, errs[3] = parseDev(string(fields[3]))
+		m.Inode, errs[4] = strconv.ParseUint(string(fields[4]), 10, 64)
+		if err := errors.Join(errs[:]...); err != nil {
+			return nil, fmt.Errorf("parse maps line %d %q: %w", n+1, line, err)
+		}
+		m.Path = mapsPath(line)
+		if p, ok := strings.CutSuffix(m.Path, " (deleted)"); ok {
+			m.Path, m.Deleted = p, true
+		}
+		m.file = -1
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Mapping) int {
+		switch {
+		case a.Start < b.Start:
+			return -1
+		case a.Start > b.Start:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// parseDev turns "fd:01" into the kernel's dev_t encoding (as in stat).
+func parseDev(s string) (uint64, error) {
+	maj, min, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, fmt.Errorf("bad device %q", s)
+	}
+	major, err := strconv.ParseUint(maj, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("bad device %q: %w", s, err)
+	}
+	minor, err := strconv.ParseUint(min, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("bad device %q: %w", s, err)
+	}
+	return (minor & 0xff) | (major&0xfff)<<8 | (minor&^0xff)<<12 | (major&^0xfff)<<32, nil
+}
+
+// mapsPath returns what follows the fifth field of a maps line: the path,
+// which may contain spaces.
+func mapsPath(line []byte) string {
+	rest := line
+	for range 5 {
+		rest = bytes.TrimLeft(rest, " ")
+		i := bytes.IndexByte(rest, ' ')
+		if i < 0 {
+			return ""
+		}
+		rest = rest[i:]
+	}
+	return string(bytes.TrimLeft(rest, " "))
+}

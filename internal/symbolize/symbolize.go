@@ -1,0 +1,283 @@
+// Package symbolize turns sampled instruction addresses into function, file
+// and line: user-space addresses through a snapshot of the process's mappings
+// and a per-binary SymbolTable (ELF symbols, Go pclntab), kernel addresses
+// through /proc/kallsyms. Tables are cached per file identity, so a
+// redeployed binary gets a fresh table and an unchanged one is read once.
+package symbolize
+
+import (
+	"container/list"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/hotpath-dev/hotpath/internal/fileid"
+)
+
+// Frame is one symbolized stack frame.
+type Frame struct {
+	Address  uint64 // as sampled
+	Function string // "" when unresolved
+	File     string
+	Line     int
+	Mapping  int    // index into Process.Mappings; -1 when in no mapping (and for kernel frames)
+	Module   string // kernel frames: "" for vmlinux, else the module ("nf_tables", "bpf")
+	IsGo     bool   // symbolized from a Go pclntab (profile.frame.type go rather than native)
+}
+
+// Options configures a Symbolizer. Zero values pick the defaults.
+type Options struct {
+	// ProcRoot is where procfs is mounted (default "/proc"); also the source
+	// of kallsyms (ProcRoot/kallsyms).
+	ProcRoot string
+	// MaxTables bounds how many per-binary tables the cache keeps (default 256).
+	MaxTables int
+	// MaxTableBytes bounds the cache's heap bytes (default 16 MiB). Tables
+	// still referenced by live Process snapshots stay alive beyond the bound
+	// until those snapshots are dropped.
+	MaxTableBytes int
+}
+
+// Symbolizer resolves stacks. It is safe for concurrent use.
+type Symbolizer struct {
+	procRoot string
+
+	mu    sync.Mutex
+	cache *tableCache
+
+	vdsoOnce sync.Once
+	vdso     *SymbolTable
+	vdsoSize uint64
+
+	kmu       sync.Mutex
+	kernel    *Kallsyms
+	kernelErr error
+	kernelSet bool
+}
+
+// New returns a Symbolizer with empty caches.
+func New(opts Options) *Symbolizer {
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	if opts.MaxTables <= 0 {
+		opts.MaxTables = 256
+	}
+	if opts.MaxTableBytes <= 0 {
+		opts.MaxTableBytes = 16 << 20
+	}
+	return &Symbolizer{
+		procRoot: opts.ProcRoot,
+		cache:    newTableCache(opts.MaxTables, opts.MaxTableBytes),
+	}
+}
+
+// Snapshot records process pid's executable mappings and opens their files,
+// so its stacks can be symbolized even after it exits. The error says so
+// plainly when the process no longer exists. Close the Process when done.
+func (s *Symbolizer) Snapshot(pid int) (*Process, error) {
+	p, err := snapshotProcess(s.procRoot, pid)
+	if err != nil {
+		return nil, err
+	}
+	// Attach tables already cached: their files need not stay open.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, pf := range p.files {
+		if e, ok := s.cache.get(pf.id); ok {
+			pf.table, pf.err, pf.loaded = e.table, e.err, true
+			pf.f.Close()
+			pf.f = nil
+		}
+	}
+	return p, nil
+}
+
+// User appends the frames of a user stack (leaf first) to out. Frame 0 is
+// the sampled PC; deeper frames are return addresses, which point just after
+// the call, so they are looked up at address-1 (and reported as sampled).
+// Addresses that do not resolve are kept with their mapping, never dropped.
+func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
+	for i, addr := range stack {
+		pc := addr
+		if i > 0 && pc > 0 {
+			pc--
+		}
+		f := Frame{Address: addr, Mapping: p.find(pc)}
+		if f.Mapping >= 0 {
+			m := &p.Mappings[f.Mapping]
+			if t := s.table(p, m); t != nil {
+				if va, ok := t.FileAddr(pc - m.Start + m.Offset); ok {
+					if sym, ok := t.Lookup(va); ok {
+						f.Function, f.File, f.Line, f.IsGo = sym.Function, sym.File, sym.Line, sym.IsGo
+					}
+				}
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// table returns the SymbolTable for m's file, loading it on first use.
+func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
+	if m.Path == "[vdso]" {
+		s.vdsoOnce.Do(func() { s.vdso, s.vdsoSize, _ = loadVDSO(s.procRoot) })
+		if s.vdso != nil && m.Limit-m.Start == s.vdsoSize {
+			return s.vdso
+		}
+		return nil
+	}
+	if m.file < 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pf := p.files[m.file]
+	if pf.loaded {
+		return pf.table
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.cache.get(pf.id)
+	if !ok {
+		if pf.f == nil {
+			return nil // closed before it was ever needed
+		}
+		t, err := newSymbolTable(pf.f)
+		if err != nil {
+			err = fmt.Errorf("symbol table of %s (pid %d): %w", m.Path, p.PID, err)
+		}
+		e = s.cache.add(pf.id, t, err)
+	}
+	pf.table, pf.err, pf.loaded = e.table, e.err, true
+	if pf.f != nil {
+		pf.f.Close()
+		pf.f = nil
+	}
+	return pf.table
+}
+
+// TableErr returns why the table of mapping i could not be loaded, or nil
+// (also nil while it has not been needed yet).
+func (p *Process) TableErr(i int) error {
+	if i < 0 || i >= len(p.Mappings) || p.Mappings[i].file < 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.files[p.Mappings[i].file].err
+}
+
+// Kernel appends the frames of a kernel stack (leaf first) to out, with the
+// same return-address rule as User. Kallsyms is loaded on first use; call
+// RefreshKernel to load it eagerly, see its error, or pick up new modules.
+func (s *Symbolizer) Kernel(stack []uint64, out []Frame) []Frame {
+	s.kmu.Lock()
+	if !s.kernelSet {
+		s.loadKernelLocked()
+	}
+	k := s.kernel
+	s.kmu.Unlock()
+	for i, addr := range stack {
+		pc := addr
+		if i > 0 && pc > 0 {
+			pc--
+		}
+		f := Frame{Address: addr, Mapping: -1}
+		if k != nil {
+			if name, mod, ok := k.Lookup(pc); ok {
+				f.Function, f.Module = name, mod
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// RefreshKernel (re)reads kallsyms, e.g. after modules or BPF programs were
+// loaded. On error the previous table, if any, stays in use.
+func (s *Symbolizer) RefreshKernel() error {
+	s.kmu.Lock()
+	defer s.kmu.Unlock()
+	return s.loadKernelLocked()
+}
+
+func (s *Symbolizer) loadKernelLocked() error {
+	k, err := LoadKallsyms(filepath.Join(s.procRoot, "kallsyms"))
+	s.kernelSet = true
+	s.kernelErr = err
+	if err == nil {
+		s.kernel = k
+	}
+	return err
+}
+
+// Stats describes the table cache.
+type Stats struct {
+	Tables       int // cached tables (including failed loads)
+	HeapBytes    int // heap bytes of cached tables
+	Hits, Misses uint64
+	KernelBytes  int // heap bytes of the kallsyms table, 0 when not loaded
+}
+
+// Stats returns cache figures, for the agent's own telemetry.
+func (s *Symbolizer) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Hits: s.cache.hits, Misses: s.cache.misses}
+	s.mu.Unlock()
+	s.kmu.Lock()
+	if s.kernel != nil {
+		st.KernelBytes = s.kernel.Size()
+	}
+	s.kmu.Unlock()
+	return st
+}
+
+// tableCache is an LRU of SymbolTables keyed by file identity, bounded by
+// count and heap bytes. Failed loads are cached too, so a file that is not
+// ELF is not re-read every interval.
+type tableCache struct {
+	maxEntries, maxBytes int
+	bytes                int
+	ll                   *list.List // front = most recent; values *cacheEntry
+	byID                 map[fileid.ID]*list.Element
+	hits, misses         uint64
+}
+
+type cacheEntry struct {
+	id    fileid.ID
+	table *SymbolTable
+	err   error
+	bytes int
+}
+
+func newTableCache(maxEntries, maxBytes int) *tableCache {
+	return &tableCache{maxEntries: maxEntries, maxBytes: maxBytes, ll: list.New(), byID: map[fileid.ID]*list.Element{}}
+}
+
+func (c *tableCache) get(id fileid.ID) (*cacheEntry, bool) {
+	el, ok := c.byID[id]
+	if !ok {
+		c.misses++
+		return nil, false
+	}
+	c.hits++
+	c.ll.MoveToFront(el)
+	return el.Value.(*cacheEntry), true
+}
+
+func (c *tableCache) add(id fileid.ID, t *SymbolTable, err error) *cacheEntry {
+	e := &cacheEntry{id: id, table: t, err: err, bytes: 64}
+	if t != nil {
+		e.bytes = t.Size()
+	}
+	c.byID[id] = c.ll.PushFront(e)
+	c.bytes += e.bytes
+	for c.ll.Len() > 1 && (c.ll.Len() > c.maxEntries || c.bytes > c.maxBytes) {
+		old := c.ll.Remove(c.ll.Back()).(*cacheEntry)
+		delete(c.byID, old.id)
+		c.bytes -= old.bytes
+	}
+	return e
+}

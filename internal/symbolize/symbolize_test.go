@@ -1,0 +1,608 @@
+package symbolize
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"debug/gosym"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestUserC(t *testing.T) {
+	lib := libHot(t)
+	for _, tc := range []struct{ name, bin string }{
+		{"pie", cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl")},
+		{"nopie", cProg(t, "hot-nopie", "-fno-pie", "-no-pie", "-ldl")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rp := start(t, tc.bin, lib)
+			s := New(Options{})
+			p := snapshot(t, s, rp.pid())
+			if p.ExePath != tc.bin {
+				t.Errorf("ExePath = %q, want %q", p.ExePath, tc.bin)
+			}
+			stack := []uint64{
+				rp.addr(t, "hot_leaf"),         // exact PC
+				rp.addr(t, "hot_mid") + 1,      // return addresses: looked up at -1
+				rp.addr(t, "hot_static") + 1,   // local symbol, .symtab only
+				rp.addr(t, "hot_lib_func") + 1, // shared library
+				rp.addr(t, "getpid") + 1,       // libc, .dynsym only
+				rp.addr(t, "hot_mid"),          // a return address at a function start belongs to what precedes it
+			}
+			frames := s.User(p, stack, nil)
+			if len(frames) != len(stack) {
+				t.Fatalf("got %d frames for %d addresses", len(frames), len(stack))
+			}
+			for i, f := range frames {
+				if f.Address != stack[i] {
+					t.Errorf("frame %d: Address = %#x, want the sampled %#x", i, f.Address, stack[i])
+				}
+			}
+			wantFrame(t, p, frames[0], "hot_leaf", tc.bin)
+			wantFrame(t, p, frames[1], "hot_mid", tc.bin)
+			wantFrame(t, p, frames[2], "hot_static", tc.bin)
+			wantFrame(t, p, frames[3], "hot_lib_func", lib)
+			if f := frames[4]; !strings.Contains(f.Function, "getpid") || !strings.Contains(p.Mappings[f.Mapping].Path, "libc.so") {
+				t.Errorf("libc frame = %+v in %q, want getpid in libc", f, mappingPath(p, f))
+			}
+			if f := frames[5]; f.Function == "hot_mid" {
+				t.Errorf("return address %#x at the start of hot_mid resolved to hot_mid; want the code before it", f.Address)
+			}
+			for _, f := range frames {
+				if f.IsGo {
+					t.Errorf("C frame %+v marked IsGo", f)
+				}
+			}
+		})
+	}
+}
+
+func wantFrame(t *testing.T, p *Process, f Frame, fn, path string) {
+	t.Helper()
+	if f.Function != fn || mappingPath(p, f) != path {
+		t.Errorf("frame at %#x = %q in %q, want %q in %q", f.Address, f.Function, mappingPath(p, f), fn, path)
+	}
+}
+
+func mappingPath(p *Process, f Frame) string {
+	if f.Mapping < 0 {
+		return "<no mapping>"
+	}
+	return p.Mappings[f.Mapping].Path
+}
+
+// sourceLine is the 1-based line of the first line in file containing s.
+func sourceLine(t *testing.T, file, s string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			return i + 1
+		}
+	}
+	t.Fatalf("%q not in %s", s, file)
+	return 0
+}
+
+// goBuilds are the Go binaries tests run: internal and external (cgo)
+// linking, with and without symbols, PIE and not.
+var goBuilds = []struct {
+	name  string
+	cgo   bool
+	flags []string
+	// runtime.text is neither in a symbol nor at the start of .text, so
+	// debug/gosym cannot be pointed at the right text start.
+	noGosym bool
+}{
+	{name: "go"},
+	{name: "go-stripped", flags: []string{"-ldflags=-s -w"}},
+	{name: "go-pie", flags: []string{"-buildmode=pie"}},
+	{name: "go-ext", cgo: true, flags: []string{"-ldflags=-linkmode=external"}},
+	{name: "go-ext-stripped", cgo: true, flags: []string{"-ldflags=-linkmode=external -s -w"}, noGosym: true},
+	{name: "go-ext-pie-stripped", cgo: true, flags: []string{"-buildmode=pie", "-ldflags=-linkmode=external -s -w"}, noGosym: true},
+}
+
+func goBuild(t testing.TB, name string) string {
+	for _, b := range goBuilds {
+		if b.name == name {
+			return goProg(t, name, b.cgo, b.flags...)
+		}
+	}
+	t.Fatalf("unknown build %s", name)
+	return ""
+}
+
+func TestUserGo(t *testing.T) {
+	src := testdata(t, "goprog/main.go")
+	// hotLeaf's first instruction may belong to its loop rather than its
+	// func line; TestGoPCLNMatchesGosym checks exact lines for every PC.
+	leafFirst := sourceLine(t, src, "func hotLeaf(")
+	leafLast := sourceLine(t, src, "return v")
+	midLine := sourceLine(t, src, "func hotMid(")
+	for _, b := range goBuilds {
+		t.Run(b.name, func(t *testing.T) {
+			bin := goBuild(t, b.name)
+			rp := start(t, bin)
+			s := New(Options{})
+			p := snapshot(t, s, rp.pid())
+			frames := s.User(p, []uint64{rp.addr(t, "main.hotLeaf"), rp.addr(t, "main.hotMid") + 1}, nil)
+			for i, want := range []struct {
+				fn          string
+				first, last int
+			}{{"main.hotLeaf", leafFirst, leafLast}, {"main.hotMid", midLine, midLine}} {
+				f := frames[i]
+				if f.Function != want.fn || !strings.HasSuffix(f.File, "/main.go") || f.Line < want.first || f.Line > want.last || !f.IsGo {
+					t.Errorf("frame %d = %+v, want %s at main.go:%d-%d, IsGo", i, f, want.fn, want.first, want.last)
+				}
+				if mappingPath(p, f) != bin {
+					t.Errorf("frame %d in %q, want %q", i, mappingPath(p, f), bin)
+				}
+			}
+		})
+	}
+}
+
+// TestGoPCLNMatchesGosym checks the in-place pclntab reader against the
+// standard library's debug/gosym for every function of the test binaries.
+func TestGoPCLNMatchesGosym(t *testing.T) {
+	for _, b := range goBuilds {
+		if b.noGosym {
+			continue // TestUserGo checks these against the running program
+		}
+		t.Run(b.name, func(t *testing.T) {
+			bin := goBuild(t, b.name)
+			tab, err := OpenSymbolTable(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tab.HasGo() {
+				t.Fatal("no Go pclntab found")
+			}
+			ef, err := elf.Open(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ef.Close()
+			pcln, err := ef.Section(".gopclntab").Data()
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := ef.Section(".text").Addr
+			if syms, err := ef.Symbols(); err == nil {
+				for _, s := range syms {
+					if s.Name == "runtime.text" {
+						text = s.Value
+					}
+				}
+			}
+			gt, err := gosym.NewTable(nil, gosym.NewLineTable(pcln, text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(gt.Funcs) < 1000 {
+				t.Fatalf("gosym found only %d functions", len(gt.Funcs))
+			}
+			checked := 0
+			for _, fn := range gt.Funcs {
+				for _, pc := range []uint64{fn.Entry, fn.Entry + (fn.End-fn.Entry)/2, fn.End - 1} {
+					file, line, gfn := gt.PCToLine(pc)
+					if gfn == nil {
+						continue
+					}
+					if line < 0 {
+						line = 0 // gosym's "unknown"
+					}
+					sym, ok := tab.Lookup(pc)
+					if !ok || sym.Function != gfn.Name || sym.File != file || sym.Line != line || !sym.IsGo {
+						t.Fatalf("pc %#x: got %+v ok=%v, gosym says %s %s:%d", pc, sym, ok, gfn.Name, file, line)
+					}
+					checked++
+				}
+			}
+			t.Logf("%d functions, %d PCs agree with debug/gosym", len(gt.Funcs), checked)
+		})
+	}
+}
+
+func TestUnresolvedKeepsMapping(t *testing.T) {
+	bin := cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl")
+	rp := start(t, bin)
+	s := New(Options{})
+	p := snapshot(t, s, rp.pid())
+	anon := rp.addr(t, "anon")
+	frames := s.User(p, []uint64{anon + 16, 0x10}, nil)
+	if len(frames) != 2 {
+		t.Fatalf("got %d frames, want 2: unresolved addresses must not be dropped", len(frames))
+	}
+	f := frames[0]
+	if f.Function != "" || f.Mapping < 0 || f.Address != anon+16 {
+		t.Errorf("anonymous exec memory: %+v, want unresolved with its mapping", f)
+	} else if m := p.Mappings[f.Mapping]; m.Start > anon || m.Limit <= anon || m.Path != "" {
+		t.Errorf("frame mapped to %+v, want the anonymous mapping holding %#x", m, anon)
+	}
+	if f := frames[1]; f.Function != "" || f.Mapping != -1 || f.Address != 0x10 {
+		t.Errorf("address in no mapping: %+v, want Mapping -1 and the address", f)
+	}
+}
+
+func TestExitedAfterSnapshot(t *testing.T) {
+	// A private copy, so it can be deleted too.
+	bin := filepath.Join(t.TempDir(), "hot")
+	copyFile(t, cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl"), bin)
+	rp := start(t, bin)
+	s := New(Options{})
+	p := snapshot(t, s, rp.pid())
+	leaf := rp.addr(t, "hot_leaf")
+	rp.stop()
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(p.PID), "maps")); err == nil {
+		t.Fatalf("process %d still exists", p.PID)
+	}
+	frames := s.User(p, []uint64{leaf}, nil)
+	wantFrame(t, p, frames[0], "hot_leaf", bin)
+}
+
+func TestDeletedBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "hot")
+	copyFile(t, cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl"), bin)
+	rp := start(t, bin)
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{})
+	p := snapshot(t, s, rp.pid())
+	frames := s.User(p, []uint64{rp.addr(t, "hot_leaf")}, nil)
+	wantFrame(t, p, frames[0], "hot_leaf", bin)
+	if m := p.Mappings[frames[0].Mapping]; !m.Deleted {
+		t.Errorf("mapping %+v not marked Deleted", m)
+	}
+}
+
+func TestReplacedBinaryGetsNewCacheEntry(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hot")
+	copyFile(t, cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl"), bin)
+	old := start(t, bin)
+	s := New(Options{})
+	pOld := snapshot(t, s, old.pid())
+	if f := s.User(pOld, []uint64{old.addr(t, "hot_leaf")}, nil)[0]; f.Function != "hot_leaf" {
+		t.Fatalf("before replacement: %+v", f)
+	}
+	before := s.Stats().Tables
+
+	// Deploy a different build the usual way: write aside, rename over.
+	tmp := filepath.Join(dir, "hot.new")
+	copyFile(t, cProg(t, "hot-v2", "-fPIE", "-pie", "-ldl", "-DHOT_V2"), tmp)
+	if err := os.Rename(tmp, bin); err != nil {
+		t.Fatal(err)
+	}
+	cur := start(t, bin)
+	pNew := snapshot(t, s, cur.pid())
+	newFrames := s.User(pNew, []uint64{cur.addr(t, "hot_leaf"), cur.addr(t, "hot_mid") + 1}, nil)
+	wantFrame(t, pNew, newFrames[0], "hot_leaf", bin)
+	wantFrame(t, pNew, newFrames[1], "hot_mid", bin)
+	// The new build moved hot_leaf within the file, so reusing the old
+	// table would have named the wrong function.
+	if fileOff(pOld, old.addr(t, "hot_leaf")) == fileOff(pNew, cur.addr(t, "hot_leaf")) {
+		t.Fatal("test builds put hot_leaf at the same file offset; the test cannot tell tables apart")
+	}
+
+	idOld, idNew := pOld.Mappings[pOld.find(old.addr(t, "hot_leaf"))].ID, pNew.Mappings[pNew.find(cur.addr(t, "hot_leaf"))].ID
+	if idOld == idNew {
+		t.Fatalf("replaced binary kept file ID %v", idOld)
+	}
+	if got := s.Stats().Tables; got != before+1 {
+		t.Errorf("cache holds %d tables after the new build was symbolized, want %d", got, before+1)
+	}
+	// The old process still runs the old (now unlinked) file: a fresh
+	// snapshot must find it through map_files, not the new file at the path.
+	pOld2 := snapshot(t, s, old.pid())
+	if f := s.User(pOld2, []uint64{old.addr(t, "hot_leaf")}, nil)[0]; f.Function != "hot_leaf" {
+		t.Errorf("old process after replacement: %+v, want hot_leaf", f)
+	}
+	if id := pOld2.Mappings[pOld2.find(old.addr(t, "hot_leaf"))].ID; id != idOld {
+		t.Errorf("old process re-snapshot got file ID %v, want the old %v", id, idOld)
+	}
+}
+
+func fileOff(p *Process, addr uint64) uint64 {
+	m := p.Mappings[p.find(addr)]
+	return addr - m.Start + m.Offset
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSnapshotGoneProcess(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(Options{}).Snapshot(cmd.Process.Pid)
+	if err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("snapshot of exited pid: err = %v, want 'does not exist'", err)
+	}
+}
+
+func TestCacheBounded(t *testing.T) {
+	s := New(Options{MaxTables: 1})
+	for _, bin := range []string{cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl"), goBuild(t, "go")} {
+		rp := start(t, bin)
+		p := snapshot(t, s, rp.pid())
+		var leaf uint64
+		if a, ok := rp.addrs["hot_leaf"]; ok {
+			leaf = a
+		} else {
+			leaf = rp.addr(t, "main.hotLeaf")
+		}
+		if f := s.User(p, []uint64{leaf}, nil)[0]; !strings.HasSuffix(f.Function, "hot_leaf") && f.Function != "main.hotLeaf" {
+			t.Errorf("%s: %+v", bin, f)
+		}
+		if st := s.Stats(); st.Tables != 1 {
+			t.Errorf("after %s: %d cached tables, want 1 (MaxTables)", bin, st.Tables)
+		}
+	}
+}
+
+func TestOpenSymbolTableBadInput(t *testing.T) {
+	dir := t.TempDir()
+	notELF := filepath.Join(dir, "text")
+	if err := os.WriteFile(notELF, []byte("#!/bin/sh\necho hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenSymbolTable(notELF); err == nil || !strings.Contains(err.Error(), "parse ELF") {
+		t.Errorf("non-ELF file: err = %v", err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenSymbolTable(empty); err == nil {
+		t.Error("empty file: no error")
+	}
+	if _, err := OpenSymbolTable(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: err = %v", err)
+	}
+	// Truncated binaries and a corrupted pclntab must not panic.
+	full, err := os.ReadFile(goBuild(t, "go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{64, 4096, len(full) / 2} {
+		p := filepath.Join(dir, "trunc")
+		if err := os.WriteFile(p, full[:n], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if tab, err := OpenSymbolTable(p); err == nil {
+			tab.Lookup(0x401000)
+		}
+	}
+	ef, err := elf.NewFile(bytes.NewReader(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := ef.Section(".gopclntab")
+	corrupt := bytes.Clone(full)
+	for i := sec.Offset + 64; i < sec.Offset+sec.Size; i += 7 {
+		corrupt[i] ^= 0xa5
+	}
+	p := filepath.Join(dir, "corrupt")
+	if err := os.WriteFile(p, corrupt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if tab, err := OpenSymbolTable(p); err == nil {
+		text := ef.Section(".text")
+		for a := text.Addr; a < text.Addr+text.Size; a += 997 {
+			tab.Lookup(a)
+		}
+	}
+}
+
+func TestKernel(t *testing.T) {
+	addr := kallsymsAddr(t, "vfs_read")
+	s := New(Options{})
+	if err := s.RefreshKernel(); err != nil {
+		t.Fatal(err)
+	}
+	frames := s.Kernel([]uint64{addr, addr + 1, addr}, nil)
+	if f := frames[0]; f.Function != "vfs_read" || f.Module != "" || f.Mapping != -1 {
+		t.Errorf("leaf at vfs_read: %+v", f)
+	}
+	if f := frames[1]; f.Function != "vfs_read" || f.Address != addr+1 {
+		t.Errorf("return address vfs_read+1: %+v", f)
+	}
+	if f := frames[2]; f.Function == "vfs_read" || f.Function == "" {
+		t.Errorf("return address at vfs_read's start resolved to %q, want the function before it", f.Function)
+	}
+	if st := s.Stats(); st.KernelBytes == 0 {
+		t.Error("Stats.KernelBytes = 0 after loading kallsyms")
+	}
+}
+
+func kallsymsAddr(t *testing.T, name string) uint64 {
+	t.Helper()
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 3 && fs[2] == name {
+			a, err := strconv.ParseUint(fs[0], 16, 64)
+			if err != nil || a == 0 {
+				t.Fatalf("kallsyms %s address %q unusable (kptr_restrict?)", name, fs[0])
+			}
+			return a
+		}
+	}
+	t.Fatalf("%s not in /proc/kallsyms", name)
+	return 0
+}
+
+func TestKallsymsFile(t *testing.T) {
+	dir := t.TempDir()
+	hidden := filepath.Join(dir, "hidden")
+	os.WriteFile(hidden, []byte("0000000000000000 T _text\n0000000000000000 t vfs_read\n0000000000000000 t nft_do_chain\t[nf_tables]\n"), 0o644)
+	if _, err := LoadKallsyms(hidden); !errors.Is(err, ErrKallsymsHidden) {
+		t.Errorf("all-zero kallsyms: err = %v, want ErrKallsymsHidden", err)
+	}
+	good := filepath.Join(dir, "good")
+	os.WriteFile(good, []byte(`ffffffff81000000 T _text
+ffffffff81000100 t __pfx_alpha
+ffffffff81000110 T alpha
+ffffffff81000200 D some_data
+ffffffff81000300 t beta
+ffffffffc0001000 t nft_do_chain	[nf_tables]
+ffffffffc0000000 t bpf_prog_6deef7357e7b4530_hotpath	[bpf]
+`), 0o644)
+	k, err := LoadKallsyms(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		addr     uint64
+		fn, mod  string
+		resolved bool
+	}{
+		{0xffffffff81000105, "_text", "", true}, // __pfx_ padding is not a function
+		{0xffffffff81000110, "alpha", "", true},
+		{0xffffffff81000250, "alpha", "", true}, // data symbols are skipped
+		{0xffffffff81000300, "beta", "", true},
+		{0xffffffffc0000010, "bpf_prog_6deef7357e7b4530_hotpath", "bpf", true},
+		{0xffffffffc0001004, "nft_do_chain", "nf_tables", true},
+		{0xffffffff80000000, "", "", false},
+		{0xffffffffc0001000 + maxKernelSymbolSpan, "", "", false},
+	} {
+		fn, mod, ok := k.Lookup(c.addr)
+		if fn != c.fn || mod != c.mod || ok != c.resolved {
+			t.Errorf("Lookup(%#x) = %q %q %v, want %q %q %v", c.addr, fn, mod, ok, c.fn, c.mod, c.resolved)
+		}
+	}
+}
+
+func TestParseMaps(t *testing.T) {
+	raw := []byte(`55d0a0000000-55d0a0001000 r--p 00000000 fd:01 1234                       /usr/bin/my prog
+55d0a0001000-55d0a0005000 r-xp 00001000 fd:01 1234                       /usr/bin/my prog
+7f0000000000-7f0000001000 r-xp 00000000 00:00 0 
+7f0000100000-7f0000200000 r-xp 00028000 103:02 98765                      /usr/lib/libc.so.6 (deleted)
+7ffd1e5f0000-7ffd1e5f2000 r-xp 00000000 00:00 0                          [vdso]
+`)
+	ms, err := parseMaps(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Mapping{
+		{Start: 0x55d0a0001000, Limit: 0x55d0a0005000, Offset: 0x1000, Path: "/usr/bin/my prog", Dev: 0xfd01, Inode: 1234, file: -1},
+		{Start: 0x7f0000000000, Limit: 0x7f0000001000, file: -1},
+		{Start: 0x7f0000100000, Limit: 0x7f0000200000, Offset: 0x28000, Path: "/usr/lib/libc.so.6", Dev: 0x10302, Inode: 98765, Deleted: true, file: -1},
+		{Start: 0x7ffd1e5f0000, Limit: 0x7ffd1e5f2000, Path: "[vdso]", file: -1},
+	}
+	if len(ms) != len(want) {
+		t.Fatalf("got %d mappings, want %d: %+v", len(ms), len(want), ms)
+	}
+	for i := range want {
+		if ms[i] != want[i] {
+			t.Errorf("mapping %d = %+v, want %+v", i, ms[i], want[i])
+		}
+	}
+	if _, err := parseMaps([]byte("zzzz-1 r-xp 0 fd:01 1 /x\n")); err == nil {
+		t.Error("bad address range: no error")
+	}
+}
+
+func TestVDSO(t *testing.T) {
+	rp := start(t, cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl"))
+	s := New(Options{})
+	p := snapshot(t, s, rp.pid())
+	var vdso *Mapping
+	for i := range p.Mappings {
+		if p.Mappings[i].Path == "[vdso]" {
+			vdso = &p.Mappings[i]
+		}
+	}
+	if vdso == nil {
+		t.Fatal("no [vdso] mapping in the test program")
+	}
+	// Where clock_gettime sits in the image, read independently with debug/elf.
+	img := make([]byte, vdso.Limit-vdso.Start)
+	mem, err := os.Open(filepath.Join("/proc", strconv.Itoa(p.PID), "mem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	if _, err := mem.ReadAt(img, int64(vdso.Start)); err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.NewFile(bytes.NewReader(img))
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fn elf.Symbol
+	for _, sym := range syms {
+		if sym.Name == "__vdso_clock_gettime" {
+			fn = sym
+		}
+	}
+	if fn.Value == 0 {
+		t.Fatal("no __vdso_clock_gettime in the vdso")
+	}
+	var off uint64
+	for _, prog := range ef.Progs {
+		if prog.Type == elf.PT_LOAD {
+			off = fn.Value - prog.Vaddr + prog.Off
+		}
+	}
+	f := s.User(p, []uint64{vdso.Start + off + 1}, nil)[0]
+	if !strings.Contains(f.Function, "clock_gettime") || mappingPath(p, f) != "[vdso]" {
+		t.Errorf("vdso frame = %+v in %q, want clock_gettime", f, mappingPath(p, f))
+	}
+}
+
+// TestOtherMountNamespace runs the program from a tmpfs mounted only in its
+// own mount namespace (as in a container): the path in its maps does not
+// exist for the agent, only through /proc/PID/root.
+func TestOtherMountNamespace(t *testing.T) {
+	bin := cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl")
+	dir := filepath.Join(t.TempDir(), "ns")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "mount -t tmpfs tmpfs " + dir + " && cp " + bin + " " + dir + "/hot && exec " + dir + "/hot"
+	rp := start(t, "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	inNS := filepath.Join(dir, "hot")
+	if _, err := os.Stat(inNS); err == nil {
+		t.Fatalf("%s is visible outside the namespace; the test would prove nothing", inNS)
+	}
+	s := New(Options{})
+	p := snapshot(t, s, rp.pid())
+	if p.ExePath != inNS {
+		t.Fatalf("ExePath = %q, want %q", p.ExePath, inNS)
+	}
+	f := s.User(p, []uint64{rp.addr(t, "hot_leaf")}, nil)[0]
+	wantFrame(t, p, f, "hot_leaf", inNS)
+}

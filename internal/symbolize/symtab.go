@@ -1,0 +1,398 @@
+package symbolize
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/ianlancetaylor/demangle"
+)
+
+// Symbol is what an address in a binary resolves to.
+type Symbol struct {
+	Function string
+	File     string // "" when the table has no line information
+	Line     int    // 0 when unknown
+	IsGo     bool   // resolved from the Go pclntab
+}
+
+// SymbolTable resolves addresses of one ELF file (executable, shared library
+// or separate debug file). ELF function symbols (.symtab and .dynsym) are kept
+// compactly on the heap: one sorted address slice, sizes, and offsets into a
+// single name blob (16 bytes per symbol plus its name). A Go pclntab is read in
+// place from a read-only mapping of the file, so it costs page cache, not heap,
+// and only the pages lookups touch count toward RSS.
+//
+// A SymbolTable is safe for concurrent lookups. Its file mapping is released
+// when the table becomes unreachable.
+type SymbolTable struct {
+	loads []loadSegment // PT_LOAD segments, executable ones first
+
+	addrs    []uint64 // sorted symbol start addresses
+	sizes    []uint32 // 0: size unknown, the symbol extends to the next one
+	nameOffs []uint32 // len(addrs)+1 offsets into names
+	names    string
+
+	gopc *goPCLN // nil when the file has no Go pclntab
+
+	mapped int // bytes of file mapping (not heap)
+}
+
+type loadSegment struct{ off, vaddr, filesz uint64 }
+
+// OpenSymbolTable reads the symbol table of the ELF file at path.
+func OpenSymbolTable(path string) (*SymbolTable, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open symbol table: %w", err)
+	}
+	defer f.Close()
+	t, err := newSymbolTable(f)
+	if err != nil {
+		return nil, fmt.Errorf("symbol table of %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// newSymbolTable maps f read-only and parses it. The mapping stays valid
+// after f is closed, which is what lets a table outlive its process.
+func newSymbolTable(f *os.File) (*SymbolTable, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat: %w", err)
+	}
+	size := fi.Size()
+	if size <= 0 || int64(int(size)) != size {
+		return nil, fmt.Errorf("cannot map file of size %d", size)
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap: %w", err)
+	}
+	t, err := parseSymbolTable(data)
+	if err != nil {
+		_ = syscall.Munmap(data)
+		return nil, err
+	}
+	t.mapped = len(data)
+	if t.gopc == nil {
+		// Nothing refers into the mapping any more: give it back now.
+		_ = syscall.Munmap(data)
+		t.mapped = 0
+	} else {
+		runtime.AddCleanup(t, func(b []byte) { _ = syscall.Munmap(b) }, data)
+	}
+	return t, nil
+}
+
+// parseSymbolTable builds a table from an ELF image. The Go pclntab, if any,
+// keeps referring to data; everything else is copied.
+func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
+	// debug/elf and the manual section reads below index into a file mapping:
+	// a truncated or malformed file must give an error, not crash the agent.
+	defer func() {
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("malformed ELF: %v", r)
+		}
+	}()
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+
+	ef, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("parse ELF: %w", err)
+	}
+	t = &SymbolTable{}
+	// Executable segments first: where an old layout maps one page twice,
+	// the text segment is the one samples are in.
+	var other []loadSegment
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_LOAD || p.Filesz == 0 {
+			continue
+		}
+		seg := loadSegment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz}
+		if p.Flags&elf.PF_X != 0 {
+			t.loads = append(t.loads, seg)
+		} else {
+			other = append(other, seg)
+		}
+	}
+	t.loads = append(t.loads, other...)
+
+	syms := newSymbolCollector(ef, data)
+	syms.read(elf.SHT_SYMTAB, 2)
+	syms.read(elf.SHT_DYNSYM, 1)
+
+	if sec := pclntabSection(ef); sec != nil && sec.Type != elf.SHT_NOBITS && sec.Offset+sec.Size <= uint64(len(data)) {
+		g, err := parseGoPCLN(data[sec.Offset:sec.Offset+sec.Size], syms.runtimeText)
+		if err == nil {
+			if syms.runtimeText == 0 && g.version >= 118 {
+				if text, ok := g.moduledataText(ef, data, sec.Addr); ok {
+					g.textStart = text
+				} else if ts := ef.Section(".text"); ts != nil && g.textStart == 0 {
+					// .text starts with runtime.text when Go linked the
+					// binary itself.
+					g.textStart = ts.Addr
+				}
+			}
+			t.gopc = g
+		}
+	}
+	t.buildSymbols(syms.syms)
+	return t, nil
+}
+
+func pclntabSection(ef *elf.File) *elf.Section {
+	if s := ef.Section(".gopclntab"); s != nil {
+		return s
+	}
+	return ef.Section(".data.rel.ro.gopclntab") // PIE with external linking
+}
+
+type rawSymbol struct {
+	addr, size uint64
+	name       []byte // points into the file image until buildSymbols copies it
+	rank       uint8  // higher wins among symbols at one address
+}
+
+type symbolCollector struct {
+	ef          *elf.File
+	data        []byte
+	syms        []rawSymbol
+	runtimeText uint64
+}
+
+func newSymbolCollector(ef *elf.File, data []byte) *symbolCollector {
+	return &symbolCollector{ef: ef, data: data}
+}
+
+// read collects function symbols of the first section of type typ. It decodes
+// ElfN_Sym records straight from the image rather than via elf.File.Symbols,
+// which allocates a struct and a string per symbol (hundreds of MB of garbage
+// for a large C++ binary).
+func (c *symbolCollector) read(typ elf.SectionType, rank uint8) {
+	var sec *elf.Section
+	for _, s := range c.ef.Sections {
+		if s.Type == typ {
+			sec = s
+			break
+		}
+	}
+	if sec == nil || sec.Link >= uint32(len(c.ef.Sections)) {
+		return
+	}
+	strs := c.ef.Sections[sec.Link]
+	if sec.Offset+sec.Size > uint64(len(c.data)) || strs.Offset+strs.Size > uint64(len(c.data)) {
+		return
+	}
+	symData := c.data[sec.Offset : sec.Offset+sec.Size]
+	strData := c.data[strs.Offset : strs.Offset+strs.Size]
+	is64 := c.ef.Class == elf.ELFCLASS64
+	entSize := 16
+	if is64 {
+		entSize = 24
+	}
+	order := c.ef.ByteOrder
+	for off := entSize; off+entSize <= len(symData); off += entSize { // entry 0 is the null symbol
+		e := symData[off : off+entSize]
+		var nameOff uint32
+		var info uint8
+		var shndx uint16
+		var value, size uint64
+		if is64 {
+			nameOff, info, shndx = order.Uint32(e), e[4], order.Uint16(e[6:])
+			value, size = order.Uint64(e[8:]), order.Uint64(e[16:])
+		} else {
+			nameOff, value, size = order.Uint32(e), uint64(order.Uint32(e[4:])), uint64(order.Uint32(e[8:]))
+			info, shndx = e[12], order.Uint16(e[14:])
+		}
+		name := cBytes(strData, nameOff)
+		if len(name) == 0 || value == 0 {
+			continue
+		}
+		if string(name) == "runtime.text" {
+			c.runtimeText = value
+		}
+		typ, bind := elf.ST_TYPE(info), elf.ST_BIND(info)
+		switch typ {
+		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
+		case elf.STT_NOTYPE:
+			// Assembly routines often lack .type; keep them when they sit in
+			// executable code, but not local labels.
+			if !c.inExecSection(shndx) || name[0] == '.' || name[0] == '$' {
+				continue
+			}
+		default:
+			continue
+		}
+		if shndx == uint16(elf.SHN_UNDEF) {
+			continue
+		}
+		r := rank * 4
+		switch bind {
+		case elf.STB_GLOBAL:
+			r += 3
+		case elf.STB_WEAK:
+			r += 2
+		case elf.STB_LOCAL:
+			r++
+		}
+		c.syms = append(c.syms, rawSymbol{addr: value, size: size, name: name, rank: r})
+	}
+}
+
+func (c *symbolCollector) inExecSection(shndx uint16) bool {
+	if int(shndx) >= len(c.ef.Sections) || shndx == 0 {
+		return false
+	}
+	return c.ef.Sections[shndx].Flags&elf.SHF_EXECINSTR != 0
+}
+
+func cBytes(b []byte, off uint32) []byte {
+	if uint64(off) >= uint64(len(b)) {
+		return nil
+	}
+	b = b[off:]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return nil
+}
+
+// buildSymbols sorts, de-duplicates and packs raw symbols. Go functions are
+// dropped when the pclntab covers them: it has the same names plus lines.
+func (t *SymbolTable) buildSymbols(raw []rawSymbol) {
+	if t.gopc != nil {
+		lo, hi := t.gopc.Range()
+		raw = slices.DeleteFunc(raw, func(s rawSymbol) bool { return s.addr >= lo && s.addr < hi })
+	}
+	// At one address prefer a sized symbol, then the better rank
+	// (symtab over dynsym, global over weak over local).
+	slices.SortFunc(raw, func(a, b rawSymbol) int {
+		if a.addr != b.addr {
+			if a.addr < b.addr {
+				return -1
+			}
+			return 1
+		}
+		if (a.size > 0) != (b.size > 0) {
+			if a.size > 0 {
+				return -1
+			}
+			return 1
+		}
+		if a.rank != b.rank {
+			return int(b.rank) - int(a.rank)
+		}
+		// Aliases ("getpid", "__getpid"): the plainer name, deterministically.
+		if ua, ub := leadingUnderscores(a.name), leadingUnderscores(b.name); ua != ub {
+			return ua - ub
+		}
+		return bytes.Compare(a.name, b.name)
+	})
+	raw = slices.CompactFunc(raw, func(a, b rawSymbol) bool { return a.addr == b.addr })
+	n := 0
+	for _, s := range raw {
+		n += len(s.name)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	t.addrs = make([]uint64, len(raw))
+	t.sizes = make([]uint32, len(raw))
+	t.nameOffs = make([]uint32, len(raw)+1)
+	for i, s := range raw {
+		t.addrs[i] = s.addr
+		if s.size <= 1<<32-1 {
+			t.sizes[i] = uint32(s.size)
+		}
+		t.nameOffs[i] = uint32(sb.Len())
+		sb.Write(s.name)
+	}
+	t.nameOffs[len(raw)] = uint32(sb.Len())
+	t.names = sb.String()
+}
+
+func leadingUnderscores(b []byte) int {
+	n := 0
+	for n < len(b) && b[n] == '_' {
+		n++
+	}
+	return n
+}
+
+// FileAddr converts a file offset (runtime address − mapping start + mapping
+// offset) to the ELF virtual address the symbols use, through the PT_LOAD
+// segment that contains it. This one rule covers PIE and non-PIE executables
+// and shared libraries alike.
+func (t *SymbolTable) FileAddr(fileOffset uint64) (uint64, bool) {
+	for _, l := range t.loads {
+		if fileOffset >= l.off && fileOffset-l.off < l.filesz {
+			return fileOffset - l.off + l.vaddr, true
+		}
+	}
+	return 0, false
+}
+
+// Lookup resolves an ELF virtual address (as nm prints it). The Go pclntab
+// wins inside Go text; elsewhere the nearest function symbol below addr that
+// contains it (symbols of unknown size extend to the next symbol).
+func (t *SymbolTable) Lookup(addr uint64) (sym Symbol, ok bool) {
+	if t.gopc != nil {
+		if lo, hi := t.gopc.Range(); addr >= lo && addr < hi {
+			sym, ok = t.lookupGo(addr)
+			runtime.KeepAlive(t) // the mapping must outlive the read
+			return sym, ok
+		}
+	}
+	i, found := slices.BinarySearch(t.addrs, addr)
+	if !found {
+		i--
+	}
+	if i < 0 {
+		return Symbol{}, false
+	}
+	if size := t.sizes[i]; size > 0 && addr-t.addrs[i] >= uint64(size) {
+		return Symbol{}, false
+	}
+	name := t.names[t.nameOffs[i]:t.nameOffs[i+1]]
+	if strings.HasPrefix(name, "_Z") {
+		name = demangle.Filter(name, demangle.NoParams)
+	}
+	return Symbol{Function: name}, true
+}
+
+// lookupGo reads the file mapping; a file truncated under us faults, and the
+// fault becomes "unresolved" instead of killing the process.
+func (t *SymbolTable) lookupGo(addr uint64) (sym Symbol, ok bool) {
+	defer func() {
+		if recover() != nil {
+			sym, ok = Symbol{}, false
+		}
+	}()
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	return t.gopc.lookup(addr)
+}
+
+// Size is the table's heap footprint in bytes (the Go pclntab mapping is
+// reported separately by MappedBytes).
+func (t *SymbolTable) Size() int {
+	return len(t.addrs)*8 + len(t.sizes)*4 + len(t.nameOffs)*4 + len(t.names) + len(t.loads)*24 + 200
+}
+
+// MappedBytes is the size of the read-only file mapping the table keeps for
+// its Go pclntab (0 for non-Go files). Only touched pages are resident.
+func (t *SymbolTable) MappedBytes() int { return t.mapped }
+
+// Symbols is the number of ELF function symbols held (Go functions read from
+// the pclntab are not counted).
+func (t *SymbolTable) Symbols() int { return len(t.addrs) }
+
+// HasGo reports whether the table has a Go pclntab.
+func (t *SymbolTable) HasGo() bool { return t.gopc != nil }

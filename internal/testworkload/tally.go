@@ -1,0 +1,108 @@
+package testworkload
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+)
+
+// Tally sums one process's samples (samples/count profiles only) by leaf
+// function and by folded stack (root first, ";"-joined).
+type Tally struct {
+	Total   int64
+	Leaf    map[string]int64
+	Folded  map[string]int64
+	Service string
+	Exe     string
+}
+
+// TallyProcess tallies the samples of pid across all batches.
+func TallyProcess(all []pprofile.Profiles, pid int) Tally {
+	t := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+	for _, pd := range all {
+		dict := pd.Dictionary()
+		for i := 0; i < pd.ResourceProfiles().Len(); i++ {
+			rp := pd.ResourceProfiles().At(i)
+			if v, _ := rp.Resource().Attributes().Get(profileschema.AttrProcessPID); v.Int() != int64(pid) {
+				continue
+			}
+			t.Service = profileschema.ServiceName(rp.Resource())
+			if v, ok := rp.Resource().Attributes().Get(profileschema.AttrProcessExeName); ok {
+				t.Exe = v.Str()
+			}
+			for j := 0; j < rp.ScopeProfiles().Len(); j++ {
+				profiles := rp.ScopeProfiles().At(j).Profiles()
+				for k := 0; k < profiles.Len(); k++ {
+					if p := profiles.At(k); profileschema.IsSampleCount(dict, p) {
+						t.addSamples(dict, p)
+					}
+				}
+			}
+		}
+	}
+	return t
+}
+
+func (t *Tally) addSamples(dict pprofile.ProfilesDictionary, p pprofile.Profile) {
+	for s := 0; s < p.Samples().Len(); s++ {
+		sample := p.Samples().At(s)
+		stack := dict.StackTable().At(int(sample.StackIndex()))
+		n := profileschema.SampleCount(sample)
+		idx := stack.LocationIndices()
+		names := make([]string, idx.Len())
+		for i := 0; i < idx.Len(); i++ {
+			// Leaf first in OTLP; folded stacks are root first.
+			names[idx.Len()-1-i] = profileschema.FrameName(dict, dict.LocationTable().At(int(idx.At(i))))
+		}
+		t.Total += n
+		if len(names) > 0 {
+			t.Leaf[names[len(names)-1]] += n
+		}
+		t.Folded[strings.Join(names, ";")] += n
+	}
+}
+
+// CheckShares checks the workload's known profile: the hot functions a and b
+// hold nearly all samples, split ShareA:ShareB within tolerance, with caller
+// directly above them in at least minCallerShare of their samples.
+func (t Tally) CheckShares(a, b, caller string, minSamples int64, tolerance, minCallerShare float64) error {
+	if t.Total < minSamples {
+		return fmt.Errorf("only %d samples (want ≥ %d); leaves: %v", t.Total, minSamples, t.Leaf)
+	}
+	hot := t.Leaf[a] + t.Leaf[b]
+	if float64(hot) < 0.9*float64(t.Total) {
+		return fmt.Errorf("%s and %s hold %d of %d samples; top stacks:%s", a, b, hot, t.Total, t.Top(5))
+	}
+	if share := float64(t.Leaf[a]) / float64(hot); math.Abs(share-ShareA) > tolerance {
+		return fmt.Errorf("%s share = %.3f, want %.2f ± %.2f (leaves %v)", a, share, ShareA, tolerance, t.Leaf)
+	}
+	var withCaller int64
+	for stack, n := range t.Folded {
+		if strings.HasSuffix(stack, caller+";"+a) || strings.HasSuffix(stack, caller+";"+b) {
+			withCaller += n
+		}
+	}
+	if float64(withCaller) < minCallerShare*float64(hot) {
+		return fmt.Errorf("only %d of %d hot samples show %s as the caller; top stacks:%s", withCaller, hot, caller, t.Top(5))
+	}
+	return nil
+}
+
+// Top lists the n heaviest folded stacks, for failure messages.
+func (t Tally) Top(n int) string {
+	stacks := make([]string, 0, len(t.Folded))
+	for s := range t.Folded {
+		stacks = append(stacks, s)
+	}
+	sort.Slice(stacks, func(i, j int) bool { return t.Folded[stacks[i]] > t.Folded[stacks[j]] })
+	var b strings.Builder
+	for i := 0; i < len(stacks) && i < n; i++ {
+		fmt.Fprintf(&b, "\n  %d %s", t.Folded[stacks[i]], stacks[i])
+	}
+	return b.String()
+}

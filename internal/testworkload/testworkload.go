@@ -1,0 +1,82 @@
+// Package testworkload builds small CPU-bound programs with a known profile
+// (75% of samples in hot_a/main.hotA, 25% in hot_b/main.hotB, both called by
+// dispatch) for tests that sample real processes.
+package testworkload
+
+import (
+	"bufio"
+	_ "embed"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+//go:embed src/spin.c
+var spinC []byte
+
+//go:embed src/spin.go.txt
+var spinGo []byte
+
+// Expected shares of the hot functions' samples.
+const (
+	ShareA = 0.75
+	ShareB = 0.25
+)
+
+// BuildC compiles the C workload with gcc (frame pointers on, no
+// optimization so every function keeps its frame) and returns its path.
+func BuildC(t testing.TB, extraFlags ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "spin.c")
+	if err := os.WriteFile(src, spinC, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "spin_c")
+	args := append([]string{"-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, src}, extraFlags...)
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// BuildGo compiles the Go workload and returns its path.
+func BuildGo(t testing.TB, ldflags string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), spinGo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module spin\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "spin_go")
+	cmd := exec.Command("go", "build", "-ldflags="+ldflags, "-o", bin, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Start runs bin for seconds, waits until it is running its loop, and kills
+// it at the end of the test.
+func Start(t testing.TB, bin string, seconds string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, seconds)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("%s did not start: %q %v", bin, line, err)
+	}
+	return cmd
+}

@@ -1,0 +1,248 @@
+package buildidprocessor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/internal/buildid"
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+)
+
+const meterName = "github.com/hotpath-dev/hotpath/processor/buildidprocessor"
+
+type telemetry struct {
+	hits, misses, unresolved metric.Int64Counter
+}
+
+func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
+	m := mp.Meter(meterName)
+	var t telemetry
+	var errs []error
+	counter := func(dst *metric.Int64Counter, name, desc string) {
+		c, err := m.Int64Counter("otelcol_processor_buildid_"+name, metric.WithDescription(desc), metric.WithUnit("{binaries}"))
+		errs = append(errs, err)
+		*dst = c
+	}
+	counter(&t.hits, "cache_hits", "Binary lookups answered from the build-ID cache.")
+	counter(&t.misses, "cache_misses", "Binaries read to find their build ID.")
+	counter(&t.unresolved, "unresolved_binaries", "Executables and mappings of local processes whose binary could not be read.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("create buildid metrics: %w", err)
+	}
+	return &t, nil
+}
+
+// seenBuild is when this collector first and last saw a build.
+type seenBuild struct{ first, last time.Time }
+
+type buildIDProcessor struct {
+	host     string
+	procRoot string
+	cache    *buildid.Cache
+	logger   *zap.Logger
+	tel      *telemetry
+	now      func() time.Time
+
+	mu      sync.Mutex // guards seen
+	seen    map[string]*seenBuild
+	maxSeen int
+}
+
+func newProcessor(cfg *Config, set processor.Settings) (*buildIDProcessor, error) {
+	tel, err := newTelemetry(set.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	host := cfg.HostName
+	if host == "" {
+		if host, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("buildid: host_name is not set and the OS host name is unknown: %w", err)
+		}
+	}
+	logger := set.Logger
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	return &buildIDProcessor{
+		host: host, procRoot: cfg.ProcRoot, cache: buildid.NewCache(cfg.CacheSize),
+		logger: logger, tel: tel, now: time.Now,
+		seen: map[string]*seenBuild{}, maxSeen: 4 * cfg.CacheSize,
+	}, nil
+}
+
+// process is a local process whose binaries can be read on this host.
+type process struct {
+	procDir string // <proc_root>/<pid>; "" for a resource without a pid
+	exePath string // executable path as the process sees it
+	exe     *buildid.Info
+}
+
+func (p *buildIDProcessor) process(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
+	now := p.now()
+	rps := pd.ResourceProfiles()
+	procs := make([]*process, rps.Len())
+	for r := 0; r < rps.Len(); r++ {
+		procs[r] = p.annotateResource(ctx, rps.At(r).Resource().Attributes(), now)
+	}
+	p.annotateMappings(ctx, pd, procs)
+	return pd, nil
+}
+
+const deletedSuffix = " (deleted)"
+
+func trimDeleted(path string) string { return strings.TrimSuffix(path, deletedSuffix) }
+
+func pidOf(attrs pcommon.Map) int64 {
+	v, ok := attrs.Get(profileschema.AttrProcessPID)
+	if !ok {
+		return 0
+	}
+	switch v.Type() {
+	case pcommon.ValueTypeInt:
+		return v.Int()
+	case pcommon.ValueTypeStr:
+		n, _ := strconv.ParseInt(v.Str(), 10, 64)
+		return n
+	}
+	return 0
+}
+
+// local decides whether a resource's binaries can be read here, and how. A
+// resource already carrying a build ID, naming another host, or naming a
+// pid that is gone or runs another executable is left alone: its binaries
+// are not (or no longer) the ones on this host.
+func (p *buildIDProcessor) local(ctx context.Context, attrs pcommon.Map) *process {
+	if _, ok := attrs.Get(profileschema.AttrBuildID); ok {
+		return nil
+	}
+	host := ""
+	if v, ok := attrs.Get(profileschema.AttrHostName); ok {
+		host = v.Str()
+	}
+	if host != "" && host != p.host {
+		return nil
+	}
+	exePath := ""
+	if v, ok := attrs.Get(profileschema.AttrProcessExePath); ok {
+		exePath = trimDeleted(v.Str())
+	}
+	pid := pidOf(attrs)
+	if pid <= 0 {
+		// Without a pid a path is only trusted when the resource says it
+		// was profiled on this very host.
+		if host != p.host || !filepath.IsAbs(exePath) {
+			return nil
+		}
+		return &process{exePath: exePath}
+	}
+	procDir := filepath.Join(p.procRoot, strconv.FormatInt(pid, 10))
+	link, err := os.Readlink(filepath.Join(procDir, "exe"))
+	if err != nil {
+		p.tel.unresolved.Add(ctx, 1)
+		p.logger.Debug("process not readable here", zap.Int64("pid", pid), zap.Error(err))
+		return nil
+	}
+	if exePath != "" && trimDeleted(link) != exePath {
+		// The pid was reused, or it is another host's pid.
+		p.tel.unresolved.Add(ctx, 1)
+		p.logger.Debug("pid runs another executable", zap.Int64("pid", pid), zap.String("want", exePath), zap.String("have", link))
+		return nil
+	}
+	return &process{procDir: procDir, exePath: trimDeleted(link)}
+}
+
+func (p *buildIDProcessor) annotateResource(ctx context.Context, attrs pcommon.Map, now time.Time) *process {
+	proc := p.local(ctx, attrs)
+	if proc == nil || proc.exePath == "" {
+		return proc
+	}
+	// /proc/PID/exe is the running binary even when its path was replaced
+	// or deleted since the process started.
+	file := proc.exePath
+	if proc.procDir != "" {
+		file = filepath.Join(proc.procDir, "exe")
+	}
+	info, ok := p.lookup(ctx, file)
+	if !ok {
+		p.tel.unresolved.Add(ctx, 1)
+		return proc
+	}
+	proc.exe = &info
+	for _, kv := range buildIDAttrs(info) {
+		attrs.PutStr(kv[0], kv[1])
+	}
+	attrs.PutBool(profileschema.AttrBinaryHasDebugInfo, info.HasDebugInfo)
+	seen := p.sawBuild(info.Canonical(), now)
+	attrs.PutInt(profileschema.AttrBinaryFirstSeen, seen.first.UnixNano())
+	attrs.PutInt(profileschema.AttrBinaryLastSeen, seen.last.UnixNano())
+	return proc
+}
+
+// buildIDAttrs are the build-ID keys to set for info, empty ones left out.
+func buildIDAttrs(info buildid.Info) [][2]string {
+	var out [][2]string
+	for _, kv := range [][2]string{
+		{profileschema.AttrBuildIDGNU, info.GNU},
+		{profileschema.AttrBuildIDGo, info.Go},
+		{profileschema.AttrBuildIDSHA256, info.SHA256},
+		{profileschema.AttrBuildID, info.Canonical()},
+	} {
+		if kv[1] != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (p *buildIDProcessor) lookup(ctx context.Context, file string) (buildid.Info, bool) {
+	info, _, hit, err := p.cache.Lookup(file)
+	if err != nil {
+		p.logger.Debug("read build ID", zap.String("file", file), zap.Error(err))
+		return buildid.Info{}, false
+	}
+	if hit {
+		p.tel.hits.Add(ctx, 1)
+	} else {
+		p.tel.misses.Add(ctx, 1)
+	}
+	return info, true
+}
+
+// sawBuild records that build id was seen now. The table is bounded: past
+// maxSeen builds the least recently seen is forgotten (the exporter keeps
+// the durable first_seen; this only spares it a lookup).
+func (p *buildIDProcessor) sawBuild(id string, now time.Time) seenBuild {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.seen[id]
+	if s == nil {
+		if len(p.seen) >= p.maxSeen {
+			var oldest string
+			for k, v := range p.seen {
+				if oldest == "" || v.last.Before(p.seen[oldest].last) {
+					oldest = k
+				}
+			}
+			delete(p.seen, oldest)
+		}
+		s = &seenBuild{first: now}
+		p.seen[id] = s
+	}
+	if now.After(s.last) {
+		s.last = now
+	}
+	return *s
+}

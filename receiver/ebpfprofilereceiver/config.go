@@ -1,0 +1,111 @@
+package ebpfprofilereceiver
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// Limits enforced by Validate. Continuous sampling above 100 Hz costs more
+// than an always-on profiler may; high-frequency bursts are the on-demand
+// capture's job.
+const (
+	MaxContinuousFrequencyHz = 100
+	MinInterval              = time.Second
+	MaxInterval              = 10 * time.Minute
+	MinUniqueStacks          = 16
+	MaxUniqueStacksLimit     = 1 << 20
+)
+
+// Config configures the eBPF CPU profiling receiver.
+type Config struct {
+	// FrequencyHz is the sampling frequency per CPU.
+	FrequencyHz int `mapstructure:"frequency_hz"`
+	// Interval is how often the in-kernel counts are drained and emitted;
+	// intervals are aligned to wall-clock multiples.
+	Interval time.Duration `mapstructure:"interval"`
+	// MaxUniqueStacks caps the distinct (process, thread, stack) keys the kernel
+	// aggregates per interval; samples beyond it are counted as lost.
+	MaxUniqueStacks int `mapstructure:"max_unique_stacks"`
+	// HostName is host.name on every profile; empty means os.Hostname().
+	HostName string `mapstructure:"host_name"`
+	// ServiceNameRules name the service of processes that do not set
+	// OTEL_SERVICE_NAME; the first matching rule wins, else the executable name.
+	ServiceNameRules []ServiceNameRule `mapstructure:"service_name_rules"`
+	// Include, when not empty, keeps only processes matching it.
+	Include Filter `mapstructure:"include"`
+	// Exclude drops processes matching it (applied after Include).
+	Exclude Filter `mapstructure:"exclude"`
+}
+
+// ServiceNameRule maps executables to a service name.
+type ServiceNameRule struct {
+	// Executable is a glob matched against the executable's path and its name.
+	Executable string `mapstructure:"executable"`
+	Service    string `mapstructure:"service"`
+}
+
+// Filter matches a process when any of its lists matches.
+type Filter struct {
+	PIDs []int `mapstructure:"pids"`
+	// Executables are globs matched against the executable's path and name.
+	Executables []string `mapstructure:"executables"`
+	// Services are globs matched against the resolved service name.
+	Services []string `mapstructure:"services"`
+}
+
+func (f Filter) empty() bool {
+	return len(f.PIDs) == 0 && len(f.Executables) == 0 && len(f.Services) == 0
+}
+
+func createDefaultConfig() *Config {
+	return &Config{
+		FrequencyHz:     19,
+		Interval:        15 * time.Second,
+		MaxUniqueStacks: 10000,
+	}
+}
+
+// Validate rejects each bad value with one sentence that says what to do.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.FrequencyHz < 1 || c.FrequencyHz > MaxContinuousFrequencyHz {
+		errs = append(errs, fmt.Errorf("frequency_hz must be between 1 and %d for continuous profiling (got %d); use on-demand capture for higher rates", MaxContinuousFrequencyHz, c.FrequencyHz))
+	}
+	if c.Interval < MinInterval || c.Interval > MaxInterval {
+		errs = append(errs, fmt.Errorf("interval must be between %s and %s (got %s)", MinInterval, MaxInterval, c.Interval))
+	} else if c.Interval%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("interval must be a whole number of seconds so intervals align to the wall clock (got %s)", c.Interval))
+	}
+	if c.MaxUniqueStacks < MinUniqueStacks || c.MaxUniqueStacks > MaxUniqueStacksLimit {
+		errs = append(errs, fmt.Errorf("max_unique_stacks must be between %d and %d (got %d)", MinUniqueStacks, MaxUniqueStacksLimit, c.MaxUniqueStacks))
+	}
+	for i, r := range c.ServiceNameRules {
+		if r.Executable == "" || r.Service == "" {
+			errs = append(errs, fmt.Errorf("service_name_rules[%d] needs both executable and service", i))
+		} else if err := checkGlob(r.Executable); err != nil {
+			errs = append(errs, fmt.Errorf("service_name_rules[%d].executable: %w", i, err))
+		}
+	}
+	for name, f := range map[string]Filter{"include": c.Include, "exclude": c.Exclude} {
+		for _, g := range append(append([]string{}, f.Executables...), f.Services...) {
+			if err := checkGlob(g); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+		for _, pid := range f.PIDs {
+			if pid <= 0 {
+				errs = append(errs, fmt.Errorf("%s.pids must be positive process IDs (got %d)", name, pid))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkGlob(g string) error {
+	if _, err := filepath.Match(g, ""); err != nil {
+		return fmt.Errorf("%q is not a valid glob pattern", g)
+	}
+	return nil
+}

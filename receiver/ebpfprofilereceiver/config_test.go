@@ -1,0 +1,59 @@
+package ebpfprofilereceiver
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidate(t *testing.T) {
+	if err := createDefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config invalid: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"frequency over the cap", func(c *Config) { c.FrequencyHz = 1000 }, "frequency_hz must be between 1 and 100"},
+		{"frequency zero", func(c *Config) { c.FrequencyHz = 0 }, "frequency_hz"},
+		{"interval too short", func(c *Config) { c.Interval = 100 * time.Millisecond }, "interval must be between"},
+		{"interval not whole seconds", func(c *Config) { c.Interval = 1500 * time.Millisecond }, "whole number of seconds"},
+		{"too few stacks", func(c *Config) { c.MaxUniqueStacks = 1 }, "max_unique_stacks"},
+		{"rule without service", func(c *Config) { c.ServiceNameRules = []ServiceNameRule{{Executable: "java"}} }, "needs both"},
+		{"bad glob", func(c *Config) { c.Include.Executables = []string{"[x"} }, "not a valid glob"},
+		{"bad pid", func(c *Config) { c.Exclude.PIDs = []int{-3} }, "exclude.pids"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := createDefaultConfig()
+			tc.mutate(c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestFilterAndServiceRules(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.ServiceNameRules = []ServiceNameRule{{Executable: "/usr/bin/py*", Service: "python-apps"}}
+	f := Filter{PIDs: []int{42}, Executables: []string{"nginx"}, Services: []string{"check*"}}
+	for _, tc := range []struct {
+		pid                 int
+		path, name, service string
+		want                bool
+	}{
+		{42, "", "", "", true},
+		{7, "/usr/sbin/nginx", "nginx", "nginx", true},
+		{7, "/srv/app", "app", "checkout", true},
+		{7, "/srv/app", "app", "cart", false},
+	} {
+		if got := f.matches(tc.pid, tc.path, tc.name, tc.service); got != tc.want {
+			t.Errorf("matches(%d, %q, %q, %q) = %v, want %v", tc.pid, tc.path, tc.name, tc.service, got, tc.want)
+		}
+	}
+	if !globMatch(cfg.ServiceNameRules[0].Executable, "/usr/bin/python3", "python3") {
+		t.Error("rule glob does not match /usr/bin/python3")
+	}
+}

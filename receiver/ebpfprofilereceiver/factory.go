@@ -1,0 +1,26 @@
+// Package ebpfprofilereceiver samples every CPU with a perf_event eBPF program,
+// aggregates stacks in the kernel, symbolizes them in user space and emits
+// OTLP profiles every interval.
+package ebpfprofilereceiver
+
+import (
+	"context"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
+)
+
+var typeStr = component.MustNewType("ebpfprofile")
+
+// NewFactory returns the receiver factory.
+func NewFactory() xreceiver.Factory {
+	return xreceiver.NewFactory(typeStr,
+		func() component.Config { return createDefaultConfig() },
+		xreceiver.WithProfiles(createProfiles, component.StabilityLevelAlpha))
+}
+
+func createProfiles(_ context.Context, set receiver.Settings, cfg component.Config, next xconsumer.Profiles) (xreceiver.Profiles, error) {
+	return newReceiver(set, cfg.(*Config), next)
+}

@@ -1,0 +1,92 @@
+// Package procinfo reads what a profile's resource says about a process from
+// /proc: executable, the service it belongs to, and its container.
+package procinfo
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Info describes one process.
+type Info struct {
+	PID         int
+	ExePath     string // as the process sees it (inside its mount namespace)
+	ExeName     string
+	Comm        string
+	EnvService  string // OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES
+	ContainerID string
+}
+
+// Read collects Info for pid below procRoot ("/proc" in production). A
+// process that is gone yields an error; a process whose environment cannot be
+// read (kernel threads, permission) yields what could be read.
+func Read(procRoot string, pid int) (Info, error) {
+	dir := filepath.Join(procRoot, fmt.Sprint(pid))
+	info := Info{PID: pid}
+	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+	if err != nil {
+		return info, fmt.Errorf("read process %d: %w", pid, err)
+	}
+	info.Comm = strings.TrimSpace(string(comm))
+	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
+		info.ExePath = strings.TrimSuffix(exe, " (deleted)")
+		info.ExeName = filepath.Base(info.ExePath)
+	} else {
+		// Kernel threads have no executable; their comm is their name.
+		info.ExeName = info.Comm
+	}
+	if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+		info.EnvService = serviceFromEnviron(env)
+	}
+	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+		info.ContainerID = ContainerID(string(cg))
+	}
+	return info, nil
+}
+
+func serviceFromEnviron(env []byte) string {
+	var fromAttrs string
+	for _, kv := range bytes.Split(env, []byte{0}) {
+		k, v, ok := bytes.Cut(kv, []byte{'='})
+		if !ok {
+			continue
+		}
+		switch string(k) {
+		case "OTEL_SERVICE_NAME":
+			if len(v) > 0 {
+				return string(v) // takes precedence, as in the OTel SDKs
+			}
+		case "OTEL_RESOURCE_ATTRIBUTES":
+			for _, attr := range strings.Split(string(v), ",") {
+				if name, ok := strings.CutPrefix(strings.TrimSpace(attr), "service.name="); ok {
+					fromAttrs = name
+				}
+			}
+		}
+	}
+	return fromAttrs
+}
+
+// A container ID is 64 hex digits in the cgroup path, as Docker, containerd,
+// CRI-O and podman name them (".../docker-<id>.scope", ".../<id>", "cri-containerd-<id>.scope").
+var containerIDPattern = regexp.MustCompile(`(?:^|[/-])([0-9a-f]{64})(?:\.scope)?$`)
+
+// ContainerID extracts the container ID from the contents of /proc/PID/cgroup,
+// or "" when the process is not in a container.
+func ContainerID(cgroup string) string {
+	for _, line := range strings.Split(cgroup, "\n") {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if m := containerIDPattern.FindStringSubmatch(parts[2]); m != nil {
+			return m[1]
+		}
+	}
+	return ""
+}

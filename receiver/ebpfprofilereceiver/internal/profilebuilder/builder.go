@@ -1,0 +1,212 @@
+// Package profilebuilder turns one interval of symbolized, kernel-aggregated
+// samples into OTLP profiles: one ResourceProfiles per process, each holding a
+// samples/count and a cpu/nanoseconds profile over one shared dictionary.
+package profilebuilder
+
+import (
+	"crypto/rand"
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/hotpath-dev/hotpath/internal/pdict"
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+)
+
+// FrameKind says what kind of code a frame is in.
+type FrameKind uint8
+
+const (
+	Native FrameKind = iota
+	Go
+	Kernel
+)
+
+func (k FrameKind) attr() string {
+	switch k {
+	case Go:
+		return profileschema.FrameTypeGo
+	case Kernel:
+		return profileschema.FrameTypeKernel
+	default:
+		return profileschema.FrameTypeNative
+	}
+}
+
+// Mapping is a file mapped into the sampled address space.
+type Mapping struct {
+	Start, Limit, Offset uint64
+	File                 string
+}
+
+// Frame is one symbolized stack frame. Function is "" when the address could
+// not be resolved; the frame is kept with its address and mapping.
+type Frame struct {
+	Address  uint64
+	Function string
+	File     string
+	Line     int64
+	Kind     FrameKind
+	Mapping  *Mapping
+}
+
+// Process is what the resource of a process's profiles says about it.
+type Process struct {
+	PID         uint32
+	ServiceName string
+	ExeName     string
+	ExePath     string
+	HostName    string
+	ContainerID string
+}
+
+// Builder collects one interval. It is not safe for concurrent use.
+type Builder struct {
+	start    time.Time
+	interval time.Duration
+	period   int64
+
+	profiles pprofile.Profiles
+	dict     *pdict.Builder
+	procs    map[uint32]*processSamples
+	kindAttr [3]int32
+	locs     []int32
+}
+
+type processSamples struct {
+	proc   Process
+	counts map[sampleKey]uint64
+}
+
+type sampleKey struct{ stack, link int32 }
+
+// New starts an interval beginning at start, sampled every period.
+func New(start time.Time, interval, period time.Duration) *Builder {
+	p := pprofile.NewProfiles()
+	b := &Builder{
+		start:    start,
+		interval: interval,
+		period:   period.Nanoseconds(),
+		profiles: p,
+		dict:     pdict.New(p.Dictionary()),
+		procs:    map[uint32]*processSamples{},
+	}
+	for _, k := range []FrameKind{Native, Go, Kernel} {
+		b.kindAttr[k] = b.dict.Attribute(profileschema.AttrFrameType, k.attr())
+	}
+	return b
+}
+
+// Add records count samples of proc with frames (leaf first) while the given
+// trace/span was active (zero IDs for none).
+func (b *Builder) Add(proc Process, frames []Frame, trace [16]byte, span [8]byte, count uint64) {
+	ps, ok := b.procs[proc.PID]
+	if !ok {
+		ps = &processSamples{proc: proc, counts: map[sampleKey]uint64{}}
+		b.procs[proc.PID] = ps
+	}
+	b.locs = b.locs[:0]
+	for i := range frames {
+		b.locs = append(b.locs, b.location(&frames[i]))
+	}
+	k := sampleKey{stack: b.dict.Stack(b.locs), link: b.dict.Link(trace, span)}
+	ps.counts[k] += count
+}
+
+func (b *Builder) location(f *Frame) int32 {
+	var mapping int32
+	if f.Mapping != nil {
+		mapping = b.dict.Mapping(pdict.MappingKey{
+			Start: f.Mapping.Start, Limit: f.Mapping.Limit, Offset: f.Mapping.Offset, File: f.Mapping.File,
+		})
+	}
+	var fn int32
+	if f.Function != "" {
+		fn = b.dict.Function(f.Function, f.File)
+	}
+	return b.dict.Location(mapping, f.Address, fn, f.Line, b.kindAttr[f.Kind])
+}
+
+// Len is the number of processes with samples.
+func (b *Builder) Len() int { return len(b.procs) }
+
+// Profiles finishes the interval. The Builder must not be used afterwards.
+func (b *Builder) Profiles() pprofile.Profiles {
+	pids := make([]uint32, 0, len(b.procs))
+	for pid := range b.procs {
+		pids = append(pids, pid)
+	}
+	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+
+	samplesType := [2]int32{b.dict.String(profileschema.SampleTypeSamples), b.dict.String(profileschema.UnitCount)}
+	cpuType := [2]int32{b.dict.String(profileschema.SampleTypeCPU), b.dict.String(profileschema.UnitNanoseconds)}
+	ts := pcommon.NewTimestampFromTime(b.start)
+
+	for _, pid := range pids {
+		ps := b.procs[pid]
+		rp := b.profiles.ResourceProfiles().AppendEmpty()
+		setResource(rp.Resource().Attributes(), ps.proc)
+		sp := rp.ScopeProfiles().AppendEmpty()
+		sp.Scope().SetName(profileschema.ScopeName)
+
+		keys := make([]sampleKey, 0, len(ps.counts))
+		for k := range ps.counts {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].stack != keys[j].stack {
+				return keys[i].stack < keys[j].stack
+			}
+			return keys[i].link < keys[j].link
+		})
+
+		for _, t := range []struct {
+			typ   [2]int32
+			scale int64
+		}{{samplesType, 1}, {cpuType, b.period}} {
+			p := sp.Profiles().AppendEmpty()
+			p.SetProfileID(newProfileID())
+			p.SampleType().SetTypeStrindex(t.typ[0])
+			p.SampleType().SetUnitStrindex(t.typ[1])
+			p.PeriodType().SetTypeStrindex(cpuType[0])
+			p.PeriodType().SetUnitStrindex(cpuType[1])
+			p.SetPeriod(b.period)
+			p.SetTime(ts)
+			p.SetDurationNano(uint64(b.interval.Nanoseconds()))
+			samples := p.Samples()
+			samples.EnsureCapacity(len(keys))
+			for _, k := range keys {
+				s := samples.AppendEmpty()
+				s.SetStackIndex(k.stack)
+				s.SetLinkIndex(k.link)
+				s.Values().Append(int64(ps.counts[k]) * t.scale)
+			}
+		}
+	}
+	return b.profiles
+}
+
+func setResource(attrs pcommon.Map, p Process) {
+	attrs.PutStr(profileschema.AttrServiceName, p.ServiceName)
+	attrs.PutInt(profileschema.AttrProcessPID, int64(p.PID))
+	if p.ExeName != "" {
+		attrs.PutStr(profileschema.AttrProcessExeName, p.ExeName)
+	}
+	if p.ExePath != "" {
+		attrs.PutStr(profileschema.AttrProcessExePath, p.ExePath)
+	}
+	if p.HostName != "" {
+		attrs.PutStr(profileschema.AttrHostName, p.HostName)
+	}
+	if p.ContainerID != "" {
+		attrs.PutStr(profileschema.AttrContainerID, p.ContainerID)
+	}
+}
+
+func newProfileID() pprofile.ProfileID {
+	var id pprofile.ProfileID
+	_, _ = rand.Read(id[:])
+	return id
+}

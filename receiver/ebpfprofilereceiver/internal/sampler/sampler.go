@@ -1,0 +1,326 @@
+//go:build linux
+
+// Package sampler runs hotpath's eBPF CPU sampler: a perf_event program on
+// every online CPU counts (pid, tid, user stack, kernel stack) samples in the
+// kernel, and Drain hands the counts of the last interval to user space.
+// It also reports process lifecycle events (first seen, exec, exit) so the
+// caller can read /proc/PID/maps while a process is still alive.
+package sampler
+
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type lifecycle_event cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// maxStackDepth matches MAX_STACK_DEPTH in cpu_profile.bpf.c.
+const maxStackDepth = 127
+
+// Sampler owns the loaded BPF objects, the per-CPU perf events and the
+// lifecycle event reader. Its methods are safe for concurrent use.
+type Sampler struct {
+	log   *slog.Logger
+	sizes mapSizes
+
+	mu     sync.Mutex // guards everything below except events
+	objs   coreObjects
+	perf   perfEvents
+	hz     int
+	active uint32 // the map set BPF writes to
+	sets   [2]mapSet
+	drain  drainScratch
+	closed bool
+
+	lifecycle    []link.Link
+	lifecycleErr error
+
+	rb     *ringbuf.Reader
+	events chan ProcEvent
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	mapBytes uint64
+}
+
+// coreObjects is what sampling needs; the lifecycle programs are loaded
+// separately so a kernel without tp_btf support still samples.
+type coreObjects struct {
+	cpuProfileMaps
+	CpuSample *ebpf.Program  `ebpf:"cpu_sample"`
+	ActiveSet *ebpf.Variable `ebpf:"active_set"`
+	Bss       *ebpf.Map      `ebpf:".bss"`
+}
+
+type lifecycleObjects struct {
+	ProcExec *ebpf.Program `ebpf:"proc_exec"`
+	ProcExit *ebpf.Program `ebpf:"proc_exit"`
+}
+
+// mapSet is one of the two counts+stacks pairs; stats index = set number.
+type mapSet struct {
+	counts *ebpf.Map
+	stacks *ebpf.Map
+}
+
+// Open loads the BPF programs and starts sampling on every online CPU.
+func Open(cfg Config) (*Sampler, error) {
+	return open(cfg, nil)
+}
+
+// open lets tests alter the spec before loading (e.g. break a program).
+func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("sampler config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	if err := checkFrequency(cfg.FrequencyHz); err != nil {
+		return nil, err
+	}
+	if err := checkCapabilities(); err != nil {
+		return nil, err
+	}
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return nil, err
+	}
+
+	s := &Sampler{
+		log:    cfg.Logger,
+		sizes:  sizeMaps(cfg, len(cpus)),
+		hz:     cfg.FrequencyHz,
+		events: make(chan ProcEvent, 4096),
+		done:   make(chan struct{}),
+	}
+	spec, err := loadCpuProfile()
+	if err != nil {
+		return nil, fmt.Errorf("load BPF spec: %w", err)
+	}
+	for _, name := range []string{cpuProfileMapCounts0, cpuProfileMapCounts1} {
+		spec.Maps[name].MaxEntries = s.sizes.keys
+	}
+	for _, name := range []string{cpuProfileMapStacks0, cpuProfileMapStacks1} {
+		spec.Maps[name].MaxEntries = s.sizes.stacks
+	}
+	if editSpec != nil {
+		editSpec(spec)
+	}
+
+	cache := btf.NewCache()
+	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache}); err != nil {
+		return nil, fmt.Errorf("load BPF sampling program: %w", explainLoadError(err))
+	}
+	s.sets = [2]mapSet{
+		{counts: s.objs.Counts0, stacks: s.objs.Stacks0},
+		{counts: s.objs.Counts1, stacks: s.objs.Stacks1},
+	}
+	if err := s.objs.ActiveSet.Set(s.active); err != nil {
+		s.closeObjects()
+		return nil, fmt.Errorf("set active map set: %w", err)
+	}
+	s.mapBytes, err = mapMemory(s.objs.Counts0, s.objs.Counts1, s.objs.Stacks0, s.objs.Stacks1,
+		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss)
+	if err != nil {
+		s.closeObjects()
+		return nil, err
+	}
+
+	s.rb, err = ringbuf.NewReader(s.objs.Events)
+	if err != nil {
+		s.closeObjects()
+		return nil, fmt.Errorf("open lifecycle ring buffer: %w", err)
+	}
+	s.wg.Add(1)
+	go s.readEvents()
+
+	// Lifecycle tracing is best effort: without it, short-lived processes
+	// may lose frames, but sampling itself is unaffected.
+	if err := s.attachLifecycle(spec, cache); err != nil {
+		s.lifecycleErr = err
+		s.log.Warn("process exec/exit events unavailable; short-lived processes may lose symbols", "reason", err)
+	}
+
+	s.perf, err = attachPerfEvents(s.objs.CpuSample, s.hz)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) error {
+	var lc lifecycleObjects
+	err := spec.LoadAndAssign(&lc, &ebpf.CollectionOptions{
+		Cache: cache,
+		MapReplacements: map[string]*ebpf.Map{
+			cpuProfileMapEvents:   s.objs.Events,
+			cpuProfileMapSeenPids: s.objs.SeenPids,
+			cpuProfileMapStats:    s.objs.Stats,
+			".bss":                s.objs.Bss,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("load tp_btf programs (needs kernel BTF at %s): %w", btfPath, err)
+	}
+	// The links keep the programs alive; the program fds are not needed.
+	defer lc.ProcExec.Close()
+	defer lc.ProcExit.Close()
+	for _, p := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sched_process_exec", lc.ProcExec}, {"sched_process_exit", lc.ProcExit}} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p.prog})
+		if err != nil {
+			for _, l := range s.lifecycle {
+				l.Close()
+			}
+			s.lifecycle = nil
+			return fmt.Errorf("attach tp_btf/%s: %w", p.name, err)
+		}
+		s.lifecycle = append(s.lifecycle, l)
+	}
+	return nil
+}
+
+// LifecycleErr says why exec/exit events are unavailable, or nil when they
+// are delivered. EventSeen works either way.
+func (s *Sampler) LifecycleErr() error { return s.lifecycleErr }
+
+// SetFrequency changes the sampling rate on every online CPU. The maps are
+// kept (sized at Open): a much higher rate may fill them, which shows up as
+// Stats.LostMapFull.
+func (s *Sampler) SetFrequency(hz int) error {
+	if err := checkFrequency(hz); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("set frequency: sampler is closed")
+	}
+	// Open the new events before closing the old ones so no CPU goes
+	// unsampled; on failure the old rate stays in force. The short overlap
+	// can add a sample per CPU, which is counted like any other.
+	evs, err := attachPerfEvents(s.objs.CpuSample, hz)
+	if err != nil {
+		return fmt.Errorf("set frequency %d Hz: %w", hz, err)
+	}
+	old := s.perf
+	s.perf, s.hz = evs, hz
+	if err := old.close(); err != nil {
+		return fmt.Errorf("set frequency %d Hz: close old events: %w", hz, err)
+	}
+	return nil
+}
+
+// FrequencyHz is the current sampling rate.
+func (s *Sampler) FrequencyHz() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hz
+}
+
+// MaxUniqueKeys is the effective capacity of each counts map: the most
+// distinct sample keys one Drain can return.
+func (s *Sampler) MaxUniqueKeys() int { return int(s.sizes.keys) }
+
+// MapMemoryBytes is the kernel memory charged for the sampler's BPF maps
+// (both map sets, stats, seen pids, ring buffer), as the kernel reports it.
+func (s *Sampler) MapMemoryBytes() uint64 { return s.mapBytes }
+
+// Events delivers process lifecycle events. It is buffered; when the reader
+// falls behind the BPF ring buffer fills and BPF counts the drops in
+// Stats.LostEvents (BPF never waits). Closed by Close.
+func (s *Sampler) Events() <-chan ProcEvent { return s.events }
+
+// Close detaches all programs and frees the maps. Events() is closed.
+func (s *Sampler) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	if err := s.perf.close(); err != nil {
+		errs = append(errs, err)
+	}
+	s.perf = nil
+	for _, l := range s.lifecycle {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("detach lifecycle program: %w", err))
+		}
+	}
+	s.lifecycle = nil
+	close(s.done)
+	if s.rb != nil {
+		if err := s.rb.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close ring buffer: %w", err))
+		}
+	}
+	s.wg.Wait()
+	if err := s.closeObjects(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Sampler) closeObjects() error {
+	var errs []error
+	if err := s.objs.cpuProfileMaps.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close maps: %w", err))
+	}
+	for _, c := range []interface{ Close() error }{s.objs.CpuSample, s.objs.Bss} {
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close BPF object: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkFrequency(hz int) error {
+	if hz <= 0 {
+		return fmt.Errorf("frequency %d Hz: must be positive", hz)
+	}
+	if limit, err := maxSampleRate(); err == nil && hz > limit {
+		return fmt.Errorf("frequency %d Hz: above kernel.perf_event_max_sample_rate (%d)", hz, limit)
+	}
+	return nil
+}
+
+// mapMemory sums the "memlock" the kernel reports for each map in
+// /proc/self/fdinfo: the real, preallocated size, not an estimate.
+func mapMemory(maps ...*ebpf.Map) (uint64, error) {
+	var total uint64
+	for _, m := range maps {
+		b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(m.FD()))
+		if err != nil {
+			return 0, fmt.Errorf("read map memory: %w", err)
+		}
+		found := false
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+				n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("parse memlock of map %s: %w", m, err)
+				}
+				total += n
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("read map memory: no memlock in fdinfo of map %s", m)
+		}
+	}
+	return total, nil
+}

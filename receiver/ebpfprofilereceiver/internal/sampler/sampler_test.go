@@ -1,0 +1,363 @@
+//go:build linux
+
+package sampler
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// These tests load the real BPF programs and sample real processes. They
+// need root (CAP_BPF + CAP_PERFMON) and fail, not skip, without it.
+
+func openSampler(t testing.TB, cfg Config) *Sampler {
+	t.Helper()
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func drain(t testing.TB, s *Sampler) Batch {
+	t.Helper()
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	checkAccounting(t, b)
+	return b
+}
+
+// checkAccounting: every non-idle sample is counted once or reported lost.
+func checkAccounting(t testing.TB, b Batch) {
+	t.Helper()
+	var sum uint64
+	for _, s := range b.Samples {
+		if s.Count == 0 {
+			t.Errorf("sample with zero count: %+v", s)
+		}
+		sum += s.Count
+	}
+	if want := b.Stats.Samples - b.Stats.Idle - b.Stats.LostMapFull; sum != want {
+		t.Errorf("sum of counts %d != Samples-Idle-LostMapFull %d (stats %+v)", sum, want, b.Stats)
+	}
+}
+
+// pidCount sums the counts of one process.
+func pidCount(b Batch, pid int) uint64 {
+	var n uint64
+	for _, s := range b.Samples {
+		if s.PID == uint32(pid) {
+			n += s.Count
+		}
+	}
+	return n
+}
+
+func TestCheckPrivileges(t *testing.T) {
+	if err := CheckPrivileges(); err != nil {
+		t.Fatalf("CheckPrivileges: %v", err)
+	}
+}
+
+func TestSamplesOfBurner(t *testing.T) {
+	const hz = 199
+	const burn = 1500 * time.Millisecond
+	s := openSampler(t, Config{FrequencyHz: hz, Interval: 5 * time.Second})
+	if err := s.LifecycleErr(); err != nil {
+		t.Errorf("lifecycle programs not attached: %v", err)
+	}
+	drain(t, s) // start from an empty interval
+
+	cmd := startBurner(t, burn, 1)
+	exe := execMappings(t, cmd.Process.Pid, burner(t))
+	cpu := waitBurner(t, cmd)
+	b := drain(t, s)
+
+	pid := cmd.Process.Pid
+	got := pidCount(b, pid)
+	expectSamples(t, "burner", got, hz, cpu)
+	if got == 0 {
+		t.Fatalf("no samples of burner pid %d (stats %+v)", pid, b.Stats)
+	}
+
+	var withStack, leafInExe uint64
+	for _, smp := range b.Samples {
+		if smp.PID != uint32(pid) {
+			continue
+		}
+		if smp.TID != uint32(pid) {
+			t.Errorf("single-threaded burner sampled on tid %d", smp.TID)
+		}
+		if smp.TraceID != [16]byte{} || smp.SpanID != [8]byte{} {
+			t.Errorf("trace/span set without tracing: %+v", smp)
+		}
+		if len(smp.UserStack) == 0 {
+			continue
+		}
+		withStack += smp.Count
+		if inRanges(smp.UserStack[0], exe) {
+			leafInExe += smp.Count
+		}
+		if len(smp.UserStack) > maxStackDepth {
+			t.Errorf("stack deeper than %d: %d", maxStackDepth, len(smp.UserStack))
+		}
+	}
+	// A few samples land in the vDSO (clock_gettime) or libc.
+	if withStack < got*9/10 {
+		t.Errorf("only %d of %d samples have a user stack", withStack, got)
+	}
+	if leafInExe < withStack*3/4 {
+		t.Errorf("only %d of %d user stacks have their leaf in the burner's text %x", leafInExe, withStack, exe)
+	}
+}
+
+// TestDrainNoDoubleCount drains while the burner runs: each batch must
+// account for exactly its own samples, so a drain that failed to clear (or
+// lost samples arriving mid-drain) breaks the sum checked in drain().
+func TestDrainNoDoubleCount(t *testing.T) {
+	const hz = 199
+	const burn = 2 * time.Second
+	s := openSampler(t, Config{FrequencyHz: hz, Interval: 5 * time.Second})
+	drain(t, s)
+
+	cmd := startBurner(t, burn, 1)
+	pid := cmd.Process.Pid
+	var counts []uint64
+	for range 2 {
+		time.Sleep(700 * time.Millisecond)
+		counts = append(counts, pidCount(drain(t, s), pid))
+	}
+	cpu := waitBurner(t, cmd)
+	counts = append(counts, pidCount(drain(t, s), pid))
+	after := pidCount(drain(t, s), pid)
+
+	if counts[0] == 0 || counts[1] == 0 {
+		t.Fatalf("burner missing from drains while running: %v", counts)
+	}
+	if after != 0 {
+		t.Errorf("drain after the burner exited and was drained still has %d samples of it", after)
+	}
+	// Cumulative drains would repeat earlier counts and overshoot this.
+	expectSamples(t, fmt.Sprintf("sum of drains %v", counts), counts[0]+counts[1]+counts[2], hz, cpu)
+}
+
+func TestLifecycleEvents(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second})
+	if err := s.LifecycleErr(); err != nil {
+		t.Fatalf("lifecycle programs not attached: %v", err)
+	}
+	cmd := startBurner(t, 300*time.Millisecond, 1)
+	pid := uint32(cmd.Process.Pid)
+	waitBurner(t, cmd)
+
+	got := map[EventKind]bool{}
+	timeout := time.After(5 * time.Second)
+	for !got[EventSeen] || !got[EventExit] || !got[EventExec] {
+		select {
+		case ev, ok := <-s.Events():
+			if !ok {
+				t.Fatal("events channel closed early")
+			}
+			if ev.PID == pid {
+				got[ev.Kind] = true
+			}
+		case <-timeout:
+			t.Fatalf("events for pid %d: got %v, want seen, exec and exit", pid, got)
+		}
+	}
+}
+
+func TestMapFullIsCounted(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second, MaxUniqueStacks: 4})
+	if got := s.MaxUniqueKeys(); got != 4 {
+		t.Fatalf("MaxUniqueKeys = %d, want 4", got)
+	}
+	drain(t, s)
+	// 16 threads with 8 stack shapes: far more than 4 distinct keys.
+	cmd := startBurner(t, 300*time.Millisecond, 16)
+	waitBurner(t, cmd)
+	b := drain(t, s)
+	if len(b.Samples) > 4 {
+		t.Errorf("%d keys in a map limited to 4", len(b.Samples))
+	}
+	if b.Stats.LostMapFull == 0 {
+		t.Errorf("no LostMapFull with 16 burning threads and 4 keys (stats %+v)", b.Stats)
+	}
+}
+
+func TestSetFrequency(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 19, Interval: 5 * time.Second})
+	measure := func(hz int) {
+		drain(t, s)
+		cmd := startBurner(t, time.Second, 1)
+		cpu := waitBurner(t, cmd)
+		expectSamples(t, fmt.Sprintf("at %d Hz", hz), pidCount(drain(t, s), cmd.Process.Pid), hz, cpu)
+	}
+	measure(19)
+	if err := s.SetFrequency(299); err != nil {
+		t.Fatalf("SetFrequency: %v", err)
+	}
+	if got := s.FrequencyHz(); got != 299 {
+		t.Errorf("FrequencyHz = %d, want 299", got)
+	}
+	measure(299)
+
+	for _, hz := range []int{0, -5, 1 << 30} {
+		if err := s.SetFrequency(hz); err == nil {
+			t.Errorf("SetFrequency(%d) succeeded", hz)
+		}
+	}
+	if got := s.FrequencyHz(); got != 299 {
+		t.Errorf("failed SetFrequency changed the rate to %d", got)
+	}
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	// A first sampler warms up cilium/ebpf's feature probes and caches,
+	// which keep nothing open but may start goroutines or allocate.
+	first, err := Open(Config{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	before := countFDs(t)
+	s, err := Open(Config{FrequencyHz: 99})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if open := countFDs(t); open <= before {
+		t.Fatalf("Open took no fds (%d before, %d after)", before, open)
+	}
+	if err := s.SetFrequency(49); err != nil {
+		t.Fatalf("SetFrequency: %v", err)
+	}
+	if _, err := s.Drain(); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if after := countFDs(t); after != before {
+		t.Errorf("fds: %d before Open, %d after Close", before, after)
+	}
+	// Buffered events may remain; the channel must end after them.
+	closed := make(chan struct{})
+	go func() {
+		for range s.Events() {
+		}
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Error("Events not closed by Close")
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := s.Drain(); err == nil {
+		t.Error("Drain after Close succeeded")
+	}
+	if err := s.SetFrequency(19); err == nil {
+		t.Error("SetFrequency after Close succeeded")
+	}
+}
+
+func countFDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("list fds: %v", err)
+	}
+	return len(ents)
+}
+
+func TestMapMemoryBytes(t *testing.T) {
+	s := openSampler(t, Config{})
+	mem := s.MapMemoryBytes()
+	// Two stack maps of 127 frames per entry are the bulk.
+	floor := 2 * uint64(s.sizes.stacks) * maxStackDepth * 8
+	if mem < floor {
+		t.Errorf("MapMemoryBytes = %d, below the stack maps alone (%d)", mem, floor)
+	}
+	t.Logf("default config on %d-entry keys / %d-entry stacks: %d bytes of BPF maps", s.sizes.keys, s.sizes.stacks, mem)
+}
+
+func TestOpenRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{FrequencyHz: -1},
+		{MaxUniqueStacks: -3},
+		{Interval: -time.Second},
+		{StackMapEntries: -1},
+		{StackMapEntries: maxEntries + 1},
+		{FrequencyHz: 1 << 30},
+	} {
+		if s, err := Open(cfg); err == nil {
+			s.Close()
+			t.Errorf("Open(%+v) succeeded", cfg)
+		}
+	}
+}
+
+// TestDrainFallbacks runs the paths for kernels without batch map
+// operations or stack-map lookup-and-delete, on the real maps.
+func TestDrainFallbacks(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second})
+	s.drain.noBatch, s.drain.noLAD = true, true
+	drain(t, s)
+	cmd := startBurner(t, 250*time.Millisecond, 4)
+	waitBurner(t, cmd)
+	b := drain(t, s)
+	var withStack uint64
+	for _, smp := range b.Samples {
+		if smp.PID == uint32(cmd.Process.Pid) && len(smp.UserStack) > 0 {
+			withStack += smp.Count
+		}
+	}
+	if withStack == 0 {
+		t.Fatalf("no burner samples with stacks via the fallback paths (stats %+v)", b.Stats)
+	}
+	if after := drain(t, s); pidCount(after, cmd.Process.Pid) != 0 {
+		t.Error("fallback drain did not clear the counts map")
+	}
+}
+
+// TestSamplesWithoutLifecycle: when the tp_btf programs cannot attach, the
+// reason is logged and kept, and sampling still works.
+func TestSamplesWithoutLifecycle(t *testing.T) {
+	var logBuf bytes.Buffer
+	cfg := Config{FrequencyHz: 199, Interval: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))}
+	s, err := open(cfg, func(spec *ebpf.CollectionSpec) {
+		spec.Programs[cpuProfileProgProcExit].AttachTo = "hotpath_no_such_tracepoint"
+	})
+	if err != nil {
+		t.Fatalf("open with a broken lifecycle program: %v", err)
+	}
+	defer s.Close()
+	if err := s.LifecycleErr(); err == nil || !strings.Contains(err.Error(), "tp_btf") {
+		t.Errorf("LifecycleErr = %v, want a tp_btf error", err)
+	}
+	if !strings.Contains(logBuf.String(), "exec/exit events unavailable") {
+		t.Errorf("no warning logged; log: %q", logBuf.String())
+	}
+	t.Logf("logged: %s", logBuf.String())
+	drain(t, s)
+	cmd := startBurner(t, 300*time.Millisecond, 1)
+	waitBurner(t, cmd)
+	if n := pidCount(drain(t, s), cmd.Process.Pid); n == 0 {
+		t.Error("no samples without lifecycle programs")
+	}
+}

@@ -1,0 +1,53 @@
+package ebpfprofilereceiver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+)
+
+// selfMetrics are the receiver's own telemetry, exported through the
+// collector's metrics so operators can alert on lost samples.
+type selfMetrics struct {
+	samples     metric.Int64Counter
+	lost        metric.Int64Counter
+	symbolize   metric.Float64Histogram
+	processes   metric.Int64Gauge
+	mapMemBytes metric.Int64Gauge
+}
+
+func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
+	m := mp.Meter("github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver")
+	var s selfMetrics
+	var errs [5]error
+	s.samples, errs[0] = m.Int64Counter("hotpath_receiver_samples",
+		metric.WithDescription("CPU samples taken, by outcome (kept, filtered, idle)."), metric.WithUnit("{sample}"))
+	s.lost, errs[1] = m.Int64Counter("hotpath_receiver_samples_lost",
+		metric.WithDescription("CPU samples or stacks lost, by reason."), metric.WithUnit("{sample}"))
+	s.symbolize, errs[2] = m.Float64Histogram("hotpath_receiver_symbolize_duration",
+		metric.WithDescription("Time to symbolize one interval's stacks."), metric.WithUnit("s"))
+	s.processes, errs[3] = m.Int64Gauge("hotpath_receiver_processes",
+		metric.WithDescription("Processes tracked."), metric.WithUnit("{process}"))
+	s.mapMemBytes, errs[4] = m.Int64Gauge("hotpath_receiver_bpf_map_bytes",
+		metric.WithDescription("Memory of the BPF maps."), metric.WithUnit("By"))
+	return &s, errors.Join(errs[:]...)
+}
+
+func (m *selfMetrics) record(ctx context.Context, st sampler.Stats, kept, filtered uint64, symbolize time.Duration, processes int, mapBytes uint64) {
+	outcome := func(v string) metric.AddOption { return metric.WithAttributes(attribute.String("outcome", v)) }
+	reason := func(v string) metric.AddOption { return metric.WithAttributes(attribute.String("reason", v)) }
+	m.samples.Add(ctx, int64(kept), outcome("kept"))
+	m.samples.Add(ctx, int64(filtered), outcome("filtered"))
+	m.samples.Add(ctx, int64(st.Idle), outcome("idle"))
+	m.lost.Add(ctx, int64(st.LostMapFull), reason("map_full"))
+	m.lost.Add(ctx, int64(st.UserStackCollisions), reason("user_stack_collision"))
+	m.lost.Add(ctx, int64(st.KernelStackCollisions), reason("kernel_stack_collision"))
+	m.symbolize.Record(ctx, symbolize.Seconds())
+	m.processes.Record(ctx, int64(processes))
+	m.mapMemBytes.Record(ctx, int64(mapBytes))
+}

@@ -1,0 +1,198 @@
+package ebpfprofilereceiver
+
+import (
+	"path/filepath"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
+)
+
+// processEntry is what the receiver knows about one sampled process. It is
+// created when the kernel first reports the process and dropped after the
+// interval in which it exited, never by scanning /proc.
+type processEntry struct {
+	resource profilebuilder.Process
+	keep     bool
+	snapshot *symbolize.Process // nil when the process was gone before it could be read
+	mappings []profilebuilder.Mapping
+	exitedAt time.Time
+}
+
+type processTable struct {
+	cfg        *Config
+	hostName   string
+	logger     *zap.Logger
+	symbolizer *symbolize.Symbolizer
+
+	mu      sync.Mutex
+	entries map[int]*processEntry
+}
+
+func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer) *processTable {
+	return &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, entries: map[int]*processEntry{}}
+}
+
+// observe reads a process now; exec replaces what was known (same pid, new
+// program).
+func (t *processTable) observe(pid int, exec bool) {
+	t.mu.Lock()
+	_, known := t.entries[pid]
+	t.mu.Unlock()
+	if known && !exec {
+		return
+	}
+	e := t.read(pid)
+	t.mu.Lock()
+	prev := t.entries[pid]
+	t.entries[pid] = e
+	t.mu.Unlock()
+	prev.close()
+}
+
+// lookup returns the entry for pid, reading the process if it was never
+// observed (its first-sample event may still be queued).
+func (t *processTable) lookup(pid int) *processEntry {
+	t.mu.Lock()
+	e, ok := t.entries[pid]
+	t.mu.Unlock()
+	if ok {
+		return e
+	}
+	e = t.read(pid)
+	t.mu.Lock()
+	if prev, ok := t.entries[pid]; ok {
+		// Read concurrently by the lifecycle watcher; keep one.
+		e.close()
+		e = prev
+	} else {
+		t.entries[pid] = e
+	}
+	t.mu.Unlock()
+	return e
+}
+
+func (t *processTable) exited(pid int, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.entries[pid]; ok {
+		e.exitedAt = at
+	}
+}
+
+// forgetExitedBefore drops processes that exited before a drain began: all
+// their samples were in that drain.
+func (t *processTable) forgetExitedBefore(drain time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for pid, e := range t.entries {
+		if !e.exitedAt.IsZero() && e.exitedAt.Before(drain) {
+			delete(t.entries, pid)
+			e.close()
+		}
+	}
+}
+
+// closeAll releases every snapshot's open files.
+func (t *processTable) closeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for pid, e := range t.entries {
+		delete(t.entries, pid)
+		e.close()
+	}
+}
+
+func (e *processEntry) close() {
+	if e != nil && e.snapshot != nil {
+		_ = e.snapshot.Close()
+	}
+}
+
+func (t *processTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.entries)
+}
+
+func (t *processTable) read(pid int) *processEntry {
+	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}}
+	info, err := procinfo.Read("/proc", pid)
+	if err != nil {
+		// Exited before we could look: its frames stay as raw addresses.
+		e.resource.ServiceName = profileschema.UnknownService
+		e.keep = t.cfg.Include.empty() && !t.cfg.Exclude.matches(pid, "", "", e.resource.ServiceName)
+		return e
+	}
+	e.resource.ExeName = info.ExeName
+	e.resource.ExePath = info.ExePath
+	e.resource.ContainerID = info.ContainerID
+	e.resource.ServiceName = t.serviceName(info)
+	e.keep = (t.cfg.Include.empty() || t.cfg.Include.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)) &&
+		!t.cfg.Exclude.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)
+	if !e.keep || info.ExePath == "" {
+		return e // filtered out, or a kernel thread: nothing to symbolize in user space
+	}
+	snap, err := t.symbolizer.Snapshot(pid)
+	if err != nil {
+		t.logger.Debug("snapshot process", zap.Int("pid", pid), zap.Error(err))
+		return e
+	}
+	e.snapshot = snap
+	e.mappings = make([]profilebuilder.Mapping, len(snap.Mappings))
+	for i, m := range snap.Mappings {
+		e.mappings[i] = profilebuilder.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path}
+	}
+	return e
+}
+
+func (t *processTable) serviceName(info procinfo.Info) string {
+	if info.EnvService != "" {
+		return info.EnvService
+	}
+	for _, r := range t.cfg.ServiceNameRules {
+		if globMatch(r.Executable, info.ExePath, info.ExeName) {
+			return r.Service
+		}
+	}
+	if info.ExeName != "" {
+		return info.ExeName
+	}
+	return profileschema.UnknownService
+}
+
+func (f Filter) matches(pid int, exePath, exeName, service string) bool {
+	for _, p := range f.PIDs {
+		if p == pid {
+			return true
+		}
+	}
+	for _, g := range f.Executables {
+		if globMatch(g, exePath, exeName) {
+			return true
+		}
+	}
+	for _, g := range f.Services {
+		if globMatch(g, service) {
+			return true
+		}
+	}
+	return false
+}
+
+func globMatch(pattern string, names ...string) bool {
+	for _, n := range names {
+		if n == "" {
+			continue
+		}
+		if ok, _ := filepath.Match(pattern, n); ok {
+			return true
+		}
+	}
+	return false
+}

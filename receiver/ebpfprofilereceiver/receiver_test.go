@@ -1,0 +1,125 @@
+package ebpfprofilereceiver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
+)
+
+// These tests load the real BPF program and sample real processes; they need
+// root and fail (not skip) without it.
+
+func startReceiver(t *testing.T, cfg *Config) (*profileReceiver, *consumertest.ProfilesSink) {
+	t.Helper()
+	sink := new(consumertest.ProfilesSink)
+	set := receivertest.NewNopSettings(typeStr)
+	r, err := newReceiver(set, cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatalf("start receiver (these tests need root): %v", err)
+	}
+	return r, sink
+}
+
+func testConfig() *Config {
+	cfg := createDefaultConfig()
+	// 99 Hz for a few seconds gives a few hundred samples, enough to check
+	// shares to a few percentage points.
+	cfg.FrequencyHz = 99
+	cfg.Interval = time.Second
+	return cfg
+}
+
+func TestSamplesRealProcessesWithSymbolsAndShares(t *testing.T) {
+	cBin := testworkload.BuildC(t)
+	goBin := testworkload.BuildGo(t, "")
+	goStripped := testworkload.BuildGo(t, "-s -w")
+
+	r, sink := startReceiver(t, testConfig())
+	c := testworkload.Start(t, cBin, "3", "OTEL_SERVICE_NAME=spin-c")
+	g := testworkload.Start(t, goBin, "3")
+	gs := testworkload.Start(t, goStripped, "3", "OTEL_SERVICE_NAME=spin-go-stripped")
+	for _, cmd := range []interface{ Wait() error }{c, g, gs} {
+		_ = cmd.Wait()
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	all := sink.AllProfiles()
+	for _, tc := range []struct {
+		name, service, a, b, caller string
+		pid                         int
+	}{
+		{"c", "spin-c", "hot_a", "hot_b", "dispatch", c.Process.Pid},
+		{"go", "spin_go", "main.hotA", "main.hotB", "main.dispatch", g.Process.Pid},
+		{"go stripped", "spin-go-stripped", "main.hotA", "main.hotB", "main.dispatch", gs.Process.Pid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := testworkload.TallyProcess(all, tc.pid)
+			if st.Service != tc.service {
+				t.Errorf("service.name = %q, want %q", st.Service, tc.service)
+			}
+			// ~3 s of one CPU at 99 Hz is ~300 samples; the margins allow for
+			// scheduling on a loaded 2-core machine.
+			if err := st.CheckShares(tc.a, tc.b, tc.caller, 150, 0.08, 0.8); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// A process excluded by the config leaves no trace in the output; an included
+// one is kept.
+func TestExcludeFilter(t *testing.T) {
+	cBin := testworkload.BuildC(t)
+	cfg := testConfig()
+	cfg.Exclude.Services = []string{"excluded-*"}
+	r, sink := startReceiver(t, cfg)
+	ex := testworkload.Start(t, cBin, "1.5", "OTEL_SERVICE_NAME=excluded-spin")
+	in := testworkload.Start(t, cBin, "1.5", "OTEL_SERVICE_NAME=kept-spin")
+	_ = ex.Wait()
+	_ = in.Wait()
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := testworkload.TallyProcess(sink.AllProfiles(), ex.Process.Pid); st.Total != 0 {
+		t.Errorf("excluded process has %d samples", st.Total)
+	}
+	if st := testworkload.TallyProcess(sink.AllProfiles(), in.Process.Pid); st.Total == 0 {
+		t.Errorf("kept process has no samples")
+	}
+}
+
+// A process that exits long before the interval ends keeps its symbols: the
+// receiver read its mappings when the kernel first reported it.
+func TestShortLivedProcessKeepsFrames(t *testing.T) {
+	cBin := testworkload.BuildC(t)
+	cfg := testConfig()
+	cfg.Interval = 5 * time.Second
+	r, sink := startReceiver(t, cfg)
+	p := testworkload.Start(t, cBin, "0.5")
+	_ = p.Wait()
+	time.Sleep(300 * time.Millisecond) // the process is gone well before the drain
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := testworkload.TallyProcess(sink.AllProfiles(), p.Process.Pid)
+	if st.Total == 0 {
+		t.Fatal("no samples for the short-lived process")
+	}
+	if st.Leaf["hot_a"]+st.Leaf["hot_b"] == 0 {
+		t.Errorf("short-lived process frames unresolved: %v", st.Leaf)
+	}
+	if st.Exe != "spin_c" {
+		t.Errorf("process.executable.name = %q, want spin_c", st.Exe)
+	}
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Starts the gateway and the agent on this machine with the shipped configs
+# (make run). Both log to $HOTPATH_STATE_DIR/*.log; Ctrl-C stops both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "make run must run as root: the agent loads eBPF programs (CAP_BPF, CAP_PERFMON)"; exit 1; }
+
+export HOTPATH_STATE_DIR=${HOTPATH_STATE_DIR:-$PWD/var}
+mkdir -p "$HOTPATH_STATE_DIR"
+collector=./bin/otelcol-hotpath
+pids=()
+stop() {
+	trap - INT TERM EXIT
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+}
+trap stop INT TERM EXIT
+
+start() { # role
+	local role=$1 log="$HOTPATH_STATE_DIR/$1.log"
+	"$collector" --config "distributions/$role/config.yaml" >"$log" 2>&1 &
+	pids+=($!)
+	echo "started $role (pid $!), log: $log"
+}
+
+start gateway
+start agent
+echo "state in $HOTPATH_STATE_DIR; press Ctrl-C to stop"
+# Exit (and stop the other) as soon as either collector dies.
+wait -n "${pids[@]}"
+echo "a collector exited; see the logs above" >&2
+exit 1
