@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +94,58 @@ service:
 	}
 	if out := col.out.String(); !strings.Contains(out, "frequency_hz must be between 1 and 100") {
 		t.Errorf("output does not explain the frequency cap:\n%s", out)
+	}
+}
+
+// Without CAP_BPF/CAP_PERFMON the collector refuses to start and says what to
+// do, in one sentence, instead of running without data.
+func TestAgentRefusesWithoutPrivileges(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatal("setpriv (util-linux) is needed to drop privileges")
+	}
+	// A copy that the unprivileged user can execute.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "otelcol-hotpath")
+	data, err := os.ReadFile(collectorBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(`
+receivers:
+  ebpfprofile:
+exporters:
+  debug:
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    profiles:
+      receivers: [ebpfprofile]
+      exporters: [debug]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+		"--inh-caps=-all", "--bounding-set=-all", bin, "--config", cfg)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("collector started without privileges:\n%s", out)
+	}
+	for _, want := range []string{"CAP_BPF", "CAP_PERFMON", "run as root"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output does not mention %q:\n%s", want, out)
+		}
 	}
 }
