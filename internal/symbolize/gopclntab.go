@@ -23,6 +23,10 @@ type goPCLN struct {
 	nameOff   uint64 // header: offset of funcnametab from the table start
 
 	funcnametab, cutab, filetab, pctab, funcdata, functab []byte
+
+	// gofunc is the image of go:func.*, base of funcdata offsets; nil when
+	// unknown, and then inlined calls are not expanded.
+	gofunc []byte
 }
 
 const (
@@ -119,13 +123,15 @@ func parseGoPCLN(data []byte, textStart uint64) (*goPCLN, error) {
 	return g, nil
 }
 
-// moduledataText finds runtime.text when no symbol names it (stripped,
-// externally linked binaries, where .text starts with C runtime code and
-// the header's textStart is 0). The runtime's moduledata starts with a pointer
-// to the pclntab and a slice header for funcnametab, and holds text at a
-// fixed offset (layout stable since Go 1.16); initialized data sections hold
-// it with relocated values already applied by the linker.
-func (g *goPCLN) moduledataText(ef *elf.File, data []byte, pclnAddr uint64) (uint64, bool) {
+// moduledata locates the runtime's moduledata in the image's initialized
+// data, where the linker has already applied relocations. It is found by
+// its first fields: a pointer to the pclntab and a slice header for
+// funcnametab. From it come runtime.text, which stripped externally linked
+// binaries name nowhere else (.text starts with C runtime code and the
+// pclntab header's textStart is 0), and gofunc, the base of funcdata
+// offsets needed to expand inlined calls. Field offsets are those of Go
+// 1.20+ (text is stable since 1.16).
+func (g *goPCLN) moduledata(ef *elf.File, data []byte, pclnAddr uint64) (text, gofunc uint64, ok bool) {
 	ps := uint64(g.ptrSize)
 	word := func(b []byte) uint64 {
 		if ps == 4 {
@@ -134,25 +140,34 @@ func (g *goPCLN) moduledataText(ef *elf.File, data []byte, pclnAddr uint64) (uin
 		return g.order.Uint64(b)
 	}
 	// pcHeader, 5 slices (funcnametab cutab filetab pctab pclntable),
-	// ftab slice, findfunctab, minpc, maxpc, then text.
+	// ftab slice, findfunctab, minpc, maxpc, then text, etext and 16 more
+	// words up to rodata, gofunc.
 	minpcOff := ps + 5*3*ps + 3*ps + ps
 	textOff := minpcOff + 2*ps
+	gofuncOff := textOff + 18*ps
 	for _, sec := range ef.Sections {
 		if sec.Type != elf.SHT_PROGBITS || sec.Flags&elf.SHF_WRITE == 0 || sec.Offset+sec.Size > uint64(len(data)) {
 			continue
 		}
 		b := data[sec.Offset : sec.Offset+sec.Size]
-		for off := uint64(0); off+textOff+ps <= uint64(len(b)); off += ps {
+		for off := uint64(0); off+gofuncOff+ps <= uint64(len(b)); off += ps {
 			if word(b[off:]) != pclnAddr || word(b[off+ps:]) != pclnAddr+g.nameOff {
 				continue
 			}
 			text := word(b[off+textOff:])
-			if text+g.field(g.functab, 0) == word(b[off+minpcOff:]) {
-				return text, true
+			if text+g.field(g.functab, 0) != word(b[off+minpcOff:]) {
+				continue
 			}
+			if g.version >= 120 {
+				rodata, gofunc := word(b[off+gofuncOff-ps:]), word(b[off+gofuncOff:])
+				if rodata != 0 && gofunc >= rodata {
+					return text, gofunc, true
+				}
+			}
+			return text, 0, true
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 func (g *goPCLN) fieldSize() int {
@@ -199,26 +214,34 @@ func (g *goPCLN) find(pc uint64) (int, bool) {
 	return lo, true
 }
 
-// lookup resolves pc to function name, file and line. Any out-of-range
-// offset in a malformed table makes it return ok == false.
-func (g *goPCLN) lookup(pc uint64) (sym Symbol, ok bool) {
+// lookup appends what pc resolves to, innermost first: the functions
+// inlined at pc, then the function containing it. Any out-of-range offset
+// in a malformed table ends the lookup with what was found so far.
+func (g *goPCLN) lookup(pc uint64, out []Symbol) []Symbol {
 	i, ok := g.find(pc)
 	if !ok {
-		return Symbol{}, false
+		return out
 	}
 	off := g.field(g.functab, 2*i+1)
 	if off >= uint64(len(g.funcdata)) {
-		return Symbol{}, false
+		return out
 	}
 	fd := g.funcdata[off:]
 	// _func: entry (uint32 offset in 1.18+, else uintptr), then uint32
-	// fields: nameOff, args, deferreturn, pcsp, pcfile, pcln, npcdata, cuOffset.
+	// fields nameOff, args, deferreturn, pcsp, pcfile, pcln, npcdata,
+	// cuOffset, (1.20+) startLine, then funcID, flag, pad, nfuncdata bytes,
+	// then npcdata pcdata offsets and nfuncdata funcdata offsets.
 	sz0 := g.ptrSize
 	if g.version >= 118 {
 		sz0 = 4
 	}
-	if len(fd) < sz0+8*4 {
-		return Symbol{}, false
+	nfields := 8
+	if g.version >= 120 {
+		nfields = 9
+	}
+	fixed := sz0 + nfields*4 + 4
+	if len(fd) < fixed {
+		return out
 	}
 	u32 := func(n int) uint32 { return g.order.Uint32(fd[sz0+(n-1)*4:]) }
 	var entry uint64
@@ -229,23 +252,57 @@ func (g *goPCLN) lookup(pc uint64) (sym Symbol, ok bool) {
 	} else {
 		entry = g.order.Uint64(fd)
 	}
-	name, ok := cString(g.funcnametab, uint64(u32(1)))
-	if !ok {
-		return Symbol{}, false
+	pcfile, pcln, cuOff := u32(5), u32(6), u32(8)
+	fileLine := func(pc uint64) (file string, line int) {
+		if fno := g.pcvalue(pcfile, entry, pc); fno >= 0 {
+			idx := (uint64(cuOff) + uint64(fno)) * 4
+			if idx+4 <= uint64(len(g.cutab)) {
+				if foff := g.order.Uint32(g.cutab[idx:]); foff != ^uint32(0) {
+					file, _ = cString(g.filetab, uint64(foff))
+				}
+			}
+		}
+		if l := g.pcvalue(pcln, entry, pc); l > 0 {
+			line = int(l)
+		}
+		return file, line
 	}
-	sym = Symbol{Function: name, IsGo: true}
-	if fno := g.pcvalue(u32(5), entry, pc); fno >= 0 {
-		idx := (uint64(u32(8)) + uint64(fno)) * 4
-		if idx+4 <= uint64(len(g.cutab)) {
-			if foff := g.order.Uint32(g.cutab[idx:]); foff != ^uint32(0) {
-				sym.File, _ = cString(g.filetab, uint64(foff))
+
+	// Inlined calls: PCDATA_InlTreeIndex (2) gives, per pc, an index into
+	// the function's FUNCDATA_InlTree (3) table of inlinedCall records
+	// {funcID uint8; _ [3]byte; nameOff, parentPc, startLine int32}; each
+	// record's parentPc leads to the caller's position (runtime/symtabinl.go).
+	if g.gofunc != nil && g.version >= 120 {
+		npcdata, nfuncdata := int(u32(7)), int(fd[fixed-1])
+		pcdata := fd[fixed:]
+		funcdata := pcdata[min(len(pcdata), 4*npcdata):]
+		if npcdata > 2 && len(pcdata) >= 4*npcdata && nfuncdata > 3 && len(funcdata) >= 4*nfuncdata {
+			idxTab, treeOff := g.order.Uint32(pcdata[8:]), g.order.Uint32(funcdata[12:])
+			if idxTab != 0 && treeOff != ^uint32(0) && uint64(treeOff) < uint64(len(g.gofunc)) {
+				tree := g.gofunc[treeOff:]
+				for depth := 0; depth < 100; depth++ {
+					ix := g.pcvalue(idxTab, entry, pc)
+					if ix < 0 || int(ix)*16+16 > len(tree) {
+						break
+					}
+					ic := tree[int(ix)*16:]
+					name, ok := cString(g.funcnametab, uint64(g.order.Uint32(ic[4:])))
+					if !ok {
+						break
+					}
+					file, line := fileLine(pc)
+					out = append(out, Symbol{Function: name, File: file, Line: line, IsGo: true})
+					pc = entry + uint64(int64(int32(g.order.Uint32(ic[8:]))))
+				}
 			}
 		}
 	}
-	if line := g.pcvalue(u32(6), entry, pc); line > 0 {
-		sym.Line = int(line)
+	name, ok := cString(g.funcnametab, uint64(u32(1)))
+	if !ok {
+		return out
 	}
-	return sym, true
+	file, line := fileLine(pc)
+	return append(out, Symbol{Function: name, File: file, Line: line, IsGo: true})
 }
 
 // pcvalue decodes a pc-value table (zig-zag value deltas, pc deltas in

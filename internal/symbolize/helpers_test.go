@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Programs are built once per test binary into buildDir.
@@ -126,12 +127,14 @@ func goProg(tb testing.TB, name string, cgo bool, flags ...string) string {
 
 // runningProg is a started test program and the addresses it printed.
 type runningProg struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	addrs map[string]uint64
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	addrs  map[string]uint64
+	values map[string]string // every name=value printed
 }
 
-// start runs a test program and parses its "name=0xaddr ..." line. The
+// start runs a test program and parses its "name=value ..." line
+// (addresses are printed as 0x hex). The
 // program exits when stop is called (or at test cleanup).
 func start(tb testing.TB, path string, args ...string) *runningProg {
 	tb.Helper()
@@ -148,7 +151,7 @@ func start(tb testing.TB, path string, args ...string) *runningProg {
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", path, err)
 	}
-	rp := &runningProg{cmd: cmd, stdin: stdin, addrs: map[string]uint64{}}
+	rp := &runningProg{cmd: cmd, stdin: stdin, addrs: map[string]uint64{}, values: map[string]string{}}
 	tb.Cleanup(rp.stop)
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
@@ -159,8 +162,9 @@ func start(tb testing.TB, path string, args ...string) *runningProg {
 		if !ok {
 			tb.Fatalf("bad output %q", line)
 		}
-		if v == "(nil)" {
-			continue
+		rp.values[k] = v
+		if !strings.HasPrefix(v, "0x") {
+			continue // "(nil)" or not an address
 		}
 		a, err := strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 64)
 		if err != nil {
@@ -169,6 +173,32 @@ func start(tb testing.TB, path string, args ...string) *runningProg {
 		rp.addrs[k] = a
 	}
 	return rp
+}
+
+// startSilent runs a program that prints nothing (it waits on stdin) and
+// returns once it has exec'd, so its maps are its own.
+func startSilent(tb testing.TB, path string) *runningProg {
+	tb.Helper()
+	cmd := exec.Command(path)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", path, err)
+	}
+	rp := &runningProg{cmd: cmd, stdin: stdin}
+	tb.Cleanup(rp.stop)
+	exe := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if got, _ := os.Readlink(exe); got == path {
+			// exec done; give the dynamic loader a moment to map libraries.
+			time.Sleep(50 * time.Millisecond)
+			return rp
+		}
+	}
+	tb.Fatalf("%s did not exec", path)
+	return nil
 }
 
 func (rp *runningProg) pid() int { return rp.cmd.Process.Pid }

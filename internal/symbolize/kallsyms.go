@@ -3,11 +3,11 @@ package symbolize
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -31,26 +31,72 @@ var ErrKallsymsHidden = errors.New("kallsyms addresses are all 0: kernel.kptr_re
 // end of kernel text would otherwise resolve to the last function before it.
 const maxKernelSymbolSpan = 1 << 20
 
-// LoadKallsyms reads a kallsyms file (normally /proc/kallsyms).
+// LoadKallsyms reads a kallsyms file (normally /proc/kallsyms). It reads the
+// file twice, first to count, so the table is allocated at its final size:
+// growing slices for ~65k symbols would leave several times the table's size
+// as garbage in an agent that aims for a small RSS.
 func LoadKallsyms(path string) (*Kallsyms, error) {
+	var nsym, nbytes, seen int
+	err := scanKallsyms(path, func(addr uint64, name, mod []byte) {
+		nsym++
+		nbytes += len(name)
+	}, &seen)
+	if err != nil {
+		return nil, err
+	}
+	if nsym == 0 {
+		if seen > 0 {
+			return nil, fmt.Errorf("load kallsyms from %s: %w", path, ErrKallsymsHidden)
+		}
+		return nil, fmt.Errorf("load kallsyms from %s: no text symbols", path)
+	}
+	k := &Kallsyms{
+		addrs:    make([]uint64, 0, nsym),
+		nameOffs: make([]uint32, 0, nsym+1),
+		mods:     make([]uint16, 0, nsym),
+		modNames: []string{""},
+	}
+	modIdx := map[string]uint16{"": 0}
+	var sb strings.Builder
+	sb.Grow(nbytes)
+	sorted := true
+	err = scanKallsyms(path, func(addr uint64, name, mod []byte) {
+		mi, ok := modIdx[string(mod)]
+		if !ok {
+			mi = uint16(len(k.modNames))
+			modIdx[string(mod)] = mi
+			k.modNames = append(k.modNames, string(mod))
+		}
+		if n := len(k.addrs); n > 0 && addr <= k.addrs[n-1] {
+			if addr == k.addrs[n-1] {
+				return // an alias: keep the first name listed
+			}
+			sorted = false
+		}
+		k.addrs = append(k.addrs, addr)
+		k.mods = append(k.mods, mi)
+		k.nameOffs = append(k.nameOffs, uint32(sb.Len()))
+		sb.Write(name)
+	}, &seen)
+	if err != nil {
+		return nil, err
+	}
+	k.nameOffs = append(k.nameOffs, uint32(sb.Len()))
+	k.names = sb.String()
+	if !sorted {
+		k.sort()
+	}
+	return k, nil
+}
+
+// scanKallsyms calls fn for each text symbol; seen counts all symbol lines.
+func scanKallsyms(path string, fn func(addr uint64, name, mod []byte), seen *int) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("load kallsyms: %w", err)
+		return fmt.Errorf("load kallsyms: %w", err)
 	}
 	defer f.Close()
-
-	type entry struct {
-		addr      uint64
-		off, size uint32
-		mod       uint16
-	}
-	var (
-		entries []entry
-		blob    []byte
-		seen    int
-		modIdx  = map[string]uint16{"": 0}
-		k       = &Kallsyms{modNames: []string{""}}
-	)
+	*seen = 0
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -60,12 +106,12 @@ func LoadKallsyms(path string) (*Kallsyms, error) {
 		if sp1 < 0 || sp1+3 > len(line) || line[sp1+2] != ' ' {
 			continue
 		}
-		seen++
+		*seen++
 		if t := line[sp1+1]; t != 't' && t != 'T' {
 			continue
 		}
-		addr, err := strconv.ParseUint(string(line[:sp1]), 16, 64)
-		if err != nil || addr == 0 {
+		addr, ok := parseHex(line[:sp1])
+		if !ok || addr == 0 {
 			continue
 		}
 		rest := line[sp1+3:]
@@ -79,49 +125,60 @@ func LoadKallsyms(path string) (*Kallsyms, error) {
 		if len(name) == 0 || bytes.HasPrefix(name, []byte("__pfx_")) {
 			continue
 		}
-		mi, ok := modIdx[string(mod)]
-		if !ok {
-			mi = uint16(len(k.modNames))
-			modIdx[string(mod)] = mi
-			k.modNames = append(k.modNames, string(mod))
-		}
-		entries = append(entries, entry{addr: addr, off: uint32(len(blob)), size: uint32(len(name)), mod: mi})
-		blob = append(blob, name...)
+		fn(addr, name, mod)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return fmt.Errorf("read %s: %w", path, err)
 	}
-	if len(entries) == 0 {
-		if seen > 0 {
-			return nil, fmt.Errorf("load kallsyms from %s: %w", path, ErrKallsymsHidden)
-		}
-		return nil, fmt.Errorf("load kallsyms from %s: no text symbols", path)
+	return nil
+}
+
+func parseHex(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 16 {
+		return 0, false
 	}
-	slices.SortStableFunc(entries, func(a, b entry) int {
+	var v uint64
+	for _, c := range b {
 		switch {
-		case a.addr < b.addr:
-			return -1
-		case a.addr > b.addr:
-			return 1
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
 		}
-		return 0
-	})
-	// Aliases share an address; keep the first listed.
-	entries = slices.CompactFunc(entries, func(a, b entry) bool { return a.addr == b.addr })
-	var sb strings.Builder
-	sb.Grow(len(blob))
-	k.addrs = make([]uint64, len(entries))
-	k.nameOffs = make([]uint32, len(entries)+1)
-	k.mods = make([]uint16, len(entries))
-	for i, e := range entries {
-		k.addrs[i] = e.addr
-		k.mods[i] = e.mod
-		k.nameOffs[i] = uint32(sb.Len())
-		sb.Write(blob[e.off : e.off+e.size])
+		v = v<<4 | uint64(c)
 	}
-	k.nameOffs[len(entries)] = uint32(sb.Len())
+	return v, true
+}
+
+// sort orders symbols by address (module symbols need not come in order),
+// rebuilding the name blob in the new order; at one address the first
+// listed symbol is kept.
+func (k *Kallsyms) sort() {
+	idx := make([]int32, len(k.addrs))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortStableFunc(idx, func(a, b int32) int { return cmp.Compare(k.addrs[a], k.addrs[b]) })
+	addrs := make([]uint64, 0, len(idx))
+	mods := make([]uint16, 0, len(idx))
+	offs := make([]uint32, 0, len(idx)+1)
+	var sb strings.Builder
+	sb.Grow(len(k.names))
+	for _, i := range idx {
+		if n := len(addrs); n > 0 && addrs[n-1] == k.addrs[i] {
+			continue
+		}
+		addrs = append(addrs, k.addrs[i])
+		mods = append(mods, k.mods[i])
+		offs = append(offs, uint32(sb.Len()))
+		sb.WriteString(k.names[k.nameOffs[i]:k.nameOffs[i+1]])
+	}
+	k.addrs, k.mods, k.nameOffs = addrs, mods, append(offs, uint32(sb.Len()))
 	k.names = sb.String()
-	return k, nil
 }
 
 // Lookup returns the function containing addr and its module ("" for

@@ -1,8 +1,10 @@
 // Package symbolize turns sampled instruction addresses into function, file
 // and line: user-space addresses through a snapshot of the process's mappings
-// and a per-binary SymbolTable (ELF symbols, Go pclntab), kernel addresses
-// through /proc/kallsyms. Tables are cached per file identity, so a
-// redeployed binary gets a fresh table and an unchanged one is read once.
+// and a per-binary SymbolTable (ELF .symtab/.dynsym with C++ demangling, Go
+// pclntab with inlined calls, DWARF lines for native code when present, the
+// vdso), kernel addresses through /proc/kallsyms. Tables are cached per file
+// identity, so a redeployed binary gets a fresh table and an unchanged one is
+// read once.
 package symbolize
 
 import (
@@ -23,6 +25,11 @@ type Frame struct {
 	Mapping  int    // index into Process.Mappings; -1 when in no mapping (and for kernel frames)
 	Module   string // kernel frames: "" for vmlinux, else the module ("nf_tables", "bpf")
 	IsGo     bool   // symbolized from a Go pclntab (profile.frame.type go rather than native)
+	// Inline marks a function the compiler inlined into the next frame: the
+	// frames of one address come innermost first, all but the last with
+	// Inline set, all with the same Address (in pprof terms, one Location
+	// with several Lines).
+	Inline bool
 }
 
 // Options configures a Symbolizer. Zero values pick the defaults.
@@ -51,7 +58,6 @@ type Symbolizer struct {
 
 	kmu       sync.Mutex
 	kernel    *Kallsyms
-	kernelErr error
 	kernelSet bool
 }
 
@@ -93,10 +99,12 @@ func (s *Symbolizer) Snapshot(pid int) (*Process, error) {
 	return p, nil
 }
 
-// User appends the frames of a user stack (leaf first) to out. Frame 0 is
-// the sampled PC; deeper frames are return addresses, which point just after
-// the call, so they are looked up at address-1 (and reported as sampled).
-// Addresses that do not resolve are kept with their mapping, never dropped.
+// User appends the frames of a user stack (leaf first) to out: one per
+// address, plus one per Go function inlined there (see Frame.Inline).
+// Frame 0 is the sampled PC; deeper frames are return addresses, which point
+// just after the call, so they are looked up at address-1 (and reported as
+// sampled). Addresses that do not resolve are kept with their mapping,
+// never dropped.
 func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
 	for i, addr := range stack {
 		pc := addr
@@ -104,17 +112,25 @@ func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
 			pc--
 		}
 		f := Frame{Address: addr, Mapping: p.find(pc)}
+		var syms []Symbol
 		if f.Mapping >= 0 {
 			m := &p.Mappings[f.Mapping]
 			if t := s.table(p, m); t != nil {
 				if va, ok := t.FileAddr(pc - m.Start + m.Offset); ok {
-					if sym, ok := t.Lookup(va); ok {
-						f.Function, f.File, f.Line, f.IsGo = sym.Function, sym.File, sym.Line, sym.IsGo
-					}
+					var buf [4]Symbol
+					syms = t.LookupInline(va, buf[:0])
 				}
 			}
 		}
-		out = append(out, f)
+		if len(syms) == 0 {
+			out = append(out, f)
+			continue
+		}
+		for j, sym := range syms {
+			f.Function, f.File, f.Line, f.IsGo = sym.Function, sym.File, sym.Line, sym.IsGo
+			f.Inline = j < len(syms)-1
+			out = append(out, f)
+		}
 	}
 	return out
 }
@@ -206,7 +222,6 @@ func (s *Symbolizer) RefreshKernel() error {
 func (s *Symbolizer) loadKernelLocked() error {
 	k, err := LoadKallsyms(filepath.Join(s.procRoot, "kallsyms"))
 	s.kernelSet = true
-	s.kernelErr = err
 	if err == nil {
 		s.kernel = k
 	}

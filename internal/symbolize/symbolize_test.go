@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"debug/gosym"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,6 +148,24 @@ func TestUserGo(t *testing.T) {
 					t.Errorf("frame %d in %q, want %q", i, mappingPath(p, f), bin)
 				}
 			}
+
+			// A return address inside code the compiler inlined: the
+			// frames must match the runtime's own CallersFrames expansion.
+			want := rp.values["inline"]
+			if !strings.Contains(want, ",") {
+				t.Fatalf("the program's inline chain %q has no inlined frame; the test proves nothing", want)
+			}
+			pc := rp.addr(t, "inlinepc")
+			var chain []string
+			for i, f := range s.User(p, []uint64{rp.addr(t, "main.hotLeaf"), pc}, nil)[1:] {
+				chain = append(chain, fmt.Sprintf("%s:%d", f.Function, f.Line))
+				if f.Address != pc || f.Inline != (i < strings.Count(want, ",")) {
+					t.Errorf("inlined frame %d = %+v, want Address %#x and Inline on all but the last", i, f, pc)
+				}
+			}
+			if got := strings.Join(chain, ","); got != want {
+				t.Errorf("frames at %#x = %s, runtime says %s", pc, got, want)
+			}
 		})
 	}
 }
@@ -191,7 +210,7 @@ func TestGoPCLNMatchesGosym(t *testing.T) {
 			if len(gt.Funcs) < 1000 {
 				t.Fatalf("gosym found only %d functions", len(gt.Funcs))
 			}
-			checked := 0
+			checked, inlined := 0, 0
 			for _, fn := range gt.Funcs {
 				for _, pc := range []uint64{fn.Entry, fn.Entry + (fn.End-fn.Entry)/2, fn.End - 1} {
 					file, line, gfn := gt.PCToLine(pc)
@@ -201,14 +220,26 @@ func TestGoPCLNMatchesGosym(t *testing.T) {
 					if line < 0 {
 						line = 0 // gosym's "unknown"
 					}
-					sym, ok := tab.Lookup(pc)
-					if !ok || sym.Function != gfn.Name || sym.File != file || sym.Line != line || !sym.IsGo {
-						t.Fatalf("pc %#x: got %+v ok=%v, gosym says %s %s:%d", pc, sym, ok, gfn.Name, file, line)
+					// gosym names the outermost function but gives the
+					// innermost (possibly inlined) file:line.
+					syms := tab.LookupInline(pc, nil)
+					if len(syms) == 0 {
+						t.Fatalf("pc %#x: unresolved, gosym says %s %s:%d", pc, gfn.Name, file, line)
+					}
+					inner, outer := syms[0], syms[len(syms)-1]
+					if outer.Function != gfn.Name || inner.File != file || inner.Line != line || !inner.IsGo {
+						t.Fatalf("pc %#x: got %+v, gosym says %s %s:%d", pc, syms, gfn.Name, file, line)
+					}
+					if len(syms) > 1 {
+						inlined++
 					}
 					checked++
 				}
 			}
-			t.Logf("%d functions, %d PCs agree with debug/gosym", len(gt.Funcs), checked)
+			t.Logf("%d functions, %d PCs agree with debug/gosym, %d of them in inlined code", len(gt.Funcs), checked, inlined)
+			if inlined == 0 {
+				t.Error("no PC expanded to inlined calls; the runtime has many")
+			}
 		})
 	}
 }
@@ -605,4 +636,176 @@ func TestOtherMountNamespace(t *testing.T) {
 	}
 	f := s.User(p, []uint64{rp.addr(t, "hot_leaf")}, nil)[0]
 	wantFrame(t, p, f, "hot_leaf", inNS)
+}
+
+func TestDemangleCPlusPlus(t *testing.T) {
+	src := testdata(t, "widget.cc")
+	lib := built(t, "libwidget.so", func(out string) error {
+		return run(".", "g++", "-O1", "-shared", "-fPIC", "-o", out, src)
+	})
+	ef, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spin uint64
+	for _, s := range syms {
+		if s.Name == "_ZN7hotpath6Widget4spinEi" {
+			spin = s.Value
+		}
+	}
+	if spin == 0 {
+		t.Fatal("mangled hotpath::Widget::spin not in the library")
+	}
+	tab, err := OpenSymbolTable(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sym, ok := tab.Lookup(spin + 2); !ok || sym.Function != "hotpath::Widget::spin" {
+		t.Errorf("Lookup(spin+2) = %+v %v, want hotpath::Widget::spin", sym, ok)
+	}
+}
+
+// TestSeparateDebugFile: a stripped binary resolves nothing of its own, its
+// --only-keep-debug file (what `hotpath symbolize --symbols` reads) does.
+func TestSeparateDebugFile(t *testing.T) {
+	full := cProg(t, "hot-g", "-fPIE", "-pie", "-ldl", "-g")
+	dir := t.TempDir()
+	stripped, debugFile := filepath.Join(dir, "hot"), filepath.Join(dir, "hot.debug")
+	if err := run(dir, "objcopy", "--only-keep-debug", full, debugFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dir, "strip", "-o", stripped, full); err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.Open(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaf uint64
+	for _, s := range syms {
+		if s.Name == "hot_leaf" {
+			leaf = s.Value
+		}
+	}
+	st, err := OpenSymbolTable(stripped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sym, ok := st.Lookup(leaf + 1); ok && sym.Function == "hot_leaf" {
+		t.Fatalf("stripped binary still resolves hot_leaf; the test proves nothing")
+	}
+	dt, err := OpenSymbolTable(debugFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sym, ok := dt.Lookup(leaf + 1); !ok || sym.Function != "hot_leaf" {
+		t.Errorf("debug file: Lookup(hot_leaf+1) = %+v %v", sym, ok)
+	}
+}
+
+// TestCLinesFromDWARF compares file:line for C code built with -g against
+// binutils' addr2line, and checks a running program's frame gets them.
+func TestCLinesFromDWARF(t *testing.T) {
+	bin := cProg(t, "hot-g", "-fPIE", "-pie", "-ldl", "-g")
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pcs []uint64
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 && strings.HasPrefix(s.Name, "hot_") || s.Name == "main" {
+			pcs = append(pcs, s.Value, s.Value+s.Size/2, s.Value+s.Size-1)
+		}
+	}
+	if len(pcs) < 12 {
+		t.Fatalf("found only %d PCs in hot_* functions", len(pcs))
+	}
+	args := []string{"-e", bin}
+	for _, pc := range pcs {
+		args = append(args, strconv.FormatUint(pc, 16))
+	}
+	out, err := exec.Command("addr2line", args...).Output()
+	if err != nil {
+		t.Fatalf("addr2line: %v", err)
+	}
+	want := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(want) != len(pcs) {
+		t.Fatalf("addr2line gave %d lines for %d PCs", len(want), len(pcs))
+	}
+	tab, err := OpenSymbolTable(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pc := range pcs {
+		w, _, _ := strings.Cut(want[i], " (discriminator")
+		sym, _ := tab.Lookup(pc)
+		if got := sym.File + ":" + strconv.Itoa(sym.Line); got != w {
+			t.Errorf("pc %#x: got %s, addr2line says %s", pc, got, w)
+		}
+	}
+
+	rp := start(t, bin)
+	s := New(Options{})
+	p := snapshot(t, s, rp.pid())
+	f := s.User(p, []uint64{rp.addr(t, "hot_leaf")}, nil)[0]
+	src := testdata(t, "hot.c")
+	if first, last := sourceLine(t, src, "int hot_leaf("), sourceLine(t, src, "int hot_mid("); f.Function != "hot_leaf" || f.File != src || f.Line < first || f.Line >= last {
+		t.Errorf("frame = %+v, want hot_leaf in %s:%d-%d", f, src, first, last-1)
+	}
+}
+
+// TestConcurrentUse symbolizes from several goroutines at once (run with
+// -race): first use loads tables, so loads and lookups overlap.
+func TestConcurrentUse(t *testing.T) {
+	cp := start(t, cProg(t, "hot-g", "-fPIE", "-pie", "-ldl", "-g"), libHot(t))
+	gp := start(t, goBuild(t, "go"))
+	s := New(Options{})
+	pc, pg := snapshot(t, s, cp.pid()), snapshot(t, s, gp.pid())
+	cStack := []uint64{cp.addr(t, "hot_leaf"), cp.addr(t, "hot_mid") + 1, cp.addr(t, "hot_lib_func") + 1, cp.addr(t, "getpid") + 1}
+	goStack := []uint64{gp.addr(t, "main.hotLeaf"), gp.addr(t, "inlinepc")}
+	kStack := []uint64{kallsymsAddr(t, "vfs_read")}
+	errs := make(chan string, 8)
+	done := make(chan struct{})
+	for i := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 50 {
+				var fs []Frame
+				if i%2 == 0 {
+					fs = s.User(pc, cStack, nil)
+				} else {
+					fs = s.User(pg, goStack, nil)
+				}
+				fs = s.Kernel(kStack, fs)
+				for _, f := range fs {
+					if f.Function == "" {
+						errs <- fmt.Sprintf("unresolved frame %+v", f)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
 }

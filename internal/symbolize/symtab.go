@@ -25,9 +25,10 @@ type Symbol struct {
 // SymbolTable resolves addresses of one ELF file (executable, shared library
 // or separate debug file). ELF function symbols (.symtab and .dynsym) are kept
 // compactly on the heap: one sorted address slice, sizes, and offsets into a
-// single name blob (16 bytes per symbol plus its name). A Go pclntab is read in
-// place from a read-only mapping of the file, so it costs page cache, not heap,
-// and only the pages lookups touch count toward RSS.
+// single name blob (16 bytes per symbol plus its name). A Go pclntab and
+// DWARF line info are read in place from a read-only mapping of the file, so
+// they cost page cache, not heap, and only the pages lookups touch count
+// toward RSS.
 //
 // A SymbolTable is safe for concurrent lookups. Its file mapping is released
 // when the table becomes unreachable.
@@ -39,7 +40,8 @@ type SymbolTable struct {
 	nameOffs []uint32 // len(addrs)+1 offsets into names
 	names    string
 
-	gopc *goPCLN // nil when the file has no Go pclntab
+	gopc  *goPCLN     // nil when the file has no Go pclntab
+	lines *dwarfLines // nil when the file has no DWARF line info
 
 	mapped int // bytes of file mapping (not heap)
 }
@@ -81,7 +83,7 @@ func newSymbolTable(f *os.File) (*SymbolTable, error) {
 		return nil, err
 	}
 	t.mapped = len(data)
-	if t.gopc == nil {
+	if t.gopc == nil && t.lines == nil {
 		// Nothing refers into the mapping any more: give it back now.
 		_ = syscall.Munmap(data)
 		t.mapped = 0
@@ -91,8 +93,8 @@ func newSymbolTable(f *os.File) (*SymbolTable, error) {
 	return t, nil
 }
 
-// parseSymbolTable builds a table from an ELF image. The Go pclntab, if any,
-// keeps referring to data; everything else is copied.
+// parseSymbolTable builds a table from an ELF image. The Go pclntab and
+// DWARF readers, if any, keep referring to data; symbols are copied.
 func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 	// debug/elf and the manual section reads below index into a file mapping:
 	// a truncated or malformed file must give an error, not crash the agent.
@@ -125,15 +127,19 @@ func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 	}
 	t.loads = append(t.loads, other...)
 
-	syms := newSymbolCollector(ef, data)
-	syms.read(elf.SHT_SYMTAB, 2)
-	syms.read(elf.SHT_DYNSYM, 1)
-
+	syms := &symbolCollector{ef: ef, data: data}
 	if sec := pclntabSection(ef); sec != nil && sec.Type != elf.SHT_NOBITS && sec.Offset+sec.Size <= uint64(len(data)) {
-		g, err := parseGoPCLN(data[sec.Offset:sec.Offset+sec.Size], syms.runtimeText)
+		var runtimeText uint64
+		syms.each(elf.SHT_SYMTAB, func(name []byte, _ uint8, _ uint16, value, _ uint64) {
+			if string(name) == "runtime.text" {
+				runtimeText = value
+			}
+		})
+		g, err := parseGoPCLN(data[sec.Offset:sec.Offset+sec.Size], runtimeText)
 		if err == nil {
-			if syms.runtimeText == 0 && g.version >= 118 {
-				if text, ok := g.moduledataText(ef, data, sec.Addr); ok {
+			text, gofunc, ok := g.moduledata(ef, data, sec.Addr)
+			if runtimeText == 0 && g.version >= 118 {
+				if ok {
 					g.textStart = text
 				} else if ts := ef.Section(".text"); ts != nil && g.textStart == 0 {
 					// .text starts with runtime.text when Go linked the
@@ -141,11 +147,33 @@ func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 					g.textStart = ts.Addr
 				}
 			}
+			if gofunc != 0 {
+				g.gofunc = t.image(data, gofunc)
+			}
 			t.gopc = g
+			// The pclntab has Go functions' names plus lines: skip their
+			// ELF symbols.
+			syms.skipLo, syms.skipHi = g.Range()
 		}
 	}
+	syms.collect()
 	t.buildSymbols(syms.syms)
+	t.lines = newDwarfLines(ef, data)
 	return t, nil
+}
+
+// image returns the file bytes from virtual address vaddr to the end of
+// its PT_LOAD segment, or nil.
+func (t *SymbolTable) image(data []byte, vaddr uint64) []byte {
+	for _, l := range t.loads {
+		if vaddr >= l.vaddr && vaddr-l.vaddr < l.filesz {
+			off := vaddr - l.vaddr + l.off
+			if end := l.off + l.filesz; end <= uint64(len(data)) {
+				return data[off:end]
+			}
+		}
+	}
+	return nil
 }
 
 func pclntabSection(ef *elf.File) *elf.Section {
@@ -162,21 +190,17 @@ type rawSymbol struct {
 }
 
 type symbolCollector struct {
-	ef          *elf.File
-	data        []byte
-	syms        []rawSymbol
-	runtimeText uint64
+	ef             *elf.File
+	data           []byte
+	syms           []rawSymbol
+	skipLo, skipHi uint64 // addresses covered by the Go pclntab
 }
 
-func newSymbolCollector(ef *elf.File, data []byte) *symbolCollector {
-	return &symbolCollector{ef: ef, data: data}
-}
-
-// read collects function symbols of the first section of type typ. It decodes
-// ElfN_Sym records straight from the image rather than via elf.File.Symbols,
-// which allocates a struct and a string per symbol (hundreds of MB of garbage
-// for a large C++ binary).
-func (c *symbolCollector) read(typ elf.SectionType, rank uint8) {
+// each decodes the ElfN_Sym records of the first section of type typ
+// straight from the image rather than via elf.File.Symbols, which allocates
+// a struct and a string per symbol (hundreds of MB of garbage for a large
+// C++ binary). name aliases the image.
+func (c *symbolCollector) each(typ elf.SectionType, fn func(name []byte, info uint8, shndx uint16, value, size uint64)) {
 	var sec *elf.Section
 	for _, s := range c.ef.Sections {
 		if s.Type == typ {
@@ -212,39 +236,63 @@ func (c *symbolCollector) read(typ elf.SectionType, rank uint8) {
 			nameOff, value, size = order.Uint32(e), uint64(order.Uint32(e[4:])), uint64(order.Uint32(e[8:]))
 			info, shndx = e[12], order.Uint16(e[14:])
 		}
-		name := cBytes(strData, nameOff)
-		if len(name) == 0 || value == 0 {
-			continue
+		if name := cBytes(strData, nameOff); len(name) > 0 && value != 0 {
+			fn(name, info, shndx, value, size)
 		}
-		if string(name) == "runtime.text" {
-			c.runtimeText = value
-		}
-		typ, bind := elf.ST_TYPE(info), elf.ST_BIND(info)
-		switch typ {
-		case elf.STT_FUNC, elf.STT_GNU_IFUNC:
-		case elf.STT_NOTYPE:
-			// Assembly routines often lack .type; keep them when they sit in
-			// executable code, but not local labels.
-			if !c.inExecSection(shndx) || name[0] == '.' || name[0] == '$' {
-				continue
-			}
-		default:
-			continue
-		}
-		if shndx == uint16(elf.SHN_UNDEF) {
-			continue
-		}
-		r := rank * 4
-		switch bind {
-		case elf.STB_GLOBAL:
-			r += 3
-		case elf.STB_WEAK:
-			r += 2
-		case elf.STB_LOCAL:
-			r++
-		}
-		c.syms = append(c.syms, rawSymbol{addr: value, size: size, name: name, rank: r})
 	}
+}
+
+// collect keeps the function symbols of the .symtab and .dynsym sections.
+// A counting pass sizes the slice exactly: growing it by appends would
+// leave several times its size as garbage for big binaries.
+func (c *symbolCollector) collect() {
+	n := 0
+	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		c.each(typ, func(name []byte, info uint8, shndx uint16, value, _ uint64) {
+			if c.rank(name, info, shndx, value) > 0 {
+				n++
+			}
+		})
+	}
+	c.syms = make([]rawSymbol, 0, n)
+	for i, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		c.each(typ, func(name []byte, info uint8, shndx uint16, value, size uint64) {
+			if r := c.rank(name, info, shndx, value); r > 0 {
+				if i == 0 {
+					r += 4 // .symtab over .dynsym: same name, but keeps local symbols
+				}
+				c.syms = append(c.syms, rawSymbol{addr: value, size: size, name: name, rank: r})
+			}
+		})
+	}
+}
+
+// rank is 0 for symbols that are not functions, else higher for the
+// preferred name among symbols at one address: global over weak over local.
+func (c *symbolCollector) rank(name []byte, info uint8, shndx uint16, value uint64) uint8 {
+	if value >= c.skipLo && value < c.skipHi || shndx == uint16(elf.SHN_UNDEF) {
+		return 0
+	}
+	switch elf.ST_TYPE(info) {
+	case elf.STT_FUNC, elf.STT_GNU_IFUNC:
+	case elf.STT_NOTYPE:
+		// Assembly routines often lack .type; keep them when they sit in
+		// executable code, but not local labels.
+		if !c.inExecSection(shndx) || name[0] == '.' || name[0] == '$' {
+			return 0
+		}
+	default:
+		return 0
+	}
+	switch elf.ST_BIND(info) {
+	case elf.STB_GLOBAL:
+		return 3
+	case elf.STB_WEAK:
+		return 2
+	case elf.STB_LOCAL:
+		return 1
+	}
+	return 0
 }
 
 func (c *symbolCollector) inExecSection(shndx uint16) bool {
@@ -265,13 +313,8 @@ func cBytes(b []byte, off uint32) []byte {
 	return nil
 }
 
-// buildSymbols sorts, de-duplicates and packs raw symbols. Go functions are
-// dropped when the pclntab covers them: it has the same names plus lines.
+// buildSymbols sorts, de-duplicates and packs raw symbols.
 func (t *SymbolTable) buildSymbols(raw []rawSymbol) {
-	if t.gopc != nil {
-		lo, hi := t.gopc.Range()
-		raw = slices.DeleteFunc(raw, func(s rawSymbol) bool { return s.addr >= lo && s.addr < hi })
-	}
 	// At one address prefer a sized symbol, then the better rank
 	// (symtab over dynsym, global over weak over local).
 	slices.SortFunc(raw, func(a, b rawSymbol) int {
@@ -339,17 +382,39 @@ func (t *SymbolTable) FileAddr(fileOffset uint64) (uint64, bool) {
 	return 0, false
 }
 
-// Lookup resolves an ELF virtual address (as nm prints it). The Go pclntab
-// wins inside Go text; elsewhere the nearest function symbol below addr that
-// contains it (symbols of unknown size extend to the next symbol).
-func (t *SymbolTable) Lookup(addr uint64) (sym Symbol, ok bool) {
+// Lookup resolves an ELF virtual address (as nm prints it) to the innermost
+// function there (for Go code inlined at addr, the inlined function; see
+// LookupInline for the whole chain).
+func (t *SymbolTable) Lookup(addr uint64) (Symbol, bool) {
+	var buf [4]Symbol
+	syms := t.LookupInline(addr, buf[:0])
+	if len(syms) == 0 {
+		return Symbol{}, false
+	}
+	return syms[0], true
+}
+
+// LookupInline appends what addr resolves to, innermost first: functions
+// the Go compiler inlined at addr, then the function containing it (just
+// that one for native code). The Go pclntab wins inside Go text; elsewhere
+// the nearest function symbol below addr that contains it (symbols of
+// unknown size extend to the next symbol). Nothing is appended when addr
+// does not resolve.
+func (t *SymbolTable) LookupInline(addr uint64, out []Symbol) []Symbol {
 	if t.gopc != nil {
 		if lo, hi := t.gopc.Range(); addr >= lo && addr < hi {
-			sym, ok = t.lookupGo(addr)
+			out = t.lookupGo(addr, out)
 			runtime.KeepAlive(t) // the mapping must outlive the read
-			return sym, ok
+			return out
 		}
 	}
+	if sym, ok := t.lookupELF(addr); ok {
+		out = append(out, sym)
+	}
+	return out
+}
+
+func (t *SymbolTable) lookupELF(addr uint64) (sym Symbol, ok bool) {
 	i, found := slices.BinarySearch(t.addrs, addr)
 	if !found {
 		i--
@@ -360,34 +425,57 @@ func (t *SymbolTable) Lookup(addr uint64) (sym Symbol, ok bool) {
 	if size := t.sizes[i]; size > 0 && addr-t.addrs[i] >= uint64(size) {
 		return Symbol{}, false
 	}
-	name := t.names[t.nameOffs[i]:t.nameOffs[i+1]]
-	if strings.HasPrefix(name, "_Z") {
-		name = demangle.Filter(name, demangle.NoParams)
+	sym.Function = t.names[t.nameOffs[i]:t.nameOffs[i+1]]
+	if strings.HasPrefix(sym.Function, "_Z") {
+		sym.Function = demangle.Filter(sym.Function, demangle.NoParams)
 	}
-	return Symbol{Function: name}, true
+	if t.lines != nil {
+		sym.File, sym.Line = t.lineOf(addr)
+	}
+	return sym, true
 }
 
-// lookupGo reads the file mapping; a file truncated under us faults, and the
-// fault becomes "unresolved" instead of killing the process.
-func (t *SymbolTable) lookupGo(addr uint64) (sym Symbol, ok bool) {
+// lineOf reads DWARF from the file mapping, guarded like lookupGo.
+func (t *SymbolTable) lineOf(addr uint64) (file string, line int) {
 	defer func() {
 		if recover() != nil {
-			sym, ok = Symbol{}, false
+			file, line = "", 0
 		}
 	}()
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
-	return t.gopc.lookup(addr)
+	file, line = t.lines.line(addr)
+	runtime.KeepAlive(t)
+	return file, line
+}
+
+// lookupGo reads the file mapping; a file truncated under us faults, and the
+// fault becomes "unresolved" instead of killing the process.
+func (t *SymbolTable) lookupGo(addr uint64, out []Symbol) (res []Symbol) {
+	n := len(out)
+	defer func() {
+		if recover() != nil {
+			res = out[:n]
+		}
+	}()
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	return t.gopc.lookup(addr, out)
 }
 
 // Size is the table's heap footprint in bytes (the Go pclntab mapping is
 // reported separately by MappedBytes).
 func (t *SymbolTable) Size() int {
-	return len(t.addrs)*8 + len(t.sizes)*4 + len(t.nameOffs)*4 + len(t.names) + len(t.loads)*24 + 200
+	n := len(t.addrs)*8 + len(t.sizes)*4 + len(t.nameOffs)*4 + len(t.names) + len(t.loads)*24 + 200
+	if t.lines != nil {
+		n += t.lines.size()
+	}
+	return n
 }
 
 // MappedBytes is the size of the read-only file mapping the table keeps for
-// its Go pclntab (0 for non-Go files). Only touched pages are resident.
+// its Go pclntab or DWARF line info (0 when it has neither). Only touched
+// pages are resident.
 func (t *SymbolTable) MappedBytes() int { return t.mapped }
 
 // Symbols is the number of ELF function symbols held (Go functions read from

@@ -68,9 +68,11 @@ func (t *Tally) addSamples(dict pprofile.ProfilesDictionary, p pprofile.Profile)
 }
 
 // CheckShares checks the workload's known profile: the hot functions a and b
-// hold nearly all samples, split ShareA:ShareB within tolerance, with caller
-// directly above them in at least minCallerShare of their samples.
-func (t Tally) CheckShares(a, b, caller string, minSamples int64, tolerance, minCallerShare float64) error {
+// hold nearly all samples, split ShareA:ShareB, with caller directly above
+// them in at least minCallerShare of their samples. The share may differ
+// from ShareA by 4 binomial standard deviations (a loaded machine gives fewer
+// samples), but never by less than 4 percentage points.
+func (t Tally) CheckShares(a, b, caller string, minSamples int64, minCallerShare float64) error {
 	if t.Total < minSamples {
 		return fmt.Errorf("only %d samples (want ≥ %d); leaves: %v", t.Total, minSamples, t.Leaf)
 	}
@@ -78,6 +80,7 @@ func (t Tally) CheckShares(a, b, caller string, minSamples int64, tolerance, min
 	if float64(hot) < 0.9*float64(t.Total) {
 		return fmt.Errorf("%s and %s hold %d of %d samples; top stacks:%s", a, b, hot, t.Total, t.Top(5))
 	}
+	tolerance := math.Max(0.04, 4*math.Sqrt(ShareA*(1-ShareA)/float64(hot)))
 	if share := float64(t.Leaf[a]) / float64(hot); math.Abs(share-ShareA) > tolerance {
 		return fmt.Errorf("%s share = %.3f, want %.2f ± %.2f (leaves %v)", a, share, ShareA, tolerance, t.Leaf)
 	}
@@ -91,6 +94,22 @@ func (t Tally) CheckShares(a, b, caller string, minSamples int64, tolerance, min
 		return fmt.Errorf("only %d of %d hot samples show %s as the caller; top stacks:%s", withCaller, hot, caller, t.Top(5))
 	}
 	return nil
+}
+
+// UnmappedSamples counts samples with a user frame in no known mapping (a
+// bare "0x..." frame name): the process's mappings were read too early or
+// not at all.
+func (t Tally) UnmappedSamples() int64 {
+	var n int64
+	for stack, c := range t.Folded {
+		for _, f := range strings.Split(stack, ";") {
+			if strings.HasPrefix(f, "0x") {
+				n += c
+				break
+			}
+		}
+	}
+	return n
 }
 
 // Top lists the n heaviest folded stacks, for failure messages.

@@ -61,6 +61,13 @@ func BuildGo(t testing.TB, ldflags string) string {
 	return bin
 }
 
+// ExpectedSamples is how many samples a sampler at hz should have taken of
+// an exited cmd, from the CPU time the kernel accounted to it.
+func ExpectedSamples(cmd *exec.Cmd, hz int) float64 {
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	return cpu.Seconds() * float64(hz)
+}
+
 // Start runs bin for seconds, waits until it is running its loop, and kills
 // it at the end of the test.
 func Start(t testing.TB, bin string, seconds string, env ...string) *exec.Cmd {

@@ -1,0 +1,162 @@
+package duckdbprofileexporter
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/config/configretry"
+	"go.opentelemetry.io/collector/exporter/exporterhelper"
+
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
+)
+
+// Config of the duckdbprofile exporter.
+type Config struct {
+	// Tier is "local" (agent: raw stacks, short retention) or "summary"
+	// (gateway: per-bucket summaries, long retention).
+	Tier string `mapstructure:"tier"`
+	// Path of the DuckDB file. One collector process per file.
+	Path string `mapstructure:"path"`
+	// BucketInterval is the summary tier's bucket width (default 1m).
+	BucketInterval time.Duration   `mapstructure:"bucket_interval"`
+	Retention      RetentionConfig `mapstructure:"retention"`
+	Query          QueryConfig     `mapstructure:"query"`
+
+	TimeoutConfig exporterhelper.TimeoutConfig                             `mapstructure:",squash"`
+	QueueConfig   configoptional.Optional[exporterhelper.QueueBatchConfig] `mapstructure:"sending_queue"`
+	RetryConfig   configretry.BackOffConfig                                `mapstructure:"retry_on_failure"`
+}
+
+// RetentionConfig says how long rows are kept. Zero values take the tier's
+// default (RFD 072): local 1h stacks / 7d metadata / every 10m; summary 30d
+// stacks / 7d trace-tagged stacks / 90d metadata / daily.
+type RetentionConfig struct {
+	Stacks      time.Duration `mapstructure:"stacks"`
+	TraceStacks time.Duration `mapstructure:"trace_stacks"`
+	Metadata    time.Duration `mapstructure:"metadata"`
+	Interval    time.Duration `mapstructure:"interval"`
+	ChunkRows   int           `mapstructure:"chunk_rows"`
+}
+
+// QueryConfig is the read-only SQL endpoint (DuckDB lets one process open
+// the file, so while the collector runs, this is how people query it).
+type QueryConfig struct {
+	// Enabled turns the endpoint on (default true).
+	Enabled bool `mapstructure:"enabled"`
+	// Endpoint is host:port; loopback unless Token is set.
+	Endpoint string `mapstructure:"endpoint"`
+	// Token, when set, must be sent as "Authorization: Bearer <token>".
+	Token    string        `mapstructure:"token"`
+	Timeout  time.Duration `mapstructure:"timeout"`
+	MaxRows  int           `mapstructure:"max_rows"`
+	MaxBytes int           `mapstructure:"max_bytes"`
+}
+
+// DefaultQueryEndpoint is where `hotpath sql` looks for a running collector.
+const DefaultQueryEndpoint = "127.0.0.1:7072"
+
+func createDefaultConfig() *Config {
+	return &Config{
+		Tier:           string(schema.Local),
+		Path:           "hotpath-profiles.duckdb",
+		BucketInterval: time.Minute,
+		Query: QueryConfig{
+			Enabled:  true,
+			Endpoint: DefaultQueryEndpoint,
+			Timeout:  30 * time.Second,
+			MaxRows:  100_000,
+			MaxBytes: 100 << 20, // RFD 072: max profile size per query 100 MB
+		},
+		TimeoutConfig: exporterhelper.NewDefaultTimeoutConfig(),
+		QueueConfig:   configoptional.Some(exporterhelper.NewDefaultQueueConfig()),
+		RetryConfig:   configretry.NewDefaultBackOffConfig(),
+	}
+}
+
+// effectiveRetention fills zero values with the tier's defaults.
+func (c *Config) effectiveRetention() RetentionConfig {
+	r := c.Retention
+	def := RetentionConfig{Stacks: time.Hour, Metadata: 7 * 24 * time.Hour, Interval: 10 * time.Minute, ChunkRows: 50_000}
+	if schema.Tier(c.Tier) == schema.Summary {
+		def = RetentionConfig{Stacks: 30 * 24 * time.Hour, TraceStacks: 7 * 24 * time.Hour, Metadata: 90 * 24 * time.Hour, Interval: 24 * time.Hour, ChunkRows: 50_000}
+	}
+	if r.Stacks == 0 {
+		r.Stacks = def.Stacks
+	}
+	if r.TraceStacks == 0 {
+		r.TraceStacks = def.TraceStacks
+	}
+	if r.Metadata == 0 {
+		r.Metadata = def.Metadata
+	}
+	if r.Interval == 0 {
+		r.Interval = def.Interval
+	}
+	if r.ChunkRows == 0 {
+		r.ChunkRows = def.ChunkRows
+	}
+	return r
+}
+
+// Validate checks the configuration; each problem is one sentence.
+func (c *Config) Validate() error {
+	var errs []error
+	switch schema.Tier(c.Tier) {
+	case schema.Local, schema.Summary:
+	default:
+		errs = append(errs, fmt.Errorf("tier must be \"local\" or \"summary\", got %q", c.Tier))
+	}
+	if c.Path == "" {
+		errs = append(errs, errors.New("path must name the DuckDB file to write"))
+	}
+	if schema.Tier(c.Tier) == schema.Summary && c.BucketInterval <= 0 {
+		errs = append(errs, fmt.Errorf("bucket_interval must be positive for the summary tier, got %s", c.BucketInterval))
+	}
+	for name, d := range map[string]time.Duration{
+		"retention.stacks": c.Retention.Stacks, "retention.trace_stacks": c.Retention.TraceStacks,
+		"retention.metadata": c.Retention.Metadata, "retention.interval": c.Retention.Interval,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
+		}
+	}
+	if c.Retention.ChunkRows < 0 {
+		errs = append(errs, fmt.Errorf("retention.chunk_rows must not be negative, got %d", c.Retention.ChunkRows))
+	}
+	if c.Query.Enabled {
+		errs = append(errs, c.Query.validate()...)
+	}
+	return errors.Join(errs...)
+}
+
+func (q QueryConfig) validate() []error {
+	var errs []error
+	host, _, err := net.SplitHostPort(q.Endpoint)
+	if err != nil {
+		return append(errs, fmt.Errorf("query.endpoint must be host:port, got %q: %w", q.Endpoint, err))
+	}
+	if !isLoopback(host) && q.Token == "" {
+		errs = append(errs, fmt.Errorf("query.endpoint %q is not a loopback address; set query.token to serve SQL beyond this host", q.Endpoint))
+	}
+	if q.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("query.timeout must be positive, got %s", q.Timeout))
+	}
+	if q.MaxRows <= 0 {
+		errs = append(errs, fmt.Errorf("query.max_rows must be positive, got %d", q.MaxRows))
+	}
+	if q.MaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("query.max_bytes must be positive, got %d", q.MaxBytes))
+	}
+	return errs
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,100 @@
+package duckdbprofileexporter
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/confmap"
+	"go.yaml.in/yaml/v3"
+)
+
+func TestConfigUnmarshalAndDefaults(t *testing.T) {
+	cfg := createDefaultConfig()
+	cm := confmap.NewFromStringMap(map[string]any{
+		"tier": "summary", "path": "/var/lib/hotpath/summary.duckdb",
+		"retention": map[string]any{"stacks": "720h", "interval": "12h"},
+		"query":     map[string]any{"endpoint": "10.0.0.5:7072", "token": "s3cret"},
+	})
+	if err := cm.Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.effectiveRetention()
+	if r.Stacks != 720*time.Hour || r.Interval != 12*time.Hour || r.TraceStacks != 7*24*time.Hour || r.Metadata != 90*24*time.Hour {
+		t.Fatalf("summary retention: %+v", r)
+	}
+	local := createDefaultConfig()
+	if r := local.effectiveRetention(); r.Stacks != time.Hour || r.Interval != 10*time.Minute || r.Metadata != 7*24*time.Hour {
+		t.Fatalf("local retention: %+v", r)
+	}
+}
+
+func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
+	cases := map[string]struct {
+		mutate func(*Config)
+		want   string
+	}{
+		"tier":      {func(c *Config) { c.Tier = "colony" }, `tier must be "local" or "summary", got "colony"`},
+		"path":      {func(c *Config) { c.Path = "" }, "path must name the DuckDB file"},
+		"bucket":    {func(c *Config) { c.Tier = "summary"; c.BucketInterval = 0 }, "bucket_interval must be positive"},
+		"retention": {func(c *Config) { c.Retention.Stacks = -time.Hour }, "retention.stacks must not be negative"},
+		"public":    {func(c *Config) { c.Query.Endpoint = "0.0.0.0:7072" }, "not a loopback address; set query.token"},
+		"endpoint":  {func(c *Config) { c.Query.Endpoint = "7072" }, "query.endpoint must be host:port"},
+		"rows":      {func(c *Config) { c.Query.MaxRows = 0 }, "query.max_rows must be positive"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := createDefaultConfig()
+			cfg.Path = filepath.Join(t.TempDir(), "x.duckdb")
+			tc.mutate(cfg)
+			err := cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// Without the endpoint, its settings do not matter.
+	cfg := createDefaultConfig()
+	cfg.Query.Enabled = false
+	cfg.Query.Endpoint = "0.0.0.0:1"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadmeExampleIsValid unmarshals the README's YAML example.
+func TestReadmeExampleIsValid(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("no yaml block in README.md")
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(m[1], &doc); err != nil {
+		t.Fatal(err)
+	}
+	exporters, _ := doc["exporters"].(map[string]any)
+	raw, ok := exporters[TypeStr].(map[string]any)
+	if !ok {
+		t.Fatalf("README example has no exporters.%s block", TypeStr)
+	}
+	cfg := createDefaultConfig()
+	if err := confmap.NewFromStringMap(raw).Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Path != "/var/lib/hotpath/profiles.duckdb" || cfg.Query.MaxBytes != 100<<20 || !cfg.QueueConfig.HasValue() {
+		t.Fatalf("unexpected config: %+v", cfg)
+	}
+}

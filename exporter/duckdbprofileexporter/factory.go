@@ -1,0 +1,41 @@
+// Package duckdbprofileexporter writes CPU profiles to a DuckDB file in the
+// tiered layout of RFD 072 (agent "local" tier, gateway "summary" tier), with
+// views and macros for people to query it and a read-only SQL endpoint while
+// the collector holds the file.
+package duckdbprofileexporter
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/exporter"
+	"go.opentelemetry.io/collector/exporter/exporterhelper"
+	"go.opentelemetry.io/collector/exporter/exporterhelper/xexporterhelper"
+	"go.opentelemetry.io/collector/exporter/xexporter"
+)
+
+// TypeStr is the component type.
+const TypeStr = "duckdbprofile"
+
+// NewFactory returns the exporter factory.
+func NewFactory() xexporter.Factory {
+	return xexporter.NewFactory(component.MustNewType(TypeStr),
+		func() component.Config { return createDefaultConfig() },
+		xexporter.WithProfiles(createProfiles, component.StabilityLevelAlpha))
+}
+
+func createProfiles(ctx context.Context, set exporter.Settings, cfg component.Config) (xexporter.Profiles, error) {
+	c, ok := cfg.(*Config)
+	if !ok {
+		return nil, fmt.Errorf("duckdbprofile: config is %T, want *Config", cfg)
+	}
+	e := newProfilesExporter(c, set.Logger)
+	return xexporterhelper.NewProfiles(ctx, set, cfg, e.push,
+		exporterhelper.WithStart(e.start),
+		exporterhelper.WithShutdown(e.shutdown),
+		exporterhelper.WithTimeout(c.TimeoutConfig),
+		exporterhelper.WithRetry(c.RetryConfig),
+		exporterhelper.WithQueue(c.QueueConfig),
+	)
+}

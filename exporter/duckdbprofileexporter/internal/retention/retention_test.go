@@ -1,0 +1,98 @@
+package retention
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
+)
+
+var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+func folded(t *testing.T, w *writer.Writer, view string) string {
+	t.Helper()
+	rows, err := w.DB().Query("SELECT folded FROM " + view + " ORDER BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
+	ctx := context.Background()
+	w, err := writer.Open(ctx, filepath.Join(t.TempDir(), "r.duckdb"), schema.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// Ten old rows through "old_fn", two recent ones through "main;recent".
+	var rows []writer.StackRow
+	for i := range 10 {
+		rows = append(rows, writer.StackRow{Time: t0.Add(time.Duration(i) * time.Second), ServiceID: "s", Frames: []string{"main", "old_fn"}, Count: 1})
+	}
+	rows = append(rows,
+		writer.StackRow{Time: t0.Add(2 * time.Hour), ServiceID: "s", Frames: []string{"main", "recent"}, Count: 1},
+		writer.StackRow{Time: t0.Add(2 * time.Hour), ServiceID: "s", Frames: []string{"main", "recent"}, Count: 3, TraceID: "0102030405060708090a0b0c0d0e0f10"})
+	if err := w.Write(ctx, &writer.Batch{
+		Rows: rows,
+		Binaries: []writer.Binary{
+			{BuildID: "old", ServiceID: "s", Path: "/old", Seen: t0.Add(-8 * 24 * time.Hour)},
+			{BuildID: "new", ServiceID: "s", Path: "/new", Seen: t0},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	now := t0.Add(2*time.Hour + 30*time.Minute)
+	res, err := Apply(ctx, w, Policy{Stacks: time.Hour, TraceStacks: 10 * time.Minute, Binaries: 7 * 24 * time.Hour, ChunkRows: 3}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stacks != 11 || res.Frames != 1 || res.Binaries != 1 {
+		t.Fatalf("removed %+v, want 11 stacks (10 old + 1 traced), 1 frame, 1 binary", res)
+	}
+	if got := folded(t, w, "cpu_profile_samples_local_decoded"); got != "main;recent" {
+		t.Fatalf("left: %q", got)
+	}
+	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
+		t.Fatal(err)
+	}
+	// The removed frame is forgotten in memory too: writing it again gets a
+	// fresh dictionary row, and the view decodes it.
+	if err := w.Write(ctx, &writer.Batch{Rows: []writer.StackRow{{Time: now, ServiceID: "s", Frames: []string{"main", "old_fn"}, Count: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := folded(t, w, "cpu_profile_samples_local_decoded"); got != "main;old_fn,main;recent" {
+		t.Fatalf("after rewrite: %q", got)
+	}
+	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunnerStopsPromptly(t *testing.T) {
+	w, err := writer.Open(context.Background(), filepath.Join(t.TempDir(), "r.duckdb"), schema.Summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	results := make(chan error, 10)
+	r := Start(w, Policy{Stacks: time.Hour}, time.Hour, time.Now, func(_ Result, err error) { results <- err })
+	if err := <-results; err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	r.Stop()
+}

@@ -1,0 +1,242 @@
+package writer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	duckdb "github.com/duckdb/duckdb-go/v2"
+
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
+)
+
+var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+func open(t testing.TB, path string, tier schema.Tier) *Writer {
+	t.Helper()
+	w, err := Open(context.Background(), path, tier)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return w
+}
+
+func queryStrings(t testing.TB, db *sql.DB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := db.Query(q, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out []string
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		parts := make([]string, len(vals))
+		for i, v := range vals {
+			parts[i] = fmt.Sprint(v)
+		}
+		out = append(out, strings.Join(parts, "|"))
+	}
+	return out
+}
+
+func TestWriteLocalStoresRootFirstAndCountsFrames(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "local.duckdb")
+	w := open(t, path, schema.Local)
+	b := &Batch{
+		Rows: []StackRow{
+			{Time: t0, ServiceID: "api", BuildID: "b1", Frames: []string{"main", "serve", "parse"}, Count: 5, TraceID: "0102030405060708090a0b0c0d0e0f10", SpanID: "0102030405060708"},
+			{Time: t0, ServiceID: "api", BuildID: "", Frames: []string{"main", "main", "idle"}, Count: 2},
+		},
+		Binaries: []Binary{{BuildID: "b1", ServiceID: "api", Path: "/bin/api", HasDebugInfo: true, Seen: t0}},
+	}
+	if err := w.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	got := queryStrings(t, w.DB(), `SELECT folded, build_id, sample_count, coalesce(trace_id, 'NULL'), coalesce(span_id, 'NULL') FROM cpu_profile_samples_local_decoded ORDER BY sample_count`)
+	want := []string{"main;main;idle||2|NULL|NULL", "main;serve;parse|b1|5|0102030405060708090a0b0c0d0e0f10|0102030405060708"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("decoded rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// main occurs 3 times across stored stacks.
+	got = queryStrings(t, w.DB(), `SELECT frame_name, frame_count FROM profile_frame_dictionary_local ORDER BY frame_id`)
+	if strings.Join(got, ",") != "main|3,serve|1,parse|1,idle|1" {
+		t.Fatalf("frame dictionary: %v", got)
+	}
+	// A second batch bumps counts of known frames in bulk.
+	if err := w.Write(ctx, &Batch{Rows: []StackRow{{Time: t0.Add(time.Second), ServiceID: "api", Frames: []string{"main", "gc"}, Count: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	got = queryStrings(t, w.DB(), `SELECT frame_name, frame_count FROM profile_frame_dictionary_local ORDER BY frame_id`)
+	if strings.Join(got, ",") != "main|4,serve|1,parse|1,idle|1,gc|1" {
+		t.Fatalf("frame dictionary after second batch: %v", got)
+	}
+	got = queryStrings(t, w.DB(), `SELECT build_id, service_id, binary_path, has_debug_info FROM binary_metadata_local`)
+	if strings.Join(got, ",") != "b1|api|/bin/api|true" {
+		t.Fatalf("binary metadata: %v", got)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// IDs survive a restart: the known frame keeps its ID, a new one follows.
+	w = open(t, path, schema.Local)
+	defer w.Close()
+	if err := w.Write(ctx, &Batch{Rows: []StackRow{{Time: t0.Add(2 * time.Second), ServiceID: "api", Frames: []string{"main", "new"}, Count: 1}},
+		Binaries: []Binary{{BuildID: "b1", ServiceID: "api", Path: "/bin/api", Seen: t0.Add(time.Hour)}}}); err != nil {
+		t.Fatal(err)
+	}
+	got = queryStrings(t, w.DB(), `SELECT frame_id, frame_name, frame_count FROM profile_frame_dictionary_local WHERE frame_name IN ('main', 'new') ORDER BY frame_id`)
+	if strings.Join(got, ",") != "1|main|5,6|new|1" {
+		t.Fatalf("IDs after restart: %v", got)
+	}
+	got = queryStrings(t, w.DB(), `SELECT first_seen, last_seen, has_debug_info FROM binary_metadata_local`)
+	if len(got) != 1 || !strings.Contains(got[0], "00:00:00") || !strings.Contains(got[0], "01:00:00") || !strings.HasSuffix(got[0], "false") {
+		t.Fatalf("upserted metadata: %v", got)
+	}
+}
+
+func TestSummaryPercentagesSpanBatches(t *testing.T) {
+	ctx := context.Background()
+	w := open(t, filepath.Join(t.TempDir(), "summary.duckdb"), schema.Summary)
+	defer w.Close()
+	row := func(svc string, frames []string, n int64) StackRow {
+		return StackRow{Time: t0, ServiceID: svc, PodName: "pod-1", BuildID: "b", Frames: frames, Count: n}
+	}
+	if err := w.Write(ctx, &Batch{Rows: []StackRow{row("api", []string{"a"}, 1), row("api", []string{"b"}, 3), row("db", []string{"c"}, 7)}}); err != nil {
+		t.Fatal(err)
+	}
+	got := queryStrings(t, w.DB(), `SELECT service_id, folded, round(sample_percentage, 2) FROM cpu_profile_summaries_decoded ORDER BY ALL`)
+	if strings.Join(got, ",") != "api|a|25,api|b|75,db|c|100" {
+		t.Fatalf("first batch: %v", got)
+	}
+	// A later batch for the same bucket: all shares of that bucket change.
+	if err := w.Write(ctx, &Batch{Rows: []StackRow{row("api", []string{"d"}, 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	got = queryStrings(t, w.DB(), `SELECT service_id, folded, round(sample_percentage, 2) FROM cpu_profile_summaries_decoded ORDER BY ALL`)
+	if strings.Join(got, ",") != "api|a|12.5,api|b|37.5,api|d|50,db|c|100" {
+		t.Fatalf("second batch: %v", got)
+	}
+}
+
+func TestFailedBatchLeavesNothingAndDictionaryInStep(t *testing.T) {
+	ctx := context.Background()
+	w := open(t, filepath.Join(t.TempDir(), "f.duckdb"), schema.Local)
+	defer w.Close()
+	// A canceled context fails the batch mid-way.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := w.Write(cctx, &Batch{Rows: []StackRow{{Time: t0, ServiceID: "s", Frames: []string{"x"}, Count: 1}}}); err == nil {
+		t.Fatal("write with canceled context succeeded")
+	}
+	if w.FrameCount() != 0 {
+		t.Fatalf("dictionary kept %d frames of a failed batch", w.FrameCount())
+	}
+	if err := w.Write(ctx, &Batch{Rows: []StackRow{{Time: t0, ServiceID: "s", Frames: []string{"x"}, Count: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	got := queryStrings(t, w.DB(), `SELECT folded FROM cpu_profile_samples_local_decoded`)
+	if strings.Join(got, ",") != "x" {
+		t.Fatalf("rows: %v", got)
+	}
+}
+
+func TestSamePathTwiceInProcessIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.duckdb")
+	w := open(t, path, schema.Local)
+	defer w.Close()
+	_, err := Open(context.Background(), path, schema.Local)
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("second open: %v, want ErrInUse", err)
+	}
+}
+
+func rawExec(t *testing.T, path string, stmts ...string) {
+	t.Helper()
+	c, err := duckdb.NewConnector(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(c)
+	for _, s := range stmts {
+		if _, err := db.Exec(s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	db.Close()
+	c.Close()
+}
+
+func TestSchemaMigratesV1AndRefusesForeignFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	v1 := filepath.Join(dir, "v1.duckdb")
+	rawExec(t, v1, append(schema.LegacyV1(schema.Local),
+		`INSERT INTO profile_frame_dictionary_local VALUES (1, 'main', 1)`,
+		`INSERT INTO cpu_profile_samples_local VALUES ('2026-01-01', 'api', 'b', [1], 9)`)...)
+	w := open(t, v1, schema.Local)
+	got := queryStrings(t, w.DB(), `SELECT folded, sample_count, coalesce(trace_id, 'NULL') FROM cpu_profile_samples_local_decoded`)
+	if strings.Join(got, ",") != "main|9|NULL" {
+		t.Fatalf("migrated rows: %v", got)
+	}
+	got = queryStrings(t, w.DB(), `SELECT version FROM schema_version`)
+	if got[0] != fmt.Sprint(schema.Version) {
+		t.Fatalf("version after migration: %v", got)
+	}
+	w.Close()
+
+	foreign := filepath.Join(dir, "foreign.duckdb")
+	rawExec(t, foreign, `CREATE TABLE t (x INTEGER)`, `INSERT INTO t VALUES (42)`)
+	if _, err := Open(ctx, foreign, schema.Local); !errors.Is(err, schema.ErrForeignFile) {
+		t.Fatalf("foreign file: %v", err)
+	}
+	newer := filepath.Join(dir, "newer.duckdb")
+	rawExec(t, newer, `CREATE TABLE schema_version (version INTEGER, tier VARCHAR, updated_at TIMESTAMP)`,
+		`INSERT INTO schema_version VALUES (99, 'local', now()::TIMESTAMP)`)
+	if _, err := Open(ctx, newer, schema.Local); err == nil || !strings.Contains(err.Error(), "newer than this hotpath") {
+		t.Fatalf("newer file: %v", err)
+	}
+	// Tier mismatch: a local file opened as summary.
+	local := filepath.Join(dir, "local.duckdb")
+	open(t, local, schema.Local).Close()
+	if _, err := Open(ctx, local, schema.Summary); err == nil || !strings.Contains(err.Error(), `holds the "local" tier`) {
+		t.Fatalf("tier mismatch: %v", err)
+	}
+	// Refused files are left as they were.
+	rawCheck := queryOnce(t, foreign, `SELECT count(*) FROM duckdb_tables()`)
+	if rawCheck != "1" {
+		t.Fatalf("foreign file was modified: %s tables", rawCheck)
+	}
+}
+
+func queryOnce(t *testing.T, path, q string) string {
+	t.Helper()
+	c, err := duckdb.NewConnector(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	db := sql.OpenDB(c)
+	defer db.Close()
+	var s string
+	if err := db.QueryRow(q).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,193 @@
+// Package sqlquery runs people's SQL against a hotpath DuckDB file safely:
+// one statement, read-only by DuckDB's own parser, inside a read-only
+// transaction, under a timeout and row and byte limits. The exporter's query
+// endpoint and `hotpath sql` (on a file no collector holds) share it, and
+// Client talks to the endpoint.
+package sqlquery
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	duckdb "github.com/duckdb/duckdb-go/v2"
+)
+
+// Limits bound one query.
+type Limits struct {
+	Timeout  time.Duration
+	MaxRows  int
+	MaxBytes int // JSON size of the rows
+}
+
+// DefaultLimits are the exporter's defaults (bytes: RFD 072's 100 MB cap).
+var DefaultLimits = Limits{Timeout: 30 * time.Second, MaxRows: 100_000, MaxBytes: 100 << 20}
+
+// Result is a query's answer; it is also the endpoint's JSON body.
+type Result struct {
+	Columns   []string `json:"columns"`
+	Types     []string `json:"types"`
+	Rows      [][]any  `json:"rows"`
+	Truncated string   `json:"truncated,omitempty"` // why rows stop early, "" when complete
+}
+
+// ErrNotReadOnly is returned for statements that are not a single read-only
+// query.
+var ErrNotReadOnly = errors.New("only a single read-only statement (SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE) is allowed")
+
+// DSN is the connection string of a hotpath file. External access (other
+// files, extensions) is off: queries see the file and nothing else.
+func DSN(path string, readOnly bool) string {
+	dsn := path + "?enable_external_access=false"
+	if readOnly {
+		dsn += "&access_mode=read_only"
+	}
+	return dsn
+}
+
+// OpenReadOnly opens a file no other process holds, for queries only.
+func OpenReadOnly(path string) (*sql.DB, func() error, error) {
+	c, err := duckdb.NewConnector(DSN(path, true), nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s read-only: %w", path, err)
+	}
+	db := sql.OpenDB(c)
+	return db, func() error { return errors.Join(db.Close(), c.Close()) }, nil
+}
+
+// Check asks DuckDB's parser whether stmt is exactly one SELECT-like
+// statement: json_serialize_sql serialises only SELECT statements (DESCRIBE,
+// SHOW and SUMMARIZE parse as such) and reports anything else as an error.
+func Check(ctx context.Context, conn *sql.Conn, stmt string) error {
+	var raw string
+	if err := conn.QueryRowContext(ctx, "SELECT json_serialize_sql($1::VARCHAR)::VARCHAR", stmt).Scan(&raw); err != nil {
+		return fmt.Errorf("parse statement: %w", err)
+	}
+	var parsed struct {
+		Error      bool              `json:"error"`
+		ErrorType  string            `json:"error_type"`
+		Message    string            `json:"error_message"`
+		Statements []json.RawMessage `json:"statements"`
+	}
+	if err := json.Unmarshal([]byte(raw), &parsed); err != nil {
+		return fmt.Errorf("parse statement: %w", err)
+	}
+	switch {
+	case parsed.Error && parsed.ErrorType == "parser":
+		return fmt.Errorf("syntax error: %s", parsed.Message)
+	case parsed.Error:
+		return fmt.Errorf("%w: %s", ErrNotReadOnly, parsed.Message)
+	case len(parsed.Statements) != 1:
+		return fmt.Errorf("%w: got %d statements", ErrNotReadOnly, len(parsed.Statements))
+	}
+	return nil
+}
+
+// Run checks and runs stmt on db within lim.
+func Run(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Result, error) {
+	if lim.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, lim.Timeout)
+		defer cancel()
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	if err := Check(ctx, conn, stmt); err != nil {
+		return nil, err
+	}
+	// A read-only transaction is the second guard: even a statement the
+	// check let through cannot write.
+	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION READ ONLY"); err != nil {
+		return nil, fmt.Errorf("begin read-only transaction: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK") //nolint:errcheck // read-only
+
+	rows, err := conn.QueryContext(ctx, stmt)
+	if err != nil {
+		return nil, wrapTimeout(ctx, err)
+	}
+	defer rows.Close()
+	cols, err := rows.ColumnTypes()
+	if err != nil {
+		return nil, fmt.Errorf("read columns: %w", err)
+	}
+	res := &Result{Rows: [][]any{}}
+	for _, c := range cols {
+		res.Columns = append(res.Columns, c.Name())
+		res.Types = append(res.Types, c.DatabaseTypeName())
+	}
+	size := 0
+	for rows.Next() {
+		if lim.MaxRows > 0 && len(res.Rows) >= lim.MaxRows {
+			res.Truncated = fmt.Sprintf("row limit %d reached", lim.MaxRows)
+			break
+		}
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, fmt.Errorf("read row: %w", err)
+		}
+		for i := range vals {
+			vals[i] = jsonValue(vals[i])
+		}
+		b, err := json.Marshal(vals)
+		if err != nil {
+			return nil, fmt.Errorf("encode row: %w", err)
+		}
+		if lim.MaxBytes > 0 && size+len(b) > lim.MaxBytes {
+			res.Truncated = fmt.Sprintf("byte limit %d reached", lim.MaxBytes)
+			break
+		}
+		size += len(b)
+		res.Rows = append(res.Rows, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapTimeout(ctx, err)
+	}
+	return res, nil
+}
+
+func wrapTimeout(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("query timed out: %w", err)
+	}
+	return fmt.Errorf("query: %w", err)
+}
+
+// jsonValue turns driver values into what encoding/json writes plainly.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case nil, bool, string, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64, int, uint:
+		return x
+	case time.Time:
+		return x.UTC().Format("2006-01-02 15:04:05.999999")
+	case []byte:
+		return string(x)
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = jsonValue(x[i])
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = jsonValue(e)
+		}
+		return out
+	case *big.Int:
+		return x.String()
+	default:
+		return fmt.Sprint(x)
+	}
+}
