@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"time"
 
 	"go.opentelemetry.io/collector/config/configoptional"
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/exporter/exporterhelper"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
 )
 
 // Config of the duckdbprofile exporter.
@@ -24,10 +26,35 @@ type Config struct {
 	BucketInterval time.Duration   `mapstructure:"bucket_interval"`
 	Retention      RetentionConfig `mapstructure:"retention"`
 	Query          QueryConfig     `mapstructure:"query"`
+	// DuckDB bounds the database engine's memory and threads in this
+	// process. Zero values take the tier's default: local (agent) 64MB and 1
+	// thread, summary (gateway) 1GB and 2 threads.
+	DuckDB DuckDBConfig `mapstructure:"duckdb"`
 
 	TimeoutConfig exporterhelper.TimeoutConfig                             `mapstructure:",squash"`
 	QueueConfig   configoptional.Optional[exporterhelper.QueueBatchConfig] `mapstructure:"sending_queue"`
 	RetryConfig   configretry.BackOffConfig                                `mapstructure:"retry_on_failure"`
+}
+
+// DuckDBConfig bounds DuckDB's resources.
+type DuckDBConfig struct {
+	MemoryLimit string `mapstructure:"memory_limit"` // e.g. "64MB", "1GB"
+	Threads     int    `mapstructure:"threads"`
+}
+
+var memoryLimitPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$`)
+
+// resources returns the DuckDB bounds with the tier's defaults filled in.
+func (c *Config) resources() writer.Resources {
+	r := writer.Resources{MemoryLimit: c.DuckDB.MemoryLimit, Threads: c.DuckDB.Threads}
+	local := schema.Tier(c.Tier) == schema.Local
+	if r.MemoryLimit == "" {
+		r.MemoryLimit = map[bool]string{true: "64MB", false: "1GB"}[local]
+	}
+	if r.Threads == 0 {
+		r.Threads = map[bool]int{true: 1, false: 2}[local]
+	}
+	return r
 }
 
 // RetentionConfig says how long rows are kept. Zero values take the tier's
@@ -111,6 +138,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Path == "" {
 		errs = append(errs, errors.New("path must name the DuckDB file to write"))
+	}
+	if m := c.DuckDB.MemoryLimit; m != "" && !memoryLimitPattern.MatchString(m) {
+		errs = append(errs, fmt.Errorf("duckdb.memory_limit must be a size such as 64MB or 1GB, got %q", m))
+	}
+	if c.DuckDB.Threads < 0 || c.DuckDB.Threads > 256 {
+		errs = append(errs, fmt.Errorf("duckdb.threads must be between 0 (tier default) and 256, got %d", c.DuckDB.Threads))
 	}
 	if schema.Tier(c.Tier) == schema.Summary && c.BucketInterval <= 0 {
 		errs = append(errs, fmt.Errorf("bucket_interval must be positive for the summary tier, got %s", c.BucketInterval))

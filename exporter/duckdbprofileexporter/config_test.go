@@ -47,6 +47,8 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 		"public":    {func(c *Config) { c.Query.Endpoint = "0.0.0.0:7072" }, "not a loopback address; set query.token"},
 		"endpoint":  {func(c *Config) { c.Query.Endpoint = "7072" }, "query.endpoint must be host:port"},
 		"rows":      {func(c *Config) { c.Query.MaxRows = 0 }, "query.max_rows must be positive"},
+		"memory":    {func(c *Config) { c.DuckDB.MemoryLimit = "64 potatoes" }, "duckdb.memory_limit must be a size"},
+		"threads":   {func(c *Config) { c.DuckDB.Threads = -1 }, "duckdb.threads must be between"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -65,6 +67,23 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 	cfg.Query.Endpoint = "0.0.0.0:1"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Agents default to a small DuckDB, gateways to a larger one.
+func TestDuckDBResourceDefaultsByTier(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Tier = "local"
+	if r := cfg.resources(); r.MemoryLimit != "64MB" || r.Threads != 1 {
+		t.Errorf("local tier resources = %+v", r)
+	}
+	cfg.Tier = "summary"
+	if r := cfg.resources(); r.MemoryLimit != "1GB" || r.Threads != 2 {
+		t.Errorf("summary tier resources = %+v", r)
+	}
+	cfg.DuckDB = DuckDBConfig{MemoryLimit: "3GB", Threads: 4}
+	if r := cfg.resources(); r.MemoryLimit != "3GB" || r.Threads != 4 {
+		t.Errorf("configured resources = %+v", r)
 	}
 }
 

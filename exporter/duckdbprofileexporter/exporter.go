@@ -40,7 +40,7 @@ func newProfilesExporter(cfg *Config, logger *zap.Logger) *profilesExporter {
 }
 
 func (e *profilesExporter) start(ctx context.Context, _ component.Host) error {
-	w, err := writer.Open(ctx, e.cfg.Path, schema.Tier(e.cfg.Tier))
+	w, err := writer.Open(ctx, e.cfg.Path, schema.Tier(e.cfg.Tier), writer.WithResources(e.cfg.resources()))
 	if err != nil {
 		return err
 	}

@@ -236,6 +236,18 @@ type Stats struct {
 	KernelBytes  int // heap bytes of the kallsyms table, 0 when not loaded
 }
 
+// Trim releases the file pages of every cached table from the process's
+// memory (see SymbolTable.Trim). Call it after each interval's symbolization.
+func (s *Symbolizer) Trim() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for el := s.cache.ll.Front(); el != nil; el = el.Next() {
+		if t := el.Value.(*cacheEntry).table; t != nil {
+			t.Trim()
+		}
+	}
+}
+
 // Stats returns cache figures, for the agent's own telemetry.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()

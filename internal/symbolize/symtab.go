@@ -43,7 +43,8 @@ type SymbolTable struct {
 	gopc  *goPCLN     // nil when the file has no Go pclntab
 	lines *dwarfLines // nil when the file has no DWARF line info
 
-	mapped int // bytes of file mapping (not heap)
+	mapped int    // bytes of file mapping (not heap)
+	data   []byte // the file mapping the Go and DWARF readers refer into; nil when released at load
 }
 
 type loadSegment struct{ off, vaddr, filesz uint64 }
@@ -88,9 +89,20 @@ func newSymbolTable(f *os.File) (*SymbolTable, error) {
 		_ = syscall.Munmap(data)
 		t.mapped = 0
 	} else {
+		t.data = data
 		runtime.AddCleanup(t, func(b []byte) { _ = syscall.Munmap(b) }, data)
 	}
 	return t, nil
+}
+
+// Trim drops the table's file pages from this process's page tables. They
+// stay in the page cache and fault back in on the next lookup, so a large
+// binary's pclntab or DWARF lines cost the agent's RSS only while an
+// interval is being symbolized, not between intervals.
+func (t *SymbolTable) Trim() {
+	if t.data != nil {
+		_ = syscall.Madvise(t.data, syscall.MADV_DONTNEED)
+	}
 }
 
 // parseSymbolTable builds a table from an ELF image. The Go pclntab and

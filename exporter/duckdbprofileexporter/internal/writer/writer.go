@@ -66,6 +66,7 @@ type Writer struct {
 	path string
 	tier schema.Tier
 	tb   schema.Tables
+	res  Resources
 
 	mu        sync.Mutex // serialises everything that writes
 	connector *duckdb.Connector
@@ -81,7 +82,20 @@ var ErrInUse = errors.New("file is already open in this process")
 
 // Open opens (creating if needed) the file at path for tier t and loads its
 // frame dictionary.
-func Open(ctx context.Context, path string, t schema.Tier) (*Writer, error) {
+// Resources bounds what DuckDB may use in this process: an agent must stay
+// small, while DuckDB's defaults take 80% of RAM and every core.
+type Resources struct {
+	MemoryLimit string // DuckDB size, e.g. "64MB"; "" keeps DuckDB's default
+	Threads     int    // 0 keeps DuckDB's default
+}
+
+// Option configures Open.
+type Option func(*Writer)
+
+// WithResources applies r to the database when it is opened.
+func WithResources(r Resources) Option { return func(w *Writer) { w.res = r } }
+
+func Open(ctx context.Context, path string, t schema.Tier, opts ...Option) (*Writer, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("resolve path %q: %w", path, err)
@@ -95,6 +109,9 @@ func Open(ctx context.Context, path string, t schema.Tier) (*Writer, error) {
 	openMu.Unlock()
 
 	w := &Writer{path: abs, tier: t, tb: schema.TablesFor(t)}
+	for _, o := range opts {
+		o(w)
+	}
 	if err := w.open(ctx); err != nil {
 		openMu.Lock()
 		delete(openPaths, abs)
@@ -119,6 +136,10 @@ func (w *Writer) open(ctx context.Context) error {
 	}
 	db := sql.OpenDB(c)
 	cleanup := func() { db.Close(); c.Close() }
+	if err := w.res.apply(ctx, db); err != nil {
+		cleanup()
+		return fmt.Errorf("configure %s: %w", w.path, err)
+	}
 	if err := schema.Ensure(ctx, db, w.tier); err != nil {
 		cleanup()
 		return fmt.Errorf("prepare schema in %s: %w", w.path, err)
@@ -559,6 +580,21 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 	}
 	if after != nil {
 		after(w.dict)
+	}
+	return nil
+}
+
+func (r Resources) apply(ctx context.Context, db *sql.DB) error {
+	if r.MemoryLimit != "" {
+		// SET takes no parameters; the value is validated by the config.
+		if _, err := db.ExecContext(ctx, fmt.Sprintf("SET memory_limit = '%s'", r.MemoryLimit)); err != nil {
+			return fmt.Errorf("memory_limit %q: %w", r.MemoryLimit, err)
+		}
+	}
+	if r.Threads > 0 {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf("SET threads = %d", r.Threads)); err != nil {
+			return fmt.Errorf("threads %d: %w", r.Threads, err)
+		}
 	}
 	return nil
 }

@@ -240,3 +240,23 @@ func queryOnce(t *testing.T, path, q string) string {
 	}
 	return s
 }
+
+// The agent bounds DuckDB's memory and threads; the settings hold on every
+// connection of the database.
+func TestResourcesBoundDuckDB(t *testing.T) {
+	w, err := Open(context.Background(), filepath.Join(t.TempDir(), "r.duckdb"), schema.Local,
+		WithResources(Resources{MemoryLimit: "48MB", Threads: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	got := queryStrings(t, w.DB(), "SELECT current_setting('memory_limit') || ' ' || current_setting('threads')")
+	// DuckDB reports the limit in its own units (48MB is 45.7 MiB).
+	if len(got) != 1 || !strings.HasSuffix(got[0], " 1") || !strings.HasPrefix(got[0], "45.7 MiB") {
+		t.Errorf("settings = %v, want 45.7 MiB and 1 thread", got)
+	}
+	if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "bad.duckdb"), schema.Local,
+		WithResources(Resources{MemoryLimit: "lots"})); err == nil {
+		t.Error("a memory_limit DuckDB cannot parse was accepted")
+	}
+}

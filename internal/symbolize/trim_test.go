@@ -1,0 +1,77 @@
+package symbolize
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// mappingRSS is the resident size in kB of this process's mapping that
+// starts at addr, from /proc/self/smaps.
+func mappingRSS(t *testing.T, addr uintptr) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	prefix := fmt.Sprintf("%x-", addr)
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if f := strings.Fields(line); len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4 {
+			in = strings.HasPrefix(line, prefix)
+			continue
+		}
+		if in && strings.HasPrefix(line, "Rss:") {
+			kb, _ := strconv.Atoi(strings.Fields(line)[1])
+			return kb
+		}
+	}
+	t.Fatalf("no mapping at %#x", addr)
+	return 0
+}
+
+// Trim gives back the pages lookups faulted in, and lookups keep working.
+func TestTrimReleasesFilePages(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := OpenSymbolTable(exe) // this Go test binary: pclntab read in place
+	if err != nil {
+		t.Fatal(err)
+	}
+	if table.data == nil {
+		t.Fatal("the table of a Go binary keeps no file mapping; nothing to trim")
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(table.data)))
+
+	// Resolve many functions of this binary, touching much of its pclntab.
+	fns := []any{TestTrimReleasesFilePages, OpenSymbolTable, New, fmt.Sprintf, strconv.Atoi, bufio.NewScanner, os.Open, reflect.ValueOf}
+	lookupAll := func() {
+		for _, fn := range fns {
+			pc := uint64(reflect.ValueOf(fn).Pointer())
+			sym, ok := table.Lookup(pc)
+			if !ok || sym.Function == "" {
+				t.Fatalf("no symbol for %#x", pc)
+			}
+		}
+	}
+	lookupAll()
+	before := mappingRSS(t, start)
+	if before == 0 {
+		t.Fatal("lookups left no resident pages: the test measures nothing")
+	}
+	table.Trim()
+	if after := mappingRSS(t, start); after >= before || after > 8 {
+		t.Errorf("after Trim the mapping holds %d kB resident (before: %d kB)", after, before)
+	}
+	lookupAll()
+}
