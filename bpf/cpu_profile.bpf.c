@@ -13,13 +13,14 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include "trace_ctx.h"
 
 #define MAX_STACK_DEPTH 127
 #define EEXIST 17
 #define E2BIG 7
 
-// Room for trace/span IDs is kept now so the key (and the maps built on it)
-// does not change when trace-driven profiling fills them.
+// trace_id/span_id: the trace context active on the sampled thread or
+// goroutine (see trace_ctx.h), zero when there is none.
 struct sample_key {
 	__u32 pid;
 	__u32 tid;
@@ -41,6 +42,7 @@ struct sample_stats {
 	__u64 kernel_stack_collision;
 	__u64 kernel_stack_missing;
 	__u64 events_lost;
+	__u64 traced; // samples that found a trace context
 };
 
 enum event_kind {
@@ -95,6 +97,10 @@ struct {
 // the mmapped .bss.
 volatile __u32 active_set;
 
+// Set by the loader when trace context maps are wired in; with 0 the
+// sampler skips the lookups (and their cost) entirely.
+volatile const __u32 trace_lookup = 0;
+
 // Make the struct types visible to bpf2go (-type).
 const struct sample_key *unused_sample_key __attribute__((unused));
 const struct sample_stats *unused_sample_stats __attribute__((unused));
@@ -120,6 +126,27 @@ static __always_inline void count_stack_error(__u64 *collision, __u64 *missing, 
 		__sync_fetch_and_add(collision, 1);
 	else
 		__sync_fetch_and_add(missing, 1);
+}
+
+// lookup_trace copies the trace context of what is running into key: the
+// goroutine's (Go SDK) first, else the thread's (C SDK, OBI, anything that
+// writes traces_ctx_v1).
+static __always_inline void lookup_trace(struct sample_stats *st, struct sample_key *key, __u64 pid_tgid)
+{
+	struct go_trace_key gk = {};
+	struct trace_ctx *tc = 0;
+
+	gk.tgid = pid_tgid >> 32;
+	gk.g = current_g();
+	if (gk.g)
+		tc = bpf_map_lookup_elem(&go_traces, &gk);
+	if (!tc)
+		tc = bpf_map_lookup_elem(&traces_ctx_v1, &pid_tgid);
+	if (!tc)
+		return;
+	__builtin_memcpy(key->trace_id, tc->trace_id, sizeof(key->trace_id));
+	__builtin_memcpy(key->span_id, tc->span_id, sizeof(key->span_id));
+	__sync_fetch_and_add(&st->traced, 1);
 }
 
 static __always_inline void count_sample(struct sample_stats *st, void *counts, struct sample_key *key)
@@ -169,6 +196,8 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	__builtin_memset(&key, 0, sizeof(key));
 	key.pid = pid;
 	key.tid = (__u32)pid_tgid;
+	if (trace_lookup)
+		lookup_trace(st, &key, pid_tgid);
 
 	// bpf_get_stackid needs a map pointer known at verification time, so
 	// each set gets its own branch instead of a pointer chosen at run time.
@@ -216,6 +245,13 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	__u32 pid = p->tgid;
 	struct sample_stats *st;
 
+	if (trace_lookup) {
+		// A thread's context dies with it: drop it now rather than wait
+		// for LRU eviction (a new thread may reuse the id).
+		__u64 pid_tgid = ((__u64)p->tgid << 32) | (__u32)p->pid;
+
+		bpf_map_delete_elem(&traces_ctx_v1, &pid_tgid);
+	}
 	if (p->pid != p->tgid)
 		return 0; // a thread, not the thread-group leader
 	st = stats_for(active_set & 1);

@@ -12,7 +12,8 @@ import (
 )
 
 // Tally sums one process's samples (samples/count profiles only) by leaf
-// function and by folded stack (root first, ";"-joined).
+// function (the innermost user-space frame) and by folded stack (root first,
+// ";"-joined).
 type Tally struct {
 	Total   int64
 	Leaf    map[string]int64
@@ -60,11 +61,27 @@ func (t *Tally) addSamples(dict pprofile.ProfilesDictionary, p pprofile.Profile)
 			names[idx.Len()-1-i] = profileschema.FrameName(dict, dict.LocationTable().At(int(idx.At(i))))
 		}
 		t.Total += n
-		if len(names) > 0 {
-			t.Leaf[names[len(names)-1]] += n
+		if leaf := userLeaf(names); leaf != "" {
+			t.Leaf[leaf] += n
 		}
 		t.Folded[strings.Join(names, ";")] += n
 	}
+}
+
+// userLeaf is the innermost user-space frame of a root-first stack: time the
+// kernel spent in an interrupt while that function ran is the function's
+// (interrupts are frequent on a loaded machine and would blur shares). A
+// kernel-only stack gives its kernel leaf.
+func userLeaf(names []string) string {
+	for i := len(names) - 1; i >= 0; i-- {
+		if !strings.HasSuffix(names[i], "_[k]") {
+			return names[i]
+		}
+	}
+	if len(names) > 0 {
+		return names[len(names)-1]
+	}
+	return ""
 }
 
 // CheckShares checks the workload's known profile: the hot functions a and b

@@ -37,6 +37,21 @@ type Config struct {
 	Include Filter `mapstructure:"include"`
 	// Exclude drops processes matching it (applied after Include).
 	Exclude Filter `mapstructure:"exclude"`
+	// TraceContext tags samples with the trace active on the sampled thread
+	// or goroutine (README: "Trace context").
+	TraceContext TraceContextConfig `mapstructure:"trace_context"`
+}
+
+// TraceContextConfig configures trace-driven profiling.
+type TraceContextConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+	// BPFFS is the bpffs mount holding the shared map
+	// (<bpffs>/otel/traces_ctx_v1); mounted there when missing.
+	BPFFS string `mapstructure:"bpffs"`
+	// RescanInterval is how often all processes are checked for SDK
+	// markers (those started before the agent, never sampled, or that
+	// loaded a library with markers later).
+	RescanInterval time.Duration `mapstructure:"rescan_interval"`
 }
 
 // ServiceNameRule maps executables to a service name.
@@ -64,6 +79,11 @@ func createDefaultConfig() *Config {
 		FrequencyHz:     19,
 		Interval:        15 * time.Second,
 		MaxUniqueStacks: 10000,
+		TraceContext: TraceContextConfig{
+			Enabled:        true,
+			BPFFS:          "/sys/fs/bpf",
+			RescanInterval: 30 * time.Second,
+		},
 	}
 }
 
@@ -98,6 +118,14 @@ func (c *Config) Validate() error {
 			if pid <= 0 {
 				errs = append(errs, fmt.Errorf("%s.pids must be positive process IDs (got %d)", name, pid))
 			}
+		}
+	}
+	if tc := c.TraceContext; tc.Enabled {
+		if !filepath.IsAbs(tc.BPFFS) {
+			errs = append(errs, fmt.Errorf("trace_context.bpffs must be an absolute path to a bpffs mount (got %q)", tc.BPFFS))
+		}
+		if tc.RescanInterval < time.Second || tc.RescanInterval > time.Hour {
+			errs = append(errs, fmt.Errorf("trace_context.rescan_interval must be between 1s and 1h (got %s)", tc.RescanInterval))
 		}
 	}
 	return errors.Join(errs...)

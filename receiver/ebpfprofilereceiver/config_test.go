@@ -23,6 +23,8 @@ func TestConfigValidate(t *testing.T) {
 		{"rule without service", func(c *Config) { c.ServiceNameRules = []ServiceNameRule{{Executable: "java"}} }, "needs both"},
 		{"bad glob", func(c *Config) { c.Include.Executables = []string{"[x"} }, "not a valid glob"},
 		{"bad pid", func(c *Config) { c.Exclude.PIDs = []int{-3} }, "exclude.pids"},
+		{"relative bpffs", func(c *Config) { c.TraceContext.BPFFS = "sys/fs/bpf" }, "trace_context.bpffs"},
+		{"rescan too often", func(c *Config) { c.TraceContext.RescanInterval = time.Millisecond }, "trace_context.rescan_interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := createDefaultConfig()

@@ -21,6 +21,7 @@ type processEntry struct {
 	keep     bool
 	snapshot *symbolize.Process // nil when the process was gone before it could be read
 	mappings []profilebuilder.Mapping
+	readAt   time.Time
 	exitedAt time.Time
 }
 
@@ -32,6 +33,7 @@ type processTable struct {
 
 	mu      sync.Mutex
 	entries map[int]*processEntry
+	closed  bool // after closeAll: late lifecycle work must not reopen files
 }
 
 func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer) *processTable {
@@ -49,10 +51,42 @@ func (t *processTable) observe(pid int, exec bool) {
 	}
 	e := t.read(pid)
 	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		e.close()
+		return
+	}
 	prev := t.entries[pid]
 	t.entries[pid] = e
 	t.mu.Unlock()
 	prev.close()
+}
+
+// refresh re-reads a live process whose stacks hit addresses outside its
+// snapshot (libraries the dynamic loader or dlopen mapped after it was read),
+// at most once per interval: readBefore is the interval's drain time.
+func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
+	t.mu.Lock()
+	old := t.entries[pid]
+	t.mu.Unlock()
+	if old != nil && (!old.readAt.Before(readBefore) || !old.exitedAt.IsZero()) {
+		return old
+	}
+	e := t.read(pid)
+	if e.snapshot == nil {
+		e.close()
+		return old // gone meanwhile: keep what we had
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		e.close()
+		return old
+	}
+	t.entries[pid] = e
+	t.mu.Unlock()
+	old.close()
+	return e
 }
 
 // lookup returns the entry for pid, reading the process if it was never
@@ -102,6 +136,7 @@ func (t *processTable) forgetExitedBefore(drain time.Time) {
 func (t *processTable) closeAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.closed = true
 	for pid, e := range t.entries {
 		delete(t.entries, pid)
 		e.close()
@@ -121,7 +156,7 @@ func (t *processTable) len() int {
 }
 
 func (t *processTable) read(pid int) *processEntry {
-	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}}
+	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}, readAt: time.Now()}
 	info, err := procinfo.Read("/proc", pid)
 	if err != nil {
 		// Exited before we could look: its frames stay as raw addresses.

@@ -29,6 +29,7 @@ type profileReceiver struct {
 	symbolizer *symbolize.Symbolizer
 	procs      *processTable
 	metrics    *selfMetrics
+	traceCtx   *traceContext // nil: trace context off
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -65,12 +66,15 @@ func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
 	if err := sampler.CheckPrivileges(); err != nil {
 		return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
 	}
+	r.traceCtx = openTraceContext(r.cfg.TraceContext, r.set.Logger)
 	s, err := sampler.Open(sampler.Config{
 		FrequencyHz:     r.cfg.FrequencyHz,
 		MaxUniqueStacks: r.cfg.MaxUniqueStacks,
 		Interval:        r.cfg.Interval,
+		TraceContext:    r.traceCtx.samplerMaps(),
 	})
 	if err != nil {
+		_ = r.traceCtx.close()
 		return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
 	}
 	r.sampler = s
@@ -86,8 +90,9 @@ func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go func() { defer r.wg.Done(); r.watchProcesses(ctx) }()
+	go func() { defer r.wg.Done(); r.traceCtx.run(ctx) }()
 	go func() { defer r.wg.Done(); r.emitEveryInterval(ctx) }()
 	return nil
 }
@@ -102,7 +107,7 @@ func (r *profileReceiver) Shutdown(ctx context.Context) error {
 	r.wg.Wait()
 	start := alignedStart(time.Now(), r.cfg.Interval)
 	err := r.emit(ctx, start)
-	err = errors.Join(err, r.sampler.Close())
+	err = errors.Join(err, r.sampler.Close(), r.traceCtx.close())
 	r.procs.closeAll()
 	return err
 }
@@ -120,11 +125,16 @@ func (r *profileReceiver) watchProcesses(ctx context.Context) {
 			if !ok {
 				return
 			}
+			r.traceCtx.event(ev)
 			switch ev.Kind {
 			case sampler.EventSeen:
 				r.procs.observe(int(ev.PID), false)
 			case sampler.EventExec:
-				r.procs.observe(int(ev.PID), true)
+				// Read the new program at once (it may exit soon), and again
+				// once the dynamic loader has mapped its libraries.
+				pid := int(ev.PID)
+				r.procs.observe(pid, true)
+				time.AfterFunc(execSettleDelay, func() { r.procs.refresh(pid, time.Now()) })
 			case sampler.EventExit:
 				r.procs.exited(int(ev.PID), time.Now())
 			}
@@ -172,9 +182,17 @@ func (r *profileReceiver) emit(ctx context.Context, start time.Time) error {
 			continue
 		}
 		kept += s.Count
-		b.Add(proc.resource, r.symbolizeSample(proc, s), s.TraceID, s.SpanID, s.Count)
+		frames := r.symbolizeSample(proc, s)
+		if proc.snapshot != nil && hasUnmappedUserFrame(frames) {
+			if fresh := r.procs.refresh(int(s.PID), drainedAt); fresh != proc {
+				proc = fresh
+				frames = r.symbolizeSample(proc, s)
+			}
+		}
+		b.Add(proc.resource, frames, s.TraceID, s.SpanID, s.Count)
 	}
 	symDur := time.Since(symStart)
+	r.symbolizer.Trim() // file pages back to the page cache until the next interval
 	r.procs.forgetExitedBefore(drainedAt)
 	r.metrics.record(ctx, batch.Stats, kept, filtered, symDur, r.procs.len(), r.sampler.MapMemoryBytes())
 	if lost := batch.Stats.LostMapFull; lost > 0 {
@@ -228,3 +246,16 @@ func (r *profileReceiver) symbolizeSample(proc *processEntry, s *sampler.Sample)
 }
 
 var kernelMapping = &profilebuilder.Mapping{File: "[kernel.kallsyms]"}
+
+// execSettleDelay is how long after exec a process is read again: by then the
+// dynamic loader has mapped its shared libraries.
+const execSettleDelay = 50 * time.Millisecond
+
+func hasUnmappedUserFrame(frames []profilebuilder.Frame) bool {
+	for i := range frames {
+		if frames[i].Kind != profilebuilder.Kernel && frames[i].Mapping == nil {
+			return true
+		}
+	}
+	return false
+}

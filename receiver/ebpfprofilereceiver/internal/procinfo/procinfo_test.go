@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestContainerID(t *testing.T) {
@@ -52,9 +53,17 @@ func TestReadRealProcess(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
-	info, err := Read("/proc", cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
+	// Start returns once exec has closed the child's close-on-exec pipe, which
+	// the kernel does before it lays out the new environment: poll briefly.
+	var info Info
+	for i := 0; i < 100; i++ {
+		if info, err = Read("/proc", cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		if info.EnvService != "" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	want, _ := filepath.EvalSymlinks(sleep)
 	if info.ExePath != want || info.ExeName != filepath.Base(want) {

@@ -9,6 +9,8 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // Defaults applied to zero Config fields.
@@ -46,6 +48,9 @@ type Config struct {
 	// StackMapEntries overrides the size of each of the two stack maps
 	// (rounded up to a power of two). 0 picks one from the other fields.
 	StackMapEntries int
+	// TraceContext, when set, makes every sample carry the trace context
+	// found in these maps (see TraceMaps). nil: no lookup, zero IDs.
+	TraceContext *TraceMaps
 	// Logger receives warnings (e.g. lifecycle tracing unavailable). nil
 	// uses slog.Default().
 	Logger *slog.Logger
@@ -85,6 +90,17 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("max unique stacks %d: must be at most %d", c.MaxUniqueStacks, maxEntries))
 	}
 	return errors.Join(errs...)
+}
+
+// TraceMaps are the trace context maps the sampler reads at sample time.
+// Their owner (the tracectx package) creates or opens them; the sampler
+// uses them without taking ownership (it closes only its own clones).
+type TraceMaps struct {
+	// Threads is traces_ctx_v1: pid_tgid -> (trace ID, span ID), the map
+	// shared with OpenTelemetry eBPF Instrumentation.
+	Threads *ebpf.Map
+	// Goroutines is go_traces: (tgid, g pointer) -> (trace ID, span ID).
+	Goroutines *ebpf.Map
 }
 
 // mapSizes is how many entries each map gets.

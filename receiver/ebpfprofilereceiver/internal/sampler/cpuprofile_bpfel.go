@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type cpuProfileGoTraceKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	G    uint64
+}
+
 type cpuProfileLifecycleEvent struct {
 	_    structs.HostLayout
 	Kind uint32
@@ -39,6 +46,13 @@ type cpuProfileSampleStats struct {
 	KernelStackCollision uint64
 	KernelStackMissing   uint64
 	EventsLost           uint64
+	Traced               uint64
+}
+
+type cpuProfileTraceCtx struct {
+	_       structs.HostLayout
+	TraceId [16]uint8
+	SpanId  [8]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -48,14 +62,17 @@ const (
 	cpuProfileMapCounts0              = "counts_0"
 	cpuProfileMapCounts1              = "counts_1"
 	cpuProfileMapEvents               = "events"
+	cpuProfileMapGoTraces             = "go_traces"
 	cpuProfileMapSeenPids             = "seen_pids"
 	cpuProfileMapStacks0              = "stacks_0"
 	cpuProfileMapStacks1              = "stacks_1"
 	cpuProfileMapStats                = "stats"
+	cpuProfileMapTracesCtxV1          = "traces_ctx_v1"
 	cpuProfileProgCpuSample           = "cpu_sample"
 	cpuProfileProgProcExec            = "proc_exec"
 	cpuProfileProgProcExit            = "proc_exit"
 	cpuProfileVarActiveSet            = "active_set"
+	cpuProfileVarTraceLookup          = "trace_lookup"
 	cpuProfileVarUnusedLifecycleEvent = "unused_lifecycle_event"
 	cpuProfileVarUnusedSampleKey      = "unused_sample_key"
 	cpuProfileVarUnusedSampleStats    = "unused_sample_stats"
@@ -112,13 +129,15 @@ type cpuProfileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cpuProfileMapSpecs struct {
-	Counts0  *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1  *ebpf.MapSpec `ebpf:"counts_1"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	SeenPids *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stacks0  *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1  *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats    *ebpf.MapSpec `ebpf:"stats"`
+	Counts0     *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1     *ebpf.MapSpec `ebpf:"counts_1"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	GoTraces    *ebpf.MapSpec `ebpf:"go_traces"`
+	SeenPids    *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stacks0     *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1     *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	TracesCtxV1 *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
 }
 
 // cpuProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -126,6 +145,7 @@ type cpuProfileMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type cpuProfileVariableSpecs struct {
 	ActiveSet            *ebpf.VariableSpec `ebpf:"active_set"`
+	TraceLookup          *ebpf.VariableSpec `ebpf:"trace_lookup"`
 	UnusedLifecycleEvent *ebpf.VariableSpec `ebpf:"unused_lifecycle_event"`
 	UnusedSampleKey      *ebpf.VariableSpec `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.VariableSpec `ebpf:"unused_sample_stats"`
@@ -151,13 +171,15 @@ func (o *cpuProfileObjects) Close() error {
 //
 // It can be passed to loadCpuProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cpuProfileMaps struct {
-	Counts0  *ebpf.Map `ebpf:"counts_0"`
-	Counts1  *ebpf.Map `ebpf:"counts_1"`
-	Events   *ebpf.Map `ebpf:"events"`
-	SeenPids *ebpf.Map `ebpf:"seen_pids"`
-	Stacks0  *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1  *ebpf.Map `ebpf:"stacks_1"`
-	Stats    *ebpf.Map `ebpf:"stats"`
+	Counts0     *ebpf.Map `ebpf:"counts_0"`
+	Counts1     *ebpf.Map `ebpf:"counts_1"`
+	Events      *ebpf.Map `ebpf:"events"`
+	GoTraces    *ebpf.Map `ebpf:"go_traces"`
+	SeenPids    *ebpf.Map `ebpf:"seen_pids"`
+	Stacks0     *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1     *ebpf.Map `ebpf:"stacks_1"`
+	Stats       *ebpf.Map `ebpf:"stats"`
+	TracesCtxV1 *ebpf.Map `ebpf:"traces_ctx_v1"`
 }
 
 func (m *cpuProfileMaps) Close() error {
@@ -165,10 +187,12 @@ func (m *cpuProfileMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.Events,
+		m.GoTraces,
 		m.SeenPids,
 		m.Stacks0,
 		m.Stacks1,
 		m.Stats,
+		m.TracesCtxV1,
 	)
 }
 
@@ -177,6 +201,7 @@ func (m *cpuProfileMaps) Close() error {
 // It can be passed to loadCpuProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cpuProfileVariables struct {
 	ActiveSet            *ebpf.Variable `ebpf:"active_set"`
+	TraceLookup          *ebpf.Variable `ebpf:"trace_lookup"`
 	UnusedLifecycleEvent *ebpf.Variable `ebpf:"unused_lifecycle_event"`
 	UnusedSampleKey      *ebpf.Variable `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.Variable `ebpf:"unused_sample_stats"`

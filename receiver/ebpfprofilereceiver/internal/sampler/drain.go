@@ -23,8 +23,10 @@ type Batch struct {
 // sampled.
 type Sample struct {
 	PID, TID uint32
-	TraceID  [16]byte // zero until trace-driven profiling fills it
-	SpanID   [8]byte
+	// TraceID and SpanID are the trace context active when the samples
+	// were taken (Config.TraceContext); zero when there was none.
+	TraceID [16]byte
+	SpanID  [8]byte
 	// UserStack and KernelStack are instruction addresses, leaf first; nil
 	// when the stack could not be taken (see Stats).
 	UserStack   []uint64
@@ -48,6 +50,9 @@ type Stats struct {
 	KernelStackCollisions uint64
 	KernelStackMissing    uint64
 	LostEvents            uint64 // lifecycle events dropped: ring buffer full
+	// Traced samples found a trace context (goroutine or thread); they
+	// carry non-zero TraceID/SpanID.
+	Traced uint64
 }
 
 func (s *Stats) add(o cpuProfileSampleStats) {
@@ -59,6 +64,7 @@ func (s *Stats) add(o cpuProfileSampleStats) {
 	s.KernelStackCollisions += o.KernelStackCollision
 	s.KernelStackMissing += o.KernelStackMissing
 	s.LostEvents += o.EventsLost
+	s.Traced += o.Traced
 }
 
 // drainScratch holds buffers reused across drains; only the returned

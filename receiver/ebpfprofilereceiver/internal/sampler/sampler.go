@@ -1,8 +1,10 @@
 //go:build linux
 
 // Package sampler runs hotpath's eBPF CPU sampler: a perf_event program on
-// every online CPU counts (pid, tid, user stack, kernel stack) samples in the
-// kernel, and Drain hands the counts of the last interval to user space.
+// every online CPU counts (pid, tid, user stack, kernel stack, trace context)
+// samples in the kernel, and Drain hands the counts of the last interval to
+// user space. The trace context comes from maps the caller provides
+// (Config.TraceContext; see the tracectx package).
 // It also reports process lifecycle events (first seen, exec, exit) so the
 // caller can read /proc/PID/maps while a process is still alive.
 package sampler
@@ -112,12 +114,16 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	for _, name := range []string{cpuProfileMapStacks0, cpuProfileMapStacks1} {
 		spec.Maps[name].MaxEntries = s.sizes.stacks
 	}
+	traceMaps, err := s.configureTraceContext(spec, cfg.TraceContext)
+	if err != nil {
+		return nil, err
+	}
 	if editSpec != nil {
 		editSpec(spec)
 	}
 
 	cache := btf.NewCache()
-	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache}); err != nil {
+	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache, MapReplacements: traceMaps}); err != nil {
 		return nil, fmt.Errorf("load BPF sampling program: %w", explainLoadError(err))
 	}
 	s.sets = [2]mapSet{
@@ -158,16 +164,44 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	return s, nil
 }
 
+// configureTraceContext turns the per-sample trace lookup on and returns the
+// map replacements when maps are given; otherwise the lookup is compiled out
+// (a constant) and the placeholder maps are created tiny and unpinned.
+func (s *Sampler) configureTraceContext(spec *ebpf.CollectionSpec, tm *TraceMaps) (map[string]*ebpf.Map, error) {
+	if tm == nil {
+		for _, name := range []string{cpuProfileMapTracesCtxV1, cpuProfileMapGoTraces} {
+			spec.Maps[name].Pinning = ebpf.PinNone
+			spec.Maps[name].MaxEntries = 1
+		}
+		return nil, nil
+	}
+	if tm.Threads == nil || tm.Goroutines == nil {
+		return nil, errors.New("sampler config: trace context needs both the thread and the goroutine map")
+	}
+	if err := spec.Variables[cpuProfileVarTraceLookup].Set(uint32(1)); err != nil {
+		return nil, fmt.Errorf("enable trace context lookup: %w", err)
+	}
+	return map[string]*ebpf.Map{
+		cpuProfileMapTracesCtxV1: tm.Threads,
+		cpuProfileMapGoTraces:    tm.Goroutines,
+	}, nil
+}
+
 func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) error {
 	var lc lifecycleObjects
+	repl := map[string]*ebpf.Map{
+		cpuProfileMapEvents:   s.objs.Events,
+		cpuProfileMapSeenPids: s.objs.SeenPids,
+		cpuProfileMapStats:    s.objs.Stats,
+		".bss":                s.objs.Bss,
+	}
+	// The exit program drops an exiting thread's trace context, so it must
+	// see the same maps as the sampler (or the sampler's placeholders).
+	repl[cpuProfileMapTracesCtxV1] = s.objs.TracesCtxV1
+	repl[cpuProfileMapGoTraces] = s.objs.GoTraces
 	err := spec.LoadAndAssign(&lc, &ebpf.CollectionOptions{
-		Cache: cache,
-		MapReplacements: map[string]*ebpf.Map{
-			cpuProfileMapEvents:   s.objs.Events,
-			cpuProfileMapSeenPids: s.objs.SeenPids,
-			cpuProfileMapStats:    s.objs.Stats,
-			".bss":                s.objs.Bss,
-		},
+		Cache:           cache,
+		MapReplacements: repl,
 	})
 	if err != nil {
 		return fmt.Errorf("load tp_btf programs (needs kernel BTF at %s): %w", btfPath, err)
