@@ -2,8 +2,14 @@
 //
 // CPU sampler for hotpath: a perf_event program (PERF_COUNT_SW_CPU_CLOCK,
 // one event per online CPU) counts samples in the kernel, keyed by process,
-// thread and stack IDs, and two tracing programs report process lifecycle
+// thread and stack hashes, and two tracing programs report process lifecycle
 // events so user space can read /proc/PID/maps while a process still lives.
+//
+// Stacks are stored in hash maps keyed by a 64-bit hash of their frames
+// rather than in BPF_MAP_TYPE_STACK_TRACE: that map hashes a stack to one
+// bucket and refuses (EEXIST) a second stack in it, which lost 5-10% of the
+// stacks of a busy interval at any affordable size. A real hash table holds
+// every stack until it is full.
 //
 // Maps come in two sets (counts + stacks + stats). The program writes the set
 // named by active_set; user space flips it, waits for an RCU grace period
@@ -17,17 +23,25 @@
 
 #define MAX_STACK_DEPTH 127
 #define EEXIST 17
-#define E2BIG 7
 
 // trace_id/span_id: the trace context active on the sampled thread or
 // goroutine (see trace_ctx.h), zero when there is none.
+// user_stack/kernel_stack: hashes of the stacks in the set's stacks map; 0
+// when there is none.
 struct sample_key {
 	__u32 pid;
 	__u32 tid;
-	__s32 user_stack_id;
-	__s32 kernel_stack_id;
+	__u64 user_stack;
+	__u64 kernel_stack;
 	__u8 trace_id[16];
 	__u8 span_id[8];
+};
+
+// A stack, leaf first; only the first len frames are meaningful.
+struct stack_trace {
+	__u32 len;
+	__u32 _pad;
+	__u64 ips[MAX_STACK_DEPTH];
 };
 
 // One stats record per map set (index = set). Every sample that is not idle
@@ -37,10 +51,10 @@ struct sample_stats {
 	__u64 samples;
 	__u64 idle;
 	__u64 lost_map_full;
-	__u64 user_stack_collision;
-	__u64 user_stack_missing;
-	__u64 kernel_stack_collision;
-	__u64 kernel_stack_missing;
+	__u64 user_stack_lost;    // stacks map full: counted without its user stack
+	__u64 user_stack_missing; // no user stack (kernel thread) or unreadable
+	__u64 kernel_stack_lost;
+	__u64 kernel_stack_missing; // no kernel stack (sampled in user mode)
 	__u64 events_lost;
 	__u64 traced; // samples that found a trace context
 };
@@ -66,11 +80,19 @@ struct {
 } counts_0 SEC(".maps"), counts_1 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct stack_trace);
 } stacks_0 SEC(".maps"), stacks_1 SEC(".maps");
+
+// Where a stack is taken before it is hashed: too large for the BPF stack.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_trace);
+} stack_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -104,6 +126,7 @@ volatile const __u32 trace_lookup = 0;
 // Make the struct types visible to bpf2go (-type).
 const struct sample_key *unused_sample_key __attribute__((unused));
 const struct sample_stats *unused_sample_stats __attribute__((unused));
+const struct stack_trace *unused_stack_trace __attribute__((unused));
 const struct lifecycle_event *unused_lifecycle_event __attribute__((unused));
 
 static __always_inline struct sample_stats *stats_for(__u32 set)
@@ -120,12 +143,49 @@ static __always_inline void emit(struct sample_stats *st, __u32 kind, __u32 pid)
 		__sync_fetch_and_add(&st->events_lost, 1);
 }
 
-static __always_inline void count_stack_error(__u64 *collision, __u64 *missing, long id)
+// stack_hash mixes a stack's frames into 64 bits (FNV-1a over words, then a
+// murmur3 finalizer). 0 is reserved for "no stack".
+static __always_inline __u64 stack_hash(struct stack_trace *t)
 {
-	if (id == -EEXIST)
-		__sync_fetch_and_add(collision, 1);
-	else
+	__u64 h = 0xcbf29ce484222325ULL ^ t->len;
+
+	for (__u32 i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= t->len)
+			break;
+		h = (h ^ t->ips[i]) * 0x100000001b3ULL;
+	}
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return h ? h : 1;
+}
+
+// take_stack stores the current user (BPF_F_USER_STACK) or kernel stack in
+// stacks and returns its hash, or 0 (counted) when there is none or no room.
+static __always_inline __u64 take_stack(void *ctx, void *stacks, __u64 flags, __u64 *lost, __u64 *missing)
+{
+	__u32 zero = 0;
+	struct stack_trace *t = bpf_map_lookup_elem(&stack_scratch, &zero);
+	long n, err;
+	__u64 h;
+
+	if (!t)
+		return 0;
+	n = bpf_get_stack(ctx, t->ips, sizeof(t->ips), flags);
+	if (n <= 0) {
 		__sync_fetch_and_add(missing, 1);
+		return 0;
+	}
+	t->len = n / sizeof(__u64);
+	h = stack_hash(t);
+	if (bpf_map_lookup_elem(stacks, &h))
+		return h;
+	// Frames past len hold an older stack of this CPU; readers stop at len.
+	err = bpf_map_update_elem(stacks, &h, t, BPF_NOEXIST);
+	if (err == 0 || err == -EEXIST)
+		return h;
+	__sync_fetch_and_add(lost, 1);
+	return 0;
 }
 
 // lookup_trace copies the trace context of what is running into key: the
@@ -199,19 +259,15 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	if (trace_lookup)
 		lookup_trace(st, &key, pid_tgid);
 
-	// bpf_get_stackid needs a map pointer known at verification time, so
-	// each set gets its own branch instead of a pointer chosen at run time.
+	// Map helpers need a map pointer known at verification time, so each
+	// set gets its own branch instead of a pointer chosen at run time.
 	if (set == 0) {
-		key.user_stack_id = bpf_get_stackid(ctx, &stacks_0, BPF_F_USER_STACK);
-		key.kernel_stack_id = bpf_get_stackid(ctx, &stacks_0, 0);
+		key.user_stack = take_stack(ctx, &stacks_0, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing);
+		key.kernel_stack = take_stack(ctx, &stacks_0, 0, &st->kernel_stack_lost, &st->kernel_stack_missing);
 	} else {
-		key.user_stack_id = bpf_get_stackid(ctx, &stacks_1, BPF_F_USER_STACK);
-		key.kernel_stack_id = bpf_get_stackid(ctx, &stacks_1, 0);
+		key.user_stack = take_stack(ctx, &stacks_1, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing);
+		key.kernel_stack = take_stack(ctx, &stacks_1, 0, &st->kernel_stack_lost, &st->kernel_stack_missing);
 	}
-	if (key.user_stack_id < 0)
-		count_stack_error(&st->user_stack_collision, &st->user_stack_missing, key.user_stack_id);
-	if (key.kernel_stack_id < 0)
-		count_stack_error(&st->kernel_stack_collision, &st->kernel_stack_missing, key.kernel_stack_id);
 
 	if (set == 0)
 		count_sample(st, &counts_0, &key);

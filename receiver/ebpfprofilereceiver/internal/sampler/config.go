@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/bits"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -26,8 +25,8 @@ const (
 	keySlack = 256
 	// maxAutoStackEntries caps the automatic stack map size. One entry costs
 	// ~1 KiB (127 frames × 8 bytes) and there are two stack maps, so the cap
-	// keeps stack maps at ~17 MiB even on large hosts; collisions beyond it
-	// are counted in Stats, not hidden.
+	// keeps stack maps at ~17 MiB even on large hosts; stacks beyond it are
+	// counted in Stats (UserStackLost, KernelStackLost), not hidden.
 	maxAutoStackEntries = 8192
 	minStackEntries     = 64
 	// maxEntries bounds user-set sizes well below what would overflow or
@@ -46,7 +45,7 @@ type Config struct {
 	// Interval is how often Drain is called; it sizes the maps.
 	Interval time.Duration
 	// StackMapEntries overrides the size of each of the two stack maps
-	// (rounded up to a power of two). 0 picks one from the other fields.
+	// (a hash table: no rounding). 0 picks one from the other fields.
 	StackMapEntries int
 	// TraceContext, when set, makes every sample carry the trace context
 	// found in these maps (see TraceMaps). nil: no lookup, zero IDs.
@@ -111,9 +110,8 @@ type mapSizes struct {
 
 // sizeMaps derives map sizes: a counts map never needs more keys than
 // samples in one interval, so it holds min(MaxUniqueStacks, samples×1.25 +
-// slack). Stack maps hash a stack to a single bucket and fail with EEXIST on
-// a collision, so they get twice the keys (a power of two, as the kernel
-// rounds buckets up anyway).
+// slack). Each key names at most two distinct stacks (user and kernel), and
+// the stacks maps are real hash tables, so twice the keys always suffices.
 func sizeMaps(c Config, ncpu int) mapSizes {
 	samples := float64(ncpu) * float64(c.FrequencyHz) * c.Interval.Seconds() * 1.25
 	keys := float64(c.MaxUniqueStacks)
@@ -123,17 +121,10 @@ func sizeMaps(c Config, ncpu int) mapSizes {
 	keys = math.Max(1, math.Ceil(keys))
 	m := mapSizes{keys: uint32(keys)}
 	if c.StackMapEntries > 0 {
-		m.stacks = pow2(uint32(c.StackMapEntries))
+		m.stacks = uint32(c.StackMapEntries)
 	} else {
-		m.stacks = min(pow2(2*m.keys), maxAutoStackEntries)
+		m.stacks = min(2*m.keys, maxAutoStackEntries)
 	}
 	m.stacks = max(m.stacks, minStackEntries)
 	return m
-}
-
-func pow2(n uint32) uint32 {
-	if n <= 1 {
-		return 1
-	}
-	return 1 << bits.Len32(n-1)
 }

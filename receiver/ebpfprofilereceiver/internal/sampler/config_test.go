@@ -37,13 +37,13 @@ func TestSizeMaps(t *testing.T) {
 		want mapSizes
 	}{
 		// 2 CPUs × 19 Hz × 15 s × 1.25 = 712.5, + 256 slack → 969.
-		{"defaults on 2 CPUs", Config{}, 2, mapSizes{keys: 969, stacks: 2048}},
+		{"defaults on 2 CPUs", Config{}, 2, mapSizes{keys: 969, stacks: 1938}},
 		// 64 × 19 × 15 × 1.25 = 22800: capped by MaxUniqueStacks, stack
 		// map by the automatic cap.
 		{"defaults on 64 CPUs", Config{}, 64, mapSizes{keys: 10_000, stacks: maxAutoStackEntries}},
 		{"tiny limit", Config{MaxUniqueStacks: 4}, 2, mapSizes{keys: 4, stacks: minStackEntries}},
-		{"explicit stack entries", Config{StackMapEntries: 3000}, 2, mapSizes{keys: 969, stacks: 4096}},
-		{"short interval", Config{FrequencyHz: 99, Interval: time.Second}, 4, mapSizes{keys: 751, stacks: 2048}},
+		{"explicit stack entries", Config{StackMapEntries: 3000}, 2, mapSizes{keys: 969, stacks: 3000}},
+		{"short interval", Config{FrequencyHz: 99, Interval: time.Second}, 4, mapSizes{keys: 751, stacks: 1502}},
 	} {
 		got := sizeMaps(tc.cfg.withDefaults(), tc.ncpu)
 		if got != tc.want {

@@ -27,26 +27,33 @@ type cpuProfileLifecycleEvent struct {
 }
 
 type cpuProfileSampleKey struct {
-	_             structs.HostLayout
-	Pid           uint32
-	Tid           uint32
-	UserStackId   int32
-	KernelStackId int32
-	TraceId       [16]uint8
-	SpanId        [8]uint8
+	_           structs.HostLayout
+	Pid         uint32
+	Tid         uint32
+	UserStack   uint64
+	KernelStack uint64
+	TraceId     [16]uint8
+	SpanId      [8]uint8
 }
 
 type cpuProfileSampleStats struct {
-	_                    structs.HostLayout
-	Samples              uint64
-	Idle                 uint64
-	LostMapFull          uint64
-	UserStackCollision   uint64
-	UserStackMissing     uint64
-	KernelStackCollision uint64
-	KernelStackMissing   uint64
-	EventsLost           uint64
-	Traced               uint64
+	_                  structs.HostLayout
+	Samples            uint64
+	Idle               uint64
+	LostMapFull        uint64
+	UserStackLost      uint64
+	UserStackMissing   uint64
+	KernelStackLost    uint64
+	KernelStackMissing uint64
+	EventsLost         uint64
+	Traced             uint64
+}
+
+type cpuProfileStackTrace struct {
+	_   structs.HostLayout
+	Len uint32
+	Pad uint32
+	Ips [127]uint64
 }
 
 type cpuProfileTraceCtx struct {
@@ -64,6 +71,7 @@ const (
 	cpuProfileMapEvents               = "events"
 	cpuProfileMapGoTraces             = "go_traces"
 	cpuProfileMapSeenPids             = "seen_pids"
+	cpuProfileMapStackScratch         = "stack_scratch"
 	cpuProfileMapStacks0              = "stacks_0"
 	cpuProfileMapStacks1              = "stacks_1"
 	cpuProfileMapStats                = "stats"
@@ -76,6 +84,7 @@ const (
 	cpuProfileVarUnusedLifecycleEvent = "unused_lifecycle_event"
 	cpuProfileVarUnusedSampleKey      = "unused_sample_key"
 	cpuProfileVarUnusedSampleStats    = "unused_sample_stats"
+	cpuProfileVarUnusedStackTrace     = "unused_stack_trace"
 )
 
 // loadCpuProfile returns the embedded CollectionSpec for cpuProfile.
@@ -129,15 +138,16 @@ type cpuProfileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cpuProfileMapSpecs struct {
-	Counts0     *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1     *ebpf.MapSpec `ebpf:"counts_1"`
-	Events      *ebpf.MapSpec `ebpf:"events"`
-	GoTraces    *ebpf.MapSpec `ebpf:"go_traces"`
-	SeenPids    *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stacks0     *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1     *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
-	TracesCtxV1 *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
+	Counts0      *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1      *ebpf.MapSpec `ebpf:"counts_1"`
+	Events       *ebpf.MapSpec `ebpf:"events"`
+	GoTraces     *ebpf.MapSpec `ebpf:"go_traces"`
+	SeenPids     *ebpf.MapSpec `ebpf:"seen_pids"`
+	StackScratch *ebpf.MapSpec `ebpf:"stack_scratch"`
+	Stacks0      *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1      *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	TracesCtxV1  *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
 }
 
 // cpuProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -149,6 +159,7 @@ type cpuProfileVariableSpecs struct {
 	UnusedLifecycleEvent *ebpf.VariableSpec `ebpf:"unused_lifecycle_event"`
 	UnusedSampleKey      *ebpf.VariableSpec `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.VariableSpec `ebpf:"unused_sample_stats"`
+	UnusedStackTrace     *ebpf.VariableSpec `ebpf:"unused_stack_trace"`
 }
 
 // cpuProfileObjects contains all objects after they have been loaded into the kernel.
@@ -171,15 +182,16 @@ func (o *cpuProfileObjects) Close() error {
 //
 // It can be passed to loadCpuProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cpuProfileMaps struct {
-	Counts0     *ebpf.Map `ebpf:"counts_0"`
-	Counts1     *ebpf.Map `ebpf:"counts_1"`
-	Events      *ebpf.Map `ebpf:"events"`
-	GoTraces    *ebpf.Map `ebpf:"go_traces"`
-	SeenPids    *ebpf.Map `ebpf:"seen_pids"`
-	Stacks0     *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1     *ebpf.Map `ebpf:"stacks_1"`
-	Stats       *ebpf.Map `ebpf:"stats"`
-	TracesCtxV1 *ebpf.Map `ebpf:"traces_ctx_v1"`
+	Counts0      *ebpf.Map `ebpf:"counts_0"`
+	Counts1      *ebpf.Map `ebpf:"counts_1"`
+	Events       *ebpf.Map `ebpf:"events"`
+	GoTraces     *ebpf.Map `ebpf:"go_traces"`
+	SeenPids     *ebpf.Map `ebpf:"seen_pids"`
+	StackScratch *ebpf.Map `ebpf:"stack_scratch"`
+	Stacks0      *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1      *ebpf.Map `ebpf:"stacks_1"`
+	Stats        *ebpf.Map `ebpf:"stats"`
+	TracesCtxV1  *ebpf.Map `ebpf:"traces_ctx_v1"`
 }
 
 func (m *cpuProfileMaps) Close() error {
@@ -189,6 +201,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.Events,
 		m.GoTraces,
 		m.SeenPids,
+		m.StackScratch,
 		m.Stacks0,
 		m.Stacks1,
 		m.Stats,
@@ -205,6 +218,7 @@ type cpuProfileVariables struct {
 	UnusedLifecycleEvent *ebpf.Variable `ebpf:"unused_lifecycle_event"`
 	UnusedSampleKey      *ebpf.Variable `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.Variable `ebpf:"unused_sample_stats"`
+	UnusedStackTrace     *ebpf.Variable `ebpf:"unused_stack_trace"`
 }
 
 // cpuProfilePrograms contains all programs after they have been loaded into the kernel.

@@ -41,14 +41,13 @@ type Stats struct {
 	Samples     uint64 // all samples taken, idle included
 	Idle        uint64 // pid 0: the CPU was idle; not recorded
 	LostMapFull uint64 // dropped: MaxUniqueKeys distinct keys already held
-	// A collision means another stack already holds the hash bucket; the
-	// sample is counted without that stack. Missing means there was none to
-	// take (kernel thread for user stacks, user mode for kernel stacks) or
-	// it could not be read.
-	UserStackCollisions   uint64
-	UserStackMissing      uint64
-	KernelStackCollisions uint64
-	KernelStackMissing    uint64
+	// Lost means the stacks map was full; the sample is counted without
+	// that stack. Missing means there was none to take (kernel thread for
+	// user stacks, user mode for kernel stacks) or it could not be read.
+	UserStackLost      uint64
+	UserStackMissing   uint64
+	KernelStackLost    uint64
+	KernelStackMissing uint64
 	LostEvents            uint64 // lifecycle events dropped: ring buffer full
 	// Traced samples found a trace context (goroutine or thread); they
 	// carry non-zero TraceID/SpanID.
@@ -59,9 +58,9 @@ func (s *Stats) add(o cpuProfileSampleStats) {
 	s.Samples += o.Samples
 	s.Idle += o.Idle
 	s.LostMapFull += o.LostMapFull
-	s.UserStackCollisions += o.UserStackCollision
+	s.UserStackLost += o.UserStackLost
 	s.UserStackMissing += o.UserStackMissing
-	s.KernelStackCollisions += o.KernelStackCollision
+	s.KernelStackLost += o.KernelStackLost
 	s.KernelStackMissing += o.KernelStackMissing
 	s.LostEvents += o.EventsLost
 	s.Traced += o.Traced
@@ -74,14 +73,16 @@ type drainScratch struct {
 	counts    []uint64
 	perCPU    []cpuProfileSampleStats
 	zeroStats []cpuProfileSampleStats
-	raw       [maxStackDepth]uint64
-	stackID   uint32         // passed by pointer: a boxed uint32 key would allocate
-	frames    []uint64       // every distinct stack, back to back
-	spans     map[int32]span // stack id -> its frames
-	staleIDs  []uint32       // stack ids left over after reading
-	noBatch   bool           // kernel lacks batch ops for hash maps
-	noLAD     bool           // kernel lacks lookup-and-delete for stack maps
+	stackKeys []uint64               // one chunk of a stacks map
+	stackVals []cpuProfileStackTrace // one chunk of a stacks map
+	frames    []uint64               // every distinct stack, back to back
+	spans     map[uint64]span        // stack hash -> its frames
+	noBatch   bool                   // kernel lacks batch ops for hash maps
 }
+
+// stackChunk is how many stacks one batch call moves: 128 KiB of buffer
+// instead of one as large as the map.
+const stackChunk = 128
 
 type span struct{ off, n int32 }
 
@@ -133,40 +134,23 @@ func (s *Sampler) readSet(set uint32) (Batch, error) {
 		return b, err
 	}
 
-	// Read each referenced stack once (user and kernel stacks share the map
-	// and so the id space), deleting as we go.
-	stacks := s.sets[set].stacks
+	// Move every stack of the set out of the kernel; keys refer to them by
+	// hash.
 	if d.spans == nil {
-		d.spans = make(map[int32]span)
+		d.spans = make(map[uint64]span)
 	}
 	clear(d.spans)
 	d.frames = d.frames[:0]
-	for i := range n {
-		k := &d.keys[i]
-		for _, id := range [2]int32{k.UserStackId, k.KernelStackId} {
-			if id < 0 {
-				continue
-			}
-			if _, ok := d.spans[id]; ok {
-				continue
-			}
-			sp, err := s.readStack(stacks, uint32(id))
-			if err != nil {
-				return b, err
-			}
-			d.spans[id] = sp
-		}
-	}
-	if err := s.clearStacks(stacks); err != nil {
+	if err := s.readStacks(s.sets[set].stacks); err != nil {
 		return b, err
 	}
 
 	// Two allocations per drain: the samples and one array for all frames.
 	frames := make([]uint64, len(d.frames))
 	copy(frames, d.frames)
-	stackOf := func(id int32) []uint64 {
-		sp, ok := d.spans[id]
-		if id < 0 || !ok || sp.n == 0 {
+	stackOf := func(hash uint64) []uint64 {
+		sp, ok := d.spans[hash]
+		if hash == 0 || !ok || sp.n == 0 {
 			return nil
 		}
 		return frames[sp.off : sp.off+sp.n : sp.off+sp.n]
@@ -178,14 +162,14 @@ func (s *Sampler) readSet(set uint32) (Batch, error) {
 		smp.PID, smp.TID = k.Pid, k.Tid
 		smp.TraceID, smp.SpanID = k.TraceId, k.SpanId
 		smp.Count = d.counts[i]
-		smp.UserStack = stackOf(k.UserStackId)
-		smp.KernelStack = stackOf(k.KernelStackId)
-		// A stack id that resolves to nothing means the frames are gone;
-		// count it as missing so the numbers still add up.
-		if k.UserStackId >= 0 && smp.UserStack == nil {
+		smp.UserStack = stackOf(k.UserStack)
+		smp.KernelStack = stackOf(k.KernelStack)
+		// A hash that resolves to nothing means the frames are gone; count
+		// it as missing so the numbers still add up.
+		if k.UserStack != 0 && smp.UserStack == nil {
 			b.Stats.UserStackMissing += smp.Count
 		}
-		if k.KernelStackId >= 0 && smp.KernelStack == nil {
+		if k.KernelStack != 0 && smp.KernelStack == nil {
 			b.Stats.KernelStackMissing += smp.Count
 		}
 	}
@@ -274,61 +258,54 @@ func iterDrain(m *ebpf.Map, keys []cpuProfileSampleKey, counts []uint64) (int, e
 	return n, nil
 }
 
-// readStack appends one stack's frames (leaf first, up to the first zero)
-// to d.frames and deletes it from the map.
-func (s *Sampler) readStack(m *ebpf.Map, id uint32) (span, error) {
+// readStacks moves every stack of a stacks map into d.frames and d.spans,
+// leaving the map empty. The set is quiescent, so reading and deleting in
+// chunks is consistent.
+func (s *Sampler) readStacks(m *ebpf.Map) error {
 	d := &s.drain
-	clear(d.raw[:])
-	d.stackID = id
-	var err error
-	if !d.noLAD {
-		err = m.LookupAndDelete(&d.stackID, &d.raw)
-		if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EINVAL) {
-			d.noLAD = true
-		}
+	if d.stackKeys == nil {
+		d.stackKeys = make([]uint64, stackChunk)
+		d.stackVals = make([]cpuProfileStackTrace, stackChunk)
 	}
-	if d.noLAD {
-		if err = m.Lookup(&d.stackID, &d.raw); err == nil {
-			err = m.Delete(&d.stackID)
-		}
+	add := func(hash uint64, t *cpuProfileStackTrace) {
+		n := min(int(t.Len), len(t.Ips))
+		d.spans[hash] = span{off: int32(len(d.frames)), n: int32(n)}
+		d.frames = append(d.frames, t.Ips[:n]...)
 	}
-	if errors.Is(err, ebpf.ErrKeyNotExist) {
-		return span{}, nil
-	}
-	if err != nil {
-		return span{}, fmt.Errorf("drain: read stack %d: %w", id, err)
-	}
-	depth := 0
-	for depth < len(d.raw) && d.raw[depth] != 0 {
-		depth++
-	}
-	off := len(d.frames)
-	d.frames = append(d.frames, d.raw[:depth]...)
-	return span{off: int32(off), n: int32(depth)}, nil
-}
-
-// clearStacks deletes stacks no key referenced (their sample was lost to a
-// full counts map) so the next interval starts with an empty stack map.
-func (s *Sampler) clearStacks(m *ebpf.Map) error {
-	d := &s.drain
-	d.staleIDs = d.staleIDs[:0]
-	var id uint32
-	var next uint32
-	var prev any // nil: start from the first key
-	for {
-		if err := m.NextKey(prev, &next); err != nil {
+	if !d.noBatch {
+		var cursor ebpf.MapBatchCursor
+		for {
+			n, err := m.BatchLookupAndDelete(&cursor, d.stackKeys, d.stackVals, nil)
+			for i := range n {
+				add(d.stackKeys[i], &d.stackVals[i])
+			}
 			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				return nil
+			}
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				d.noBatch = true
 				break
 			}
-			return fmt.Errorf("drain: list stale stacks: %w", err)
+			if err != nil {
+				return fmt.Errorf("drain: read stacks: %w", err)
+			}
+			if n == 0 {
+				return nil
+			}
 		}
-		d.staleIDs = append(d.staleIDs, next)
-		id = next
-		prev = &id
 	}
-	for _, id := range d.staleIDs {
-		if err := m.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("drain: clear stack %d: %w", id, err)
+	// Fallback for kernels without batch operations.
+	var hash uint64
+	it := m.Iterate()
+	for it.Next(&hash, &d.stackVals[0]) {
+		add(hash, &d.stackVals[0])
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("drain: read stacks: %w", err)
+	}
+	for h := range d.spans {
+		if err := m.Delete(h); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("drain: clear stacks: %w", err)
 		}
 	}
 	return nil

@@ -9,7 +9,7 @@
 // caller can read /proc/PID/maps while a process is still alive.
 package sampler
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type lifecycle_event cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
 
 import (
 	"errors"
