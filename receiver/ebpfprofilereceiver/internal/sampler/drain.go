@@ -48,7 +48,7 @@ type Stats struct {
 	UserStackMissing   uint64
 	KernelStackLost    uint64
 	KernelStackMissing uint64
-	LostEvents            uint64 // lifecycle events dropped: ring buffer full
+	LostEvents         uint64 // lifecycle events dropped: ring buffer full
 	// Traced samples found a trace context (goroutine or thread); they
 	// carry non-zero TraceID/SpanID.
 	Traced uint64
