@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	duckdb "github.com/duckdb/duckdb-go/v2"
+
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/buildid"
+	"github.com/hotpath-dev/hotpath/internal/profilequery"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+)
+
+const symbolizeExamples = `  # after the binary was stripped or deleted: resolve its stored addresses with the debug file
+  hotpath symbolize --build-id 1f0e9d8c7b6a --symbols ./app.debug
+  hotpath symbolize --local --build-id 1f0e9d8c7b6a --symbols /usr/lib/debug/.build-id/1f/0e9d8c7b6a.debug --dry-run
+  # stop the collector first: rewriting the frame dictionary needs the only handle on the file
+`
+
+// runSymbolize resolves the "file+0xOFF" frames that a build's stacks
+// stored because no symbols were available at sampling time (RFD 072
+// delayed symbolization), and rewrites them in place.
+func runSymbolize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("symbolize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	db := fs.String("db", os.Getenv("HOTPATH_DB"), "DuckDB file to rewrite (default: the gateway's file, or the agent's with --local; see hotpath profile --help)")
+	local := fs.Bool("local", false, "the agent's file instead of the gateway's")
+	build := fs.String("build-id", "", "build ID (or a unique prefix) whose raw addresses to resolve; required")
+	symbols := fs.String("symbols", "", "ELF file with symbols for that build: the unstripped binary or its separate debug file; required")
+	binary := fs.String("binary", "", "file name in the raw frames (\"app\" in app+0x1a2b); default: from the build's binary metadata")
+	force := fs.Bool("force", false, "use --symbols even when its build ID differs from --build-id")
+	dryRun := fs.Bool("dry-run", false, "print what would be renamed, change nothing")
+	fs.Usage = usageFunc(fs, stderr, "hotpath symbolize --build-id B --symbols FILE [--db FILE] [flags]", symbolizeExamples)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *build == "" || *symbols == "" {
+		fmt.Fprintln(stderr, "--build-id and --symbols are required")
+		fs.Usage()
+		return errUsage
+	}
+	path := *db
+	if path == "" {
+		path = profilequery.DefaultFile(*local, "")
+	}
+	if profilequery.IsEndpoint(path) {
+		return fmt.Errorf("--db %s is an endpoint: symbolize rewrites the file, so it needs the file path, with no collector running", path)
+	}
+	table, err := symbolize.OpenSymbolTable(*symbols)
+	if err != nil {
+		return err
+	}
+	info, err := buildid.Read(*symbols)
+	if err != nil {
+		return fmt.Errorf("read build ID of --symbols: %w", err)
+	}
+
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	conn, err := duckdb.NewConnector(sqlquery.DSN(path, *dryRun), nil)
+	if err != nil {
+		if strings.Contains(err.Error(), "lock") {
+			return fmt.Errorf("%w\n(a collector holds %s: stop it first; symbolize rewrites the frame dictionary and needs the only handle on the file)", err, path)
+		}
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	sdb := sql.OpenDB(conn)
+	defer func() { _ = sdb.Close(); _ = conn.Close() }()
+
+	res, err := rewriteFrames(ctx, sdb, rewriteRequest{build: *build, binary: *binary, symbolsPath: *symbols, dryRun: *dryRun,
+		checkBuild: func(full string) error {
+			if *force || full == info.GNU || full == info.Go || (info.SHA256 != "" && full == buildid.SHA256Prefix+info.SHA256) {
+				return nil
+			}
+			return fmt.Errorf("--symbols %s has build ID %q, not %q: it is another build (--force to use it anyway)", *symbols, info.Canonical(), full)
+		},
+		resolve: func(off uint64) (string, bool) {
+			addr, ok := table.FileAddr(off)
+			if !ok {
+				return "", false
+			}
+			sym, ok := table.Lookup(addr)
+			return sym.Function, ok && sym.Function != ""
+		}})
+	if err != nil {
+		return err
+	}
+	verb := "renamed"
+	if *dryRun {
+		verb = "would rename"
+	}
+	for _, r := range res.renamed {
+		fmt.Fprintf(stdout, "%s -> %s\n", r[0], r[1])
+	}
+	fmt.Fprintf(stdout, "build %s: %s %d of %d raw frames (%d did not resolve) in %s\n", res.build, verb, len(res.renamed), res.raw, res.raw-len(res.renamed), path)
+	return nil
+}
+
+type rewriteRequest struct {
+	build, binary, symbolsPath string
+	dryRun                     bool
+	checkBuild                 func(full string) error
+	resolve                    func(fileOffset uint64) (string, bool)
+}
+
+type rewriteResult struct {
+	build   string
+	raw     int
+	renamed [][2]string
+}
+
+// rewriteFrames points the build's stacks at resolved frame names in one
+// transaction. Frames are shared by every build and service, so a raw frame
+// is not renamed in place (another build's "app+0x1a2b" is other code): the
+// build's stacks get the resolved name's frame ID (an existing one, or a new
+// entry), and frame_count is recomputed for every frame touched, deleting
+// raw frames nothing references any more, as retention would.
+func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewriteResult, error) {
+	var tierName string
+	if err := db.QueryRowContext(ctx, "SELECT tier FROM schema_version").Scan(&tierName); err != nil {
+		return nil, fmt.Errorf("read schema_version (is it a hotpath file?): %w", err)
+	}
+	tb := profilequery.TablesOf(profilequery.Tier(tierName))
+
+	builds, err := strings1(ctx, db, "SELECT DISTINCT build_id FROM "+tb.Stacks+" WHERE build_id <> '' AND starts_with(build_id, ?) ORDER BY 1", req.build)
+	if err != nil {
+		return nil, fmt.Errorf("find build: %w", err)
+	}
+	switch {
+	case len(builds) == 0:
+		return nil, fmt.Errorf("no stored stacks of build ID %q", req.build)
+	case len(builds) > 1:
+		return nil, fmt.Errorf("build ID prefix %q matches %s: give more of it", req.build, strings.Join(builds, ", "))
+	}
+	full := builds[0]
+	if err := req.checkBuild(full); err != nil {
+		return nil, err
+	}
+	base := req.binary
+	if base == "" {
+		paths, err := strings1(ctx, db, "SELECT binary_path FROM "+tb.Binaries+" WHERE build_id = ? AND binary_path <> ''", full)
+		if err != nil {
+			return nil, fmt.Errorf("read binary metadata: %w", err)
+		}
+		if len(paths) == 0 {
+			return nil, fmt.Errorf("no binary path recorded for build %s: give --binary NAME (the file name in its raw frames, e.g. app for app+0x1a2b)", full)
+		}
+		base = filepath.Base(paths[0])
+	}
+	prefix := base + "+0x"
+
+	rows, err := db.QueryContext(ctx, `SELECT f.frame_id, f.frame_name FROM
+(SELECT DISTINCT unnest(stack_frame_ids) AS id FROM `+tb.Stacks+` WHERE build_id = ?) u
+JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, ?) ORDER BY f.frame_id`, full, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("find raw frames: %w", err)
+	}
+	type raw struct {
+		id   int32
+		name string
+	}
+	var raws []raw
+	for rows.Next() {
+		var r raw
+		if err := rows.Scan(&r.id, &r.name); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("find raw frames: %w", err)
+		}
+		raws = append(raws, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("find raw frames: %w", err)
+	}
+	res := &rewriteResult{build: full, raw: len(raws)}
+	newName := map[int32]string{}
+	for _, r := range raws {
+		off, err := strconv.ParseUint(strings.TrimPrefix(r.name, prefix), 16, 64)
+		if err != nil {
+			continue // not an offset after all ("app+0xzz"): leave it
+		}
+		if name, ok := req.resolve(off); ok {
+			newName[r.id] = name
+			res.renamed = append(res.renamed, [2]string{r.name, name})
+		}
+	}
+	if req.dryRun || len(newName) == 0 {
+		return res, nil
+	}
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after commit
+	var maxID int32
+	if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(frame_id), 0) FROM "+tb.Frames).Scan(&maxID); err != nil {
+		return nil, fmt.Errorf("read frame IDs: %w", err)
+	}
+	mapping := map[int32]int32{}
+	touched := map[int32]bool{}
+	for old, name := range newName {
+		var id int32
+		err := tx.QueryRowContext(ctx, "SELECT frame_id FROM "+tb.Frames+" WHERE frame_name = ?", name).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			maxID++
+			id = maxID
+			_, err = tx.ExecContext(ctx, "INSERT INTO "+tb.Frames+" (frame_id, frame_name, frame_count) VALUES (?, ?, 0)", id, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("frame %q: %w", name, err)
+		}
+		mapping[old] = id
+		touched[old], touched[id] = true, true
+	}
+	olds := make([]int32, 0, len(mapping))
+	for old := range mapping {
+		olds = append(olds, old)
+	}
+	sort.Slice(olds, func(i, j int) bool { return olds[i] < olds[j] })
+	var cases strings.Builder
+	for _, old := range olds {
+		fmt.Fprintf(&cases, " WHEN %d THEN %d", old, mapping[old])
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE "+tb.Stacks+" SET stack_frame_ids = list_transform(stack_frame_ids, lambda x: CASE x"+cases.String()+" ELSE x END)::INTEGER[] WHERE build_id = ?", full); err != nil {
+		return nil, fmt.Errorf("rewrite stacks: %w", err)
+	}
+	ids := make([]string, 0, len(touched))
+	for id := range touched {
+		ids = append(ids, strconv.Itoa(int(id)))
+	}
+	in := "(" + strings.Join(ids, ",") + ")"
+	counts := map[int32]int64{}
+	crow, err := tx.QueryContext(ctx, "SELECT id, count(*) FROM (SELECT unnest(stack_frame_ids) AS id FROM "+tb.Stacks+") WHERE id IN "+in+" GROUP BY id")
+	if err != nil {
+		return nil, fmt.Errorf("count frames: %w", err)
+	}
+	for crow.Next() {
+		var id int32
+		var n int64
+		if err := crow.Scan(&id, &n); err != nil {
+			crow.Close()
+			return nil, fmt.Errorf("count frames: %w", err)
+		}
+		counts[id] = n
+	}
+	crow.Close()
+	for id := range touched {
+		if counts[id] == 0 {
+			_, err = tx.ExecContext(ctx, "DELETE FROM "+tb.Frames+" WHERE frame_id = ?", id)
+		} else {
+			_, err = tx.ExecContext(ctx, "UPDATE "+tb.Frames+" SET frame_count = ? WHERE frame_id = ?", counts[id], id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("update frame %d: %w", id, err)
+		}
+	}
+	upd := "UPDATE " + tb.Binaries + " SET has_debug_info = true WHERE build_id = ?"
+	args := []any{full}
+	if tb.HasSymbolStorage {
+		upd = "UPDATE " + tb.Binaries + " SET has_debug_info = true, symbol_storage = ? WHERE build_id = ?"
+		args = []any{req.symbolsPath, full}
+	}
+	if _, err := tx.ExecContext(ctx, upd, args...); err != nil {
+		return nil, fmt.Errorf("record debug info: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return res, nil
+}
+
+// strings1 reads a one-column string result.
+func strings1(ctx context.Context, db *sql.DB, q string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}

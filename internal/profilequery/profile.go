@@ -1,0 +1,346 @@
+package profilequery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/timerange"
+)
+
+// Stack is one distinct call stack of one build with its sample count.
+type Stack struct {
+	BuildID string   `json:"build_id"`
+	Frames  []string `json:"frames"` // root first, leaf last, as stored
+	Count   int64    `json:"samples"`
+}
+
+// Profile is the stacks of one selection, summed over its time range.
+type Profile struct {
+	Service  string
+	Range    timerange.Range
+	Tier     Tier
+	Stacks   []Stack
+	Binaries map[string]string // build ID → binary path, when recorded
+}
+
+// Selector picks the stacks of a profile.
+type Selector struct {
+	Service string
+	Pod     string // summary tier only
+	BuildID string // exact build ID or a prefix of it; "" = every build
+	Range   timerange.Range
+}
+
+// Total is the number of samples in the profile.
+func (p *Profile) Total() int64 {
+	var n int64
+	for _, s := range p.Stacks {
+		n += s.Count
+	}
+	return n
+}
+
+// BuildIDs lists the distinct build IDs, sorted (” for unknown).
+func (p *Profile) BuildIDs() []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, s := range p.Stacks {
+		if !seen[s.BuildID] {
+			seen[s.BuildID] = true
+			ids = append(ids, s.BuildID)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// quote makes a SQL string literal. The endpoint takes SQL text only (no
+// bind parameters), so values are quoted here.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func sqlTime(t time.Time) string {
+	return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'"
+}
+
+// Load reads the selection's stacks, summed per build and stack.
+func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
+	if sel.Service == "" {
+		return nil, fmt.Errorf("no service given (--service)")
+	}
+	tb := tablesFor(src.Tier())
+	where := fmt.Sprintf("service_id = %s AND %s >= %s AND %s < %s",
+		quote(sel.Service), tb.timeCol, sqlTime(sel.Range.Since), tb.timeCol, sqlTime(sel.Range.Until))
+	if sel.Pod != "" {
+		if src.Tier() != Summary {
+			return nil, fmt.Errorf("--pod needs the gateway tier: the agent tier (%s) is per node and has no pod column", src.Describe())
+		}
+		where += " AND pod_name = " + quote(sel.Pod)
+	}
+	if sel.BuildID != "" {
+		where += " AND starts_with(build_id, " + quote(sel.BuildID) + ")"
+	}
+	// Sum per build and stack on the integer IDs first, then decode each
+	// distinct stack once: decoding every row (the decoded view) costs
+	// more than the whole aggregation.
+	stmt := fmt.Sprintf(`WITH agg AS (
+    SELECT build_id, stack_frame_ids, sum(sample_count)::BIGINT AS samples
+    FROM %s WHERE %s AND len(stack_frame_ids) > 0
+    GROUP BY build_id, stack_frame_ids
+), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %s)
+SELECT agg.build_id, list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples
+FROM agg, dict`, tb.stacks, where, tb.frames)
+	res, err := src.Query(ctx, stmt)
+	if err != nil {
+		return nil, fmt.Errorf("read stacks from %s: %w", src.Describe(), err)
+	}
+	if res.Truncated != "" {
+		return nil, fmt.Errorf("read stacks from %s: result truncated (%s): narrow the time range", src.Describe(), res.Truncated)
+	}
+	p := &Profile{Service: sel.Service, Range: sel.Range, Tier: src.Tier(), Binaries: map[string]string{}}
+	for _, r := range res.Rows {
+		n, err := asInt64(r[2])
+		if err != nil {
+			return nil, fmt.Errorf("read stacks: samples: %w", err)
+		}
+		p.Stacks = append(p.Stacks, Stack{BuildID: asString(r[0]), Frames: asStrings(r[1]), Count: n})
+	}
+	// Sorted so output and ties are stable whatever order DuckDB returns.
+	sort.Slice(p.Stacks, func(i, j int) bool {
+		a, b := p.Stacks[i], p.Stacks[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		if a.BuildID != b.BuildID {
+			return a.BuildID < b.BuildID
+		}
+		return strings.Join(a.Frames, ";") < strings.Join(b.Frames, ";")
+	})
+	if len(p.Stacks) == 0 {
+		return p, noSamplesError(ctx, src, sel, tb)
+	}
+	bres, err := src.Query(ctx, fmt.Sprintf("SELECT build_id, binary_path FROM %s WHERE service_id = %s", tb.binaries, quote(sel.Service)))
+	if err != nil {
+		return nil, fmt.Errorf("read binary metadata from %s: %w", src.Describe(), err)
+	}
+	for _, r := range bres.Rows {
+		p.Binaries[asString(r[0])] = asString(r[1])
+	}
+	return p, nil
+}
+
+// ErrNoSamples is wrapped by Load's error for an empty selection.
+var ErrNoSamples = fmt.Errorf("no samples")
+
+// noSamplesError says what exists instead, which is what a user needs when a
+// service name is misspelt or the range is wrong.
+func noSamplesError(ctx context.Context, src Source, sel Selector, tb tables) error {
+	msg := fmt.Sprintf("%v for service %q in %s on %s", ErrNoSamples, sel.Service, sel.Range, src.Describe())
+	if sel.BuildID != "" {
+		msg += fmt.Sprintf(" with build ID %q", sel.BuildID)
+	}
+	res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT FROM %s GROUP BY service_id ORDER BY 2 DESC, 1 LIMIT 11`, tb.stacks))
+	if err == nil && len(res.Rows) > 0 {
+		var parts []string
+		for i, r := range res.Rows {
+			if i == 10 {
+				parts = append(parts, "...")
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s (%v samples)", asString(r[0]), r[1]))
+		}
+		msg += "; stored services (any time): " + strings.Join(parts, ", ")
+	} else if err == nil {
+		msg += "; the file holds no samples yet"
+	}
+	if src.Tier() == Summary {
+		msg += " (the gateway writes each minute's summary about a minute after it ends; --local reads the agent's last hour at 15 s)"
+	}
+	return fmt.Errorf("%s: %w", msg, ErrNoSamples)
+}
+
+// ShortBuildID is the prefix of a build ID shown in stacks (like a short
+// git hash); commands taking --build-id accept any prefix.
+func ShortBuildID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// DisplayFrames returns a stack's frames as shown to people: a frame of the
+// build's own binary that could not be symbolized ("app+0x1a2b", a file
+// offset) reads "[build_id:abc123] 0x1a2b" (RFD 072), which names what
+// `hotpath symbolize` needs. Other unresolved frames (shared libraries
+// without a recorded build ID) keep "libfoo.so+0x..".
+func (p *Profile) DisplayFrames(s Stack) []string {
+	base := ""
+	if path := p.Binaries[s.BuildID]; path != "" && s.BuildID != "" {
+		base = filepath.Base(path) + "+0x"
+	}
+	if base == "" {
+		return s.Frames
+	}
+	out := make([]string, len(s.Frames))
+	for i, f := range s.Frames {
+		if off, ok := strings.CutPrefix(f, base); ok {
+			out[i] = "[build_id:" + ShortBuildID(s.BuildID) + "] 0x" + off
+		} else {
+			out[i] = f
+		}
+	}
+	return out
+}
+
+// Annotated reports whether stacks carry a build ID prefix: when the range
+// spans several builds (RFD 072).
+func (p *Profile) Annotated() bool { return len(p.BuildIDs()) > 1 }
+
+// FoldedLine is one line of folded output.
+type FoldedLine struct {
+	Stack string
+	Count int64
+}
+
+// Folded merges stacks into flamegraph.pl lines, "root;...;leaf count",
+// prefixed "[build_id:abc123] " when the profile spans several builds.
+func (p *Profile) Folded() []FoldedLine {
+	annotate := p.Annotated()
+	sums := map[string]int64{}
+	for _, s := range p.Stacks {
+		key := strings.Join(p.DisplayFrames(s), ";")
+		if annotate {
+			id := ShortBuildID(s.BuildID)
+			if id == "" {
+				id = "unknown"
+			}
+			key = "[build_id:" + id + "] " + key
+		}
+		sums[key] += s.Count
+	}
+	return sortedLines(sums)
+}
+
+func sortedLines(sums map[string]int64) []FoldedLine {
+	out := make([]FoldedLine, 0, len(sums))
+	for k, v := range sums {
+		out = append(out, FoldedLine{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Stack < out[j].Stack
+	})
+	return out
+}
+
+// WriteFolded writes the folded lines.
+func (p *Profile) WriteFolded(w io.Writer) error {
+	for _, l := range p.Folded() {
+		if _, err := fmt.Fprintf(w, "%s %d\n", l.Stack, l.Count); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteJSON writes the profile as one JSON document.
+func (p *Profile) WriteJSON(w io.Writer) error {
+	type stack struct {
+		BuildID string   `json:"build_id"`
+		Frames  []string `json:"frames"`
+		Samples int64    `json:"samples"`
+	}
+	doc := struct {
+		Service  string            `json:"service"`
+		Tier     Tier              `json:"tier"`
+		Since    time.Time         `json:"since"`
+		Until    time.Time         `json:"until"`
+		Samples  int64             `json:"total_samples"`
+		BuildIDs []string          `json:"build_ids"`
+		Binaries map[string]string `json:"binaries"`
+		Stacks   []stack           `json:"stacks"`
+	}{p.Service, p.Tier, p.Range.Since, p.Range.Until, p.Total(), p.BuildIDs(), p.Binaries, nil}
+	for _, s := range p.Stacks {
+		doc.Stacks = append(doc.Stacks, stack{s.BuildID, p.DisplayFrames(s), s.Count})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+// asInt64 reads a count from an endpoint (json.Number) or driver value.
+func asInt64(v any) (int64, error) {
+	switch x := v.(type) {
+	case json.Number:
+		return x.Int64()
+	case int64:
+		return x, nil
+	case int32:
+		return int64(x), nil
+	case int:
+		return int64(x), nil
+	case float64:
+		return int64(x), nil
+	case string:
+		return strconv.ParseInt(x, 10, 64)
+	case nil:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("unexpected %T %v for a count", v, v)
+}
+
+func asString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	}
+	return fmt.Sprint(v)
+}
+
+func asStrings(v any) []string {
+	switch x := v.(type) {
+	case []string:
+		return x
+	case []any:
+		out := make([]string, len(x))
+		for i, e := range x {
+			out[i] = asString(e)
+		}
+		return out
+	}
+	return nil
+}
+
+// ServiceSummary is a service's samples in a range.
+type ServiceSummary struct {
+	Service string
+	Samples int64
+	Builds  int64
+}
+
+// Services lists the services with samples in r, busiest first.
+func Services(ctx context.Context, src Source, r timerange.Range) ([]ServiceSummary, error) {
+	tb := tablesFor(src.Tier())
+	res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT, count(DISTINCT build_id)::BIGINT FROM %s
+WHERE %s >= %s AND %s < %s GROUP BY service_id ORDER BY 2 DESC, 1`, tb.stacks, tb.timeCol, sqlTime(r.Since), tb.timeCol, sqlTime(r.Until)))
+	if err != nil {
+		return nil, fmt.Errorf("list services on %s: %w", src.Describe(), err)
+	}
+	out := make([]ServiceSummary, 0, len(res.Rows))
+	for _, row := range res.Rows {
+		n, _ := asInt64(row[1])
+		b, _ := asInt64(row[2])
+		out = append(out, ServiceSummary{asString(row[0]), n, b})
+	}
+	return out, nil
+}

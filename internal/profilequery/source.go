@@ -1,0 +1,245 @@
+// Package profilequery reads CPU profiles out of a hotpath DuckDB file (either
+// tier, through a running collector's read-only SQL endpoint or the file
+// itself) into an in-memory Profile of folded stacks, and derives what the
+// CLI shows from it: folded text, top functions, differential profiles, the
+// deploy gate's verdict and pprof.
+package profilequery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+)
+
+// Tier is which side of the pipeline a file belongs to ("local": the agent's
+// 15 s samples, "summary": the gateway's 1-minute summaries).
+type Tier string
+
+const (
+	Local   Tier = "local"
+	Summary Tier = "summary"
+)
+
+// tables names a tier's tables. They mirror the exporter's schema package,
+// which is internal to the exporter; the schema_version check in Open
+// refuses files this code does not know.
+type tables struct {
+	stacks, frames, binaries, timeCol string
+}
+
+func tablesFor(t Tier) tables {
+	if t == Summary {
+		return tables{"cpu_profile_summaries", "profile_frame_dictionary", "binary_metadata_registry", "bucket_time"}
+	}
+	return tables{"cpu_profile_samples_local", "profile_frame_dictionary_local", "binary_metadata_local", "timestamp"}
+}
+
+// supportedVersions are the schema versions whose stack and frame tables
+// have the columns read here.
+var supportedVersions = map[int64]bool{1: true, 2: true}
+
+// Default endpoints and files of `make run` (distributions/*/config.yaml).
+const (
+	AgentEndpoint   = "127.0.0.1:7072"
+	GatewayEndpoint = "127.0.0.1:7073"
+)
+
+// Source answers read-only SQL on one hotpath file.
+type Source interface {
+	Query(ctx context.Context, stmt string) (*sqlquery.Result, error)
+	Tier() Tier
+	// Describe says where the data comes from, for messages.
+	Describe() string
+	Close() error
+}
+
+// Target says where to look. DB is a file path or a collector's host:port;
+// empty picks the defaults of the tier (endpoint first, then the file).
+type Target struct {
+	DB       string
+	Token    string
+	Local    bool   // the agent tier (15 s, 1 h) instead of the gateway's
+	StateDir string // where the default files live; "" = $HOTPATH_STATE_DIR, ./var, /var/lib/hotpath
+}
+
+// IsEndpoint reports whether db names a host:port rather than a file.
+func IsEndpoint(db string) bool {
+	if strings.ContainsAny(db, `/\`) || strings.HasSuffix(db, ".duckdb") {
+		return false
+	}
+	if _, err := os.Stat(db); err == nil {
+		return false
+	}
+	_, port, err := net.SplitHostPort(db)
+	return err == nil && port != ""
+}
+
+// DefaultFile is the tier's file under the state directory used by
+// `make run` ($HOTPATH_STATE_DIR, else ./var when it holds the file, else
+// /var/lib/hotpath, the shipped configs' default).
+func DefaultFile(local bool, stateDir string) string {
+	name := "gateway.duckdb"
+	if local {
+		name = "agent.duckdb"
+	}
+	if stateDir == "" {
+		stateDir = os.Getenv("HOTPATH_STATE_DIR")
+	}
+	if stateDir != "" {
+		return filepath.Join(stateDir, name)
+	}
+	if _, err := os.Stat(filepath.Join("var", name)); err == nil {
+		return filepath.Join("var", name)
+	}
+	return filepath.Join("/var/lib/hotpath", name)
+}
+
+// Open connects to the target and checks it holds a hotpath file of a known
+// schema version. With no DB it tries the tier's endpoint, then its file.
+func Open(ctx context.Context, t Target) (Source, error) {
+	var src Source
+	var err error
+	switch {
+	case t.DB != "" && IsEndpoint(t.DB):
+		src = &endpointSource{c: sqlquery.Client{Endpoint: t.DB, Token: t.Token}}
+	case t.DB != "":
+		src, err = openFile(t.DB)
+	default:
+		ep := GatewayEndpoint
+		if t.Local {
+			ep = AgentEndpoint
+		}
+		env := "HOTPATH_GATEWAY_QUERY"
+		if t.Local {
+			env = "HOTPATH_AGENT_QUERY"
+		}
+		if v := os.Getenv(env); v != "" {
+			ep = v
+		}
+		src = &endpointSource{c: sqlquery.Client{Endpoint: ep, Token: t.Token}}
+		if _, qerr := src.Query(ctx, "SELECT 1"); errors.Is(qerr, sqlquery.ErrUnreachable) {
+			file := DefaultFile(t.Local, t.StateDir)
+			if _, serr := os.Stat(file); serr != nil {
+				return nil, fmt.Errorf("no collector answers at %s and there is no file %s: start one with `make run`, or give --db FILE|HOST:PORT", ep, file)
+			}
+			src, err = openFile(file)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	tier, err := detectTier(ctx, src)
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	if t.DB != "" && t.Local && tier != Local {
+		src.Close()
+		return nil, fmt.Errorf("--local asks for the agent tier but %s holds the %s tier", src.Describe(), tier)
+	}
+	switch s := src.(type) {
+	case *endpointSource:
+		s.tier = tier
+	case *fileSource:
+		s.tier = tier
+	}
+	return src, nil
+}
+
+func detectTier(ctx context.Context, src Source) (Tier, error) {
+	res, err := src.Query(ctx, "SELECT tier, version FROM schema_version")
+	if err != nil {
+		return "", fmt.Errorf("read schema_version of %s (is it a hotpath file?): %w", src.Describe(), err)
+	}
+	if len(res.Rows) != 1 {
+		return "", fmt.Errorf("%s: schema_version has %d rows, want 1", src.Describe(), len(res.Rows))
+	}
+	tier := Tier(asString(res.Rows[0][0]))
+	ver, _ := asInt64(res.Rows[0][1])
+	if tier != Local && tier != Summary {
+		return "", fmt.Errorf("%s: unknown tier %q", src.Describe(), tier)
+	}
+	if !supportedVersions[ver] {
+		return "", fmt.Errorf("%s: schema version %d is not supported by this hotpath; upgrade hotpath", src.Describe(), ver)
+	}
+	return tier, nil
+}
+
+type endpointSource struct {
+	c    sqlquery.Client
+	tier Tier
+}
+
+func (s *endpointSource) Query(ctx context.Context, stmt string) (*sqlquery.Result, error) {
+	return s.c.Query(ctx, stmt)
+}
+func (s *endpointSource) Tier() Tier       { return s.tier }
+func (s *endpointSource) Describe() string { return "collector at " + s.c.Endpoint }
+func (s *endpointSource) Close() error     { return nil }
+
+type fileSource struct {
+	path  string
+	run   func(ctx context.Context, stmt string) (*sqlquery.Result, error)
+	close func() error
+	tier  Tier
+}
+
+// openFile opens path read-only. DuckDB lets one process hold a file, so
+// this fails while a collector runs; the error says to use its endpoint.
+func openFile(path string) (*fileSource, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	db, closeDB, err := sqlquery.OpenReadOnly(path)
+	if err == nil {
+		err = db.Ping()
+	}
+	if err != nil {
+		if closeDB != nil {
+			closeDB()
+		}
+		if strings.Contains(err.Error(), "lock") {
+			return nil, fmt.Errorf("%w\n(a collector holds the file: query it through its endpoint, --db 127.0.0.1:7073 for the gateway or 127.0.0.1:7072 for the agent)", err)
+		}
+		return nil, err
+	}
+	// Profiles are aggregated in the query, so rows are distinct stacks;
+	// the endpoint's row cap is a guard for people's ad hoc SQL, not this.
+	lim := sqlquery.DefaultLimits
+	lim.MaxRows = 10_000_000
+	lim.MaxBytes = 2 << 30
+	return &fileSource{
+		path: path,
+		run: func(ctx context.Context, stmt string) (*sqlquery.Result, error) {
+			return sqlquery.Run(ctx, db, stmt, lim)
+		},
+		close: closeDB,
+	}, nil
+}
+
+func (s *fileSource) Query(ctx context.Context, stmt string) (*sqlquery.Result, error) {
+	return s.run(ctx, stmt)
+}
+func (s *fileSource) Tier() Tier       { return s.tier }
+func (s *fileSource) Describe() string { return s.path }
+func (s *fileSource) Close() error     { return s.close() }
+
+// Tables are a tier's table names, for commands that write (symbolize).
+type Tables struct {
+	Stacks, Frames, Binaries string
+	// HasSymbolStorage: the gateway's binary registry records where
+	// symbols were found.
+	HasSymbolStorage bool
+}
+
+// TablesOf returns the table names of tier t.
+func TablesOf(t Tier) Tables {
+	tb := tablesFor(t)
+	return Tables{Stacks: tb.stacks, Frames: tb.frames, Binaries: tb.binaries, HasSymbolStorage: t == Summary}
+}
