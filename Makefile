@@ -67,7 +67,7 @@ test-unit: deps
 # need root and fail, not skip, without it), then the collector end to end.
 test: check-generated lint build
 	@[ "$$(id -u)" = 0 ] || { echo "make test must run as root: the eBPF tests load real BPF programs"; exit 1; }
-	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) $(GO) test -count=1 -timeout 30m ./...
+	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath $(GO) test -count=1 -timeout 30m ./...
 
 bench: build
 	./scripts/bench.sh

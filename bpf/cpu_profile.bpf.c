@@ -101,6 +101,38 @@ struct {
 	__type(value, struct sample_stats);
 } stats SEC(".maps");
 
+// On-demand capture (RFD 070): while a capture runs, a second set of per-CPU
+// perf events at a higher rate feeds capture_sample, which records only the
+// target processes, into maps of its own. Continuous data keeps its rate and
+// meaning. The loader sizes these maps per capture (they are tiny otherwise).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32); // tgid
+	__type(value, __u8);
+} capture_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct sample_key);
+	__type(value, __u64);
+} capture_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, struct stack_trace);
+} capture_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_stats);
+} capture_stats SEC(".maps");
+
 // Processes already announced with EVENT_SEEN. LRU: a forgotten pid only
 // costs a second EVENT_SEEN, which user space ignores.
 struct {
@@ -280,6 +312,32 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	if (!bpf_map_lookup_elem(&seen_pids, &pid) &&
 	    bpf_map_update_elem(&seen_pids, &pid, &one, BPF_NOEXIST) == 0)
 		emit(st, EVENT_SEEN, pid);
+	return 0;
+}
+
+SEC("perf_event")
+int capture_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = pid_tgid >> 32;
+	__u32 zero = 0;
+	struct sample_key key;
+	struct sample_stats *st;
+
+	if (!bpf_map_lookup_elem(&capture_pids, &pid))
+		return 0;
+	st = bpf_map_lookup_elem(&capture_stats, &zero);
+	if (!st)
+		return 0;
+	__sync_fetch_and_add(&st->samples, 1);
+	__builtin_memset(&key, 0, sizeof(key));
+	key.pid = pid;
+	key.tid = (__u32)pid_tgid;
+	if (trace_lookup)
+		lookup_trace(st, &key, pid_tgid);
+	key.user_stack = take_stack(ctx, &capture_stacks, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing);
+	key.kernel_stack = take_stack(ctx, &capture_stacks, 0, &st->kernel_stack_lost, &st->kernel_stack_missing);
+	count_sample(st, &capture_counts, &key);
 	return 0;
 }
 

@@ -6,6 +6,7 @@
 //	hotpath gate --service S ...       deploy gate: fail on a CPU share regression
 //	hotpath web --service S            the pprof web UI for a range
 //	hotpath symbolize --build-id B ... resolve stored raw addresses with a debug file
+//	hotpath capture --pid N            on-demand high-frequency capture by the agent
 //	hotpath completion bash            shell completion
 //
 // It uses the standard flag package, one FlagSet per subcommand; a new
@@ -34,6 +35,7 @@ var commands = map[string]command{
 	"gate":      {summary: "deploy gate: exit 3 when a function's CPU share regressed between two builds or ranges", run: runGate},
 	"web":       {summary: "open the pprof web UI (graph, flame graph, top) for a range on a loopback port", run: runWeb},
 	"symbolize": {summary: "resolve stored raw addresses of a build ID with a debug/symbol file", run: runSymbolize},
+	"capture":   {summary: "ask the running agent to profile a pid or service at high frequency for a while", run: runCapture},
 }
 
 // completion reads the table, so it joins it at init (a literal entry would

@@ -3,7 +3,6 @@ package duckdbprofileexporter
 import (
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
+	"github.com/hotpath-dev/hotpath/internal/localendpoint"
 )
 
 // Config of the duckdbprofile exporter.
@@ -167,12 +167,8 @@ func (c *Config) Validate() error {
 
 func (q QueryConfig) validate() []error {
 	var errs []error
-	host, _, err := net.SplitHostPort(q.Endpoint)
-	if err != nil {
-		return append(errs, fmt.Errorf("query.endpoint must be host:port, got %q: %w", q.Endpoint, err))
-	}
-	if !isLoopback(host) && q.Token == "" {
-		errs = append(errs, fmt.Errorf("query.endpoint %q is not a loopback address; set query.token to serve SQL beyond this host", q.Endpoint))
+	if err := localendpoint.Validate("query.endpoint", q.Endpoint, q.Token); err != nil {
+		errs = append(errs, err)
 	}
 	if q.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("query.timeout must be positive, got %s", q.Timeout))
@@ -184,12 +180,4 @@ func (q QueryConfig) validate() []error {
 		errs = append(errs, fmt.Errorf("query.max_bytes must be positive, got %d", q.MaxBytes))
 	}
 	return errs
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -44,7 +44,7 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 		"path":      {func(c *Config) { c.Path = "" }, "path must name the DuckDB file"},
 		"bucket":    {func(c *Config) { c.Tier = "summary"; c.BucketInterval = 0 }, "bucket_interval must be positive"},
 		"retention": {func(c *Config) { c.Retention.Stacks = -time.Hour }, "retention.stacks must not be negative"},
-		"public":    {func(c *Config) { c.Query.Endpoint = "0.0.0.0:7072" }, "not a loopback address; set query.token"},
+		"public":    {func(c *Config) { c.Query.Endpoint = "0.0.0.0:7072" }, "not a loopback address; set a token"},
 		"endpoint":  {func(c *Config) { c.Query.Endpoint = "7072" }, "query.endpoint must be host:port"},
 		"rows":      {func(c *Config) { c.Query.MaxRows = 0 }, "query.max_rows must be positive"},
 		"memory":    {func(c *Config) { c.DuckDB.MemoryLimit = "64 potatoes" }, "duckdb.memory_limit must be a size"},

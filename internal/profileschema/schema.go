@@ -5,7 +5,10 @@ package profileschema
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -186,4 +189,62 @@ func FileOffset(m pprofile.Mapping, addr uint64) uint64 {
 		return addr
 	}
 	return addr - m.MemoryStart() + m.FileOffset()
+}
+
+// Accepted sample times. Nothing this system profiled predates
+// MinSampleTime (an earlier time is a unit mix-up or forged), and nothing may
+// be more than MaxFutureSkew ahead of the receiving host's clock (a bad clock
+// or a forged time: an aggregation window for it would stay open, and
+// retention would never delete its rows). Components that read profiles from
+// other hosts drop samples outside this range and count them.
+var MinSampleTime = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// MaxFutureSkew: see MinSampleTime.
+const MaxFutureSkew = 10 * time.Minute
+
+// SampleTimeAccepted reports whether a sample at t (Unix nanoseconds) is in
+// the accepted range as seen at now.
+func SampleTimeAccepted(t uint64, now time.Time) bool {
+	return t <= math.MaxInt64 && int64(t) >= MinSampleTime.UnixNano() && int64(t) <= now.Add(MaxFutureSkew).UnixNano()
+}
+
+// FoldedStack is a sample's stack as flamegraph.pl reads it: frame names
+// (FrameName) root first, joined by ";". Out-of-range indices yield "".
+func FoldedStack(dict pprofile.ProfilesDictionary, s pprofile.Sample) string {
+	si := s.StackIndex()
+	if si < 0 || int(si) >= dict.StackTable().Len() {
+		return ""
+	}
+	idx := dict.StackTable().At(int(si)).LocationIndices()
+	names := make([]string, idx.Len())
+	locs := dict.LocationTable()
+	for i := 0; i < idx.Len(); i++ {
+		name := "[unknown]"
+		if li := idx.At(i); li >= 0 && int(li) < locs.Len() {
+			name = FrameName(dict, locs.At(int(li)))
+		}
+		names[idx.Len()-1-i] = name // OTLP stacks are leaf first
+	}
+	return strings.Join(names, ";")
+}
+
+// ForEachSample calls fn for every sample of every samples/count profile in
+// pd, with its resource.
+func ForEachSample(pd pprofile.Profiles, fn func(res pcommon.Resource, p pprofile.Profile, s pprofile.Sample)) {
+	dict := pd.Dictionary()
+	for i := 0; i < pd.ResourceProfiles().Len(); i++ {
+		rp := pd.ResourceProfiles().At(i)
+		for j := 0; j < rp.ScopeProfiles().Len(); j++ {
+			profiles := rp.ScopeProfiles().At(j).Profiles()
+			for k := 0; k < profiles.Len(); k++ {
+				p := profiles.At(k)
+				if !IsSampleCount(dict, p) {
+					continue
+				}
+				for x := 0; x < p.Samples().Len(); x++ {
+					fn(rp.Resource(), p, p.Samples().At(x))
+				}
+			}
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
@@ -27,45 +28,27 @@ func TallyProcess(all []pprofile.Profiles, pid int) Tally {
 	t := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
 	for _, pd := range all {
 		dict := pd.Dictionary()
-		for i := 0; i < pd.ResourceProfiles().Len(); i++ {
-			rp := pd.ResourceProfiles().At(i)
-			if v, _ := rp.Resource().Attributes().Get(profileschema.AttrProcessPID); v.Int() != int64(pid) {
-				continue
+		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
+			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() != int64(pid) {
+				return
 			}
-			t.Service = profileschema.ServiceName(rp.Resource())
-			if v, ok := rp.Resource().Attributes().Get(profileschema.AttrProcessExeName); ok {
+			t.Service = profileschema.ServiceName(res)
+			if v, ok := res.Attributes().Get(profileschema.AttrProcessExeName); ok {
 				t.Exe = v.Str()
 			}
-			for j := 0; j < rp.ScopeProfiles().Len(); j++ {
-				profiles := rp.ScopeProfiles().At(j).Profiles()
-				for k := 0; k < profiles.Len(); k++ {
-					if p := profiles.At(k); profileschema.IsSampleCount(dict, p) {
-						t.addSamples(dict, p)
-					}
-				}
-			}
-		}
+			t.Add(profileschema.FoldedStack(dict, s), profileschema.SampleCount(s))
+		})
 	}
 	return t
 }
 
-func (t *Tally) addSamples(dict pprofile.ProfilesDictionary, p pprofile.Profile) {
-	for s := 0; s < p.Samples().Len(); s++ {
-		sample := p.Samples().At(s)
-		stack := dict.StackTable().At(int(sample.StackIndex()))
-		n := profileschema.SampleCount(sample)
-		idx := stack.LocationIndices()
-		names := make([]string, idx.Len())
-		for i := 0; i < idx.Len(); i++ {
-			// Leaf first in OTLP; folded stacks are root first.
-			names[idx.Len()-1-i] = profileschema.FrameName(dict, dict.LocationTable().At(int(idx.At(i))))
-		}
-		t.Total += n
-		if leaf := userLeaf(names); leaf != "" {
-			t.Leaf[leaf] += n
-		}
-		t.Folded[strings.Join(names, ";")] += n
+// Add counts n samples of a folded stack.
+func (t *Tally) Add(stack string, n int64) {
+	t.Total += n
+	if leaf := userLeaf(strings.Split(stack, ";")); leaf != "" {
+		t.Leaf[leaf] += n
 	}
+	t.Folded[stack] += n
 }
 
 // userLeaf is the innermost user-space frame of a root-first stack: time the

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/localendpoint"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 )
 
 // Limits enforced by Validate. Continuous sampling above 100 Hz costs more
@@ -20,6 +23,19 @@ const (
 
 // Config configures the eBPF CPU profiling receiver.
 type Config struct {
+	// Enabled is the kill switch: false loads no BPF program at all. At run
+	// time the control endpoint turns sampling off (detaching everything)
+	// and on again.
+	Enabled bool `mapstructure:"enabled"`
+	// MaxCPUPercent is the agent's CPU budget as a percentage of the whole
+	// machine, measured over each interval for the whole collector process.
+	// Above it the sampling rate is halved (down to 1 Hz); it is restored
+	// step by step once usage stays under a quarter of the budget. 0 turns
+	// the guard off.
+	MaxCPUPercent float64 `mapstructure:"max_cpu_percent"`
+	// Control is the loopback HTTP endpoint for status, the runtime kill
+	// switch and on-demand high-frequency capture (hotpath capture).
+	Control ControlConfig `mapstructure:"control"`
 	// FrequencyHz is the sampling frequency per CPU.
 	FrequencyHz int `mapstructure:"frequency_hz"`
 	// Interval is how often the in-kernel counts are drained and emitted;
@@ -54,6 +70,15 @@ type TraceContextConfig struct {
 	RescanInterval time.Duration `mapstructure:"rescan_interval"`
 }
 
+// ControlConfig configures the control endpoint.
+type ControlConfig struct {
+	// Endpoint is host:port; "" turns the endpoint off. Loopback unless a
+	// token is set.
+	Endpoint string `mapstructure:"endpoint"`
+	// Token, when set, must be sent as "Authorization: Bearer <token>".
+	Token string `mapstructure:"token"`
+}
+
 // ServiceNameRule maps executables to a service name.
 type ServiceNameRule struct {
 	// Executable is a glob matched against the executable's path and its name.
@@ -76,6 +101,9 @@ func (f Filter) empty() bool {
 
 func createDefaultConfig() *Config {
 	return &Config{
+		Enabled:         true,
+		MaxCPUPercent:   1,
+		Control:         ControlConfig{Endpoint: controlapi.DefaultEndpoint},
 		FrequencyHz:     19,
 		Interval:        15 * time.Second,
 		MaxUniqueStacks: 10000,
@@ -97,6 +125,14 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("interval must be between %s and %s (got %s)", MinInterval, MaxInterval, c.Interval))
 	} else if c.Interval%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("interval must be a whole number of seconds so intervals align to the wall clock (got %s)", c.Interval))
+	}
+	if c.MaxCPUPercent < 0 || c.MaxCPUPercent > 100 || c.MaxCPUPercent != c.MaxCPUPercent {
+		errs = append(errs, fmt.Errorf("max_cpu_percent must be between 0 (guard off) and 100 percent of the machine (got %v)", c.MaxCPUPercent))
+	}
+	if c.Control.Endpoint != "" {
+		if err := localendpoint.Validate("control.endpoint", c.Control.Endpoint, c.Control.Token); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.MaxUniqueStacks < MinUniqueStacks || c.MaxUniqueStacks > MaxUniqueStacksLimit {
 		errs = append(errs, fmt.Errorf("max_unique_stacks must be between %d and %d (got %d)", MinUniqueStacks, MaxUniqueStacksLimit, c.MaxUniqueStacks))

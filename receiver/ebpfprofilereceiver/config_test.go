@@ -23,6 +23,9 @@ func TestConfigValidate(t *testing.T) {
 		{"rule without service", func(c *Config) { c.ServiceNameRules = []ServiceNameRule{{Executable: "java"}} }, "needs both"},
 		{"bad glob", func(c *Config) { c.Include.Executables = []string{"[x"} }, "not a valid glob"},
 		{"bad pid", func(c *Config) { c.Exclude.PIDs = []int{-3} }, "exclude.pids"},
+		{"cpu budget", func(c *Config) { c.MaxCPUPercent = 150 }, "max_cpu_percent must be between"},
+		{"public control", func(c *Config) { c.Control.Endpoint = "0.0.0.0:7074" }, "control.endpoint \"0.0.0.0:7074\" is not a loopback address"},
+		{"control not host:port", func(c *Config) { c.Control.Endpoint = "7074" }, "control.endpoint must be host:port"},
 		{"relative bpffs", func(c *Config) { c.TraceContext.BPFFS = "sys/fs/bpf" }, "trace_context.bpffs"},
 		{"rescan too often", func(c *Config) { c.TraceContext.RescanInterval = time.Millisecond }, "trace_context.rescan_interval"},
 	} {

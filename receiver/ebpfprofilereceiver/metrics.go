@@ -19,12 +19,14 @@ type selfMetrics struct {
 	symbolize   metric.Float64Histogram
 	processes   metric.Int64Gauge
 	mapMemBytes metric.Int64Gauge
+	frequency   metric.Int64Gauge
+	overhead    metric.Float64Gauge
 }
 
 func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 	m := mp.Meter("github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver")
 	var s selfMetrics
-	var errs [5]error
+	var errs [7]error
 	s.samples, errs[0] = m.Int64Counter("hotpath_receiver_samples",
 		metric.WithDescription("CPU samples taken, by outcome (kept, filtered, idle)."), metric.WithUnit("{sample}"))
 	s.lost, errs[1] = m.Int64Counter("hotpath_receiver_samples_lost",
@@ -35,6 +37,10 @@ func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 		metric.WithDescription("Processes tracked."), metric.WithUnit("{process}"))
 	s.mapMemBytes, errs[4] = m.Int64Gauge("hotpath_receiver_bpf_map_bytes",
 		metric.WithDescription("Memory of the BPF maps."), metric.WithUnit("By"))
+	s.frequency, errs[5] = m.Int64Gauge("hotpath_receiver_frequency",
+		metric.WithDescription("Sampling frequency in force; 0 while sampling is off, below the configured rate while the overhead guard holds it down."), metric.WithUnit("Hz"))
+	s.overhead, errs[6] = m.Float64Gauge("hotpath_receiver_cpu_percent",
+		metric.WithDescription("CPU used by this collector over the last interval, as a percentage of the machine (what max_cpu_percent bounds)."), metric.WithUnit("%"))
 	return &s, errors.Join(errs[:]...)
 }
 
@@ -50,4 +56,12 @@ func (m *selfMetrics) record(ctx context.Context, st sampler.Stats, kept, filter
 	m.symbolize.Record(ctx, symbolize.Seconds())
 	m.processes.Record(ctx, int64(processes))
 	m.mapMemBytes.Record(ctx, int64(mapBytes))
+}
+
+func (m *selfMetrics) recordFrequency(ctx context.Context, hz int) {
+	m.frequency.Record(ctx, int64(hz))
+}
+
+func (m *selfMetrics) recordOverhead(ctx context.Context, percent float64) {
+	m.overhead.Record(ctx, percent)
 }

@@ -1,7 +1,11 @@
 package ebpfprofilereceiver
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -9,6 +13,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 )
@@ -230,4 +235,47 @@ func globMatch(pattern string, names ...string) bool {
 		}
 	}
 	return false
+}
+
+// targets lists the live processes the agent has sampled, by pid.
+func (t *processTable) targets() []controlapi.Target {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]controlapi.Target, 0, len(t.entries))
+	for pid, e := range t.entries {
+		if e.exitedAt.IsZero() {
+			out = append(out, controlapi.Target{PID: pid, Service: e.resource.ServiceName, Executable: e.resource.ExePath})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
+}
+
+// resolveTargets finds the processes a capture asks for: one pid (read now
+// if it was never sampled), or every live process of a service.
+func (t *processTable) resolveTargets(pid int, service string) ([]controlapi.Target, error) {
+	switch {
+	case pid != 0 && service != "":
+		return nil, errors.New("capture one pid or one service, not both")
+	case pid < 0:
+		return nil, fmt.Errorf("pid must be positive (got %d)", pid)
+	case pid > 0:
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			return nil, unknownTargetError(fmt.Sprintf("no process %d on this host", pid), t.targets())
+		}
+		e := t.lookup(pid)
+		return []controlapi.Target{{PID: pid, Service: e.resource.ServiceName, Executable: e.resource.ExePath}}, nil
+	case service != "":
+		var out []controlapi.Target
+		for _, tg := range t.targets() {
+			if tg.Service == service {
+				out = append(out, tg)
+			}
+		}
+		if len(out) == 0 {
+			return nil, unknownTargetError(fmt.Sprintf("no running process of service %q has been sampled", service), t.targets())
+		}
+		return out, nil
+	}
+	return nil, errors.New("name the process to capture: a pid or a service")
 }

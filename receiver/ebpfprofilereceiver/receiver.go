@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -23,18 +24,28 @@ type profileReceiver struct {
 	set      receiver.Settings
 	next     xconsumer.Profiles
 	hostName string
-	period   time.Duration
 
-	sampler    *sampler.Sampler
 	symbolizer *symbolize.Symbolizer
 	procs      *processTable
 	metrics    *selfMetrics
 	traceCtx   *traceContext // nil: trace context off
+	guard      *overheadGuard
+	control    *controlServer
 
+	// mu guards the sampler and everything that symbolizes (the frame
+	// buffers below are shared).
+	mu      sync.Mutex
+	sampler *sampler.Sampler // nil while sampling is off (kill switch)
+	hz      int              // current rate: the overhead guard may lower it
+	// For the control endpoint's status.
+	lastCPUPercent float64
+	capturing      bool
+	frames         []profilebuilder.Frame
+	symbuf         []symbolize.Frame
+
+	ctx    context.Context // lives from Start to Shutdown
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	frames []profilebuilder.Frame
-	symbuf []symbolize.Frame
 }
 
 func newReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*profileReceiver, error) {
@@ -55,45 +66,94 @@ func newReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*
 		set:      set,
 		next:     next,
 		hostName: host,
-		period:   time.Second / time.Duration(cfg.FrequencyHz),
+		hz:       cfg.FrequencyHz,
 		metrics:  m,
+		guard:    newOverheadGuard(cfg.MaxCPUPercent, cfg.FrequencyHz),
 	}, nil
 }
 
 // Start refuses to start, with one sentence saying what to do, when this
-// process cannot load BPF programs or open perf events.
+// process cannot load BPF programs or open perf events. With enabled: false
+// it loads nothing and waits for the control endpoint to turn sampling on.
 func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
-	if err := sampler.CheckPrivileges(); err != nil {
-		return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
+	r.symbolizer = symbolize.New(symbolize.Options{})
+	r.procs = newProcessTable(r.cfg, r.hostName, r.set.Logger, r.symbolizer)
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if r.cfg.Enabled {
+		if err := sampler.CheckPrivileges(); err != nil {
+			return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
+		}
+		r.traceCtx = openTraceContext(r.cfg.TraceContext, r.set.Logger)
+		r.mu.Lock()
+		err := r.startSamplingLocked()
+		r.mu.Unlock()
+		if err != nil {
+			_ = r.traceCtx.close()
+			return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
+		}
+	} else {
+		r.set.Logger.Warn("sampling is off (enabled: false): no BPF program is loaded")
 	}
-	r.traceCtx = openTraceContext(r.cfg.TraceContext, r.set.Logger)
+	if r.cfg.Control.Endpoint != "" {
+		c, err := startControlServer(r, r.cfg.Control)
+		if err != nil {
+			r.stopAll()
+			return fmt.Errorf("ebpfprofile receiver control endpoint: %w", err)
+		}
+		r.control = c
+	}
+	r.wg.Add(2)
+	go func() { defer r.wg.Done(); r.traceCtx.run(r.ctx) }()
+	go func() { defer r.wg.Done(); r.emitEveryInterval(r.ctx) }()
+	return nil
+}
+
+// startSamplingLocked loads and attaches the sampler at the current rate and
+// follows its process events. r.mu must be held.
+func (r *profileReceiver) startSamplingLocked() error {
+	started := time.Now()
 	s, err := sampler.Open(sampler.Config{
-		FrequencyHz:     r.cfg.FrequencyHz,
+		FrequencyHz:     r.hz,
 		MaxUniqueStacks: r.cfg.MaxUniqueStacks,
 		Interval:        r.cfg.Interval,
 		TraceContext:    r.traceCtx.samplerMaps(),
 	})
 	if err != nil {
-		_ = r.traceCtx.close()
-		return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
+		return err
 	}
 	r.sampler = s
-	r.symbolizer = symbolize.New(symbolize.Options{})
-	r.procs = newProcessTable(r.cfg, r.hostName, r.set.Logger, r.symbolizer)
 	if err := s.LifecycleErr(); err != nil {
 		r.set.Logger.Warn("process exec/exit events are off; short-lived processes may lose their symbols", zap.Error(err))
 	}
 	r.set.Logger.Info("sampling every CPU",
-		zap.Int("frequency_hz", r.cfg.FrequencyHz),
+		zap.Int("frequency_hz", r.hz),
 		zap.Duration("interval", r.cfg.Interval),
+		zap.Duration("attach", time.Since(started)),
 		zap.Uint64("bpf_map_bytes", s.MapMemoryBytes()))
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.watchProcesses(s.Events()) }()
+	return nil
+}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	r.wg.Add(3)
-	go func() { defer r.wg.Done(); r.watchProcesses(ctx) }()
-	go func() { defer r.wg.Done(); r.traceCtx.run(ctx) }()
-	go func() { defer r.wg.Done(); r.emitEveryInterval(ctx) }()
+// setSampling is the runtime kill switch: off emits what was sampled so far
+// and detaches every BPF program at once; on loads them again.
+func (r *profileReceiver) setSampling(ctx context.Context, on bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case on && r.sampler == nil:
+		if err := sampler.CheckPrivileges(); err != nil {
+			return err
+		}
+		return r.startSamplingLocked()
+	case !on && r.sampler != nil:
+		err := r.emitLocked(ctx, alignedStart(time.Now(), r.cfg.Interval))
+		err = errors.Join(err, r.sampler.Close())
+		r.sampler = nil
+		r.metrics.recordFrequency(ctx, 0)
+		r.set.Logger.Warn("sampling turned off at runtime: all BPF programs detached")
+		return err
+	}
 	return nil
 }
 
@@ -103,46 +163,58 @@ func (r *profileReceiver) Shutdown(ctx context.Context) error {
 	if r.cancel == nil {
 		return nil
 	}
+	var err error
+	if r.control != nil {
+		err = r.control.shutdown(ctx)
+	}
 	r.cancel()
+	r.mu.Lock()
+	if r.sampler != nil {
+		err = errors.Join(err, r.emitLocked(ctx, alignedStart(time.Now(), r.cfg.Interval)))
+	}
+	r.mu.Unlock()
+	return errors.Join(err, r.stopAll())
+}
+
+// stopAll closes the sampler (its event watcher then ends) and waits for
+// every goroutine.
+func (r *profileReceiver) stopAll() error {
+	r.cancel()
+	r.mu.Lock()
+	var err error
+	if r.sampler != nil {
+		err = r.sampler.Close()
+		r.sampler = nil
+	}
+	r.mu.Unlock()
 	r.wg.Wait()
-	start := alignedStart(time.Now(), r.cfg.Interval)
-	err := r.emit(ctx, start)
-	err = errors.Join(err, r.sampler.Close(), r.traceCtx.close())
 	r.procs.closeAll()
-	return err
+	return errors.Join(err, r.traceCtx.close())
 }
 
 // watchProcesses snapshots a process's mappings as soon as the kernel reports
 // it sampled or exec'd, so a process that exits before the interval ends keeps
-// its frames.
-func (r *profileReceiver) watchProcesses(ctx context.Context) {
-	events := r.sampler.Events()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-events:
-			if !ok {
-				return
-			}
-			r.traceCtx.event(ev)
-			switch ev.Kind {
-			case sampler.EventSeen:
-				r.procs.observe(int(ev.PID), false)
-			case sampler.EventExec:
-				// Read the new program at once (it may exit soon), and again
-				// once the dynamic loader has mapped its libraries.
-				pid := int(ev.PID)
-				r.procs.observe(pid, true)
-				time.AfterFunc(execSettleDelay, func() { r.procs.refresh(pid, time.Now()) })
-			case sampler.EventExit:
-				r.procs.exited(int(ev.PID), time.Now())
-			}
+// its frames. It ends when the sampler closes its events.
+func (r *profileReceiver) watchProcesses(events <-chan sampler.ProcEvent) {
+	for ev := range events {
+		r.traceCtx.event(ev)
+		switch ev.Kind {
+		case sampler.EventSeen:
+			r.procs.observe(int(ev.PID), false)
+		case sampler.EventExec:
+			// Read the new program at once (it may exit soon), and again
+			// once the dynamic loader has mapped its libraries.
+			pid := int(ev.PID)
+			r.procs.observe(pid, true)
+			time.AfterFunc(execSettleDelay, func() { r.procs.refresh(pid, time.Now()) })
+		case sampler.EventExit:
+			r.procs.exited(int(ev.PID), time.Now())
 		}
 	}
 }
 
 func (r *profileReceiver) emitEveryInterval(ctx context.Context) {
+	cpuAt, wallAt := processCPU(), time.Now()
 	for {
 		next := alignedStart(time.Now(), r.cfg.Interval).Add(r.cfg.Interval)
 		timer := time.NewTimer(time.Until(next))
@@ -152,10 +224,54 @@ func (r *profileReceiver) emitEveryInterval(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		if err := r.emit(ctx, next.Add(-r.cfg.Interval)); err != nil {
-			r.set.Logger.Error("emit profiles", zap.Error(err))
+		r.mu.Lock()
+		if r.sampler != nil {
+			if err := r.emitLocked(ctx, next.Add(-r.cfg.Interval)); err != nil {
+				r.set.Logger.Error("emit profiles", zap.Error(err))
+			}
 		}
+		cpu, wall := processCPU(), time.Now()
+		r.adjustFrequencyLocked(ctx, cpu-cpuAt, wall.Sub(wallAt))
+		r.mu.Unlock()
+		cpuAt, wallAt = cpu, wall
 	}
+}
+
+// adjustFrequencyLocked applies the overhead guard's verdict on the last
+// interval's CPU use of this whole process. r.mu must be held.
+func (r *profileReceiver) adjustFrequencyLocked(ctx context.Context, cpu, wall time.Duration) {
+	percent, hz := r.guard.next(r.hz, cpu, wall)
+	r.lastCPUPercent = percent
+	r.metrics.recordOverhead(ctx, percent)
+	if r.sampler == nil {
+		return
+	}
+	r.metrics.recordFrequency(ctx, r.hz)
+	if hz == r.hz {
+		return
+	}
+	if err := r.sampler.SetFrequency(hz); err != nil {
+		r.set.Logger.Error("overhead guard: change sampling frequency", zap.Int("to_hz", hz), zap.Error(err))
+		return
+	}
+	level := r.set.Logger.Info
+	if hz < r.hz {
+		level = r.set.Logger.Warn
+	}
+	level("overhead guard: sampling frequency changed",
+		zap.Int("from_hz", r.hz), zap.Int("to_hz", hz),
+		zap.Float64("cpu_percent_of_machine", percent), zap.Float64("max_cpu_percent", r.cfg.MaxCPUPercent))
+	r.hz = hz
+	r.metrics.recordFrequency(ctx, hz)
+}
+
+// processCPU is the CPU time this process (the whole collector) has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // alignedStart is the start of the wall-clock-aligned interval holding t.
@@ -163,34 +279,18 @@ func alignedStart(t time.Time, interval time.Duration) time.Time {
 	return t.Truncate(interval)
 }
 
-// emit drains the kernel's counts for the interval that began at start,
-// symbolizes them and hands them to the next consumer.
-func (r *profileReceiver) emit(ctx context.Context, start time.Time) error {
+// emitLocked drains the kernel's counts for the interval that began at
+// start, symbolizes them and hands them to the next consumer. r.mu must be
+// held and the sampler open.
+func (r *profileReceiver) emitLocked(ctx context.Context, start time.Time) error {
 	drainedAt := time.Now()
 	batch, err := r.sampler.Drain()
 	if err != nil {
 		return fmt.Errorf("drain sampler: %w", err)
 	}
 	symStart := time.Now()
-	b := profilebuilder.New(start, r.cfg.Interval, r.period)
-	var kept, filtered uint64
-	for i := range batch.Samples {
-		s := &batch.Samples[i]
-		proc := r.procs.lookup(int(s.PID))
-		if !proc.keep {
-			filtered += s.Count
-			continue
-		}
-		kept += s.Count
-		frames := r.symbolizeSample(proc, s)
-		if proc.snapshot != nil && hasUnmappedUserFrame(frames) {
-			if fresh := r.procs.refresh(int(s.PID), drainedAt); fresh != proc {
-				proc = fresh
-				frames = r.symbolizeSample(proc, s)
-			}
-		}
-		b.Add(proc.resource, frames, s.TraceID, s.SpanID, s.Count)
-	}
+	b := profilebuilder.New(start, r.cfg.Interval, time.Second/time.Duration(r.hz))
+	kept, filtered := r.addSamplesLocked(b, batch.Samples, drainedAt, true)
 	symDur := time.Since(symStart)
 	r.symbolizer.Trim() // file pages back to the page cache until the next interval
 	r.procs.forgetExitedBefore(drainedAt)
@@ -208,6 +308,30 @@ func (r *profileReceiver) emit(ctx context.Context, start time.Time) error {
 		return nil
 	}
 	return r.next.ConsumeProfiles(ctx, b.Profiles())
+}
+
+// addSamplesLocked symbolizes samples into b, dropping processes the
+// include/exclude filters reject when filter is set. It returns the sample
+// counts kept and filtered out. r.mu must be held.
+func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []sampler.Sample, readBefore time.Time, filter bool) (kept, filtered uint64) {
+	for i := range samples {
+		s := &samples[i]
+		proc := r.procs.lookup(int(s.PID))
+		if filter && !proc.keep {
+			filtered += s.Count
+			continue
+		}
+		kept += s.Count
+		frames := r.symbolizeSample(proc, s)
+		if proc.snapshot != nil && hasUnmappedUserFrame(frames) {
+			if fresh := r.procs.refresh(int(s.PID), readBefore); fresh != proc {
+				proc = fresh
+				frames = r.symbolizeSample(proc, s)
+			}
+		}
+		b.Add(proc.resource, frames, s.TraceID, s.SpanID, s.Count)
+	}
+	return kept, filtered
 }
 
 // symbolizeSample returns the sample's frames, leaf first: kernel frames (the

@@ -24,6 +24,9 @@ receivers:
   ebpfprofile:
     frequency_hz: 99
     interval: 2s
+    max_cpu_percent: 0 # sample counts are checked: no guard under a loaded CI
+    control:
+      endpoint: ""
 exporters:
   otlphttp:
     endpoint: %s
@@ -81,6 +84,8 @@ func TestAgentRefusesFrequencyOverCap(t *testing.T) {
 receivers:
   ebpfprofile:
     frequency_hz: 1000
+    control:
+      endpoint: ""
 exporters:
   debug:
 service:
@@ -130,6 +135,8 @@ func TestAgentRefusesWithoutPrivileges(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`
 receivers:
   ebpfprofile:
+    control:
+      endpoint: ""
 exporters:
   debug:
 service:

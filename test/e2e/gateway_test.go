@@ -91,6 +91,8 @@ receivers:
   ebpfprofile:
     frequency_hz: 99
     interval: 1s
+    control:
+      endpoint: ""
 processors:
   buildid:
   stackaggregator:

@@ -5,7 +5,6 @@ package queryserver
 
 import (
 	"context"
-	"crypto/subtle"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/localendpoint"
 )
 
 // maxConcurrent keeps ad-hoc queries from starving ingestion on small hosts.
@@ -39,21 +39,14 @@ func Start(endpoint, token string, db func() *sql.DB, lim sqlquery.Limits, logge
 	}
 	s := &Server{ln: ln, sem: make(chan struct{}, maxConcurrent)}
 	mux := http.NewServeMux()
-	mux.HandleFunc(sqlquery.Path, func(w http.ResponseWriter, r *http.Request) {
-		if token != "" {
-			got := r.Header.Get("Authorization")
-			if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) != 1 {
-				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
-				return
-			}
-		}
+	mux.Handle(sqlquery.Path, localendpoint.RequireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
-			writeError(w, http.StatusMethodNotAllowed, errors.New("use POST with {\"sql\": \"...\"}"))
+			localendpoint.WriteError(w, http.StatusMethodNotAllowed, errors.New("use POST with {\"sql\": \"...\"}"))
 			return
 		}
 		var req sqlquery.Request
 		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
+			localendpoint.WriteError(w, http.StatusBadRequest, fmt.Errorf("decode request: %w", err))
 			return
 		}
 		select {
@@ -68,14 +61,14 @@ func Start(endpoint, token string, db func() *sql.DB, lim sqlquery.Limits, logge
 			if errors.Is(err, context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
 			}
-			writeError(w, status, err)
+			localendpoint.WriteError(w, status, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(res); err != nil {
 			logger.Debug("write query result", zap.Error(err))
 		}
-	})
+	})))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -90,9 +83,3 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Shutdown stops accepting queries and waits for running ones.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
-
-func writeError(w http.ResponseWriter, status int, err error) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(sqlquery.ErrorBody{Error: err.Error()})
-}

@@ -66,6 +66,10 @@ type cpuProfileTraceCtx struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	cpuProfileMapCaptureCounts        = "capture_counts"
+	cpuProfileMapCapturePids          = "capture_pids"
+	cpuProfileMapCaptureStacks        = "capture_stacks"
+	cpuProfileMapCaptureStats         = "capture_stats"
 	cpuProfileMapCounts0              = "counts_0"
 	cpuProfileMapCounts1              = "counts_1"
 	cpuProfileMapEvents               = "events"
@@ -76,6 +80,7 @@ const (
 	cpuProfileMapStacks1              = "stacks_1"
 	cpuProfileMapStats                = "stats"
 	cpuProfileMapTracesCtxV1          = "traces_ctx_v1"
+	cpuProfileProgCaptureSample       = "capture_sample"
 	cpuProfileProgCpuSample           = "cpu_sample"
 	cpuProfileProgProcExec            = "proc_exec"
 	cpuProfileProgProcExit            = "proc_exit"
@@ -129,25 +134,30 @@ type cpuProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cpuProfileProgramSpecs struct {
-	CpuSample *ebpf.ProgramSpec `ebpf:"cpu_sample"`
-	ProcExec  *ebpf.ProgramSpec `ebpf:"proc_exec"`
-	ProcExit  *ebpf.ProgramSpec `ebpf:"proc_exit"`
+	CaptureSample *ebpf.ProgramSpec `ebpf:"capture_sample"`
+	CpuSample     *ebpf.ProgramSpec `ebpf:"cpu_sample"`
+	ProcExec      *ebpf.ProgramSpec `ebpf:"proc_exec"`
+	ProcExit      *ebpf.ProgramSpec `ebpf:"proc_exit"`
 }
 
 // cpuProfileMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cpuProfileMapSpecs struct {
-	Counts0      *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1      *ebpf.MapSpec `ebpf:"counts_1"`
-	Events       *ebpf.MapSpec `ebpf:"events"`
-	GoTraces     *ebpf.MapSpec `ebpf:"go_traces"`
-	SeenPids     *ebpf.MapSpec `ebpf:"seen_pids"`
-	StackScratch *ebpf.MapSpec `ebpf:"stack_scratch"`
-	Stacks0      *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1      *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
-	TracesCtxV1  *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
+	CaptureCounts *ebpf.MapSpec `ebpf:"capture_counts"`
+	CapturePids   *ebpf.MapSpec `ebpf:"capture_pids"`
+	CaptureStacks *ebpf.MapSpec `ebpf:"capture_stacks"`
+	CaptureStats  *ebpf.MapSpec `ebpf:"capture_stats"`
+	Counts0       *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1       *ebpf.MapSpec `ebpf:"counts_1"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	GoTraces      *ebpf.MapSpec `ebpf:"go_traces"`
+	SeenPids      *ebpf.MapSpec `ebpf:"seen_pids"`
+	StackScratch  *ebpf.MapSpec `ebpf:"stack_scratch"`
+	Stacks0       *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1       *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	TracesCtxV1   *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
 }
 
 // cpuProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -182,20 +192,28 @@ func (o *cpuProfileObjects) Close() error {
 //
 // It can be passed to loadCpuProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cpuProfileMaps struct {
-	Counts0      *ebpf.Map `ebpf:"counts_0"`
-	Counts1      *ebpf.Map `ebpf:"counts_1"`
-	Events       *ebpf.Map `ebpf:"events"`
-	GoTraces     *ebpf.Map `ebpf:"go_traces"`
-	SeenPids     *ebpf.Map `ebpf:"seen_pids"`
-	StackScratch *ebpf.Map `ebpf:"stack_scratch"`
-	Stacks0      *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1      *ebpf.Map `ebpf:"stacks_1"`
-	Stats        *ebpf.Map `ebpf:"stats"`
-	TracesCtxV1  *ebpf.Map `ebpf:"traces_ctx_v1"`
+	CaptureCounts *ebpf.Map `ebpf:"capture_counts"`
+	CapturePids   *ebpf.Map `ebpf:"capture_pids"`
+	CaptureStacks *ebpf.Map `ebpf:"capture_stacks"`
+	CaptureStats  *ebpf.Map `ebpf:"capture_stats"`
+	Counts0       *ebpf.Map `ebpf:"counts_0"`
+	Counts1       *ebpf.Map `ebpf:"counts_1"`
+	Events        *ebpf.Map `ebpf:"events"`
+	GoTraces      *ebpf.Map `ebpf:"go_traces"`
+	SeenPids      *ebpf.Map `ebpf:"seen_pids"`
+	StackScratch  *ebpf.Map `ebpf:"stack_scratch"`
+	Stacks0       *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1       *ebpf.Map `ebpf:"stacks_1"`
+	Stats         *ebpf.Map `ebpf:"stats"`
+	TracesCtxV1   *ebpf.Map `ebpf:"traces_ctx_v1"`
 }
 
 func (m *cpuProfileMaps) Close() error {
 	return _CpuProfileClose(
+		m.CaptureCounts,
+		m.CapturePids,
+		m.CaptureStacks,
+		m.CaptureStats,
 		m.Counts0,
 		m.Counts1,
 		m.Events,
@@ -225,13 +243,15 @@ type cpuProfileVariables struct {
 //
 // It can be passed to loadCpuProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cpuProfilePrograms struct {
-	CpuSample *ebpf.Program `ebpf:"cpu_sample"`
-	ProcExec  *ebpf.Program `ebpf:"proc_exec"`
-	ProcExit  *ebpf.Program `ebpf:"proc_exit"`
+	CaptureSample *ebpf.Program `ebpf:"capture_sample"`
+	CpuSample     *ebpf.Program `ebpf:"cpu_sample"`
+	ProcExec      *ebpf.Program `ebpf:"proc_exec"`
+	ProcExit      *ebpf.Program `ebpf:"proc_exit"`
 }
 
 func (p *cpuProfilePrograms) Close() error {
 	return _CpuProfileClose(
+		p.CaptureSample,
 		p.CpuSample,
 		p.ProcExec,
 		p.ProcExit,

@@ -121,27 +121,29 @@ func waitForRunningPrograms() {
 }
 
 func (s *Sampler) readSet(set uint32) (Batch, error) {
-	var b Batch
+	st, err := s.readStats(s.objs.Stats, set)
+	if err != nil {
+		return Batch{}, err
+	}
+	return s.readMaps(st, s.sets[set].counts, s.sets[set].stacks)
+}
+
+// readMaps moves every key of counts and every stack of stacks out of the
+// kernel (leaving both empty) and pairs them up; keys refer to stacks by
+// hash.
+func (s *Sampler) readMaps(st Stats, counts, stacks *ebpf.Map) (Batch, error) {
+	b := Batch{Stats: st}
 	d := &s.drain
-	st, err := s.readStats(set)
+	n, err := s.readCounts(counts)
 	if err != nil {
 		return b, err
 	}
-	b.Stats = st
-
-	n, err := s.readCounts(s.sets[set].counts)
-	if err != nil {
-		return b, err
-	}
-
-	// Move every stack of the set out of the kernel; keys refer to them by
-	// hash.
 	if d.spans == nil {
 		d.spans = make(map[uint64]span)
 	}
 	clear(d.spans)
 	d.frames = d.frames[:0]
-	if err := s.readStacks(s.sets[set].stacks); err != nil {
+	if err := s.readStacks(stacks); err != nil {
 		return b, err
 	}
 
@@ -176,8 +178,8 @@ func (s *Sampler) readSet(set uint32) (Batch, error) {
 	return b, nil
 }
 
-// readStats sums the per-CPU stats of one set and zeroes them.
-func (s *Sampler) readStats(set uint32) (Stats, error) {
+// readStats sums the per-CPU stats at index set of m and zeroes them.
+func (s *Sampler) readStats(m *ebpf.Map, set uint32) (Stats, error) {
 	d := &s.drain
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -187,14 +189,14 @@ func (s *Sampler) readStats(set uint32) (Stats, error) {
 		d.perCPU = make([]cpuProfileSampleStats, ncpu)
 		d.zeroStats = make([]cpuProfileSampleStats, ncpu)
 	}
-	if err := s.objs.Stats.Lookup(set, d.perCPU); err != nil {
+	if err := m.Lookup(set, d.perCPU); err != nil {
 		return Stats{}, fmt.Errorf("drain: read stats: %w", err)
 	}
 	var st Stats
 	for _, c := range d.perCPU {
 		st.add(c)
 	}
-	if err := s.objs.Stats.Update(set, d.zeroStats, ebpf.UpdateExist); err != nil {
+	if err := m.Update(set, d.zeroStats, ebpf.UpdateExist); err != nil {
 		return Stats{}, fmt.Errorf("drain: reset stats: %w", err)
 	}
 	return st, nil

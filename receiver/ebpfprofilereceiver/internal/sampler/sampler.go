@@ -47,6 +47,11 @@ type Sampler struct {
 	lifecycle    []link.Link
 	lifecycleErr error
 
+	// What a capture needs to load its own program and maps.
+	spec      *ebpf.CollectionSpec
+	traceMaps map[string]*ebpf.Map
+	capture   sync.Mutex // one capture at a time
+
 	rb     *ringbuf.Reader
 	events chan ProcEvent
 	done   chan struct{}
@@ -126,6 +131,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache, MapReplacements: traceMaps}); err != nil {
 		return nil, fmt.Errorf("load BPF sampling program: %w", explainLoadError(err))
 	}
+	s.spec, s.traceMaps = spec, traceMaps
 	s.sets = [2]mapSet{
 		{counts: s.objs.Counts0, stacks: s.objs.Stacks0},
 		{counts: s.objs.Counts1, stacks: s.objs.Stacks1},

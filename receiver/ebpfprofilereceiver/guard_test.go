@@ -1,0 +1,49 @@
+package ebpfprofilereceiver
+
+import (
+	"testing"
+	"time"
+)
+
+func TestOverheadGuardStepsDownAndBackUp(t *testing.T) {
+	g := &overheadGuard{maxPercent: 1, configuredHz: 19, ncpu: 2}
+	wall := 15 * time.Second
+	over := 400 * time.Millisecond // 0.4 s of 30 CPU-seconds: 1.33 % of the machine
+	under := 30 * time.Millisecond // 0.1 %
+
+	hz := 19
+	var percent float64
+	for _, want := range []int{9, 4, 2, 1, 1} {
+		percent, hz = g.next(hz, over, wall)
+		if hz != want {
+			t.Fatalf("over budget (%.2f %%): hz = %d, want %d", percent, hz, want)
+		}
+	}
+	if percent < 1.3 || percent > 1.4 {
+		t.Errorf("percent = %.3f, want 1.33 (0.4 s of 2 CPUs × 15 s)", percent)
+	}
+	// Back up only after three calm intervals in a row, never above the
+	// configured rate.
+	for i, want := range []int{1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8, 16, 16, 16, 19, 19, 19, 19} {
+		if _, hz = g.next(hz, under, wall); hz != want {
+			t.Fatalf("calm interval %d: hz = %d, want %d", i, hz, want)
+		}
+	}
+	// A busy interval in between resets the count.
+	hz = 4
+	g.calm = 0
+	_, hz = g.next(hz, under, wall)
+	_, hz = g.next(hz, 200*time.Millisecond, wall) // 0.67 %: neither over nor calm
+	_, hz = g.next(hz, under, wall)
+	_, hz = g.next(hz, under, wall)
+	if hz != 4 {
+		t.Errorf("hz = %d after an interrupted calm streak, want 4", hz)
+	}
+}
+
+func TestOverheadGuardOff(t *testing.T) {
+	g := &overheadGuard{maxPercent: 0, configuredHz: 19, ncpu: 2}
+	if p, hz := g.next(19, 30*time.Second, 15*time.Second); hz != 19 || p != 100 {
+		t.Errorf("guard off: (%.1f %%, %d Hz), want (100 %%, 19 Hz)", p, hz)
+	}
+}

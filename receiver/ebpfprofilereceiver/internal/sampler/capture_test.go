@@ -1,0 +1,74 @@
+//go:build linux
+
+package sampler
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A capture samples only its target, at its own rate, while continuous
+// sampling goes on at its rate: the two sets of counts match their
+// frequencies against the same CPU time.
+func TestCaptureTargetsOneProcessAtItsOwnRate(t *testing.T) {
+	const hz, captureHz = 19, 499
+	s := openSampler(t, Config{FrequencyHz: hz, Interval: 5 * time.Second})
+	drain(t, s)
+	target := startBurner(t, 1500*time.Millisecond, 1)
+	other := startBurner(t, 1500*time.Millisecond, 1)
+
+	b, err := s.Capture(context.Background(), []uint32{uint32(target.Process.Pid)}, captureHz, 1200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuTarget := waitBurner(t, target)
+	waitBurner(t, other)
+	continuous := drain(t, s)
+
+	if n := pidCount(b, other.Process.Pid); n != 0 {
+		t.Errorf("capture recorded %d samples of a process it did not target", n)
+	}
+	for _, smp := range b.Samples {
+		if smp.PID != uint32(target.Process.Pid) {
+			t.Fatalf("capture recorded pid %d", smp.PID)
+		}
+	}
+	got := pidCount(b, target.Process.Pid)
+	// The capture ran for 1.2 s of the target's ≤1.5 s: at least half its
+	// CPU time, at most all of it.
+	want := float64(captureHz) * cpuTarget.Seconds()
+	if float64(got) < 0.4*want || float64(got) > 1.2*want+10 {
+		t.Errorf("capture: %d samples of the target, want 0.4-1.2 × %.0f (%d Hz × %s CPU)", got, want, captureHz, cpuTarget)
+	}
+	if withStack := b.Stats.Samples - b.Stats.UserStackMissing; withStack*10 < b.Stats.Samples*9 {
+		t.Errorf("capture stacks: %+v", b.Stats)
+	}
+	// Continuous sampling kept its rate for the same process.
+	expectSamples(t, "continuous", pidCount(continuous, target.Process.Pid), hz, cpuTarget)
+
+	// Limits and exclusivity.
+	if _, err := s.Capture(context.Background(), []uint32{1}, MaxCaptureFrequencyHz+1, time.Second); err == nil {
+		t.Error("capture above the frequency cap was accepted")
+	}
+	if _, err := s.Capture(context.Background(), []uint32{1}, 99, MaxCaptureDuration+time.Second); err == nil {
+		t.Error("capture above the duration cap was accepted")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := s.Capture(ctx, []uint32{1}, 99, time.Minute); done <- err }()
+	time.Sleep(200 * time.Millisecond)
+	if _, err := s.Capture(context.Background(), []uint32{1}, 99, time.Second); !errors.Is(err, ErrCaptureBusy) {
+		t.Errorf("second concurrent capture: %v, want ErrCaptureBusy", err)
+	}
+	cancel() // a cancelled capture ends at once and returns what it has
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("cancelled capture: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancelled capture did not return")
+	}
+}
