@@ -16,7 +16,12 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
-var t0 = time.Date(2026, 11, 22, 0, 0, 15, 0, time.UTC)
+// t0 is recent (retention would delete older rows while a test runs): the
+// start of the current hour plus 15 s, so its minute bucket is the hour.
+var t0 = time.Now().UTC().Truncate(time.Hour).Add(15 * time.Second)
+
+// at formats t0 plus d as DuckDB prints a TIMESTAMP.
+func at(d time.Duration) string { return t0.Add(d).Format(time.DateTime) }
 
 var (
 	traceA = []byte{0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89}
@@ -85,9 +90,9 @@ func TestLocalTierStoresRootFirstWithTraces(t *testing.T) {
 	got := rowsOf(t, e.w.DB(), `SELECT timestamp, service_id, build_id, folded, sample_count, trace_id, span_id
 		FROM cpu_profile_samples_local_decoded ORDER BY service_id, sample_count`)
 	want := []string{
-		"2026-11-22 00:00:15|api|beef|main;serve;parse|2|abcdef0123456789abcdef0123456789|0102030405060708",
-		"2026-11-22 00:00:15|api|beef|main;serve;parse|8|<nil>|<nil>",
-		"2026-11-22 00:00:15|worker||main;loop|1|<nil>|<nil>",
+		at(0) + "|api|beef|main;serve;parse|2|abcdef0123456789abcdef0123456789|0102030405060708",
+		at(0) + "|api|beef|main;serve;parse|8|<nil>|<nil>",
+		at(0) + "|worker||main;loop|1|<nil>|<nil>",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -113,8 +118,8 @@ func TestSummaryTierBucketsAndPercentages(t *testing.T) {
 	got := rowsOf(t, e.w.DB(), `SELECT bucket_time, pod_name, folded, sample_count, round(sample_percentage, 1)
 		FROM cpu_profile_summaries_decoded ORDER BY sample_count`)
 	want := []string{
-		"2026-11-22 00:00:00|api-7f9|main;gc|1|12.5",
-		"2026-11-22 00:00:00|api-7f9|main;parse|7|87.5",
+		at(-15*time.Second) + "|api-7f9|main;gc|1|12.5",
+		at(-15*time.Second) + "|api-7f9|main;parse|7|87.5",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

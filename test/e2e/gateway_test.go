@@ -91,6 +91,7 @@ receivers:
   ebpfprofile:
     frequency_hz: 99
     interval: 1s
+    max_cpu_percent: 0
     control:
       endpoint: ""
 processors:
@@ -120,7 +121,8 @@ service:
 		return strings.Contains(agent.out.String(), "sampling every CPU")
 	})
 
-	_ = testworkload.Start(t, v1, "3", "OTEL_SERVICE_NAME="+service).Wait()
+	first := testworkload.Start(t, v1, "3", "OTEL_SERVICE_NAME="+service)
+	_ = first.Wait()
 	// Redeploy: a new file renamed over the old path, as package managers do.
 	staged := v1 + ".new"
 	data, err := os.ReadFile(v2)
@@ -133,7 +135,8 @@ service:
 	if err := os.Rename(staged, v1); err != nil {
 		t.Fatal(err)
 	}
-	_ = testworkload.Start(t, v1, "3", "OTEL_SERVICE_NAME="+service).Wait()
+	second := testworkload.Start(t, v1, "3", "OTEL_SERVICE_NAME="+service)
+	_ = second.Wait()
 
 	agent.stop(t)   // flushes the agent's open windows to both exporters
 	gateway.stop(t) // flushes the gateway's open windows
@@ -141,8 +144,8 @@ service:
 	const window = 4 * time.Second
 	sent := tallyService(agentSink.profiles(), service, window)
 	got := tallyService(gatewaySink.profiles(), service, window)
-	if sent.total < 200 {
-		t.Fatalf("agent sent only %d samples of %s", sent.total, service)
+	if want := 0.5 * (testworkload.ExpectedSamples(first, 99) + testworkload.ExpectedSamples(second, 99)); float64(sent.total) < want {
+		t.Fatalf("agent sent only %d samples of %s, want ≥ %.0f (half of 99 Hz × its CPU time)", sent.total, service, want)
 	}
 	if got.total != sent.total {
 		t.Errorf("gateway holds %d samples of %s, agent sent %d", got.total, service, sent.total)
