@@ -1,15 +1,14 @@
 package duckdbprofileexporter
 
 import (
-	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/confmap"
-	"go.yaml.in/yaml/v3"
+
+	"github.com/hotpath-dev/hotpath/internal/readmetest"
 )
 
 func TestConfigUnmarshalAndDefaults(t *testing.T) {
@@ -89,31 +88,10 @@ func TestDuckDBResourceDefaultsByTier(t *testing.T) {
 
 // TestReadmeExampleIsValid unmarshals the README's YAML example.
 func TestReadmeExampleIsValid(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindSubmatch(readme)
-	if m == nil {
-		t.Fatal("no yaml block in README.md")
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(m[1], &doc); err != nil {
-		t.Fatal(err)
-	}
-	exporters, _ := doc["exporters"].(map[string]any)
-	raw, ok := exporters[TypeStr].(map[string]any)
-	if !ok {
-		t.Fatalf("README example has no exporters.%s block", TypeStr)
-	}
-	cfg := createDefaultConfig()
-	if err := confmap.NewFromStringMap(raw).Unmarshal(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Path != "/var/lib/hotpath/profiles.duckdb" || cfg.Query.MaxBytes != 100<<20 || !cfg.QueueConfig.HasValue() {
-		t.Fatalf("unexpected config: %+v", cfg)
+	for id, c := range readmetest.Check(t, "README.md", "exporters", NewFactory()) {
+		cfg := c.(*Config)
+		if cfg.Path != "/var/lib/hotpath/profiles.duckdb" || cfg.Query.MaxBytes != 100<<20 || !cfg.QueueConfig.HasValue() {
+			t.Fatalf("%s: unexpected config: %+v", id, cfg)
+		}
 	}
 }
