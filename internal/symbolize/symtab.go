@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"github.com/ianlancetaylor/demangle"
 )
@@ -37,8 +38,12 @@ type SymbolTable struct {
 
 	addrs    []uint64 // sorted symbol start addresses
 	sizes    []uint32 // 0: size unknown, the symbol extends to the next one
-	nameOffs []uint32 // len(addrs)+1 offsets into names
+	nameOffs []uint32 // len(addrs)+1 offsets into names; with namesInImage, len(addrs) offsets of NUL-terminated names in data
 	names    string
+	// namesInImage: the names stay in the file's string tables (read through
+	// data at lookup) instead of a heap copy. Large C++ binaries carry tens of
+	// MB of mangled names; the agent should not hold them in its heap.
+	namesInImage bool
 
 	gopc  *goPCLN     // nil when the file has no Go pclntab
 	lines *dwarfLines // nil when the file has no DWARF line info
@@ -84,7 +89,7 @@ func newSymbolTable(f *os.File) (*SymbolTable, error) {
 		return nil, err
 	}
 	t.mapped = len(data)
-	if t.gopc == nil && t.lines == nil {
+	if t.gopc == nil && t.lines == nil && !t.namesInImage {
 		// Nothing refers into the mapping any more: give it back now.
 		_ = syscall.Munmap(data)
 		t.mapped = 0
@@ -169,7 +174,7 @@ func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 		}
 	}
 	syms.collect()
-	t.buildSymbols(syms.syms)
+	t.buildSymbols(data, syms.syms)
 	t.lines = newDwarfLines(ef, data)
 	return t, nil
 }
@@ -326,7 +331,7 @@ func cBytes(b []byte, off uint32) []byte {
 }
 
 // buildSymbols sorts, de-duplicates and packs raw symbols.
-func (t *SymbolTable) buildSymbols(raw []rawSymbol) {
+func (t *SymbolTable) buildSymbols(data []byte, raw []rawSymbol) {
 	// At one address prefer a sized symbol, then the better rank
 	// (symtab over dynsym, global over weak over local).
 	slices.SortFunc(raw, func(a, b rawSymbol) int {
@@ -356,21 +361,56 @@ func (t *SymbolTable) buildSymbols(raw []rawSymbol) {
 	for _, s := range raw {
 		n += len(s.name)
 	}
-	var sb strings.Builder
-	sb.Grow(n)
 	t.addrs = make([]uint64, len(raw))
 	t.sizes = make([]uint32, len(raw))
-	t.nameOffs = make([]uint32, len(raw)+1)
 	for i, s := range raw {
 		t.addrs[i] = s.addr
 		if s.size <= 1<<32-1 {
 			t.sizes[i] = uint32(s.size)
 		}
+	}
+	if n >= namesInImageBytes && len(data) <= 1<<32-1 {
+		// Point at the names where they are: 4 bytes a symbol of heap.
+		t.namesInImage, t.data = true, data
+		t.nameOffs = make([]uint32, len(raw))
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+		for i, s := range raw {
+			t.nameOffs[i] = uint32(uintptr(unsafe.Pointer(unsafe.SliceData(s.name))) - base)
+		}
+		return
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	t.nameOffs = make([]uint32, len(raw)+1)
+	for i, s := range raw {
 		t.nameOffs[i] = uint32(sb.Len())
 		sb.Write(s.name)
 	}
 	t.nameOffs[len(raw)] = uint32(sb.Len())
 	t.names = sb.String()
+}
+
+// namesInImageBytes is the size of symbol names above which a table reads
+// them from the file mapping rather than copying them (libc's 60 KB are
+// copied; a large C++ binary's tens of MB are not). A variable for tests.
+var namesInImageBytes = 1 << 20
+
+// name is the i-th symbol's name. From the file mapping it is read under
+// the same fault guard as the Go pclntab (a file truncated under us).
+func (t *SymbolTable) name(i int) (name string) {
+	if !t.namesInImage {
+		return t.names[t.nameOffs[i]:t.nameOffs[i+1]]
+	}
+	defer func() {
+		if recover() != nil {
+			name = ""
+		}
+	}()
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	name = string(cBytes(t.data, t.nameOffs[i]))
+	runtime.KeepAlive(t)
+	return name
 }
 
 func leadingUnderscores(b []byte) int {
@@ -437,7 +477,9 @@ func (t *SymbolTable) lookupELF(addr uint64) (sym Symbol, ok bool) {
 	if size := t.sizes[i]; size > 0 && addr-t.addrs[i] >= uint64(size) {
 		return Symbol{}, false
 	}
-	sym.Function = t.names[t.nameOffs[i]:t.nameOffs[i+1]]
+	if sym.Function = t.name(i); sym.Function == "" {
+		return Symbol{}, false
+	}
 	if strings.HasPrefix(sym.Function, "_Z") {
 		sym.Function = demangle.Filter(sym.Function, demangle.NoParams)
 	}

@@ -75,3 +75,40 @@ func TestTrimReleasesFilePages(t *testing.T) {
 	}
 	lookupAll()
 }
+
+// A table whose names stay in the file mapping resolves exactly like one
+// that copies them, and keeps only offsets on the heap.
+func TestNamesInImageResolveTheSame(t *testing.T) {
+	libc := "/lib/x86_64-linux-gnu/libc.so.6"
+	copied, err := OpenSymbolTable(libc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := namesInImageBytes
+	namesInImageBytes = 0
+	defer func() { namesInImageBytes = old }()
+	inImage, err := OpenSymbolTable(libc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if copied.namesInImage || !inImage.namesInImage {
+		t.Fatalf("namesInImage: copied %v, in image %v", copied.namesInImage, inImage.namesInImage)
+	}
+	if inImage.Size() >= copied.Size() {
+		t.Errorf("heap: %d bytes with names in the image, %d copied", inImage.Size(), copied.Size())
+	}
+	if len(copied.addrs) < 1000 {
+		t.Fatalf("only %d libc symbols", len(copied.addrs))
+	}
+	for _, addr := range copied.addrs {
+		a, okA := copied.Lookup(addr)
+		b, okB := inImage.Lookup(addr)
+		if a != b || okA != okB {
+			t.Fatalf("%#x: copied %+v %v, in image %+v %v", addr, a, okA, b, okB)
+		}
+	}
+	inImage.Trim() // names fault back in from the page cache
+	if sym, ok := inImage.Lookup(copied.addrs[len(copied.addrs)/2]); !ok || sym.Function == "" {
+		t.Errorf("lookup after Trim: %+v %v", sym, ok)
+	}
+}
