@@ -7,6 +7,7 @@
 //	hotpath web --service S            the pprof web UI for a range
 //	hotpath symbolize --build-id B ... resolve stored raw addresses with a debug file
 //	hotpath capture --pid N            on-demand high-frequency capture by the agent
+//	hotpath trace-profile TRACE_ID     per-service CPU profile of one request (RFD 078)
 //	hotpath completion bash            shell completion
 //
 // It uses the standard flag package, one FlagSet per subcommand; a new
@@ -88,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: hotpath <command> [flags]     (hotpath <command> --help for flags and examples)\n\ncommands:")
 	for _, n := range commandNames() {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprint(w, `
 examples:

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/flamegraph"
+	"github.com/hotpath-dev/hotpath/internal/profilequery"
+)
+
+const traceProfileExamples = `  hotpath trace-profile 0af7651916cd43dd8448eb211c80319c
+  hotpath trace-profile 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 --local   # a traceparent works too
+  hotpath trace-profile 0af7651916cd43dd8448eb211c80319c --service payment-svc -n 20
+  hotpath trace-profile 0af7651916cd43dd8448eb211c80319c --format folded | flamegraph.pl > trace.svg
+  hotpath trace-profile 0af7651916cd43dd8448eb211c80319c --format html -o trace.html
+`
+
+// The table lives in main.go; joining it here keeps this command in one file.
+func init() {
+	commands["trace-profile"] = command{summary: "CPU profile of one trace (RFD 078): per service, CPU time and hotspots; text, folded, json, svg or html", run: runTraceProfile}
+}
+
+// runTraceProfile shows what ran on CPU while one trace was active, per
+// service the trace touched (RFD 078).
+func runTraceProfile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("trace-profile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	target := addTargetFlags(fs)
+	service := fs.String("service", "", "only this service (service.name)")
+	format := fs.String("format", "text", "text, folded (flamegraph.pl, one tower per service), json, svg or html (flame graph)")
+	hz := fs.Float64("frequency", 19, "the agents' sampling frequency in Hz: storage keeps sample counts, CPU time is samples / frequency")
+	n := fs.Int("n", 10, "hotspots per service in text and json (0 = all)")
+	out := fs.String("o", "", "write to this file instead of standard output")
+	title := fs.String("title", "", "flame graph title")
+	fs.Usage = usageFunc(fs, stderr, "hotpath trace-profile <trace-id|traceparent> [--service S] [--format text|folded|json|svg|html] [--local] [--db FILE|HOST:PORT] [flags]", traceProfileExamples)
+
+	// Flags may come before or after the trace ID.
+	var positional []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return errUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(positional) != 1 {
+		if len(positional) == 0 {
+			fmt.Fprintln(stderr, "a trace ID is required")
+		} else {
+			fmt.Fprintf(stderr, "one trace ID expected, got %d arguments: %s\n", len(positional), strings.Join(positional, " "))
+		}
+		fs.Usage()
+		return errUsage
+	}
+	switch *format {
+	case "text", "folded", "json", "svg", "html":
+	default:
+		return fmt.Errorf("--format must be text, folded, json, svg or html, got %q", *format)
+	}
+	if *hz <= 0 || *hz > 10000 {
+		return fmt.Errorf("--frequency must be a sampling frequency in Hz (the agents' frequency_hz, 19 by default), got %g", *hz)
+	}
+	traceID, err := profilequery.ParseTraceID(positional[0])
+	if err != nil {
+		return err
+	}
+
+	src, err := target.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tp, err := profilequery.LoadTrace(ctx, src, traceID, *service, profilequery.TraceHints{FrequencyHz: *hz})
+	if err != nil {
+		return err
+	}
+
+	w, closeOut, err := outputFile(*out, stdout)
+	if err != nil {
+		return err
+	}
+	switch *format {
+	case "folded":
+		for _, l := range tp.Folded() {
+			if _, err = fmt.Fprintf(w, "%s %d\n", l.Stack, l.Count); err != nil {
+				break
+			}
+		}
+	case "json":
+		err = writeTraceJSON(w, tp, *hz, *n)
+	case "svg", "html":
+		err = writeTraceGraph(w, tp, *format, *title, *hz)
+	default:
+		err = writeTraceText(w, tp, *hz, *n, src.Describe())
+	}
+	if cerr := closeOut(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// cpuTime is the CPU time samples stand for at hz.
+func cpuTime(samples int64, hz float64) time.Duration {
+	return time.Duration(float64(samples) * float64(time.Second) / hz)
+}
+
+// writeTraceText prints RFD 078's example: per service, its CPU time and
+// where it went.
+//
+//	Top CPU Hotspots (payment-svc, trace abc123def456):
+//	  93.3%  4.2s  validateSignature → crypto/rsa.VerifyPKCS1v15
+func writeTraceText(w io.Writer, tp *profilequery.TraceProfile, hz float64, n int, from string) error {
+	var b strings.Builder
+	total := tp.Total()
+	plural := "s"
+	if len(tp.Services) == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(&b, "trace %s: %d service%s, %d samples, ~%s CPU (%g Hz, %s per sample; %s tier on %s)\n",
+		tp.TraceID, len(tp.Services), plural, total, profilequery.FormatCPUTime(cpuTime(total, hz)), hz,
+		profilequery.FormatCPUTime(profilequery.PeriodAt(hz)), tp.Tier, from)
+	if len(tp.Services) > 1 {
+		b.WriteString("\n")
+		for _, s := range tp.Services {
+			fmt.Fprintf(&b, "  %-24s %8s  %5.1f%% of the trace's CPU\n", s.Service, profilequery.FormatCPUTime(cpuTime(s.Total(), hz)), 100*float64(s.Total())/float64(total))
+		}
+	}
+	for _, s := range tp.Services {
+		fmt.Fprintf(&b, "\nTop CPU Hotspots (%s, trace %s):\n", s.Service, tp.TraceID)
+		spans := fmt.Sprintf("%d spans", s.Spans)
+		if s.Spans == 1 {
+			spans = "1 span"
+		}
+		when := "at " + s.Range.Since.Format("2006-01-02 15:04:05")
+		if s.Range.Until.After(s.Range.Since) {
+			when = "from " + s.Range.Since.Format("2006-01-02 15:04:05") + " to " + s.Range.Until.Format("15:04:05")
+		}
+		// Stored times are window starts (15 s agent, 1 min gateway).
+		fmt.Fprintf(&b, "  %d samples, ~%s CPU, %s, stored %s UTC\n", s.Total(), profilequery.FormatCPUTime(cpuTime(s.Total(), hz)), spans, when)
+		for _, h := range s.Hotspots(n) {
+			fn := h.Function
+			if h.Caller != "" {
+				fn = h.Caller + " → " + fn
+			}
+			fmt.Fprintf(&b, "  %5.1f%%  %8s  %s\n", 100*h.Share, profilequery.FormatCPUTime(cpuTime(h.Samples, hz)), fn)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeTraceJSON(w io.Writer, tp *profilequery.TraceProfile, hz float64, n int) error {
+	type hotspot struct {
+		profilequery.Hotspot
+		CPUTimeMs float64 `json:"cpu_time_ms"`
+	}
+	type stack struct {
+		BuildID string   `json:"build_id"`
+		Frames  []string `json:"frames"`
+		Samples int64    `json:"samples"`
+	}
+	type service struct {
+		Service   string    `json:"service"`
+		Samples   int64     `json:"samples"`
+		CPUTimeMs float64   `json:"cpu_time_ms"`
+		Share     float64   `json:"share"` // of the trace's samples
+		Spans     []string  `json:"span_ids"`
+		FirstSeen time.Time `json:"first_seen"`
+		LastSeen  time.Time `json:"last_seen"`
+		BuildIDs  []string  `json:"build_ids"`
+		Hotspots  []hotspot `json:"hotspots"`
+		Stacks    []stack   `json:"stacks"`
+	}
+	ms := func(samples int64) float64 { return float64(cpuTime(samples, hz)) / float64(time.Millisecond) }
+	doc := struct {
+		TraceID        string    `json:"trace_id"`
+		Tier           string    `json:"tier"`
+		FrequencyHz    float64   `json:"frequency_hz"`
+		SamplePeriodMs float64   `json:"sample_period_ms"`
+		Samples        int64     `json:"total_samples"`
+		CPUTimeMs      float64   `json:"cpu_time_ms"`
+		Services       []service `json:"services"`
+	}{tp.TraceID, string(tp.Tier), hz, 1000 / hz, tp.Total(), ms(tp.Total()), nil}
+	for _, s := range tp.Services {
+		sv := service{Service: s.Service, Samples: s.Total(), CPUTimeMs: ms(s.Total()), Share: float64(s.Total()) / float64(tp.Total()),
+			Spans: s.SpanIDs, FirstSeen: s.Range.Since, LastSeen: s.Range.Until, BuildIDs: s.BuildIDs()}
+		if sv.Spans == nil {
+			sv.Spans = []string{}
+		}
+		for _, h := range s.Hotspots(n) {
+			sv.Hotspots = append(sv.Hotspots, hotspot{h, ms(h.Samples)})
+		}
+		for _, st := range s.Stacks {
+			sv.Stacks = append(sv.Stacks, stack{st.BuildID, s.DisplayFrames(st), st.Count})
+		}
+		doc.Services = append(doc.Services, sv)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+// writeTraceGraph draws one flame graph with a tower per service.
+func writeTraceGraph(w io.Writer, tp *profilequery.TraceProfile, format, title string, hz float64) error {
+	root := flamegraph.NewRoot()
+	for _, s := range tp.Services {
+		for _, l := range s.Folded() {
+			root.Add(append([]string{s.Service}, splitFolded(l.Stack)...), float64(l.Count), 0)
+		}
+	}
+	if title == "" {
+		title = "trace " + tp.TraceID
+	}
+	var parts []string
+	for _, s := range tp.Services {
+		parts = append(parts, fmt.Sprintf("%s %s", s.Service, profilequery.FormatCPUTime(cpuTime(s.Total(), hz))))
+	}
+	opt := flamegraph.Options{Title: title, Subtitle: fmt.Sprintf("%d samples at %g Hz: %s", tp.Total(), hz, strings.Join(parts, ", "))}
+	if format == "svg" {
+		return flamegraph.WriteSVG(w, root, opt)
+	}
+	return flamegraph.WriteHTML(w, root, opt)
+}
