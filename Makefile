@@ -44,7 +44,7 @@ collector: deps
 	mkdir -p build
 	builder --config=builder-config.yaml --skip-compilation
 	cp distributions/otelcol-hotpath/profiles_gate.go build/otelcol-hotpath/
-	cd build/otelcol-hotpath && CGO_ENABLED=1 $(GO) build -trimpath -o ../../$(COLLECTOR) .
+	cd build/otelcol-hotpath && CGO_ENABLED=1 $(GO) build -tags hotpath_dist -trimpath -o ../../$(COLLECTOR) .
 
 $(BIN)/hotpath: deps FORCE
 	@if [ -d cmd/hotpath ]; then CGO_ENABLED=1 $(GO) build -o $@ ./cmd/hotpath; fi

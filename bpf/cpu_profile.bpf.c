@@ -38,9 +38,16 @@ struct sample_key {
 };
 
 // A stack, leaf first; only the first len frames are meaningful.
+// leaf_ret (user stacks only, else 0) is the word at the user stack pointer
+// when the sample was taken: while the PC is in a frameless leaf or before
+// its function has pushed a frame, that word is the return address into the
+// caller the frame-pointer chain skips. User space decides from the
+// binary's unwind info whether it is one (leaf-caller recovery); it is part
+// of the stack's identity so samples with different callers never merge.
 struct stack_trace {
 	__u32 len;
 	__u32 _pad;
+	__u64 leaf_ret;
 	__u64 ips[MAX_STACK_DEPTH];
 };
 
@@ -179,7 +186,7 @@ static __always_inline void emit(struct sample_stats *st, __u32 kind, __u32 pid)
 // murmur3 finalizer). 0 is reserved for "no stack".
 static __always_inline __u64 stack_hash(struct stack_trace *t)
 {
-	__u64 h = 0xcbf29ce484222325ULL ^ t->len;
+	__u64 h = (0xcbf29ce484222325ULL ^ t->len ^ t->leaf_ret) * 0x100000001b3ULL;
 
 	for (__u32 i = 0; i < MAX_STACK_DEPTH; i++) {
 		if (i >= t->len)
@@ -190,6 +197,26 @@ static __always_inline __u64 stack_hash(struct stack_trace *t)
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
 	return h ? h : 1;
+}
+
+// user_sp_word reads the word at the user stack pointer of the current task,
+// 0 when unreadable. The user registers come from the task (saved at kernel
+// entry), not from the perf context: when the sample hit kernel mode those
+// are kernel registers.
+static __always_inline __u64 user_sp_word(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs;
+	__u64 word = 0;
+
+	if (!task)
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	if (bpf_probe_read_user(&word, sizeof(word), (void *)regs->sp) != 0)
+		return 0;
+	return word;
 }
 
 // take_stack stores the current user (BPF_F_USER_STACK) or kernel stack in
@@ -209,6 +236,9 @@ static __always_inline __u64 take_stack(void *ctx, void *stacks, __u64 flags, __
 		return 0;
 	}
 	t->len = n / sizeof(__u64);
+	t->leaf_ret = 0;
+	if (flags & BPF_F_USER_STACK)
+		t->leaf_ret = user_sp_word();
 	h = stack_hash(t);
 	if (bpf_map_lookup_elem(stacks, &h))
 		return h;

@@ -1,4 +1,8 @@
-// This file is copied next to the ocb-generated main.go by `make build`.
+//go:build hotpath_dist
+
+// This file is copied next to the ocb-generated main.go by `make build`,
+// which compiles with -tags hotpath_dist (the tag keeps `go build ./...` of
+// this repository from compiling it alone, without the generated main).
 
 package main
 

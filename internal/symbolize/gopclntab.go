@@ -214,37 +214,38 @@ func (g *goPCLN) find(pc uint64) (int, bool) {
 	return lo, true
 }
 
-// lookup appends what pc resolves to, innermost first: the functions
-// inlined at pc, then the function containing it. Any out-of-range offset
-// in a malformed table ends the lookup with what was found so far.
-func (g *goPCLN) lookup(pc uint64, out []Symbol) []Symbol {
+// entrySize is the size of _func's first field, entry.
+func (g *goPCLN) entrySize() int {
+	if g.version >= 118 {
+		return 4
+	}
+	return g.ptrSize
+}
+
+// funcAt returns the _func record of the function containing pc, its entry
+// PC and the size of the record's fixed part (the pcdata offsets follow).
+// _func: entry (uint32 offset in 1.18+, else uintptr), then uint32 fields
+// nameOff, args, deferreturn, pcsp, pcfile, pcln, npcdata, cuOffset, (1.20+)
+// startLine, then funcID, flag, pad, nfuncdata bytes, then npcdata pcdata
+// offsets and nfuncdata funcdata offsets.
+func (g *goPCLN) funcAt(pc uint64) (fd []byte, entry uint64, fixed int, ok bool) {
 	i, ok := g.find(pc)
 	if !ok {
-		return out
+		return nil, 0, 0, false
 	}
 	off := g.field(g.functab, 2*i+1)
 	if off >= uint64(len(g.funcdata)) {
-		return out
+		return nil, 0, 0, false
 	}
-	fd := g.funcdata[off:]
-	// _func: entry (uint32 offset in 1.18+, else uintptr), then uint32
-	// fields nameOff, args, deferreturn, pcsp, pcfile, pcln, npcdata,
-	// cuOffset, (1.20+) startLine, then funcID, flag, pad, nfuncdata bytes,
-	// then npcdata pcdata offsets and nfuncdata funcdata offsets.
-	sz0 := g.ptrSize
-	if g.version >= 118 {
-		sz0 = 4
-	}
+	fd = g.funcdata[off:]
 	nfields := 8
 	if g.version >= 120 {
 		nfields = 9
 	}
-	fixed := sz0 + nfields*4 + 4
+	fixed = g.entrySize() + nfields*4 + 4
 	if len(fd) < fixed {
-		return out
+		return nil, 0, 0, false
 	}
-	u32 := func(n int) uint32 { return g.order.Uint32(fd[sz0+(n-1)*4:]) }
-	var entry uint64
 	if g.version >= 118 {
 		entry = uint64(g.order.Uint32(fd)) + g.textStart
 	} else if g.ptrSize == 4 {
@@ -252,6 +253,35 @@ func (g *goPCLN) lookup(pc uint64, out []Symbol) []Symbol {
 	} else {
 		entry = g.order.Uint64(fd)
 	}
+	return fd, entry, fixed, true
+}
+
+// spDelta is how far the stack pointer at pc is below its value at the
+// function's entry (the pcsp table): 0 at entry and throughout a function
+// without a frame, where the return address is still at [SP]. ok is false
+// when pc is in no function or the table is malformed.
+func (g *goPCLN) spDelta(pc uint64) (delta int32, ok bool) {
+	fd, entry, _, ok := g.funcAt(pc)
+	if !ok {
+		return 0, false
+	}
+	pcsp := g.order.Uint32(fd[g.entrySize()+3*4:])
+	d := g.pcvalue(pcsp, entry, pc)
+	if d < 0 {
+		return 0, false
+	}
+	return d, true
+}
+
+// lookup appends what pc resolves to, innermost first: the functions
+// inlined at pc, then the function containing it. Any out-of-range offset
+// in a malformed table ends the lookup with what was found so far.
+func (g *goPCLN) lookup(pc uint64, out []Symbol) []Symbol {
+	fd, entry, fixed, ok := g.funcAt(pc)
+	if !ok {
+		return out
+	}
+	u32 := func(n int) uint32 { return g.order.Uint32(fd[g.entrySize()+(n-1)*4:]) }
 	pcfile, pcln, cuOff := u32(5), u32(6), u32(8)
 	fileLine := func(pc uint64) (file string, line int) {
 		if fno := g.pcvalue(pcfile, entry, pc); fno >= 0 {

@@ -301,10 +301,28 @@ func (c *tableCache) add(id fileid.ID, t *SymbolTable, err error) *cacheEntry {
 	}
 	c.byID[id] = c.ll.PushFront(e)
 	c.bytes += e.bytes
+	c.evict()
+	return e
+}
+
+// resized accounts for a cached table that grew after it was added (its
+// unwind index is built on first use).
+func (c *tableCache) resized(id fileid.ID, t *SymbolTable) {
+	el, ok := c.byID[id]
+	if !ok || el.Value.(*cacheEntry).table != t {
+		return
+	}
+	e := el.Value.(*cacheEntry)
+	n := t.Size()
+	c.bytes += n - e.bytes
+	e.bytes = n
+	c.evict()
+}
+
+func (c *tableCache) evict() {
 	for c.ll.Len() > 1 && (c.ll.Len() > c.maxEntries || c.bytes > c.maxBytes) {
 		old := c.ll.Remove(c.ll.Back()).(*cacheEntry)
 		delete(c.byID, old.id)
 		c.bytes -= old.bytes
 	}
-	return e
 }

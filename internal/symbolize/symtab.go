@@ -9,9 +9,12 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
+	"github.com/hotpath-dev/hotpath/internal/ehframe"
 	"github.com/ianlancetaylor/demangle"
 )
 
@@ -47,6 +50,17 @@ type SymbolTable struct {
 
 	gopc  *goPCLN     // nil when the file has no Go pclntab
 	lines *dwarfLines // nil when the file has no DWARF line info
+
+	// amd64: the file is x86-64, where a call pushes the return address
+	// (what leaf-caller recovery relies on).
+	amd64 bool
+	// ehFrame is .eh_frame in the file mapping and ehAddr its address;
+	// the index over it is built on first use (leaf-caller recovery only).
+	ehFrame []byte
+	ehAddr  uint64
+	ehOnce  sync.Once
+	eh      *ehframe.Table
+	ehBytes atomic.Int64 // heap of eh once built, for Size
 
 	mapped int    // bytes of file mapping (not heap)
 	data   []byte // the file mapping the Go and DWARF readers refer into; nil when released at load
@@ -89,7 +103,7 @@ func newSymbolTable(f *os.File) (*SymbolTable, error) {
 		return nil, err
 	}
 	t.mapped = len(data)
-	if t.gopc == nil && t.lines == nil && !t.namesInImage {
+	if t.gopc == nil && t.lines == nil && !t.namesInImage && t.ehFrame == nil {
 		// Nothing refers into the mapping any more: give it back now.
 		_ = syscall.Munmap(data)
 		t.mapped = 0
@@ -176,6 +190,10 @@ func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 	syms.collect()
 	t.buildSymbols(data, syms.syms)
 	t.lines = newDwarfLines(ef, data)
+	t.amd64 = ef.Machine == elf.EM_X86_64
+	if sec := ef.Section(".eh_frame"); t.amd64 && sec != nil && sec.Type != elf.SHT_NOBITS && sec.Offset+sec.Size <= uint64(len(data)) {
+		t.ehFrame, t.ehAddr = data[sec.Offset:sec.Offset+sec.Size], sec.Addr
+	}
 	return t, nil
 }
 
@@ -524,7 +542,7 @@ func (t *SymbolTable) Size() int {
 	if t.lines != nil {
 		n += t.lines.size()
 	}
-	return n
+	return n + int(t.ehBytes.Load())
 }
 
 // MappedBytes is the size of the read-only file mapping the table keeps for
@@ -538,3 +556,49 @@ func (t *SymbolTable) Symbols() int { return len(t.addrs) }
 
 // HasGo reports whether the table has a Go pclntab.
 func (t *SymbolTable) HasGo() bool { return t.gopc != nil }
+
+// ReturnAddressAtSP reports whether, with the PC at addr (an ELF virtual
+// address), the function's return address is still the word at the stack
+// pointer: at its entry, before it sets up a frame, or anywhere in a leaf
+// that never does. Then the frame-pointer chain skips its caller. Go code
+// answers from the pclntab SP delta (0), native code from the .eh_frame CFA
+// rule (rsp+8). known is false when the file has neither for addr, or is
+// not x86-64.
+func (t *SymbolTable) ReturnAddressAtSP(addr uint64) (atSP, known bool) {
+	if !t.amd64 {
+		return false, false
+	}
+	defer func() {
+		// A file truncated under us faults; that is "unknown", not a crash.
+		if recover() != nil {
+			atSP, known = false, false
+		}
+	}()
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer runtime.KeepAlive(t)
+	if t.gopc != nil {
+		if lo, hi := t.gopc.Range(); addr >= lo && addr < hi {
+			d, ok := t.gopc.spDelta(addr)
+			return ok && d == 0, ok
+		}
+	}
+	if t.ehFrame == nil {
+		return false, false
+	}
+	t.ehOnce.Do(func() {
+		// A malformed section leaves eh nil: every PC is then "unknown".
+		if eh, err := ehframe.New(t.ehFrame, t.ehAddr); err == nil {
+			t.eh = eh
+			t.ehBytes.Store(int64(eh.Size()))
+		}
+	})
+	if t.eh == nil {
+		return false, false
+	}
+	rule, ok, err := t.eh.CFA(addr)
+	if err != nil || !ok {
+		return false, false
+	}
+	return !rule.Expr && rule.Register == ehframe.RegRSP && rule.Offset == 8, true
+}

@@ -56,7 +56,17 @@ type Config struct {
 	// TraceContext tags samples with the trace active on the sampled thread
 	// or goroutine (README: "Trace context").
 	TraceContext TraceContextConfig `mapstructure:"trace_context"`
+	// Unwinding is how user stacks are unwound (README: "Unwinding"):
+	// UnwindingFramePointer takes the frame-pointer chain as sampled;
+	// UnwindingAuto adds leaf-caller recovery on top of it.
+	Unwinding string `mapstructure:"unwinding"`
 }
+
+// Values of Config.Unwinding.
+const (
+	UnwindingFramePointer = "frame_pointer"
+	UnwindingAuto         = "auto"
+)
 
 // TraceContextConfig configures trace-driven profiling.
 type TraceContextConfig struct {
@@ -107,6 +117,7 @@ func createDefaultConfig() *Config {
 		FrequencyHz:     19,
 		Interval:        15 * time.Second,
 		MaxUniqueStacks: 10000,
+		Unwinding:       UnwindingAuto,
 		TraceContext: TraceContextConfig{
 			Enabled:        true,
 			BPFFS:          "/sys/fs/bpf",
@@ -155,6 +166,9 @@ func (c *Config) Validate() error {
 				errs = append(errs, fmt.Errorf("%s.pids must be positive process IDs (got %d)", name, pid))
 			}
 		}
+	}
+	if c.Unwinding != UnwindingFramePointer && c.Unwinding != UnwindingAuto {
+		errs = append(errs, fmt.Errorf("unwinding must be %q or %q (got %q)", UnwindingAuto, UnwindingFramePointer, c.Unwinding))
 	}
 	if tc := c.TraceContext; tc.Enabled {
 		if !filepath.IsAbs(tc.BPFFS) {

@@ -27,6 +27,7 @@ func TestConfigValidate(t *testing.T) {
 		{"public control", func(c *Config) { c.Control.Endpoint = "0.0.0.0:7074" }, "control.endpoint \"0.0.0.0:7074\" is not a loopback address"},
 		{"control not host:port", func(c *Config) { c.Control.Endpoint = "7074" }, "control.endpoint must be host:port"},
 		{"relative bpffs", func(c *Config) { c.TraceContext.BPFFS = "sys/fs/bpf" }, "trace_context.bpffs"},
+		{"unknown unwinding", func(c *Config) { c.Unwinding = "dwarf" }, `unwinding must be "auto" or "frame_pointer"`},
 		{"rescan too often", func(c *Config) { c.TraceContext.RescanInterval = time.Millisecond }, "trace_context.rescan_interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

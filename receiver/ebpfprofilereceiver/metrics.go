@@ -21,12 +21,13 @@ type selfMetrics struct {
 	mapMemBytes metric.Int64Gauge
 	frequency   metric.Int64Gauge
 	overhead    metric.Float64Gauge
+	leafCaller  metric.Int64Counter
 }
 
 func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 	m := mp.Meter("github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver")
 	var s selfMetrics
-	var errs [7]error
+	var errs [8]error
 	s.samples, errs[0] = m.Int64Counter("hotpath_receiver_samples",
 		metric.WithDescription("CPU samples taken, by outcome (kept, filtered, idle)."), metric.WithUnit("{sample}"))
 	s.lost, errs[1] = m.Int64Counter("hotpath_receiver_samples_lost",
@@ -41,6 +42,8 @@ func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 		metric.WithDescription("Sampling frequency in force; 0 while sampling is off, below the configured rate while the overhead guard holds it down."), metric.WithUnit("Hz"))
 	s.overhead, errs[6] = m.Float64Gauge("hotpath_receiver_cpu_percent",
 		metric.WithDescription("CPU used by this collector over the last interval, as a percentage of the machine (what max_cpu_percent bounds)."), metric.WithUnit("%"))
+	s.leafCaller, errs[7] = m.Int64Counter("hotpath_receiver_leaf_caller",
+		metric.WithDescription("User stacks (weighted by samples) by leaf-caller recovery outcome (unwinding: auto): recovered, no_unwind_info (the leaf's binary has no unwind info at its PC), bad_return (the word at SP points into no executable mapping)."), metric.WithUnit("{sample}"))
 	return &s, errors.Join(errs[:]...)
 }
 
@@ -64,4 +67,11 @@ func (m *selfMetrics) recordFrequency(ctx context.Context, hz int) {
 
 func (m *selfMetrics) recordOverhead(ctx context.Context, percent float64) {
 	m.overhead.Record(ctx, percent)
+}
+
+func (m *selfMetrics) recordLeaf(ctx context.Context, l leafStats) {
+	outcome := func(v string) metric.AddOption { return metric.WithAttributes(attribute.String("outcome", v)) }
+	m.leafCaller.Add(ctx, int64(l.Recovered), outcome("recovered"))
+	m.leafCaller.Add(ctx, int64(l.NoUnwindInfo), outcome("no_unwind_info"))
+	m.leafCaller.Add(ctx, int64(l.BadReturn), outcome("bad_return"))
 }

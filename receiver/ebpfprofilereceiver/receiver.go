@@ -42,6 +42,11 @@ type profileReceiver struct {
 	capturing      bool
 	frames         []profilebuilder.Frame
 	symbuf         []symbolize.Frame
+	stackbuf       []uint64 // a user stack with its leaf's caller recovered
+	lastLeaf       symbolize.LeafResult
+	// leaf counts samples by leaf-caller recovery outcome, since Start
+	// (unwinding: auto only).
+	leaf leafStats
 
 	ctx    context.Context // lives from Start to Shutdown
 	cancel context.CancelFunc
@@ -290,11 +295,13 @@ func (r *profileReceiver) emitLocked(ctx context.Context, start time.Time) error
 	}
 	symStart := time.Now()
 	b := profilebuilder.New(start, r.cfg.Interval, time.Second/time.Duration(r.hz))
+	leafBefore := r.leaf
 	kept, filtered := r.addSamplesLocked(b, batch.Samples, drainedAt, true)
 	symDur := time.Since(symStart)
 	r.symbolizer.Trim() // file pages back to the page cache until the next interval
 	r.procs.forgetExitedBefore(drainedAt)
 	r.metrics.record(ctx, batch.Stats, kept, filtered, symDur, r.procs.len(), r.sampler.MapMemoryBytes())
+	r.metrics.recordLeaf(ctx, r.leaf.sub(leafBefore))
 	if lost := batch.Stats.LostMapFull; lost > 0 {
 		r.set.Logger.Warn("samples lost: the in-kernel stack map was full; raise max_unique_stacks",
 			zap.Uint64("lost", lost), zap.Int("max_unique_stacks", r.cfg.MaxUniqueStacks))
@@ -329,6 +336,9 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 				frames = r.symbolizeSample(proc, s)
 			}
 		}
+		if proc.snapshot != nil && len(s.UserStack) > 0 && r.cfg.Unwinding == UnwindingAuto {
+			r.leaf.add(r.lastLeaf, s.Count)
+		}
 		b.Add(proc.resource, frames, s.TraceID, s.SpanID, s.Count)
 	}
 	return kept, filtered
@@ -353,7 +363,14 @@ func (r *profileReceiver) symbolizeSample(proc *processEntry, s *sampler.Sample)
 				r.frames = append(r.frames, profilebuilder.Frame{Address: addr})
 			}
 		} else {
-			r.symbuf = r.symbolizer.User(proc.snapshot, s.UserStack, r.symbuf[:0])
+			stack := s.UserStack
+			if r.cfg.Unwinding == UnwindingAuto {
+				stack, r.lastLeaf = r.symbolizer.RecoverLeafCaller(proc.snapshot, stack, s.UserLeafRet, r.stackbuf)
+				if r.lastLeaf == symbolize.LeafRecovered {
+					r.stackbuf = stack[:0]
+				}
+			}
+			r.symbuf = r.symbolizer.User(proc.snapshot, stack, r.symbuf[:0])
 			for _, f := range r.symbuf {
 				fr := profilebuilder.Frame{Address: f.Address, Function: f.Function, File: f.File, Line: int64(f.Line)}
 				if f.IsGo {

@@ -16,7 +16,7 @@ import (
 // These tests load the real BPF program and sample real processes; they need
 // root and fail (not skip) without it.
 
-func startReceiver(t *testing.T, cfg *Config) (*profileReceiver, *consumertest.ProfilesSink) {
+func startReceiver(t testing.TB, cfg *Config) (*profileReceiver, *consumertest.ProfilesSink) {
 	t.Helper()
 	sink := new(consumertest.ProfilesSink)
 	set := receivertest.NewNopSettings(typeStr)

@@ -50,10 +50,11 @@ type cpuProfileSampleStats struct {
 }
 
 type cpuProfileStackTrace struct {
-	_   structs.HostLayout
-	Len uint32
-	Pad uint32
-	Ips [127]uint64
+	_       structs.HostLayout
+	Len     uint32
+	Pad     uint32
+	LeafRet uint64
+	Ips     [127]uint64
 }
 
 type cpuProfileTraceCtx struct {

@@ -31,6 +31,11 @@ type Sample struct {
 	// when the stack could not be taken (see Stats).
 	UserStack   []uint64
 	KernelStack []uint64
+	// UserLeafRet is the word at the user stack pointer when the samples
+	// were taken (0 when unreadable or there is no user stack): the return
+	// address into the leaf's caller while the leaf has no frame of its own
+	// (see symbolize.Symbolizer.RecoverLeafCaller).
+	UserLeafRet uint64
 	Count       uint64
 }
 
@@ -84,7 +89,10 @@ type drainScratch struct {
 // instead of one as large as the map.
 const stackChunk = 128
 
-type span struct{ off, n int32 }
+type span struct {
+	off, n  int32
+	leafRet uint64
+}
 
 // Drain switches BPF to the other map set, waits until no program still
 // writes the old set, then reads and clears it. Samples taken while Drain
@@ -165,6 +173,9 @@ func (s *Sampler) readMaps(st Stats, counts, stacks *ebpf.Map) (Batch, error) {
 		smp.TraceID, smp.SpanID = k.TraceId, k.SpanId
 		smp.Count = d.counts[i]
 		smp.UserStack = stackOf(k.UserStack)
+		if smp.UserStack != nil {
+			smp.UserLeafRet = d.spans[k.UserStack].leafRet
+		}
 		smp.KernelStack = stackOf(k.KernelStack)
 		// A hash that resolves to nothing means the frames are gone; count
 		// it as missing so the numbers still add up.
@@ -271,7 +282,7 @@ func (s *Sampler) readStacks(m *ebpf.Map) error {
 	}
 	add := func(hash uint64, t *cpuProfileStackTrace) {
 		n := min(int(t.Len), len(t.Ips))
-		d.spans[hash] = span{off: int32(len(d.frames)), n: int32(n)}
+		d.spans[hash] = span{off: int32(len(d.frames)), n: int32(n), leafRet: t.LeafRet}
 		d.frames = append(d.frames, t.Ips[:n]...)
 	}
 	if !d.noBatch {

@@ -1,0 +1,623 @@
+// Package ehframe evaluates the CFA (canonical frame address) rule of an ELF
+// binary's .eh_frame at one PC. It is the subset of DWARF call frame
+// information the agent needs to tell, for a sampled PC, whether the
+// function has set up its frame yet: on x86-64 a CFA of rsp+8 means the
+// return address is still the word at the stack pointer (function entry, or
+// a leaf without a frame), so the frame-pointer chain skips the caller.
+//
+// Only the CFA column is tracked; register rules are parsed and skipped.
+// Layout: the LSB "Exception Frame" chapter and DWARF 5 section 6.4.
+package ehframe
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// DWARF register numbers on x86-64.
+const (
+	RegRBP = 6
+	RegRSP = 7
+)
+
+// Rule is how the CFA is computed at one PC: Register + Offset, or a DWARF
+// expression (Expr; Register and Offset are then meaningless).
+type Rule struct {
+	Register uint64
+	Offset   int64
+	Expr     bool
+}
+
+// String prints the rule as readelf --debug-dump=frames-interp does for
+// x86-64 ("rsp+8", "rbp+16", "exp").
+func (r Rule) String() string {
+	if r.Expr {
+		return "exp"
+	}
+	return fmt.Sprintf("%s%+d", regName(r.Register), r.Offset)
+}
+
+func regName(r uint64) string {
+	names := [...]string{"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
+		"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"}
+	if r < uint64(len(names)) {
+		return names[r]
+	}
+	return fmt.Sprintf("r%d", r)
+}
+
+// Table indexes the FDEs of one .eh_frame section by PC range. The section
+// bytes are read in place (they may be a file mapping); the index costs
+// 24 bytes per FDE.
+type Table struct {
+	data []byte
+	addr uint64 // virtual address of data[0]
+	fdes []fdeRef
+	cies map[uint64]*cie
+}
+
+type fdeRef struct {
+	lo, hi uint64
+	off    uint64 // offset of the FDE in data
+}
+
+type cie struct {
+	codeAlign uint64
+	dataAlign int64
+	fdeEnc    byte
+	hasZ      bool   // 'z' augmentation: FDEs carry augmentation data
+	initial   []byte // initial instructions
+}
+
+var errTruncated = errors.New("truncated .eh_frame")
+
+// New indexes section, the contents of .eh_frame loaded at address addr.
+func New(section []byte, addr uint64) (*Table, error) {
+	t := &Table{data: section, addr: addr, cies: map[uint64]*cie{}}
+	for off := uint64(0); off < uint64(len(section)); {
+		length, hdr, err := t.entryLength(off)
+		if err != nil {
+			return nil, err
+		}
+		if length == 0 {
+			break // zero terminator
+		}
+		body := off + hdr
+		end := body + length
+		if end > uint64(len(section)) || length < 4 {
+			return nil, fmt.Errorf("entry at %#x: %w", off, errTruncated)
+		}
+		id := binary.LittleEndian.Uint32(section[body:])
+		if id != 0 {
+			// FDE: id is the distance back to its CIE.
+			cieOff := body - uint64(id)
+			if uint64(id) > body {
+				return nil, fmt.Errorf("FDE at %#x: CIE pointer out of range", off)
+			}
+			c, err := t.cieAt(cieOff)
+			if err != nil {
+				return nil, fmt.Errorf("FDE at %#x: %w", off, err)
+			}
+			r := reader{b: section[:end], p: body + 4}
+			lo, err := t.readPointer(&r, c.fdeEnc)
+			if err != nil {
+				return nil, fmt.Errorf("FDE at %#x: %w", off, err)
+			}
+			n, err := t.readPointer(&r, c.fdeEnc&0x0f) // the range is never relative
+			if err != nil {
+				return nil, fmt.Errorf("FDE at %#x: %w", off, err)
+			}
+			if n > 0 {
+				t.fdes = append(t.fdes, fdeRef{lo: lo, hi: lo + n, off: off})
+			}
+		}
+		off = end
+	}
+	slices.SortFunc(t.fdes, func(a, b fdeRef) int {
+		switch {
+		case a.lo < b.lo:
+			return -1
+		case a.lo > b.lo:
+			return 1
+		}
+		return 0
+	})
+	return t, nil
+}
+
+// FDEs is the number of functions (FDEs) the table covers.
+func (t *Table) FDEs() int { return len(t.fdes) }
+
+// Size is the index's heap footprint in bytes (the section is not counted).
+func (t *Table) Size() int { return len(t.fdes)*24 + len(t.cies)*64 + 64 }
+
+// entryLength reads the length field at off: the length of the rest of the
+// entry and the size of the length field itself.
+func (t *Table) entryLength(off uint64) (length, hdr uint64, err error) {
+	if off+4 > uint64(len(t.data)) {
+		return 0, 0, fmt.Errorf("entry at %#x: %w", off, errTruncated)
+	}
+	l := binary.LittleEndian.Uint32(t.data[off:])
+	if l != 0xffffffff {
+		return uint64(l), 4, nil
+	}
+	// 64-bit DWARF: only the length grows; .eh_frame CIE pointers stay 4 bytes.
+	if off+12 > uint64(len(t.data)) {
+		return 0, 0, fmt.Errorf("entry at %#x: %w", off, errTruncated)
+	}
+	return binary.LittleEndian.Uint64(t.data[off+4:]), 12, nil
+}
+
+func (t *Table) cieAt(off uint64) (*cie, error) {
+	if c, ok := t.cies[off]; ok {
+		return c, nil
+	}
+	length, hdr, err := t.entryLength(off)
+	if err != nil {
+		return nil, err
+	}
+	end := off + hdr + length
+	if end > uint64(len(t.data)) || length < 4 {
+		return nil, fmt.Errorf("CIE at %#x: %w", off, errTruncated)
+	}
+	r := reader{b: t.data[:end], p: off + hdr}
+	if id, err := r.u32(); err != nil || id != 0 {
+		return nil, fmt.Errorf("CIE at %#x: not a CIE", off)
+	}
+	version, err := r.u8()
+	if err != nil {
+		return nil, err
+	}
+	if version != 1 && version != 3 && version != 4 {
+		return nil, fmt.Errorf("CIE at %#x: unsupported version %d", off, version)
+	}
+	aug := r.cstring()
+	if version == 4 {
+		r.p += 2 // address_size, segment_selector_size
+	}
+	c := &cie{fdeEnc: 0} // absptr unless 'R' says otherwise
+	if c.codeAlign, err = r.uleb(); err != nil {
+		return nil, err
+	}
+	if c.dataAlign, err = r.sleb(); err != nil {
+		return nil, err
+	}
+	if version == 1 {
+		_, err = r.u8() // return address register
+	} else {
+		_, err = r.uleb()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(aug) > 0 && aug[0] == 'z' {
+		c.hasZ = true
+		augLen, err := r.uleb()
+		if err != nil {
+			return nil, err
+		}
+		if augLen > end-r.p {
+			return nil, fmt.Errorf("CIE at %#x: %w", off, errTruncated)
+		}
+		augEnd := r.p + augLen
+		for _, a := range aug[1:] {
+			switch a {
+			case 'R':
+				if c.fdeEnc, err = r.u8(); err != nil {
+					return nil, err
+				}
+			case 'P':
+				enc, err := r.u8()
+				if err != nil {
+					return nil, err
+				}
+				if _, err := t.readPointer(&r, enc); err != nil {
+					return nil, err
+				}
+			case 'L':
+				if _, err := r.u8(); err != nil {
+					return nil, err
+				}
+			case 'S', 'B':
+			default:
+				// Unknown augmentation: the length lets us skip the rest.
+			}
+		}
+		r.p = augEnd
+	} else if len(aug) > 0 {
+		return nil, fmt.Errorf("CIE at %#x: unsupported augmentation %q", off, aug)
+	}
+	if r.p > end {
+		return nil, fmt.Errorf("CIE at %#x: %w", off, errTruncated)
+	}
+	c.initial = t.data[r.p:end]
+	t.cies[off] = c
+	return c, nil
+}
+
+// Pointer encodings (DW_EH_PE_*).
+const (
+	peAbsptr  = 0x00
+	peUleb128 = 0x01
+	peUdata2  = 0x02
+	peUdata4  = 0x03
+	peUdata8  = 0x04
+	peSleb128 = 0x09
+	peSdata2  = 0x0a
+	peSdata4  = 0x0b
+	peSdata8  = 0x0c
+	pePcrel   = 0x10
+	peDatarel = 0x30
+	peOmit    = 0xff
+)
+
+// readPointer decodes an encoded pointer at r. pcrel is relative to the
+// pointer's own address; datarel to the section (as glibc does for
+// .eh_frame_hdr); indirect pointers are returned unresolved.
+func (t *Table) readPointer(r *reader, enc byte) (uint64, error) {
+	if enc == peOmit {
+		return 0, nil
+	}
+	at := t.addr + r.p
+	var v uint64
+	var err error
+	switch enc & 0x0f {
+	case peAbsptr, peUdata8, peSdata8:
+		v, err = r.u64()
+	case peUleb128:
+		v, err = r.uleb()
+	case peUdata2:
+		var x uint16
+		x, err = r.u16()
+		v = uint64(x)
+	case peSdata2:
+		var x uint16
+		x, err = r.u16()
+		v = uint64(int64(int16(x)))
+	case peUdata4:
+		var x uint32
+		x, err = r.u32()
+		v = uint64(x)
+	case peSdata4:
+		var x uint32
+		x, err = r.u32()
+		v = uint64(int64(int32(x)))
+	case peSleb128:
+		var x int64
+		x, err = r.sleb()
+		v = uint64(x)
+	default:
+		return 0, fmt.Errorf("unsupported pointer encoding %#x", enc)
+	}
+	if err != nil {
+		return 0, err
+	}
+	switch enc & 0x70 {
+	case 0:
+	case pePcrel:
+		v += at
+	case peDatarel:
+		v += t.addr
+	default:
+		return 0, fmt.Errorf("unsupported pointer application %#x", enc)
+	}
+	return v, nil
+}
+
+// CFA returns the CFA rule in effect at pc. ok is false when no FDE covers
+// pc; err reports a malformed FDE.
+func (t *Table) CFA(pc uint64) (rule Rule, ok bool, err error) {
+	i, _ := slices.BinarySearchFunc(t.fdes, pc, func(f fdeRef, pc uint64) int {
+		if f.lo > pc {
+			return 1
+		}
+		return -1
+	})
+	// i is the first FDE starting above pc; the one before may contain it.
+	if i == 0 || pc >= t.fdes[i-1].hi {
+		return Rule{}, false, nil
+	}
+	f := t.fdes[i-1]
+	rule, err = t.eval(f, pc)
+	if err != nil {
+		return Rule{}, false, fmt.Errorf("FDE at %#x: %w", f.off, err)
+	}
+	return rule, true, nil
+}
+
+// eval runs the CIE's initial instructions, then the FDE's up to pc.
+func (t *Table) eval(f fdeRef, pc uint64) (Rule, error) {
+	length, hdr, err := t.entryLength(f.off)
+	if err != nil {
+		return Rule{}, err
+	}
+	body := f.off + hdr
+	end := body + length
+	id := binary.LittleEndian.Uint32(t.data[body:])
+	c, err := t.cieAt(body - uint64(id))
+	if err != nil {
+		return Rule{}, err
+	}
+	r := reader{b: t.data[:end], p: body + 4}
+	if _, err := t.readPointer(&r, c.fdeEnc); err != nil {
+		return Rule{}, err
+	}
+	if _, err := t.readPointer(&r, c.fdeEnc&0x0f); err != nil {
+		return Rule{}, err
+	}
+	if c.hasZ {
+		n, err := r.uleb()
+		if err != nil {
+			return Rule{}, err
+		}
+		if err := r.skip(n); err != nil {
+			return Rule{}, err
+		}
+	}
+	if r.p > end {
+		return Rule{}, errTruncated
+	}
+	m := machine{cie: c, loc: f.lo}
+	if _, err := m.run(c.initial, ^uint64(0)); err != nil {
+		return Rule{}, fmt.Errorf("CIE instructions: %w", err)
+	}
+	return m.run(t.data[r.p:end], pc)
+}
+
+// machine executes call frame instructions, tracking only the CFA.
+type machine struct {
+	cie   *cie
+	loc   uint64
+	cfa   Rule
+	stack []Rule // remember_state
+}
+
+// run executes ins until the location passes pc, returning the CFA rule at
+// pc. (DW_CFA_restore restores registers, never the CFA, so the CIE's
+// result needs no keeping.)
+func (m *machine) run(ins []byte, pc uint64) (Rule, error) {
+	r := reader{b: ins}
+	advance := func(delta uint64) bool {
+		m.loc += delta * m.cie.codeAlign
+		return m.loc > pc
+	}
+	for r.p < uint64(len(ins)) {
+		op, _ := r.u8()
+		var err error
+		switch op >> 6 {
+		case 1: // DW_CFA_advance_loc
+			if advance(uint64(op & 0x3f)) {
+				return m.cfa, nil
+			}
+			continue
+		case 2: // DW_CFA_offset
+			_, err = r.uleb()
+		case 3: // DW_CFA_restore
+		default:
+			err = m.extended(op, &r, pc)
+			if err == errPast {
+				return m.cfa, nil
+			}
+		}
+		if err != nil {
+			return Rule{}, err
+		}
+	}
+	return m.cfa, nil
+}
+
+var errPast = errors.New("past pc")
+
+func (m *machine) extended(op byte, r *reader, pc uint64) error {
+	var err error
+	skipULEB := func(n int) {
+		for i := 0; i < n && err == nil; i++ {
+			_, err = r.uleb()
+		}
+	}
+	switch op {
+	case 0x00: // DW_CFA_nop
+	case 0x01: // DW_CFA_set_loc (absptr encoding only; gcc and clang never emit it)
+		var v uint64
+		if v, err = r.u64(); err == nil {
+			m.loc = v
+			if m.loc > pc {
+				return errPast
+			}
+		}
+	case 0x02, 0x03, 0x04: // DW_CFA_advance_loc1/2/4
+		var d uint64
+		switch op {
+		case 0x02:
+			var x byte
+			x, err = r.u8()
+			d = uint64(x)
+		case 0x03:
+			var x uint16
+			x, err = r.u16()
+			d = uint64(x)
+		default:
+			var x uint32
+			x, err = r.u32()
+			d = uint64(x)
+		}
+		if err == nil {
+			m.loc += d * m.cie.codeAlign
+			if m.loc > pc {
+				return errPast
+			}
+		}
+	case 0x05: // DW_CFA_offset_extended
+		skipULEB(2)
+	case 0x06, 0x07, 0x08: // restore_extended, undefined, same_value
+		skipULEB(1)
+	case 0x09: // DW_CFA_register
+		skipULEB(2)
+	case 0x0a: // DW_CFA_remember_state
+		m.stack = append(m.stack, m.cfa)
+	case 0x0b: // DW_CFA_restore_state
+		if len(m.stack) == 0 {
+			return errors.New("restore_state without remember_state")
+		}
+		m.cfa = m.stack[len(m.stack)-1]
+		m.stack = m.stack[:len(m.stack)-1]
+	case 0x0c: // DW_CFA_def_cfa
+		var reg, off uint64
+		if reg, err = r.uleb(); err == nil {
+			off, err = r.uleb()
+		}
+		m.cfa = Rule{Register: reg, Offset: int64(off)}
+	case 0x0d: // DW_CFA_def_cfa_register
+		var reg uint64
+		reg, err = r.uleb()
+		m.cfa.Register, m.cfa.Expr = reg, false
+	case 0x0e: // DW_CFA_def_cfa_offset
+		var off uint64
+		off, err = r.uleb()
+		m.cfa.Offset = int64(off)
+	case 0x0f: // DW_CFA_def_cfa_expression
+		var n uint64
+		if n, err = r.uleb(); err == nil {
+			err = r.skip(n)
+		}
+		m.cfa = Rule{Expr: true}
+	case 0x10, 0x16: // DW_CFA_expression, DW_CFA_val_expression
+		var n uint64
+		if _, err = r.uleb(); err == nil {
+			if n, err = r.uleb(); err == nil {
+				err = r.skip(n)
+			}
+		}
+	case 0x11, 0x14, 0x15: // offset_extended_sf, val_offset, val_offset_sf
+		skipULEB(2)
+	case 0x12: // DW_CFA_def_cfa_sf
+		var reg uint64
+		var off int64
+		if reg, err = r.uleb(); err == nil {
+			off, err = r.sleb()
+		}
+		m.cfa = Rule{Register: reg, Offset: off * m.cie.dataAlign}
+	case 0x13: // DW_CFA_def_cfa_offset_sf
+		var off int64
+		off, err = r.sleb()
+		m.cfa.Offset = off * m.cie.dataAlign
+	case 0x2e: // DW_CFA_GNU_args_size
+		skipULEB(1)
+	case 0x2f: // DW_CFA_GNU_negative_offset_extended
+		skipULEB(2)
+	default:
+		return fmt.Errorf("unknown CFA instruction %#x", op)
+	}
+	if err == nil && r.p > uint64(len(r.b)) {
+		err = errTruncated
+	}
+	return err
+}
+
+// reader decodes little-endian values from b at p; reads past the end fail.
+type reader struct {
+	b []byte
+	p uint64
+}
+
+func (r *reader) need(n uint64) error {
+	if r.p+n > uint64(len(r.b)) || r.p+n < r.p {
+		return errTruncated
+	}
+	return nil
+}
+
+// skip moves past n bytes; the reader never moves backwards, so a corrupt
+// length cannot make an instruction loop.
+func (r *reader) skip(n uint64) error {
+	if err := r.need(n); err != nil {
+		return err
+	}
+	r.p += n
+	return nil
+}
+
+func (r *reader) u8() (byte, error) {
+	if err := r.need(1); err != nil {
+		return 0, err
+	}
+	v := r.b[r.p]
+	r.p++
+	return v, nil
+}
+
+func (r *reader) u16() (uint16, error) {
+	if err := r.need(2); err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint16(r.b[r.p:])
+	r.p += 2
+	return v, nil
+}
+
+func (r *reader) u32() (uint32, error) {
+	if err := r.need(4); err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint32(r.b[r.p:])
+	r.p += 4
+	return v, nil
+}
+
+func (r *reader) u64() (uint64, error) {
+	if err := r.need(8); err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint64(r.b[r.p:])
+	r.p += 8
+	return v, nil
+}
+
+func (r *reader) uleb() (uint64, error) {
+	var v uint64
+	for shift := uint(0); ; shift += 7 {
+		b, err := r.u8()
+		if err != nil {
+			return 0, err
+		}
+		if shift < 64 {
+			v |= uint64(b&0x7f) << shift
+		}
+		if b&0x80 == 0 {
+			return v, nil
+		}
+	}
+}
+
+func (r *reader) sleb() (int64, error) {
+	var v int64
+	var shift uint
+	for {
+		b, err := r.u8()
+		if err != nil {
+			return 0, err
+		}
+		if shift < 64 {
+			v |= int64(b&0x7f) << shift
+		}
+		shift += 7
+		if b&0x80 == 0 {
+			if shift < 64 && b&0x40 != 0 {
+				v |= -1 << shift
+			}
+			return v, nil
+		}
+	}
+}
+
+func (r *reader) cstring() string {
+	start := r.p
+	for r.p < uint64(len(r.b)) && r.b[r.p] != 0 {
+		r.p++
+	}
+	s := string(r.b[start:r.p])
+	r.p++ // the NUL
+	return s
+}
