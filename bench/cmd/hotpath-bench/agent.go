@@ -1,0 +1,533 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/bench/internal/collectorproc"
+	"github.com/hotpath-dev/hotpath/bench/internal/procstat"
+)
+
+// readyLine is what the receiver logs once its BPF programs sample every CPU.
+const readyLine = "sampling every CPU"
+
+// collectorReady is what the collector logs once every component started.
+const collectorReady = "Everything is ready"
+
+var mapBytesRe = regexp.MustCompile(`"bpf_map_bytes":\s*(\d+)`)
+
+// agentResult is everything measured on the real collector.
+type agentResult struct {
+	CPUs          int    `json:"cpus"`
+	AgentConfig   string `json:"agent_config"`
+	GatewayConfig string `json:"gateway_config"`
+
+	// Steady phase: the agent runs SteadySeconds while the workload loads
+	// every core; CPU and memory are read from /proc.
+	SteadySeconds    float64   `json:"steady_seconds"`
+	SteadyCPUSeconds float64   `json:"steady_cpu_seconds"`
+	StartupCPU       float64   `json:"startup_cpu_seconds"` // from exec to the ready line
+	WarmupCPU        float64   `json:"warmup_cpu_seconds"`  // from exec to the steady window (first interval included)
+	WarmupSeconds    float64   `json:"warmup_seconds"`
+	RSSSamples       []float64 `json:"rss_mb_samples"`      // once a second during the steady phase
+	AnonSamples      []float64 `json:"rss_anon_mb_samples"` // RssAnon, same times
+	FileSamples      []float64 `json:"rss_file_mb_samples"` // RssFile, same times
+	PeakRSSMB        float64   `json:"peak_rss_mb"`         // VmHWM at the end
+	BPFMapsLogged    uint64    `json:"bpf_map_bytes_logged"`
+	BPFMapsFdinfo    uint64    `json:"bpf_map_bytes_fdinfo"`
+	BPFMapCount      int       `json:"bpf_map_count"`
+	SamplesKept      float64   `json:"samples_kept"` // receiver self-metric delta over the steady phase
+	SamplesLost      float64   `json:"samples_lost"`
+	SymbolizeSum     float64   `json:"symbolize_seconds_sum"` // self-metric delta
+	SymbolizeCount   float64   `json:"symbolize_count"`
+	Processes        float64   `json:"processes_tracked"`
+	MetricNames      []string  `json:"metric_names_used"`
+	GatewayCPU       float64   `json:"gateway_cpu_seconds"` // whole run, for reference
+	AgentArgs        []string  `json:"agent_args"`
+	GuardChanges     int       `json:"overhead_guard_changes"` // "overhead guard" log lines in the steady run
+	PerfSeconds      float64   `json:"perf_seconds"`
+	PerfCPUSeconds   float64   `json:"perf_cpu_seconds"` // cpu-clock event count (ns) perf attributes to the agent
+	PerfHz           int       `json:"perf_hz"`
+	PerfTop          string    `json:"perf_top"` // perf report, by symbol`
+
+	// Time to first sample, once per agent start.
+	TTFSMillis []float64 `json:"ttfs_ms"`
+
+	// Slowdown: workload throughput without (A) and with (B) the agent,
+	// interleaved A B B A ... so drift hits both arms alike. B arms start
+	// once the agent has emitted its first interval.
+	ArmSeconds float64     `json:"arm_seconds"`
+	Pairs      []abPair    `json:"pairs"`
+	ArmCPU     []float64   `json:"agent_cpu_percent_in_b_arms"`
+	LoadAvg    [][]float64 `json:"loadavg"` // 1/5/15 min at start and end
+}
+
+type abPair struct {
+	Without float64 `json:"without_ops_per_sec"`
+	With    float64 `json:"with_ops_per_sec"`
+}
+
+type agentRun struct {
+	collector, burn, agentCfg, gatewayCfg, dir string
+	env                                        []string
+	metricsURL                                 string
+	starts                                     int
+	agentArgs                                  []string // extra collector flags (--set ...)
+	perfFor                                    time.Duration
+}
+
+// multiFlag is a repeatable string flag; the first use replaces the default.
+type multiFlag struct {
+	vals []string
+	set  bool
+}
+
+func (m *multiFlag) String() string { return strings.Join(m.vals, ",") }
+
+func (m *multiFlag) Set(v string) error {
+	if !m.set {
+		m.vals = nil
+	}
+	m.set = true
+	m.vals = append(m.vals, v)
+	return nil
+}
+
+func agentCmd(args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ExitOnError)
+	out := fs.String("out", "agent.json", "result file")
+	collector := fs.String("collector", "bin/otelcol-hotpath", "collector binary")
+	burn := fs.String("burn", "bin/hotpath-burn", "workload binary")
+	agentCfg := fs.String("agent-config", "distributions/agent/config.yaml", "agent configuration (the shipped one)")
+	gatewayCfg := fs.String("gateway-config", "distributions/gateway/config.yaml", "gateway configuration the agent exports to over loopback")
+	steady := fs.Duration("steady", 60*time.Second, "steady-state measurement window (covers several 15 s intervals)")
+	warmup := fs.Duration("warmup", 20*time.Second, "time after the ready line before the steady window starts (past the first, cold interval: symbol tables of every running binary load then)")
+	pairs := fs.Int("pairs", 4, "A/B pairs for the slowdown")
+	arm := fs.Duration("arm", 15*time.Second, "workload run per arm (at least one 15 s interval, so B arms include the agent's interval work)")
+	dir := fs.String("dir", "", "state and logs (default: a new temporary directory)")
+	sets := multiFlag{vals: []string{"receivers.ebpfprofile.max_cpu_percent=0"}}
+	fs.Var(&sets, "set", "collector --set override for the agent, repeatable (default turns the overhead guard off, so the figures are at the configured 19 Hz; -set '' keeps the shipped config as is)")
+	perfFor := fs.Duration("perf", 20*time.Second, "after the steady window, record the agent with `perf record -g` this long to show where its CPU goes (0: off; skipped without perf)")
+	_ = fs.Parse(args)
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("must run as root: the agent loads eBPF programs")
+	}
+	if *pairs < 1 || *steady < 15*time.Second || *arm < time.Second {
+		return fmt.Errorf("-pairs must be at least 1, -steady at least 15s, -arm at least 1s")
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "hotpath-bench-agent-")
+		if err != nil {
+			return err
+		}
+		*dir = d
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	env, err := stateEnv(*dir, *agentCfg, *gatewayCfg)
+	if err != nil {
+		return err
+	}
+	metricsPort, ok := envValue(env, "HOTPATH_AGENT_METRICS")
+	if !ok {
+		return fmt.Errorf("%s has no ${env:HOTPATH_AGENT_METRICS} for its Prometheus port", *agentCfg)
+	}
+	r := &agentRun{collector: *collector, burn: *burn, agentCfg: *agentCfg, gatewayCfg: *gatewayCfg, dir: *dir,
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%s/metrics", metricsPort), env: env, perfFor: *perfFor}
+	for _, s := range sets.vals {
+		if s != "" {
+			r.agentArgs = append(r.agentArgs, "--set="+s)
+		}
+	}
+	res := &agentResult{CPUs: runtime.NumCPU(), AgentConfig: *agentCfg, GatewayConfig: *gatewayCfg, ArmSeconds: arm.Seconds()}
+	res.LoadAvg = append(res.LoadAvg, loadAvg())
+
+	logf("agent: state and logs in %s", *dir)
+	gw, err := collectorproc.Start("gateway", *collector, []string{"--config", *gatewayCfg}, r.env, filepath.Join(*dir, "gateway.log"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = gw.Stop(30 * time.Second) }()
+	if _, _, err := gw.WaitFor(collectorReady, 60*time.Second); err != nil {
+		return err
+	}
+
+	if err := r.steady(res, *steady, *warmup); err != nil {
+		return err
+	}
+	if err := r.slowdown(res, *pairs, *arm); err != nil {
+		return err
+	}
+	if cpu, err := procstat.CPUTime(gw.PID()); err == nil {
+		res.GatewayCPU = cpu.Seconds()
+	}
+	res.LoadAvg = append(res.LoadAvg, loadAvg())
+	return writeJSON(*out, res)
+}
+
+// startAgent starts the agent and waits for its ready line; the time to it
+// is one time-to-first-sample figure.
+func (r *agentRun) startAgent(res *agentResult) (*collectorproc.Process, collectorproc.Line, error) {
+	r.starts++
+	log := filepath.Join(r.dir, fmt.Sprintf("agent-%d.log", r.starts))
+	a, err := collectorproc.Start("agent", r.collector, append([]string{"--config", r.agentCfg}, r.agentArgs...), r.env, log)
+	if err != nil {
+		return nil, collectorproc.Line{}, err
+	}
+	line, after, err := a.WaitFor(readyLine, 60*time.Second)
+	if err == nil {
+		// The receiver samples from here, but another component may still
+		// fail to start and take the collector down.
+		_, _, err = a.WaitFor(collectorReady, 60*time.Second)
+	}
+	if err != nil {
+		_ = a.Stop(10 * time.Second)
+		return nil, line, err
+	}
+	res.TTFSMillis = append(res.TTFSMillis, float64(after.Microseconds())/1000)
+	return a, line, nil
+}
+
+// steady runs the agent for a measured window while the workload loads
+// every core.
+func (r *agentRun) steady(res *agentResult, window, warmup time.Duration) error {
+	total := warmup + window + 30*time.Second
+	w := exec.Command(r.burn, "-duration", total.String())
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start workload: %w", err)
+	}
+	defer func() { _ = w.Process.Kill(); _ = w.Wait() }()
+
+	a, line, err := r.startAgent(res)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = a.Stop(30 * time.Second) }()
+	if m := mapBytesRe.FindStringSubmatch(line.Text); m != nil {
+		res.BPFMapsLogged, _ = strconv.ParseUint(m[1], 10, 64)
+	}
+	pid := a.PID()
+	if cpu, err := procstat.CPUTime(pid); err == nil {
+		res.StartupCPU = cpu.Seconds()
+	}
+	logf("agent: ready after %.0f ms; steady window of %s under load", res.TTFSMillis[0], window)
+	time.Sleep(warmup)
+	if err := r.waitFirstInterval(60 * time.Second); err != nil {
+		return err
+	}
+
+	m0, err := collectorproc.Scrape(r.metricsURL)
+	if err != nil {
+		return err
+	}
+	c0, err := procstat.CPUTime(pid)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	res.WarmupCPU, res.WarmupSeconds = c0.Seconds(), t0.Sub(a.Started).Seconds()
+	for time.Since(t0) < window {
+		time.Sleep(time.Second)
+		mem, err := procstat.ReadMemory(pid)
+		if err != nil {
+			return fmt.Errorf("agent died during the steady window: %w\n%s", err, a.Tail(15))
+		}
+		res.RSSSamples = append(res.RSSSamples, float64(mem.RSS)/1e6)
+		res.AnonSamples = append(res.AnonSamples, float64(mem.Anon)/1e6)
+		res.FileSamples = append(res.FileSamples, float64(mem.File)/1e6)
+	}
+	c1, err := procstat.CPUTime(pid)
+	if err != nil {
+		return err
+	}
+	res.SteadySeconds = time.Since(t0).Seconds()
+	res.SteadyCPUSeconds = (c1 - c0).Seconds()
+	m1, err := collectorproc.Scrape(r.metricsURL)
+	if err != nil {
+		return err
+	}
+	mem, err := procstat.ReadMemory(pid)
+	if err != nil {
+		return err
+	}
+	res.PeakRSSMB = float64(mem.Peak) / 1e6
+	maps, err := procstat.ReadBPFMaps(pid)
+	if err != nil {
+		return err
+	}
+	res.BPFMapsFdinfo, res.BPFMapCount = maps.Memlock, maps.Count
+	r.selfMetrics(res, m0, m1)
+	res.AgentArgs = r.agentArgs
+	res.GuardChanges = a.Count("overhead guard")
+	if r.perfFor > 0 {
+		if err := r.perfProfile(res, pid); err != nil {
+			logf("agent: no perf profile: %v", err)
+		}
+	}
+	logf("agent: %.2f s CPU in %.1f s wall (%.2f%% of one core), RSS %.1f MB, peak %.1f MB",
+		res.SteadyCPUSeconds, res.SteadySeconds, 100*res.SteadyCPUSeconds/res.SteadySeconds, res.RSSSamples[len(res.RSSSamples)-1], res.PeakRSSMB)
+	return nil
+}
+
+// perfProfile records the agent alone with perf (cpu-clock, call graphs)
+// and keeps the top of the report: where its CPU goes, and a second,
+// independent count of its CPU time (samples ÷ frequency).
+func (r *agentRun) perfProfile(res *agentResult, pid int) error {
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		return err
+	}
+	const hz = 499
+	data := filepath.Join(r.dir, "agent.perf.data")
+	rec := exec.Command(perf, "record", "-q", "-e", "cpu-clock", "-F", strconv.Itoa(hz), "-g", "-p", strconv.Itoa(pid), "-o", data, "--", "sleep", strconv.Itoa(int(r.perfFor.Seconds())))
+	if out, err := rec.CombinedOutput(); err != nil {
+		return fmt.Errorf("perf record: %v: %s", err, out)
+	}
+	out, err := exec.Command(perf, "report", "-i", data, "--stdio", "--no-children", "--sort", "dso,sym", "-g", "none", "--percent-limit", "2").Output()
+	if err != nil {
+		return fmt.Errorf("perf report: %w", err)
+	}
+	res.PerfSeconds, res.PerfHz = r.perfFor.Seconds(), hz
+	var top []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := perfEventsRe.FindStringSubmatch(l); m != nil {
+			ns, _ := strconv.ParseFloat(m[1], 64)
+			res.PerfCPUSeconds = ns / 1e9
+		}
+		if strings.HasPrefix(l, "#") || strings.TrimSpace(l) == "" {
+			continue
+		}
+		top = append(top, l)
+		if len(top) == 25 {
+			break
+		}
+	}
+	res.PerfTop = strings.Join(top, "\n")
+	return nil
+}
+
+// perfEventsRe is the report's total; for cpu-clock it is in nanoseconds.
+var perfEventsRe = regexp.MustCompile(`^# Event count \(approx\.\): (\d+)`)
+
+// selfMetrics takes the deltas of the receiver's own counters over the
+// steady window; names are tried with and without the unit suffixes the
+// Prometheus exporter adds.
+func (r *agentRun) selfMetrics(res *agentResult, m0, m1 collectorproc.Metrics) {
+	delta := func(names []string, labels ...string) float64 {
+		v1, name, ok := m1.First(names, labels...)
+		if !ok {
+			return -1
+		}
+		res.MetricNames = append(res.MetricNames, name)
+		v0, _ := m0.Sum(name, labels...)
+		return v1 - v0
+	}
+	res.SamplesKept = delta([]string{"hotpath_receiver_samples_total", "hotpath_receiver_samples"}, `outcome="kept"`)
+	res.SamplesLost = delta([]string{"hotpath_receiver_samples_lost_total", "hotpath_receiver_samples_lost"})
+	res.SymbolizeSum = delta([]string{"hotpath_receiver_symbolize_duration_seconds_sum", "hotpath_receiver_symbolize_duration_sum"})
+	res.SymbolizeCount = delta([]string{"hotpath_receiver_symbolize_duration_seconds_count", "hotpath_receiver_symbolize_duration_count"})
+	if v, name, ok := m1.First([]string{"hotpath_receiver_processes"}); ok {
+		res.Processes = v
+		res.MetricNames = append(res.MetricNames, name)
+	}
+}
+
+// slowdown runs the workload alone (A) and with the agent (B) in the order
+// A B, B A, A B ... and records throughput per arm.
+func (r *agentRun) slowdown(res *agentResult, pairs int, arm time.Duration) error {
+	for i := 0; i < pairs; i++ {
+		var p abPair
+		order := []bool{false, true}
+		if i%2 == 1 {
+			order = []bool{true, false}
+		}
+		for _, with := range order {
+			ops, err := r.arm(res, with, arm)
+			if err != nil {
+				return err
+			}
+			if with {
+				p.With = ops
+			} else {
+				p.Without = ops
+			}
+		}
+		res.Pairs = append(res.Pairs, p)
+		logf("agent: pair %d/%d: without %.0f ops/s, with %.0f ops/s (ratio %.3f)", i+1, pairs, p.Without, p.With, p.With/p.Without)
+	}
+	return nil
+}
+
+func (r *agentRun) arm(res *agentResult, withAgent bool, d time.Duration) (float64, error) {
+	var a *collectorproc.Process
+	if withAgent {
+		var err error
+		if a, _, err = r.startAgent(res); err != nil {
+			return 0, err
+		}
+		defer func() {
+			_ = a.Stop(30 * time.Second)
+			// The agent flushes its last interval to the gateway on the
+			// way out; let the gateway write it before the next arm.
+			time.Sleep(3 * time.Second)
+		}()
+		// An always-on agent is past its first, cold interval (symbol
+		// tables of every running process); wait for it, so the arm sees
+		// the steady cost, interval work included.
+		if err := r.waitFirstInterval(60 * time.Second); err != nil {
+			return 0, err
+		}
+	}
+	var c0 time.Duration
+	if a != nil {
+		c0, _ = procstat.CPUTime(a.PID())
+	}
+	t0 := time.Now()
+	outb, err := exec.Command(r.burn, "-duration", d.String()).Output()
+	if err != nil {
+		return 0, fmt.Errorf("workload: %w", err)
+	}
+	if a != nil {
+		if c1, err := procstat.CPUTime(a.PID()); err == nil {
+			res.ArmCPU = append(res.ArmCPU, 100*(c1-c0).Seconds()/time.Since(t0).Seconds())
+		}
+	}
+	var w struct {
+		OpsPerSec float64 `json:"ops_per_sec"`
+	}
+	if err := json.Unmarshal(outb, &w); err != nil || w.OpsPerSec <= 0 {
+		return 0, fmt.Errorf("workload output %q: %v", outb, err)
+	}
+	return w.OpsPerSec, nil
+}
+
+// envRef is a configuration's ${env:HOTPATH_X:-default} reference.
+var envRef = regexp.MustCompile(`\$\{env:(HOTPATH_[A-Z0-9_]+):-([^}]*)\}`)
+
+// stateEnv points every HOTPATH_* variable the two configurations read at
+// this run: the state directory, and a free loopback port for every
+// endpoint or port (the machine is shared: the defaults may be taken, by a
+// `make run` for instance). The agent's gateway endpoint is the gateway's
+// gRPC listener.
+func stateEnv(dir string, configs ...string) ([]string, error) {
+	vals := map[string]string{}
+	var order []string
+	for _, c := range configs {
+		raw, err := os.ReadFile(c)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", c, err)
+		}
+		for _, m := range envRef.FindAllStringSubmatch(string(raw), -1) {
+			if _, seen := vals[m[1]]; !seen {
+				vals[m[1]] = m[2]
+				order = append(order, m[1])
+			}
+		}
+	}
+	hostPort := regexp.MustCompile(`^(127\.0\.0\.1|localhost):\d+$`)
+	portOnly := regexp.MustCompile(`^\d+$`)
+	needPort := 0
+	for _, k := range order {
+		if k != "HOTPATH_GATEWAY_ENDPOINT" && (hostPort.MatchString(vals[k]) || portOnly.MatchString(vals[k])) {
+			needPort++
+		}
+	}
+	// All at once, held open together, so no two are the same port.
+	ports, err := freePorts(needPort)
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	for _, k := range order {
+		def := vals[k]
+		var v string
+		switch {
+		case k == "HOTPATH_STATE_DIR":
+			v = dir
+		case k == "HOTPATH_GATEWAY_ENDPOINT":
+			continue // set below, from the gateway's listener
+		case hostPort.MatchString(def):
+			v, ports = "127.0.0.1:"+strconv.Itoa(ports[0]), ports[1:]
+		case portOnly.MatchString(def):
+			v, ports = strconv.Itoa(ports[0]), ports[1:]
+		default:
+			continue // not a place or a port: the default stands
+		}
+		env = append(env, k+"="+v)
+	}
+	if grpc, ok := envValue(env, "HOTPATH_GATEWAY_GRPC"); ok {
+		env = append(env, "HOTPATH_GATEWAY_ENDPOINT="+grpc)
+	}
+	return env, nil
+}
+
+func envValue(env []string, key string) (string, bool) {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// waitFirstInterval polls the agent's self-metrics until it has
+// symbolized (and so emitted) its first interval.
+func (r *agentRun) waitFirstInterval(timeout time.Duration) error {
+	names := []string{"hotpath_receiver_symbolize_duration_count", "hotpath_receiver_symbolize_duration_seconds_count"}
+	deadline := time.Now().Add(timeout)
+	for {
+		if m, err := collectorproc.Scrape(r.metricsURL); err == nil {
+			if n, _, ok := m.First(names); ok && n >= 1 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the agent reported no symbolized interval within %s (%s)", timeout, r.metricsURL)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// freePorts reserves n loopback ports by listening and closing: the
+// machine is shared, fixed ports may be taken.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func loadAvg() []float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	var a, b, c float64
+	if _, err := fmt.Sscanf(string(raw), "%f %f %f", &a, &b, &c); err != nil {
+		return nil
+	}
+	return []float64{a, b, c}
+}

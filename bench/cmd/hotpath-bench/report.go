@@ -1,0 +1,368 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/bench/internal/benchfmt"
+	"github.com/hotpath-dev/hotpath/bench/internal/storebench"
+)
+
+// row is one line of the results table.
+type row struct {
+	Figure, RFD, Goal, Measured, Status, How string
+}
+
+// verdict compares a measured value with a bound (lower is better unless
+// higherBetter); no bound means the figure is informational.
+func verdict(v, bound float64, haveBound bool) string {
+	if !haveBound {
+		return "info"
+	}
+	if v <= bound {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+func reportCmd(args []string) error {
+	fset := flag.NewFlagSet("report", flag.ExitOnError)
+	dir := fset.String("dir", "", "directory with agent.json, symbolize.json, storage.json, micro.txt, benchstat.txt")
+	results := fset.String("results", "", "markdown file to write (bench/results/<date>-<host>.md)")
+	_ = fset.Parse(args)
+	if *dir == "" || *results == "" {
+		return fmt.Errorf("-dir and -results are required")
+	}
+	var rows []row
+	var notes []string
+	missing := func(what string, err error) {
+		notes = append(notes, fmt.Sprintf("- %s: not measured (%v)", what, err))
+		rows = append(rows, row{Figure: what, Measured: "not measured", Status: "ERROR"})
+	}
+
+	var ag agentResult
+	if err := readJSON(filepath.Join(*dir, "agent.json"), &ag); err != nil {
+		missing("agent (CPU, memory, start, slowdown)", err)
+	} else {
+		rows = append(rows, agentRows(&ag)...)
+	}
+	var sym symbolizeResult
+	if err := readJSON(filepath.Join(*dir, "symbolize.json"), &sym); err != nil {
+		missing("symbolization per interval", err)
+	} else {
+		s := slices.Sorted(slices.Values(sym.Millis))
+		p50, p99 := benchfmt.Percentile(s, 50), benchfmt.Percentile(s, 99)
+		rows = append(rows, row{
+			Figure: fmt.Sprintf("symbolization per interval, p50 / p99 (%d stacks × %d frames)", sym.StacksPerIv, sym.Depth),
+			RFD:    "< 50 ms", Goal: "p99 < 50 ms",
+			Measured: fmt.Sprintf("%.1f / %.1f ms (first, cold: %.0f ms; %.0f%% frames named)", p50, p99, sym.ColdMillis, 100*sym.ResolvedFrames),
+			Status:   verdict(p99, 50, true),
+			How:      sym.Command + " (internal/symbolize on the workload and the collector binary, timed per interval)",
+		})
+	}
+	micro, microErr := readMicro(filepath.Join(*dir, "micro.txt"))
+	if microErr != nil {
+		missing("Go micro-benchmarks", microErr)
+	} else {
+		rows = append(rows, microRows(micro)...)
+	}
+	var st storebench.Result
+	if err := readJSON(filepath.Join(*dir, "storage.json"), &st); err != nil {
+		missing("storage and queries", err)
+	} else {
+		rows = append(rows, storageRows(&st)...)
+	}
+
+	printTable(os.Stdout, rows)
+	md := markdown(*dir, rows, notes, &ag, &st)
+	if err := os.MkdirAll(filepath.Dir(*results), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(*results, []byte(md), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", *results, err)
+	}
+	fmt.Printf("\nresults: %s\n", *results)
+	for _, r := range rows {
+		if r.Status == "ERROR" {
+			return errors.New("some figures could not be measured (see the table)")
+		}
+	}
+	return nil
+}
+
+func agentRows(ag *agentResult) []row {
+	var rows []row
+	wall := ag.SteadySeconds
+	core := 100 * ag.SteadyCPUSeconds / wall
+	machine := core / float64(ag.CPUs)
+	how := fmt.Sprintf("utime+stime of the agent (/proc/PID/stat) over a %.0f s window while hotpath-burn loads all %d CPUs; config %s, exporting to a loopback gateway", wall, ag.CPUs, ag.AgentConfig)
+	rows = append(rows,
+		row{"agent CPU, % of one core (19 Hz, busy host)", "< 1 %", "≤ 0.25 %", fmt.Sprintf("%.3f %% (%.2f s CPU in %.0f s)", core, ag.SteadyCPUSeconds, wall), verdict(core, 0.25, true), how},
+		row{"agent CPU, % of the machine", "< 1 %", "≤ 0.125 %", fmt.Sprintf("%.3f %% of %d CPUs", machine, ag.CPUs), verdict(machine, 0.125, true), how},
+	)
+	if len(ag.Pairs) > 0 {
+		var ratios []float64
+		for _, p := range ag.Pairs {
+			ratios = append(ratios, p.With/p.Without)
+		}
+		s := benchfmt.Summarize(ratios)
+		slow := 100 * (1 - s.Median)
+		status := verdict(slow, 0.5, true)
+		// A spread many times the goal means the machine's own noise
+		// swamps the agent: no verdict, re-run on a quiet machine.
+		if spread := 100 * (s.Max - s.Min); spread > 5*0.5 {
+			status = "NOISY"
+		}
+		rows = append(rows, row{
+			"workload slowdown with the agent (median, [min, max] over pairs)", "< 1 %", "≤ 0.5 %",
+			fmt.Sprintf("%.2f %% [%.2f, %.2f] over %d pairs", slow, 100*(1-s.Max), 100*(1-s.Min), s.N),
+			status,
+			fmt.Sprintf("hotpath-burn throughput, %.0f s arms interleaved A B, B A ... without/with the agent", ag.ArmSeconds),
+		})
+	}
+	rss, anon, file := benchfmt.Summarize(ag.RSSSamples), benchfmt.Summarize(ag.AnonSamples), benchfmt.Summarize(ag.FileSamples)
+	rows = append(rows,
+		row{"agent start-up CPU (exec → steady window, first interval included)", "—", "—", fmt.Sprintf("%.2f s CPU in %.0f s", ag.WarmupCPU, ag.WarmupSeconds), "info", "utime+stime of the agent when the steady window starts"},
+		row{"agent RSS, steady (median of 1 s samples)", "—", "≤ 30 MB", fmt.Sprintf("%.1f MB [%.1f, %.1f]; anonymous %.1f MB, file-backed %.1f MB", rss.Median, rss.Min, rss.Max, anon.Median, file.Median), verdict(rss.Median, 30, true), "VmRSS (RssAnon, RssFile) from /proc/PID/status once a second in the steady window"},
+		row{"agent RSS, peak (VmHWM)", "—", "≤ 30 MB", fmt.Sprintf("%.1f MB", ag.PeakRSSMB), verdict(ag.PeakRSSMB, 30, true), "VmHWM from /proc/PID/status at the end of the steady window"},
+		row{"BPF map memory", "~500 KB per profiled service", "—", fmt.Sprintf("%.2f MB in %d maps (receiver logs %.2f MB)", float64(ag.BPFMapsFdinfo)/1e6, ag.BPFMapCount, float64(ag.BPFMapsLogged)/1e6), "info", "sum of memlock over the agent's BPF map fds (/proc/PID/fdinfo); the receiver's bpf_map_bytes log field"},
+	)
+	if len(ag.TTFSMillis) > 0 {
+		s := benchfmt.Summarize(ag.TTFSMillis)
+		rows = append(rows, row{"time to first sample (process start → \"sampling every CPU\")", "—", "≤ 0.5 s (OTel eBPF profiler: 3–4 s)",
+			fmt.Sprintf("%.0f ms median [%.0f, %.0f] over %d starts", s.Median, s.Min, s.Max, s.N), verdict(s.Median/1000, 0.5, true),
+			"time from exec to the log line being read on the agent's stderr"})
+	}
+	if ag.SymbolizeCount > 0 {
+		mean := 1000 * ag.SymbolizeSum / ag.SymbolizeCount
+		rows = append(rows, row{"symbolization in the running agent (mean per interval)", "< 50 ms", "—",
+			fmt.Sprintf("%.1f ms over %.0f intervals", mean, ag.SymbolizeCount), verdict(mean, 50, true),
+			"hotpath_receiver_symbolize_duration sum/count from the agent's /metrics (its buckets are too coarse for percentiles)"})
+	}
+	if ag.PerfSeconds > 0 {
+		pc := 100 * ag.PerfCPUSeconds / ag.PerfSeconds
+		rows = append(rows, row{"agent CPU cross-check: perf cpu-clock, % of one core", "—", "≤ 0.25 %",
+			fmt.Sprintf("%.3f %% (%.2f s in %.0f s)", pc, ag.PerfCPUSeconds, ag.PerfSeconds), verdict(pc, 0.25, true),
+			fmt.Sprintf("perf record -e cpu-clock -F %d -g -p AGENT_PID -- sleep %.0f; perf report --no-children --sort dso,sym (the top is in the results file)", ag.PerfHz, ag.PerfSeconds)})
+	}
+	if ag.SamplesKept >= 0 {
+		expected := 19 * float64(ag.CPUs) * wall
+		rows = append(rows, row{"samples kept in the steady window (plausibility)", "—", fmt.Sprintf("≈ %.0f (19 Hz × %d busy CPUs)", expected, ag.CPUs),
+			fmt.Sprintf("%.0f kept, %.0f lost", ag.SamplesKept, ag.SamplesLost), "info", "hotpath_receiver_samples{outcome=kept} delta from /metrics"})
+	}
+	return rows
+}
+
+func readMicro(path string) (benchfmt.Results, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := benchfmt.Parse(f)
+	if err == nil && len(r) == 0 {
+		err = fmt.Errorf("%s holds no benchmark results", path)
+	}
+	return r, err
+}
+
+func microRows(r benchfmt.Results) []row {
+	var rows []row
+	add := func(figure, name, unit, scaleUnit string, scale float64, rfd, goal string, bound float64, haveBound, lowerBetter bool) {
+		xs := r.Get(name, unit)
+		if len(xs) == 0 {
+			rows = append(rows, row{Figure: figure, RFD: rfd, Goal: goal, Measured: "no result for " + name, Status: "ERROR"})
+			return
+		}
+		s := benchfmt.Summarize(xs)
+		status := "info"
+		if haveBound {
+			v := s.Median * scale
+			if lowerBetter {
+				status = verdict(v, bound, true)
+			} else {
+				status = verdict(-v, -bound, true)
+			}
+		}
+		rows = append(rows, row{figure, rfd, goal,
+			fmt.Sprintf("%s %s [%s, %s] (n=%d)", human(s.Median*scale), scaleUnit, human(s.Min*scale), human(s.Max*scale), s.N), status,
+			fmt.Sprintf("go test -run '^$' -bench '%s$' (see micro.txt, benchstat.txt)", name)})
+	}
+	add("symbolization, Go benchmark (300 stacks × 15 frames, mean per interval)", "BenchmarkSymbolizeInterval", "ns/op", "ms", 1e-6, "< 50 ms", "< 50 ms", 50, true, true)
+	// An agent merges 19 Hz × CPUs samples; 1M merges/s leaves that under
+	// a millisecond of CPU per second even on a 64-CPU host.
+	add("stack merges/s (stackaggregator, steady window)", "BenchmarkMerge", "merges/s", "merges/s", 1, "—", "≥ 1 M/s", 1e6, true, false)
+	add("stack merges/s (stackaggregator, whole window incl. emit)", "BenchmarkWindow", "merges/s", "merges/s", 1, "—", "—", 0, false, false)
+	add("exporter rows/s (writer, appender)", "BenchmarkWrite/appender", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	add("exporter rows/s (OTLP → DuckDB, local tier)", "BenchmarkPush/local", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	add("exporter rows/s (OTLP → DuckDB, summary tier)", "BenchmarkPush/summary", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	return rows
+}
+
+func storageRows(st *storebench.Result) []row {
+	mb := func(b float64) string { return fmt.Sprintf("%.2f MB", b/1e6) }
+	rows := []row{
+		{fmt.Sprintf("storage, gateway summary tier, per service per day (%d services, %.0f h simulated)", st.Services, st.SpanHours), "~5.8 MB (table: ~21 MB, ceiling 50 MB)", "≤ 2 MB",
+			fmt.Sprintf("%s (%d rows, %.0f distinct stacks per service-minute)", mb(st.Summary.BytesPerSvcDay), st.Summary.Rows, st.Summary.DistinctPerSvcMn),
+			verdict(st.Summary.BytesPerSvcDay, 2e6, true),
+			fmt.Sprintf("file size after CHECKPOINT ÷ services ÷ days (du -b %s)", st.Summary.Path)},
+		{fmt.Sprintf("storage, agent local tier, per service per hour (%.0f h simulated)", st.LocalSpanHours), "~480 KB per hour (1 h kept)", "—",
+			fmt.Sprintf("%s per hour, %s per day written (%d rows)", mb(st.Local.BytesPerSvcDay/24), mb(st.Local.BytesPerSvcDay), st.Local.Rows),
+			verdict(st.Local.BytesPerSvcDay/24, 480e3, true),
+			fmt.Sprintf("file size after CHECKPOINT ÷ services ÷ hours (du -b %s)", st.Local.Path)},
+	}
+	for _, t := range []struct {
+		name, per string
+		tier      storebench.Tier
+	}{{"summary", "1-minute batch", st.Summary}, {"local", "15 s batch", st.Local}} {
+		ms := t.tier.PushMillis
+		if len(ms) < 10 {
+			continue
+		}
+		sorted := slices.Sorted(slices.Values(ms))
+		tenth := len(ms) / 10
+		first, last := benchfmt.Summarize(ms[:tenth]), benchfmt.Summarize(ms[len(ms)-tenth:])
+		rows = append(rows, row{fmt.Sprintf("exporter push latency, %s tier (one %s)", t.name, t.per), "—", "—",
+			fmt.Sprintf("p50 %.0f ms, p99 %.0f ms; mean of first tenth %.0f ms, last tenth %.0f ms", benchfmt.Percentile(sorted, 50), benchfmt.Percentile(sorted, 99), first.Mean, last.Mean),
+			"info", "ConsumeProfiles timed around each push of the simulated day"})
+	}
+	for _, q := range st.Queries {
+		s := benchfmt.Summarize(q.Millis)
+		rfd, goal, bound, have := "—", "—", 0.0, false
+		switch {
+		case strings.HasPrefix(q.Name, "reference"):
+		case strings.Contains(q.Name, "trace lookup"):
+			rfd, goal, bound, have = "< 200 ms (RFD 078)", "< 200 ms", 200, true
+		case strings.Contains(q.Name, " 1h "):
+			rfd, goal, bound, have = "< 100 ms", "< 100 ms", 100, true
+		default:
+			rfd, goal, bound, have = "< 2 s", "≤ 300 ms", 300, true
+		}
+		check := "rows match the raw table"
+		if q.Samples != q.Want {
+			check = fmt.Sprintf("MISMATCH: %d samples returned, %d stored", q.Samples, q.Want)
+			have, bound = true, -1 // a wrong answer fails whatever its speed
+		}
+		rows = append(rows, row{"query: " + q.Name, rfd, goal,
+			fmt.Sprintf("%.0f ms median [%.0f, %.0f] (%d rows, %d samples; %s)", s.Median, s.Min, s.Max, q.Rows, q.Samples, check),
+			verdict(s.Median, bound, have), q.SQL})
+	}
+	return rows
+}
+
+// human prints large rates compactly (1.23 M, 45.6 k).
+func human(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2f M", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1f k", v/1e3)
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func printTable(w *os.File, rows []row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIGURE\tRFD TARGET\tOUR GOAL\tMEASURED\tRESULT")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Figure, r.RFD, r.Goal, r.Measured, r.Status)
+	}
+	_ = tw.Flush()
+}
+
+func markdown(dir string, rows []row, notes []string, ag *agentResult, st *storebench.Result) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "# hotpath bench: %s on %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), host)
+	fmt.Fprintf(&b, "Machine: %s, %d CPUs, %s. Load average (1/5/15 min) at the agent phase's start and end: %v.\n\n",
+		cpuModel(), runtime.NumCPU(), kernel(), ag.LoadAvg)
+	if env, err := os.ReadFile(filepath.Join(dir, "env.txt")); err == nil {
+		b.WriteString("```\n" + strings.TrimSpace(string(env)) + "\n```\n\n")
+	}
+	b.WriteString("| figure | RFD target | our goal | measured | result |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Figure, r.RFD, r.Goal, strings.ReplaceAll(r.Measured, "|", "\\|"), r.Status)
+	}
+	b.WriteString("\n## How each figure was measured\n\n")
+	for _, r := range rows {
+		if r.How != "" {
+			fmt.Fprintf(&b, "- **%s**: `%s`\n", r.Figure, strings.ReplaceAll(r.How, "\n", " "))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n## Not measured\n\n" + strings.Join(notes, "\n") + "\n")
+	}
+	if len(ag.Pairs) > 0 {
+		b.WriteString("\n## Slowdown pairs (hotpath-burn ops/s)\n\n| pair | without agent | with agent | ratio | agent CPU in the B arm |\n|---|---|---|---|---|\n")
+		for i, p := range ag.Pairs {
+			cpu := ""
+			if i < len(ag.ArmCPU) {
+				cpu = fmt.Sprintf("%.2f %% of a core", ag.ArmCPU[i])
+			}
+			fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.4f | %s |\n", i+1, p.Without, p.With, p.With/p.Without, cpu)
+		}
+		fmt.Fprintf(&b, "\nTime to first sample per start (ms): %v. Agent CPU before the ready line: %.2f s. Gateway CPU over the whole phase: %.2f s. Metric names read: %v. Agent flags: %v; overhead-guard frequency changes logged in the steady run: %d.\n",
+			ag.TTFSMillis, ag.StartupCPU, ag.GatewayCPU, ag.MetricNames, ag.AgentArgs, ag.GuardChanges)
+		if ag.PerfTop != "" {
+			b.WriteString("\n### Where the agent's CPU goes (perf, steady state)\n\n```\n" + ag.PerfTop + "\n```\n")
+		}
+	}
+	if st.Services > 0 {
+		fmt.Fprintf(&b, "\n## Storage details\n\n| tier | file | bytes | rows | trace-tagged rows | frames | samples | pushes |\n|---|---|---|---|---|---|---|---|\n")
+		for _, t := range []struct {
+			name string
+			t    storebench.Tier
+		}{{"local", st.Local}, {"summary", st.Summary}} {
+			fmt.Fprintf(&b, "| %s | %s | %d (du: %d) | %d | %d | %d | %d | %d |\n", t.name, filepath.Base(t.t.Path), t.t.FileBytes, t.t.DiskBytes, t.t.Rows, t.t.TracedRows, t.t.Frames, t.t.Samples, t.t.Pushes)
+		}
+		if len(st.Summary.Breakdown) > 0 {
+			b.WriteString("\nWhere the summary tier's bytes go: each column subset of `cpu_profile_summaries` copied alone into a fresh file and CHECKPOINTed.\n\n| columns | bytes | bytes per row |\n|---|---|---|\n")
+			for _, p := range st.Summary.Breakdown {
+				fmt.Fprintf(&b, "| `%s` | %d | %.1f |\n", p.Columns, p.Bytes, p.BytesPerRow)
+			}
+		}
+		fmt.Fprintf(&b, "\nBoth tiers were written concurrently in %.0f s. The %d-day file for the long queries is %.1f MB (the written day replicated into the past).\n",
+			st.Local.WriteSeconds, st.SummaryDay, float64(st.LongFile)/1e6)
+	}
+	for _, f := range []string{"benchstat.txt", "micro.txt"} {
+		raw, err := os.ReadFile(filepath.Join(dir, f))
+		if errors.Is(err, fs.ErrNotExist) || len(raw) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n## %s\n\n```\n%s\n```\n", f, strings.TrimSpace(string(raw)))
+	}
+	return b.String()
+}
+
+func cpuModel() string {
+	raw, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func kernel() string {
+	raw, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown kernel"
+	}
+	return "Linux " + strings.TrimSpace(string(raw))
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/bench/internal/simday"
+	"github.com/hotpath-dev/hotpath/bench/internal/storebench"
+)
+
+func storageCmd(args []string) error {
+	fs := flag.NewFlagSet("storage", flag.ExitOnError)
+	out := fs.String("out", "storage.json", "result file")
+	dir := fs.String("dir", "", "directory for the DuckDB files (default: a new temporary directory, removed afterwards)")
+	span := fs.Duration("span", 24*time.Hour, "simulated time written to the summary tier")
+	localSpan := fs.Duration("local-span", 3*time.Hour, "the last part of -span also written to the local tier (scaled to a day)")
+	longRuns := fs.Int("long-runs", 3, "timed runs of the multi-day queries")
+	days := fs.Int("days", 30, "days stored for the long query")
+	runs := fs.Int("runs", 5, "timed runs per query")
+	services := fs.Int("services", 10, "simulated services")
+	_ = fs.Parse(args)
+	if *span < time.Hour || *days < 1 || *runs < 1 {
+		return fmt.Errorf("-span must be at least 1h, -days and -runs at least 1")
+	}
+	if *dir != "" {
+		if err := os.MkdirAll(*dir, 0o755); err != nil {
+			return err
+		}
+	} else {
+		d, err := os.MkdirTemp("", "hotpath-bench-storage-")
+		if err != nil {
+			return err
+		}
+		*dir = d
+		defer os.RemoveAll(d)
+	}
+	p := simday.Default()
+	p.Services = *services
+	o := storebench.Options{
+		Dir: *dir, Host: p, Span: *span, LocalSpan: *localSpan, Days: *days, Runs: *runs, LongRuns: *longRuns,
+		End: time.Now().UTC().Truncate(time.Minute), Log: logf,
+	}
+	logf("storage: writing %s of %d services (%d samples per %s) through the duckdbprofile exporter into %s",
+		*span, p.Services, p.SamplesPerInterval(), p.Interval, *dir)
+	res, err := storebench.Run(context.Background(), o)
+	if err != nil {
+		return err
+	}
+	return writeJSON(*out, res)
+}

@@ -1,0 +1,63 @@
+package collectorproc
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP hotpath_receiver_samples_total CPU samples taken
+# TYPE hotpath_receiver_samples_total counter
+hotpath_receiver_samples_total{otel_scope_name="x",outcome="kept",receiver="ebpfprofile"} 1140
+hotpath_receiver_samples_total{otel_scope_name="x",outcome="idle",receiver="ebpfprofile"} 60
+hotpath_receiver_symbolize_duration_seconds_sum{receiver="ebpfprofile"} 0.25
+hotpath_receiver_symbolize_duration_seconds_count{receiver="ebpfprofile"} 4
+up 1 1700000000000
+`
+	m, err := ParseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := m.Sum("hotpath_receiver_samples_total", `outcome="kept"`); !ok || v != 1140 {
+		t.Fatalf("kept = %v %v", v, ok)
+	}
+	if v, _ := m.Sum("hotpath_receiver_samples_total"); v != 1200 {
+		t.Fatalf("all samples = %v, want 1200", v)
+	}
+	if v, n, ok := m.First([]string{"hotpath_receiver_symbolize_duration_sum", "hotpath_receiver_symbolize_duration_seconds_sum"}); !ok || v != 0.25 || !strings.Contains(n, "seconds") {
+		t.Fatalf("First = %v %q %v", v, n, ok)
+	}
+	if v, _ := m.Sum("up"); v != 1 {
+		t.Fatalf("up = %v (timestamp taken for the value?)", v)
+	}
+	if _, err := ParseMetrics(strings.NewReader("broken_line_without_value\n")); err == nil {
+		t.Fatal("want an error for a line without a value")
+	}
+}
+
+// TestWaitForTimesLines runs a real child process: the line's time is when
+// it was read, after Started, and a missing line fails with the log tail.
+func TestWaitForTimesLines(t *testing.T) {
+	dir := t.TempDir()
+	p, err := Start("echoer", "/bin/sh", []string{"-c", "echo starting; sleep 0.2; echo 'sampling every CPU {\"bpf_map_bytes\": 42}'; exec sleep 30"}, nil, dir+"/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, after, err := p.WaitFor("sampling every CPU", 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(l.Text, "bpf_map_bytes") || after <= 0 || l.At.Before(p.Started) {
+		t.Fatalf("line %q after %v", l.Text, after)
+	}
+	if p.Count("starting") != 1 {
+		t.Fatal("first line not recorded")
+	}
+	if err := p.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.WaitFor("never printed", time.Second); err == nil || !strings.Contains(err.Error(), "starting") {
+		t.Fatalf("want an exit error quoting the log, got %v", err)
+	}
+}

@@ -1,0 +1,108 @@
+package collectorproc
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Metrics is one scrape of a Prometheus text endpoint: series (name plus
+// labels, as written) to value.
+type Metrics map[string]float64
+
+// Scrape reads url (e.g. http://127.0.0.1:8888/metrics).
+func Scrape(url string) (Metrics, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
+	}
+	return ParseMetrics(resp.Body)
+}
+
+// ParseMetrics parses the Prometheus text format (comments skipped,
+// timestamps ignored).
+func ParseMetrics(r io.Reader) (Metrics, error) {
+	m := Metrics{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		// The value follows the series; labels may hold spaces, so split
+		// after the closing brace when there is one.
+		split := strings.LastIndexByte(line, '}')
+		var series, rest string
+		if split >= 0 {
+			series, rest = line[:split+1], line[split+1:]
+		} else {
+			i := strings.IndexByte(line, ' ')
+			if i < 0 {
+				return nil, fmt.Errorf("parse metrics: no value in %q", line)
+			}
+			series, rest = line[:i], line[i:]
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return nil, fmt.Errorf("parse metrics: no value in %q", line)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("parse metrics: value of %s: %w", series, err)
+		}
+		m[series] = v
+	}
+	return m, sc.Err()
+}
+
+// Sum adds every series whose name (before any '{') is name and whose
+// labels contain all of the given label="value" pairs.
+func (m Metrics) Sum(name string, labels ...string) (float64, bool) {
+	var total float64
+	found := false
+	for series, v := range m {
+		n, lbl, _ := strings.Cut(series, "{")
+		if n != name {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(lbl, l) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			total += v
+			found = true
+		}
+	}
+	return total, found
+}
+
+// First returns the first of names that is present (metric names differ
+// by exporter version in their unit and _total suffixes).
+func (m Metrics) First(names []string, labels ...string) (float64, string, bool) {
+	for _, n := range names {
+		if v, ok := m.Sum(n, labels...); ok {
+			return v, n, true
+		}
+	}
+	return 0, "", false
+}

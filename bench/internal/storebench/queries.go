@@ -1,0 +1,194 @@
+package storebench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+const tsLayout = "2006-01-02 15:04:05"
+
+func ts(t time.Time) string { return "TIMESTAMP '" + t.UTC().Format(tsLayout) + "'" }
+
+// timeQueries runs the figures' queries: 1 h folded stacks on the local
+// tier (a day stored), a trace lookup among a day of trace-tagged rows on
+// both tiers, and 1 h and N-day folded stacks on a summary file holding N
+// days of 10 services.
+func timeQueries(ctx context.Context, o Options, res *Result, localPath, summaryPath, service string) ([]Query, error) {
+	end := o.End
+	hourAgo := end.Add(-time.Hour)
+	var qs []Query
+
+	folded := func(since time.Time) string {
+		return fmt.Sprintf("SELECT folded, samples FROM folded_stacks('%s', %s, %s)", service, ts(since), ts(end))
+	}
+	want := func(stacks, timeCol string, since time.Time) string {
+		return fmt.Sprintf("SELECT coalesce(sum(sample_count), 0) FROM %s WHERE service_id = '%s' AND %s >= %s AND %s < %s",
+			stacks, service, timeCol, ts(since), timeCol, ts(end))
+	}
+	trace := func(decoded string) string {
+		return fmt.Sprintf("SELECT folded, sum(sample_count) AS samples FROM %s WHERE trace_id = '%s' GROUP BY folded ORDER BY samples DESC", decoded, o.Trace.TraceID)
+	}
+
+	run := []struct {
+		name, file, sql, wantSQL string
+		want                     int64
+	}{
+		{name: fmt.Sprintf("local 1h folded_stacks (%g h stored)", o.LocalSpan.Hours()), file: localPath, sql: folded(hourAgo), wantSQL: want("cpu_profile_samples_local", "timestamp", hourAgo)},
+		{name: fmt.Sprintf("local trace lookup (%g h of trace-tagged rows)", o.LocalSpan.Hours()), file: localPath, sql: trace("cpu_profile_samples_local_decoded"), want: o.Trace.Samples},
+		{name: fmt.Sprintf("summary trace lookup (%g h of trace-tagged rows)", o.Span.Hours()), file: summaryPath, sql: trace("cpu_profile_summaries_decoded"), want: o.Trace.Samples},
+	}
+	for _, r := range run {
+		q, err := timeQuery(ctx, r.file, r.name, r.sql, r.wantSQL, r.want, o.Runs)
+		if err != nil {
+			return nil, err
+		}
+		qs = append(qs, q)
+		o.Log("storage: query %q: %v ms, %d rows", q.Name, q.Millis, q.Rows)
+	}
+
+	// The long query needs N days: copy the written day and replicate it
+	// N-1 times into the past. The rows are the exporter's own (same
+	// layout, same time order); only frame reference counts, which queries
+	// do not read, are left as they were.
+	longPath := filepath.Join(o.Dir, fmt.Sprintf("summary-%dd.duckdb", o.Days))
+	if err := copyFile(summaryPath, longPath); err != nil {
+		return nil, err
+	}
+	o.Log("storage: replicating the day into %d days for the long query", o.Days)
+	if err := replicate(ctx, longPath, o.End.Add(-o.Span), o.Days); err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(longPath); err == nil {
+		res.LongFile = st.Size()
+	}
+	daysAgo := end.Add(-time.Duration(o.Days) * 24 * time.Hour)
+	// idsFirst is not a shipped macro: the same flame graph, aggregated on
+	// the integer stacks before decoding names, as a reference for what the
+	// storage layout allows.
+	idsFirst := fmt.Sprintf(`WITH agg AS (
+  SELECT stack_frame_ids, sum(sample_count)::BIGINT AS samples FROM cpu_profile_summaries
+  WHERE service_id = '%s' AND bucket_time >= %s AND bucket_time < %s GROUP BY stack_frame_ids),
+dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM profile_frame_dictionary)
+SELECT array_to_string(list_transform(stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded, samples
+FROM agg, dict ORDER BY samples DESC`, service, ts(daysAgo), ts(end))
+	wantLong := want("cpu_profile_summaries", "bucket_time", daysAgo)
+	for _, r := range []struct {
+		name, sql, want string
+		runs            int
+	}{
+		{fmt.Sprintf("summary 1h folded_stacks (%d days stored)", o.Days), folded(hourAgo), want("cpu_profile_summaries", "bucket_time", hourAgo), o.Runs},
+		{fmt.Sprintf("summary %dd folded_stacks (%d days stored)", o.Days, o.Days), folded(daysAgo), wantLong, o.LongRuns},
+		{fmt.Sprintf("reference: summary %dd, aggregate ids then decode (not shipped)", o.Days), idsFirst, wantLong, o.LongRuns},
+	} {
+		q, err := timeQuery(ctx, longPath, r.name, r.sql, r.want, 0, r.runs)
+		if err != nil {
+			return nil, err
+		}
+		qs = append(qs, q)
+		o.Log("storage: query %q: %v ms, %d rows", q.Name, q.Millis, q.Rows)
+	}
+	return qs, nil
+}
+
+// slowQueryMillis is where a query is timed once instead of warm-up + runs.
+const slowQueryMillis = 15000
+
+// timeQuery opens file read-only, runs q once to warm caches, then times it
+// runs times, reading every row. The expected sample total comes from
+// wantSQL (a plain sum over the raw table) or want.
+func timeQuery(ctx context.Context, file, name, q, wantSQL string, want int64, runs int) (Query, error) {
+	out := Query{Name: name, SQL: q, File: file, Want: want}
+	db, err := sql.Open("duckdb", file+"?access_mode=read_only")
+	if err != nil {
+		return out, fmt.Errorf("open %s: %w", file, err)
+	}
+	defer db.Close()
+	if wantSQL != "" {
+		if err := db.QueryRowContext(ctx, wantSQL).Scan(&out.Want); err != nil {
+			return out, fmt.Errorf("%s: expected total: %w", name, err)
+		}
+	}
+	for i := 0; i <= runs; i++ {
+		t0 := time.Now()
+		rows, samples, err := readAll(ctx, db, q)
+		ms := float64(time.Since(t0).Microseconds()) / 1000
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", name, err)
+		}
+		out.Rows, out.Samples = rows, samples
+		if i > 0 {
+			out.Millis = append(out.Millis, ms)
+		}
+		if i == 0 && ms > slowQueryMillis {
+			// Seconds-long queries are not made faster by a warm-up, and
+			// repeating them would cost minutes: this run is the figure.
+			out.Millis = append(out.Millis, ms)
+			break
+		}
+	}
+	return out, nil
+}
+
+// readAll reads every (folded, samples) row, as a flame graph would.
+func readAll(ctx context.Context, db *sql.DB, q string) (rows, samples int64, err error) {
+	rs, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rs.Close()
+	var folded string
+	var n int64
+	for rs.Next() {
+		if err := rs.Scan(&folded, &n); err != nil {
+			return 0, 0, err
+		}
+		rows++
+		samples += n
+	}
+	return rows, samples, rs.Err()
+}
+
+// replicate extends the summary file's one day [start, start+1d) to days
+// days by copying it 1..days-1 days back, oldest first, one INSERT per day
+// so each day is appended in time order like the gateway writes it.
+func replicate(ctx context.Context, path string, start time.Time, days int) error {
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
+	for k := days - 1; k >= 1; k-- {
+		q := fmt.Sprintf(`INSERT INTO cpu_profile_summaries
+SELECT bucket_time - INTERVAL %d DAY, service_id, pod_name, build_id, stack_frame_ids, sample_count, sample_percentage, trace_id, span_id
+FROM cpu_profile_summaries WHERE bucket_time >= %s AND bucket_time < %s`, k, ts(start), ts(start.Add(24*time.Hour)))
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("replicate day -%d into %s: %w", k, path, err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return db.Close()
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return fmt.Errorf("copy to %s: %w", dst, err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	return out.Close()
+}

@@ -1,0 +1,334 @@
+// Package storebench measures storage and query cost on a simulated day:
+// simday's intervals go through the real duckdbprofile exporter (created by
+// its factory, as the collector does) into a local-tier and a summary-tier
+// file, and the exporter's own macros are timed on the result.
+package storebench
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	_ "github.com/duckdb/duckdb-go/v2" // the "duckdb" database/sql driver
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/exporter/exporterhelper"
+	"go.opentelemetry.io/collector/exporter/exportertest"
+	"go.opentelemetry.io/collector/exporter/xexporter"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/bench/internal/simday"
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
+)
+
+// Options of one run.
+type Options struct {
+	Dir  string        // where the DuckDB files go (must exist)
+	Host simday.Params // the simulated host
+	Span time.Duration // simulated time written to the summary tier (a day)
+	// LocalSpan is the part of Span, at its end, also written to the local
+	// tier. The agent keeps 1 h, and its writes per day are 5,760 small
+	// transactions, so a few hours measure its bytes per row and are
+	// scaled to a day (reported as such).
+	LocalSpan time.Duration
+	End       time.Time // simulated time ends here (UTC, whole minutes)
+	Days      int       // summary days for the long query (the written day is replicated)
+	Runs      int       // timed runs per query
+	// LongRuns is the timed runs of the multi-day queries (slow ones).
+	LongRuns int
+	Log      func(format string, args ...any)
+	// Trace is filled while writing: a trace to look up afterwards.
+	Trace TraceProbe
+}
+
+// TraceProbe is one trace ID from the middle of the simulated span and how
+// many samples it got, to check the lookup finds exactly them.
+type TraceProbe struct {
+	TraceID string
+	Samples int64
+}
+
+// Tier is the storage figure of one tier.
+type Tier struct {
+	Path             string  `json:"path"`
+	FileBytes        int64   `json:"file_bytes"`
+	DiskBytes        int64   `json:"disk_bytes"` // st_blocks × 512, what du counts
+	Rows             int64   `json:"rows"`
+	TracedRows       int64   `json:"traced_rows"`
+	Frames           int64   `json:"frames"`
+	Samples          int64   `json:"samples"`
+	BytesPerSvcDay   float64 `json:"bytes_per_service_day"`
+	WriteSeconds     float64 `json:"write_seconds"` // both tiers written concurrently
+	Pushes           int     `json:"pushes"`
+	DistinctPerSvcMn float64 `json:"distinct_stacks_per_service_minute"`
+	// PushMillis is how long each push (ConsumeProfiles) took, in order:
+	// whether writing slows down as the file grows shows in its first and
+	// last tenths.
+	PushMillis []float64 `json:"push_ms"`
+	// Breakdown is the stack table's columns measured on their own.
+	Breakdown []Part `json:"breakdown"`
+}
+
+// Query is one timed query.
+type Query struct {
+	Name    string    `json:"name"`
+	SQL     string    `json:"sql"`
+	File    string    `json:"file"`
+	Rows    int64     `json:"rows"`
+	Samples int64     `json:"samples"` // sum of the samples column, to check plausibility
+	Want    int64     `json:"want_samples"`
+	Millis  []float64 `json:"millis"` // every timed run, after one warm-up
+}
+
+// Result is the whole run.
+type Result struct {
+	Services       int     `json:"services"`
+	SpanHours      float64 `json:"span_hours"`
+	LocalSpanHours float64 `json:"local_span_hours"`
+	Local          Tier    `json:"local"`
+	Summary        Tier    `json:"summary"`
+	Queries        []Query `json:"queries"`
+	SummaryDay     int     `json:"summary_days_for_long_query"`
+	LongFile       int64   `json:"long_file_bytes"`
+}
+
+// Run writes the simulated span through both tiers, measures the files and
+// times the queries.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	host, err := simday.NewHost(o.Host)
+	if err != nil {
+		return nil, err
+	}
+	localPath := filepath.Join(o.Dir, "local.duckdb")
+	summaryPath := filepath.Join(o.Dir, "summary.duckdb")
+	if o.LocalSpan <= 0 || o.LocalSpan > o.Span {
+		o.LocalSpan = o.Span
+	}
+	res := &Result{Services: o.Host.Services, SpanHours: o.Span.Hours(), LocalSpanHours: o.LocalSpan.Hours(), SummaryDay: o.Days}
+
+	local, err := startExporter(ctx, "local", localPath)
+	if err != nil {
+		return nil, err
+	}
+	summary, err := startExporter(ctx, "summary", summaryPath)
+	if err != nil {
+		_ = local.Shutdown(ctx)
+		return nil, err
+	}
+	start := o.End.Add(-o.Span)
+	perMinute := int(time.Minute / o.Host.Interval)
+	if perMinute < 1 {
+		perMinute = 1
+	}
+	// The two exporters write concurrently, as agent and gateway would on
+	// two machines; each gets its batches through a channel.
+	localCh, summaryCh := make(chan pprofile.Profiles, 8), make(chan pprofile.Profiles, 2)
+	localDone := consume(ctx, local, localCh, &res.Local.PushMillis)
+	summaryDone := consume(ctx, summary, summaryCh, &res.Summary.PushMillis)
+	localStart := o.End.Add(-o.LocalSpan)
+	// The probe trace is picked in the middle of the local span (so both
+	// tiers hold it); a trace lasts a few samples of one service, so it
+	// spans at most two intervals: counting every trace over the intervals
+	// around the probe's gives its exact total.
+	probeAt := localStart.Add(o.LocalSpan / 2).Truncate(o.Host.Interval)
+	traceCounts := map[string]int64{}
+	var probe []byte
+	var minute []simday.Interval
+	t0 := time.Now()
+	for at := start; at.Before(o.End); at = at.Add(o.Host.Interval) {
+		iv := host.Next(at)
+		if d := at.Sub(probeAt); d >= -2*o.Host.Interval && d <= 2*o.Host.Interval {
+			countTraces(iv, traceCounts)
+			if d == 0 {
+				probe = firstTrace(iv)
+			}
+		}
+		if !at.Before(localStart) {
+			localCh <- host.Profiles(iv)
+			res.Local.Pushes++
+		}
+		minute = append(minute, iv)
+		if len(minute) == perMinute {
+			// The gateway's stackaggregator closes a minute and emits it at once.
+			summaryCh <- host.Profiles(minute...)
+			res.Summary.Pushes++
+			minute = minute[:0]
+			if n := res.Summary.Pushes; n%120 == 0 {
+				o.Log("storage: %d simulated minutes written (%.0f%%)", n, 100*float64(at.Sub(start))/float64(o.Span))
+			}
+		}
+	}
+	if len(minute) > 0 {
+		summaryCh <- host.Profiles(minute...)
+		res.Summary.Pushes++
+	}
+	close(localCh)
+	close(summaryCh)
+	errL, errS := <-localDone, <-summaryDone
+	elapsed := time.Since(t0).Seconds()
+	errL = joinShutdown(ctx, local, errL)
+	errS = joinShutdown(ctx, summary, errS)
+	if errL != nil || errS != nil {
+		return nil, fmt.Errorf("write simulated day: local: %v; summary: %v", errL, errS)
+	}
+	if probe == nil {
+		return nil, fmt.Errorf("no trace-tagged sample at %s to look up (trace_share is %v)", probeAt, o.Host.TraceShare)
+	}
+	o.Trace = TraceProbe{TraceID: hex.EncodeToString(probe), Samples: traceCounts[string(probe)]}
+	res.Local.WriteSeconds, res.Summary.WriteSeconds = elapsed, elapsed
+
+	days := o.Span.Hours() / 24
+	if err := measureTier(ctx, &res.Local, localPath, "cpu_profile_samples_local", "profile_frame_dictionary_local", "timestamp", o.Host.Services, o.LocalSpan.Hours()/24); err != nil {
+		return nil, err
+	}
+	if err := measureTier(ctx, &res.Summary, summaryPath, "cpu_profile_summaries", "profile_frame_dictionary", "bucket_time", o.Host.Services, days); err != nil {
+		return nil, err
+	}
+	if res.Summary.Breakdown, err = breakdown(ctx, o.Dir, summaryPath, "cpu_profile_summaries", []string{
+		"*",
+		"* EXCLUDE (trace_id, span_id)",
+		"stack_frame_ids",
+		"trace_id, span_id",
+		"* EXCLUDE (stack_frame_ids, trace_id, span_id)",
+	}); err != nil {
+		return nil, err
+	}
+	o.Log("storage: local %d rows %.1f MB, summary %d rows %.1f MB", res.Local.Rows, float64(res.Local.FileBytes)/1e6, res.Summary.Rows, float64(res.Summary.FileBytes)/1e6)
+
+	// Any one service: they are alike. The fourth, when there is one.
+	probeService := host.Services[min(3, len(host.Services)-1)].Name
+	qs, err := timeQueries(ctx, o, res, localPath, summaryPath, probeService)
+	if err != nil {
+		return nil, err
+	}
+	res.Queries = qs
+	return res, nil
+}
+
+func firstTrace(iv simday.Interval) []byte {
+	for _, ss := range iv.Samples {
+		for _, s := range ss {
+			if s.TraceID != nil {
+				return s.TraceID
+			}
+		}
+	}
+	return nil
+}
+
+func countTraces(iv simday.Interval, counts map[string]int64) {
+	for _, ss := range iv.Samples {
+		for _, s := range ss {
+			if s.TraceID != nil {
+				counts[string(s.TraceID)]++
+			}
+		}
+	}
+}
+
+// startExporter creates the exporter through its factory with the
+// collector's defaults, except: no query endpoint (nothing to serve), no
+// sending queue (so a push returns when the rows are in the file) and
+// retention that cannot fire during the run (the simulated clock runs ahead
+// of the real one).
+func startExporter(ctx context.Context, tier, path string) (xexporter.Profiles, error) {
+	f := duckdbprofileexporter.NewFactory()
+	cfg := f.CreateDefaultConfig().(*duckdbprofileexporter.Config)
+	cfg.Tier = tier
+	cfg.Path = path
+	cfg.Query.Enabled = false
+	cfg.QueueConfig = configoptional.None[exporterhelper.QueueBatchConfig]()
+	cfg.Retention = duckdbprofileexporter.RetentionConfig{Stacks: 400 * 24 * time.Hour, TraceStacks: 400 * 24 * time.Hour, Metadata: 400 * 24 * time.Hour, Interval: 1000 * time.Hour}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%s exporter config: %w", tier, err)
+	}
+	set := exportertest.NewNopSettings(f.Type())
+	set.ID = component.NewIDWithName(f.Type(), tier)
+	if l, err := zap.NewProduction(zap.IncreaseLevel(zap.WarnLevel)); err == nil {
+		set.Logger = l
+	}
+	exp, err := f.CreateProfiles(ctx, set, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create %s exporter: %w", tier, err)
+	}
+	if err := exp.Start(ctx, componenttest.NewNopHost()); err != nil {
+		return nil, fmt.Errorf("start %s exporter: %w", tier, err)
+	}
+	return exp, nil
+}
+
+// consume pushes every batch from ch, timing each push into millis (read
+// only after done fires).
+func consume(ctx context.Context, exp xexporter.Profiles, ch <-chan pprofile.Profiles, millis *[]float64) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		var first error
+		for pd := range ch {
+			if first != nil {
+				continue // drain so the producer never blocks
+			}
+			t0 := time.Now()
+			if err := exp.ConsumeProfiles(ctx, pd); err != nil {
+				first = err
+			}
+			*millis = append(*millis, float64(time.Since(t0).Microseconds())/1000)
+		}
+		done <- first
+	}()
+	return done
+}
+
+func joinShutdown(ctx context.Context, exp xexporter.Profiles, err error) error {
+	if serr := exp.Shutdown(ctx); serr != nil && err == nil {
+		return serr
+	}
+	return err
+}
+
+// measureTier checkpoints the file (so its size is its data, not a WAL),
+// then counts what it holds.
+func measureTier(ctx context.Context, t *Tier, path, stacks, frames, timeCol string, services int, days float64) error {
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	q := fmt.Sprintf(`SELECT count(*), count(trace_id), coalesce(sum(sample_count), 0),
+  (SELECT count(*) FROM %[2]s),
+  (SELECT avg(n) FROM (SELECT count(DISTINCT stack_frame_ids) AS n FROM %[1]s
+     GROUP BY service_id, time_bucket(INTERVAL 1 MINUTE, %[3]s)))
+FROM %[1]s`, stacks, frames, timeCol)
+	if err := db.QueryRowContext(ctx, q).Scan(&t.Rows, &t.TracedRows, &t.Samples, &t.Frames, &t.DistinctPerSvcMn); err != nil {
+		return fmt.Errorf("count rows of %s: %w", path, err)
+	}
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("size of %s: %w", path, err)
+	}
+	t.Path = path
+	t.FileBytes = st.Size()
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		t.DiskBytes = sys.Blocks * 512
+	}
+	if wal, err := os.Stat(path + ".wal"); err == nil {
+		t.FileBytes += wal.Size() // normally gone after CHECKPOINT
+	}
+	t.BytesPerSvcDay = float64(t.FileBytes) / float64(services) / days
+	return nil
+}

@@ -1,0 +1,51 @@
+package storebench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/bench/internal/simday"
+)
+
+// TestSmallRun drives the real exporter with a small simulated host for
+// an hour: both files hold every sample, every query returns exactly the
+// stored samples, and the probe trace is found whole.
+func TestSmallRun(t *testing.T) {
+	p := simday.Default()
+	p.Services = 3
+	o := Options{
+		Dir: t.TempDir(), Host: p, Span: time.Hour, LocalSpan: 30 * time.Minute, Days: 2, Runs: 1, LongRuns: 1,
+		End: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Log: t.Logf,
+	}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perInterval := int64(p.SamplesPerInterval())
+	if want := perInterval * 4 * 60; res.Summary.Samples != want {
+		t.Fatalf("summary tier holds %d samples, want %d", res.Summary.Samples, want)
+	}
+	if want := perInterval * 4 * 30; res.Local.Samples != want {
+		t.Fatalf("local tier holds %d samples, want %d", res.Local.Samples, want)
+	}
+	if res.Local.Pushes != 120 || res.Summary.Pushes != 60 {
+		t.Fatalf("pushes: local %d (want 120), summary %d (want 60)", res.Local.Pushes, res.Summary.Pushes)
+	}
+	for _, tier := range []Tier{res.Local, res.Summary} {
+		if tier.FileBytes <= 0 || tier.BytesPerSvcDay <= 0 || tier.Rows <= 0 || tier.TracedRows <= 0 {
+			t.Fatalf("implausible tier figures: %+v", tier)
+		}
+	}
+	if len(res.Summary.Breakdown) == 0 || res.Summary.Breakdown[0].Bytes <= 0 {
+		t.Fatalf("no storage breakdown: %+v", res.Summary.Breakdown)
+	}
+	if len(res.Queries) != 6 {
+		t.Fatalf("%d queries, want 6", len(res.Queries))
+	}
+	for _, q := range res.Queries {
+		if q.Want <= 0 || q.Samples != q.Want || len(q.Millis) != 1 {
+			t.Errorf("query %q: %d samples, want %d (runs %v)", q.Name, q.Samples, q.Want, q.Millis)
+		}
+	}
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# make bench: measures what hotpath costs on this machine and writes
+# bench/results/<date>-<host>.md (see bench/README.md). Run as root: the agent
+# phase runs the real collector, which loads eBPF programs. A few minutes.
+#
+# Knobs (environment):
+#   BENCH_COUNT=6        -count of the Go micro-benchmarks (benchstat needs 6 for a confidence interval)
+#   BENCH_STEADY=60s     agent steady-state window (covers four 15 s intervals)
+#   BENCH_PAIRS=4        A/B pairs for the workload slowdown
+#   BENCH_ARM=15s        workload run per arm (covers one 15 s interval)
+#   BENCH_SPAN=24h       simulated time written to the gateway's summary tier
+#   BENCH_LOCAL_SPAN=3h  the last part of it also written to the agent's local tier
+#   BENCH_DAYS=30        days stored for the long query
+#   BENCH_ONLY="agent symbolize micro storage"  phases to run
+#   BENCH_KEEP=1         keep the work directory (JSON, logs, DuckDB files)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$HOME/go/bin:$PATH
+[ "$(id -u)" = 0 ] || { echo "make bench must run as root: the agent phase loads eBPF programs (CAP_BPF, CAP_PERFMON)"; exit 1; }
+
+BENCH_COUNT=${BENCH_COUNT:-6}
+BENCH_STEADY=${BENCH_STEADY:-60s}
+BENCH_PAIRS=${BENCH_PAIRS:-4}
+BENCH_ARM=${BENCH_ARM:-15s}
+BENCH_SPAN=${BENCH_SPAN:-24h}
+BENCH_LOCAL_SPAN=${BENCH_LOCAL_SPAN:-3h}
+BENCH_DAYS=${BENCH_DAYS:-30}
+BENCH_ONLY=${BENCH_ONLY:-agent symbolize micro storage}
+
+work=$(mktemp -d /tmp/hotpath-bench.XXXXXX)
+if [ "${BENCH_KEEP:-0}" = 1 ]; then
+	echo "work directory (kept): $work"
+else
+	trap 'rm -rf "$work"' EXIT
+fi
+results="bench/results/$(date -u +%Y-%m-%d)-$(hostname -s).md"
+failed=()
+
+run() { # echo a command, then run it; a failure is recorded, not fatal
+	echo "+ $*" >&2
+	"$@" || { echo "FAILED: $*" >&2; failed+=("$1 $2"); return 0; }
+}
+wants() { [[ " $BENCH_ONLY " == *" $1 "* ]]; }
+
+echo "== building the bench tools"
+go build -o bin/hotpath-bench ./bench/cmd/hotpath-bench
+go build -o bin/hotpath-burn ./bench/cmd/hotpath-burn
+if ! command -v benchstat >/dev/null; then
+	echo "installing benchstat"
+	go install golang.org/x/perf/cmd/benchstat@latest || echo "benchstat could not be installed; the report uses its own median/range" >&2
+fi
+
+{
+	echo "date:     $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+	echo "host:     $(hostname) ($(nproc) CPUs, $(uname -r))"
+	echo "loadavg:  $(cat /proc/loadavg)   (at start; the machine may be shared)"
+	echo "commit:   $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' + uncommitted changes')"
+	echo "go:       $(go version)"
+	echo "settings: BENCH_COUNT=$BENCH_COUNT BENCH_STEADY=$BENCH_STEADY BENCH_PAIRS=$BENCH_PAIRS BENCH_ARM=$BENCH_ARM BENCH_SPAN=$BENCH_SPAN BENCH_LOCAL_SPAN=$BENCH_LOCAL_SPAN BENCH_DAYS=$BENCH_DAYS"
+} >"$work/env.txt"
+cat "$work/env.txt"
+
+if wants agent; then
+	echo "== agent: the real collector (distributions/agent/config.yaml → loopback gateway) under a busy workload"
+	run ./bin/hotpath-bench agent -out "$work/agent.json" -dir "$work/agent" \
+		-steady "$BENCH_STEADY" -pairs "$BENCH_PAIRS" -arm "$BENCH_ARM"
+fi
+
+if wants symbolize; then
+	echo "== symbolize: per-interval symbolization time"
+	run ./bin/hotpath-bench symbolize -out "$work/symbolize.json"
+fi
+
+if wants micro; then
+	echo "== micro: Go benchmarks of the hot paths (-count $BENCH_COUNT)"
+	: >"$work/micro.txt"
+	micro() { # package, -bench regexp, -benchtime
+		echo "+ go test -run '^\$' -bench '$2' -benchtime $3 -count $BENCH_COUNT $1" >&2
+		go test -run '^$' -bench "$2" -benchtime "$3" -count "$BENCH_COUNT" "$1" | tee -a "$work/micro.txt" | grep -E '^(Benchmark|ok|FAIL)' >&2 \
+			|| { echo "FAILED: go test -bench $1" >&2; failed+=("micro $1"); }
+	}
+	micro ./internal/symbolize '^BenchmarkSymbolizeInterval$' 50x
+	micro ./processor/stackaggregatorprocessor '^(BenchmarkMerge|BenchmarkWindow)$' 0.5s
+	micro ./exporter/duckdbprofileexporter/internal/writer '^BenchmarkWrite$/^appender$' 5x
+	micro ./exporter/duckdbprofileexporter '^BenchmarkPush$' 20x
+	if command -v benchstat >/dev/null; then
+		benchstat "$work/micro.txt" >"$work/benchstat.txt" 2>&1 || true
+	fi
+fi
+
+if wants storage; then
+	echo "== storage: a simulated day through the real exporter, then query latency"
+	run ./bin/hotpath-bench storage -out "$work/storage.json" -dir "$work/storage" \
+		-span "$BENCH_SPAN" -local-span "$BENCH_LOCAL_SPAN" -days "$BENCH_DAYS"
+fi
+
+echo "== report"
+echo "loadavg at end: $(cat /proc/loadavg)" >>"$work/env.txt"
+run ./bin/hotpath-bench report -dir "$work" -results "$results"
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "failed phases: ${failed[*]}" >&2
+	exit 1
+fi
