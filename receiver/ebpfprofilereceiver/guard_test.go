@@ -41,6 +41,20 @@ func TestOverheadGuardStepsDownAndBackUp(t *testing.T) {
 	}
 }
 
+// The first intervals (start-up symbol loading) are not judged.
+func TestOverheadGuardWarmup(t *testing.T) {
+	g := newOverheadGuard(1, 19)
+	g.ncpu = 2
+	for i := 0; i < warmupIntervals; i++ {
+		if _, hz := g.next(19, 30*time.Second, 15*time.Second); hz != 19 {
+			t.Fatalf("warm-up interval %d: hz = %d, want 19", i, hz)
+		}
+	}
+	if _, hz := g.next(19, 30*time.Second, 15*time.Second); hz != 9 {
+		t.Errorf("after warm-up: hz = %d, want 9", hz)
+	}
+}
+
 func TestOverheadGuardOff(t *testing.T) {
 	g := &overheadGuard{maxPercent: 0, configuredHz: 19, ncpu: 2}
 	if p, hz := g.next(19, 30*time.Second, 15*time.Second); hz != 19 || p != 100 {

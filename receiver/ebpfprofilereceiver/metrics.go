@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 )
 
@@ -22,18 +23,23 @@ type selfMetrics struct {
 	frequency   metric.Int64Gauge
 	overhead    metric.Float64Gauge
 	leafCaller  metric.Int64Counter
+	tables      metric.Int64Gauge
+	tableBytes  metric.Int64Gauge
 }
 
 func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 	m := mp.Meter("github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver")
 	var s selfMetrics
-	var errs [8]error
+	var errs [10]error
 	s.samples, errs[0] = m.Int64Counter("hotpath_receiver_samples",
 		metric.WithDescription("CPU samples taken, by outcome (kept, filtered, idle)."), metric.WithUnit("{sample}"))
 	s.lost, errs[1] = m.Int64Counter("hotpath_receiver_samples_lost",
 		metric.WithDescription("CPU samples or stacks lost, by reason."), metric.WithUnit("{sample}"))
 	s.symbolize, errs[2] = m.Float64Histogram("hotpath_receiver_symbolize_duration",
-		metric.WithDescription("Time to symbolize one interval's stacks."), metric.WithUnit("s"))
+		metric.WithDescription("Time to symbolize one interval's stacks."), metric.WithUnit("s"),
+		// The budget is 50 ms: the SDK's default buckets (0, 5, 10 ... s)
+		// would put every interval in the first one.
+		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 	s.processes, errs[3] = m.Int64Gauge("hotpath_receiver_processes",
 		metric.WithDescription("Processes tracked."), metric.WithUnit("{process}"))
 	s.mapMemBytes, errs[4] = m.Int64Gauge("hotpath_receiver_bpf_map_bytes",
@@ -44,7 +50,16 @@ func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 		metric.WithDescription("CPU used by this collector over the last interval, as a percentage of the machine (what max_cpu_percent bounds)."), metric.WithUnit("%"))
 	s.leafCaller, errs[7] = m.Int64Counter("hotpath_receiver_leaf_caller",
 		metric.WithDescription("User stacks (weighted by samples) by leaf-caller recovery outcome (unwinding: auto): recovered, no_unwind_info (the leaf's binary has no unwind info at its PC), bad_return (the word at SP points into no executable mapping)."), metric.WithUnit("{sample}"))
+	s.tables, errs[8] = m.Int64Gauge("hotpath_receiver_symbol_tables",
+		metric.WithDescription("Per-binary symbol tables cached; a steady climb means binaries keep changing (each costs a load)."), metric.WithUnit("{table}"))
+	s.tableBytes, errs[9] = m.Int64Gauge("hotpath_receiver_symbol_table_bytes",
+		metric.WithDescription("Heap held by cached symbol tables and kernel symbols."), metric.WithUnit("By"))
 	return &s, errors.Join(errs[:]...)
+}
+
+func (m *selfMetrics) recordSymbolizer(ctx context.Context, st symbolize.Stats) {
+	m.tables.Record(ctx, int64(st.Tables))
+	m.tableBytes.Record(ctx, int64(st.HeapBytes+st.KernelBytes))
 }
 
 func (m *selfMetrics) record(ctx context.Context, st sampler.Stats, kept, filtered uint64, symbolize time.Duration, processes int, mapBytes uint64) {

@@ -302,6 +302,7 @@ func (r *profileReceiver) emitLocked(ctx context.Context, start time.Time) error
 	r.procs.forgetExitedBefore(drainedAt)
 	r.metrics.record(ctx, batch.Stats, kept, filtered, symDur, r.procs.len(), r.sampler.MapMemoryBytes())
 	r.metrics.recordLeaf(ctx, r.leaf.sub(leafBefore))
+	r.metrics.recordSymbolizer(ctx, r.symbolizer.Stats())
 	if lost := batch.Stats.LostMapFull; lost > 0 {
 		r.set.Logger.Warn("samples lost: the in-kernel stack map was full; raise max_unique_stacks",
 			zap.Uint64("lost", lost), zap.Int("max_unique_stacks", r.cfg.MaxUniqueStacks))

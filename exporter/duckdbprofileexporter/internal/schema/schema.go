@@ -141,23 +141,41 @@ FROM %[3]s s, dict`, tb.Decoded, tb.Frames, tb.Stacks, tb.TimeCol, extra)
 		`CREATE OR REPLACE MACRO utc_now() AS (now() AT TIME ZONE 'UTC')`,
 		// Folded stacks (flamegraph.pl input): "root;...;leaf <count>" lines.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO folded_stacks(service, since, until) AS TABLE
-SELECT folded, sum(sample_count)::BIGINT AS samples
-FROM %[1]s
-WHERE service_id = service AND %[2]s >= since AND %[2]s < until
-GROUP BY folded ORDER BY samples DESC, folded`, tb.Decoded, tb.TimeCol),
+WITH agg AS (
+    SELECT stack_frame_ids, sum(sample_count)::BIGINT AS samples
+    FROM %[1]s
+    WHERE service_id = service AND %[2]s >= since AND %[2]s < until
+    GROUP BY stack_frame_ids
+), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[3]s)
+SELECT array_to_string(list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded,
+       sum(agg.samples)::BIGINT AS samples
+FROM agg, dict
+GROUP BY folded ORDER BY samples DESC, folded`, tb.Stacks, tb.TimeCol, tb.Frames),
 		// Leaf (self time) functions ranked by samples.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO top_functions(service, since, until, n) AS TABLE
-SELECT stack_frames[-1] AS function, sum(sample_count)::BIGINT AS samples,
-       round(100.0 * sum(sample_count) / sum(sum(sample_count)) OVER (), 2) AS percent
-FROM %[1]s
-WHERE service_id = service AND %[2]s >= since AND %[2]s < until AND len(stack_frame_ids) > 0
-GROUP BY function ORDER BY samples DESC, function LIMIT n`, tb.Decoded, tb.TimeCol),
+WITH agg AS (
+    SELECT stack_frame_ids[-1] AS leaf, sum(sample_count)::BIGINT AS samples
+    FROM %[1]s
+    WHERE service_id = service AND %[2]s >= since AND %[2]s < until AND len(stack_frame_ids) > 0
+    GROUP BY leaf
+)
+SELECT coalesce(f.frame_name, '[missing]') AS function, sum(agg.samples)::BIGINT AS samples,
+       round(100.0 * sum(agg.samples) / sum(sum(agg.samples)) OVER (), 2) AS percent
+FROM agg LEFT JOIN %[3]s f ON f.frame_id = agg.leaf
+GROUP BY function ORDER BY samples DESC, function LIMIT n`, tb.Stacks, tb.TimeCol, tb.Frames),
 		// Stacks passing through a function at any depth.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO stacks_containing(service, fn, since, until) AS TABLE
-SELECT folded, sum(sample_count)::BIGINT AS samples
-FROM %[1]s
-WHERE service_id = service AND %[2]s >= since AND %[2]s < until AND list_contains(stack_frames, fn)
-GROUP BY folded ORDER BY samples DESC, folded`, tb.Decoded, tb.TimeCol),
+WITH agg AS (
+    SELECT stack_frame_ids, sum(sample_count)::BIGINT AS samples
+    FROM %[1]s
+    WHERE service_id = service AND %[2]s >= since AND %[2]s < until
+      AND list_has_any(stack_frame_ids, (SELECT list(frame_id) FROM %[3]s WHERE frame_name = fn))
+    GROUP BY stack_frame_ids
+), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[3]s)
+SELECT array_to_string(list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded,
+       sum(agg.samples)::BIGINT AS samples
+FROM agg, dict
+GROUP BY folded ORDER BY samples DESC, folded`, tb.Stacks, tb.TimeCol, tb.Frames),
 		// Inclusive share of samples per function in two builds (a function
 		// counted once per stack even when recursive), largest change first.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO compare_builds(service, build_a, build_b, since, until) AS TABLE
