@@ -11,7 +11,7 @@ DEPS_STAMP := .deps-installed
 
 APT_PACKAGES := clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 ca-certificates util-linux chromium
 
-.PHONY: all deps build collector generate check-generated run stop test test-unit lint bench clean
+.PHONY: all deps build collector generate check-generated run stop test test-unit lint bench soak clean
 
 all: build
 
@@ -71,6 +71,10 @@ test: check-generated lint build
 
 bench: build
 	./scripts/bench.sh
+
+# soak: 10 minutes of process churn against the real agent (not part of test).
+soak: build
+	./scripts/soak.sh
 
 clean:
 	rm -rf $(BIN) build $(RUN_DIR) $(DEPS_STAMP)

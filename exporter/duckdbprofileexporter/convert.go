@@ -3,9 +3,11 @@ package duckdbprofileexporter
 import (
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -23,18 +25,91 @@ type converter struct {
 	now    func() time.Time
 }
 
-// skipReport says how many samples were dropped as malformed, and why the
-// first one was.
+// Reasons a sample is dropped (skipped) or stored changed (repaired). Each
+// is counted and logged once per exporter with its first occurrence.
+const (
+	reasonNoStack      = "sample has no stack"
+	reasonBadStack     = "stack index out of range"
+	reasonEmptyStack   = "stack has no frames"
+	reasonBadLocation  = "location index out of range"
+	reasonBadLink      = "link index out of range"
+	reasonNegative     = "negative sample value"
+	reasonOverflow     = "sample values overflow int64"
+	reasonTimeRange    = "sample time outside the accepted range"
+	reasonInvalidUTF8  = "invalid UTF-8 or NUL in a name (replaced with U+FFFD)"
+	reasonDeepStack    = "stack deeper than the frame limit (root side cut)"
+	reasonCountClamped = "merged count overflows int64 (clamped)"
+)
+
+// maxStackDepth bounds the frames stored for one stack. Real unwinders stop
+// far below it (the receiver at 127 frames); deeper stacks come from a
+// hostile or broken sender and keep their leaf-most frames under a
+// truncatedFrame root.
+const maxStackDepth = 1024
+
+// truncatedFrame replaces the root-side frames cut from a deep stack.
+const truncatedFrame = "[truncated]"
+
+// Accepted sample times: profileschema.SampleTimeAccepted. Old but
+// plausible times are stored and left to retention.
+
+// skipReport counts samples dropped as malformed and samples stored after a
+// repair, by reason, with the first occurrence of each reason.
 type skipReport struct {
-	count int
-	first string
+	count    int // samples dropped
+	repaired int // samples stored after a repair
+	byReason map[string]int
+	first    map[string]string
 }
 
-func (s *skipReport) add(format string, args ...any) {
-	if s.count == 0 {
-		s.first = fmt.Sprintf(format, args...)
+func (s *skipReport) note(reason, format string, args ...any) {
+	if s.byReason == nil {
+		s.byReason = map[string]int{}
+		s.first = map[string]string{}
 	}
+	if s.byReason[reason] == 0 {
+		s.first[reason] = fmt.Sprintf(format, args...)
+	}
+	s.byReason[reason]++
+}
+
+// add drops a sample.
+func (s *skipReport) add(reason, format string, args ...any) {
 	s.count++
+	s.note(reason, format, args...)
+}
+
+// repair records a sample kept in a changed form.
+func (s *skipReport) repair(reason, format string, args ...any) {
+	s.repaired++
+	s.note(reason, format, args...)
+}
+
+// cleanName makes s storable: DuckDB refuses invalid UTF-8 (which would fail
+// the whole batch, and the queue would retry it forever), and NUL separates
+// frames in the merge key.
+func cleanName(s string) (string, bool) {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s, true
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD"), false
+}
+
+// sampleCount sums a sample's values, or says why it cannot be stored.
+func sampleCount(s pprofile.Sample) (int64, string) {
+	var n int64
+	vs := s.Values()
+	for i := 0; i < vs.Len(); i++ {
+		v := vs.At(i)
+		if v < 0 {
+			return 0, reasonNegative
+		}
+		if n > math.MaxInt64-v {
+			return 0, reasonOverflow
+		}
+		n += v
+	}
+	return n, ""
 }
 
 // convert builds the batch. Identical stacks (same time or bucket, service,
@@ -55,23 +130,28 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 		done   bool
 		frames []string // root first; shared by rows, never modified
 		key    string
-		bad    string
+		bad    string // reason the stack cannot be stored
+		detail string
+		repair string // reason the stack was changed to be stored
 	}, stacks.Len())
 
 	batch := &writer.Batch{}
 	index := make(map[string]int)
 	var key strings.Builder
 
+	now := c.now()
 	rps := pd.ResourceProfiles()
 	for ri := 0; ri < rps.Len(); ri++ {
 		rp := rps.At(ri)
 		res := rp.Resource()
-		service := profileschema.ServiceName(res)
+		service, okService := cleanName(profileschema.ServiceName(res))
 		pod := ""
 		if c.tier == schema.Summary {
 			pod = profileschema.PodName(res)
 		}
-		build := profileschema.BuildID(res)
+		pod, okPod := cleanName(pod)
+		build, okBuild := cleanName(profileschema.BuildID(res))
+		resourceRepaired := !okService || !okPod || !okBuild
 		var latest time.Time
 
 		sps := rp.ScopeProfiles()
@@ -85,34 +165,38 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 				samples := p.Samples()
 				for i := 0; i < samples.Len(); i++ {
 					s := samples.At(i)
-					count := profileschema.SampleCount(s)
-					if count <= 0 {
+					count, bad := sampleCount(s)
+					if bad != "" {
+						skip.add(bad, "service %s: sample %d: values %v", service, i, s.Values().AsRaw())
 						continue
+					}
+					if count == 0 {
+						continue // nothing sampled
 					}
 					sx := s.StackIndex()
 					if sx == 0 {
-						skip.add("service %s: sample has no stack (index 0)", service)
+						skip.add(reasonNoStack, "service %s: sample has no stack (index 0)", service)
 						continue
 					}
 					if sx < 0 || int(sx) >= stacks.Len() {
-						skip.add("service %s: stack index %d out of range (%d stacks)", service, sx, stacks.Len())
+						skip.add(reasonBadStack, "service %s: stack index %d out of range (%d stacks)", service, sx, stacks.Len())
 						continue
 					}
 					st := &stackCache[sx]
 					if !st.done {
 						st.done = true
-						st.frames, st.bad = c.stackFrames(dict, stacks.At(int(sx)), names, resolved)
+						st.frames, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), names, resolved)
 						st.key = strings.Join(st.frames, "\x00")
 					}
 					if st.bad != "" {
-						skip.add("service %s: %s", service, st.bad)
+						skip.add(st.bad, "service %s: stack %d: %s", service, sx, st.detail)
 						continue
 					}
 					frames := st.frames
 					var traceID, spanID string
 					if lx := s.LinkIndex(); lx != 0 {
 						if lx < 0 || int(lx) >= links.Len() {
-							skip.add("service %s: link index %d out of range (%d links)", service, lx, links.Len())
+							skip.add(reasonBadLink, "service %s: link index %d out of range (%d links)", service, lx, links.Len())
 							continue
 						}
 						l := links.At(int(lx))
@@ -123,7 +207,18 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 							spanID = hex.EncodeToString(sid[:])
 						}
 					}
-					at := c.sampleTime(profileschema.SampleTime(p, s))
+					at, ok := c.sampleTime(profileschema.SampleTime(p, s), now)
+					if !ok {
+						skip.add(reasonTimeRange, "service %s: sample time %d ns since epoch (accepted: %s to %s after now)",
+							service, uint64(profileschema.SampleTime(p, s)), profileschema.MinSampleTime.Format(time.DateOnly), profileschema.MaxFutureSkew)
+						continue
+					}
+					// One repair per sample, the stack's first.
+					if st.repair != "" {
+						skip.repair(st.repair, "service %s: stack %d: %s", service, sx, st.detail)
+					} else if resourceRepaired {
+						skip.repair(reasonInvalidUTF8, "service %q: resource attributes", service)
+					}
 					if at.After(latest) {
 						latest = at
 					}
@@ -135,7 +230,13 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						key.WriteString(part)
 					}
 					if k, seen := index[key.String()]; seen {
-						batch.Rows[k].Count += count
+						row := &batch.Rows[k]
+						if row.Count > math.MaxInt64-count {
+							skip.repair(reasonCountClamped, "service %s: count %d + %d", service, row.Count, count)
+							row.Count = math.MaxInt64
+							continue
+						}
+						row.Count += count
 						continue
 					}
 					index[key.String()] = len(batch.Rows)
@@ -154,41 +255,62 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 }
 
 // stackFrames names a stack's frames root first (OTLP lists them leaf
-// first), or says why it cannot.
-func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Stack, names []string, resolved []bool) ([]string, string) {
+// first), or says why it cannot (bad, with detail). repair says why the
+// stored frames differ from the input (cleaned names, cut depth).
+func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Stack, names []string, resolved []bool) (frames []string, bad, detail, repair string) {
 	locs := dict.LocationTable()
 	li := st.LocationIndices()
 	n := li.Len()
 	if n == 0 {
-		return nil, "stack has no frames"
+		return nil, reasonEmptyStack, "no location indices", ""
 	}
-	frames := make([]string, n)
+	keep := n
+	if n > maxStackDepth {
+		keep = maxStackDepth - 1 // room for the truncatedFrame root
+		repair, detail = reasonDeepStack, fmt.Sprintf("%d frames, kept the %d leaf-most", n, keep)
+	}
 	for j := 0; j < n; j++ {
-		loc := li.At(j)
-		if loc < 0 || int(loc) >= locs.Len() {
-			return nil, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len())
+		if loc := li.At(j); loc < 0 || int(loc) >= locs.Len() {
+			return nil, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len()), ""
 		}
-		if !resolved[loc] {
-			names[loc] = profileschema.FrameName(dict, locs.At(int(loc)))
-			resolved[loc] = true
-		}
-		frames[n-1-j] = names[loc]
 	}
-	return frames, ""
+	frames = make([]string, 0, keep+1)
+	if keep < n {
+		frames = append(frames, truncatedFrame)
+	}
+	for j := keep - 1; j >= 0; j-- {
+		loc := li.At(j)
+		if !resolved[loc] {
+			name, ok := cleanName(profileschema.FrameName(dict, locs.At(int(loc))))
+			if !ok && repair == "" {
+				repair, detail = reasonInvalidUTF8, fmt.Sprintf("frame %q", name)
+			}
+			names[loc] = name
+			resolved[loc] = true
+		} else if repair == "" && strings.Contains(names[loc], "\uFFFD") {
+			repair, detail = reasonInvalidUTF8, fmt.Sprintf("frame %q", names[loc])
+		}
+		frames = append(frames, names[loc])
+	}
+	return frames, "", detail, repair
 }
 
 // sampleTime is the row time: the sample's own (local tier) or the start of
-// its bucket (summary tier). A missing time means "now".
-func (c converter) sampleTime(ts pcommon.Timestamp) time.Time {
-	t := ts.AsTime()
-	if ts == 0 {
-		t = c.now()
+// its bucket (summary tier). A missing time means "now". ok is false for a
+// time outside profileschema.SampleTimeAccepted.
+func (c converter) sampleTime(ts pcommon.Timestamp, now time.Time) (time.Time, bool) {
+	t := now
+	if ts != 0 {
+		if !profileschema.SampleTimeAccepted(uint64(ts), now) {
+			return time.Time{}, false
+		}
+		t = ts.AsTime()
 	}
 	t = t.UTC()
 	if c.tier == schema.Summary {
-		return t.Truncate(c.bucket)
+		return t.Truncate(c.bucket), true
 	}
-	return t
+	return t, true
 }
 
 // binary is the metadata row a resource carries (set by the buildid
@@ -203,7 +325,7 @@ func (c converter) binary(res pcommon.Resource, service, build string, seen time
 		b.Seen = c.now().UTC()
 	}
 	if v, ok := attrs.Get(profileschema.AttrProcessExePath); ok {
-		b.Path = v.Str()
+		b.Path, _ = cleanName(v.Str())
 	}
 	if v, ok := attrs.Get(profileschema.AttrBinaryHasDebugInfo); ok {
 		b.HasDebugInfo = v.Bool()

@@ -28,14 +28,16 @@ type profilesExporter struct {
 
 	mu         sync.Mutex
 	skipped    int64 // malformed samples dropped since start
-	loggedSkip bool
+	repaired   int64 // samples stored after a repair since start
+	loggedSkip map[string]bool
 }
 
 func newProfilesExporter(cfg *Config, logger *zap.Logger) *profilesExporter {
 	return &profilesExporter{
-		cfg:    cfg,
-		logger: logger,
-		conv:   converter{tier: schema.Tier(cfg.Tier), bucket: cfg.BucketInterval, now: time.Now},
+		cfg:        cfg,
+		logger:     logger,
+		conv:       converter{tier: schema.Tier(cfg.Tier), bucket: cfg.BucketInterval, now: time.Now},
+		loggedSkip: map[string]bool{},
 	}
 }
 
@@ -86,8 +88,8 @@ func (e *profilesExporter) shutdown(ctx context.Context) error {
 		}
 	}
 	e.mu.Lock()
-	if e.skipped > 0 {
-		e.logger.Warn("malformed samples were dropped", zap.Int64("total", e.skipped))
+	if e.skipped > 0 || e.repaired > 0 {
+		e.logger.Warn("malformed samples were dropped or repaired", zap.Int64("dropped", e.skipped), zap.Int64("repaired", e.repaired))
 	}
 	e.mu.Unlock()
 	return err
@@ -97,16 +99,24 @@ func (e *profilesExporter) shutdown(ctx context.Context) error {
 // retry and queue keep the data until the file accepts writes again.
 func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error {
 	batch, skip := e.conv.convert(pd)
-	if skip.count > 0 {
+	if skip.count > 0 || skip.repaired > 0 {
 		e.mu.Lock()
 		e.skipped += int64(skip.count)
-		first := !e.loggedSkip
-		e.loggedSkip = true
+		e.repaired += int64(skip.repaired)
+		var fresh []string
+		for reason := range skip.byReason {
+			if !e.loggedSkip[reason] {
+				e.loggedSkip[reason] = true
+				fresh = append(fresh, reason)
+			}
+		}
 		e.mu.Unlock()
-		if first {
-			// Logged once: a misbehaving sender would otherwise flood the log.
-			e.logger.Warn("dropping malformed samples (logged once; total reported at shutdown)",
-				zap.Int("count", skip.count), zap.String("first", skip.first))
+		// Logged once per reason: a misbehaving sender would otherwise
+		// flood the log. Totals are reported at shutdown.
+		for _, reason := range fresh {
+			e.logger.Warn("malformed samples (logged once per reason; totals at shutdown)",
+				zap.String("reason", reason), zap.Int("samples", skip.byReason[reason]), zap.String("first", skip.first[reason]),
+				zap.Int("dropped_in_request", skip.count), zap.Int("repaired_in_request", skip.repaired))
 		}
 	}
 	return e.w.Write(ctx, batch)

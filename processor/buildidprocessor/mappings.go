@@ -109,6 +109,12 @@ func (p *buildIDProcessor) resolveMapping(ctx context.Context, proc *process, fi
 	if !filepath.IsAbs(file) {
 		return buildid.Info{}, false // [vdso], anonymous memory, memfd:..., kernel
 	}
+	if filepath.Clean(file) != file {
+		// The kernel writes clean paths; "/../x" joined under
+		// /proc/PID/root would escape the process's root.
+		p.tel.unresolved.Add(ctx, 1)
+		return buildid.Info{}, false
+	}
 	if file == proc.exePath && proc.exe != nil {
 		return *proc.exe, true
 	}

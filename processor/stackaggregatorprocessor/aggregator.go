@@ -1,6 +1,7 @@
 package stackaggregatorprocessor
 
 import (
+	"math"
 	"sort"
 	"time"
 
@@ -72,6 +73,11 @@ func (sr *series) addValue(e int32, slot int, v int64) {
 		vals = grown
 		sr.entries[e].values = vals
 	}
+	// Saturate: merged counts from a hostile sender must not wrap negative.
+	if vals[slot] > math.MaxInt64-v {
+		vals[slot] = math.MaxInt64
+		return
+	}
 	vals[slot] += v
 }
 
@@ -95,7 +101,11 @@ type addStats struct {
 	Samples   int64 // input sample records read
 	Late      int64 // records whose window had already closed
 	Truncated int64 // records folded into [truncated] by max_unique_stacks
-	Malformed int64 // records skipped for out-of-range indices
+	Malformed int64 // records skipped for out-of-range indices or negative/overflowing values
+	// OutOfRange counts values skipped for a time outside
+	// profileschema.SampleTimeAccepted: a future window would stay open (in
+	// memory) until that time, one per distinct forged timestamp.
+	OutOfRange int64
 }
 
 // aggregator merges samples into wall-clock-aligned windows. It is not safe
@@ -323,6 +333,14 @@ func (a *aggregator) addProfile(st *addStats, in *inputDict, prof pprofile.Profi
 	var cur cursor
 	// add merges value v at time t; late reports whether t's window had closed.
 	add := func(smp pprofile.Sample, t, v int64) (ok, late bool) {
+		if !profileschema.SampleTimeAccepted(uint64(t), now) {
+			st.OutOfRange++
+			return true, false // the sample's other timestamps may be fine
+		}
+		if v < 0 {
+			st.Malformed++
+			return false, false
+		}
 		if start := a.windowStart(t); cur.bc == nil || start != cur.start {
 			w := a.getWindow(start)
 			cur.start, cur.bc, cur.sr = start, cacheFor(w), seriesIn(w, sp)
@@ -355,7 +373,12 @@ func (a *aggregator) addProfile(st *addStats, in *inputDict, prof pprofile.Profi
 			if ts.Len() > 0 {
 				t = int64(profileschema.SampleTime(prof, smp))
 			}
-			_, late = add(smp, t, profileschema.SampleCount(smp))
+			v, ok := checkedCount(smp)
+			if !ok {
+				st.Malformed++
+				continue
+			}
+			_, late = add(smp, t, v)
 		}
 		if late {
 			st.Late++
@@ -399,6 +422,21 @@ func (a *aggregator) merge(st *addStats, in *inputDict, bc *batchCache, sr *seri
 	}
 	sr.addValue(e, slIx, v)
 	return true
+}
+
+// checkedCount sums a sample's values; false when one is negative or the
+// sum overflows.
+func checkedCount(smp pprofile.Sample) (int64, bool) {
+	var n int64
+	vs := smp.Values()
+	for i := 0; i < vs.Len(); i++ {
+		v := vs.At(i)
+		if v < 0 || n > math.MaxInt64-v {
+			return 0, false
+		}
+		n += v
+	}
+	return n, true
 }
 
 func btoi(b bool) int {

@@ -20,7 +20,7 @@ const meterName = "github.com/hotpath-dev/hotpath/processor/stackaggregatorproce
 
 // telemetry is the processor's own metrics.
 type telemetry struct {
-	stacksIn, stacksOut, windows, late, truncated, malformed metric.Int64Counter
+	stacksIn, stacksOut, windows, late, truncated, malformed, outOfRange metric.Int64Counter
 }
 
 func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
@@ -37,7 +37,8 @@ func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
 	counter(&t.windows, "windows_emitted", "Windows emitted.", "{windows}")
 	counter(&t.late, "late_samples", "Sample records that arrived after their window closed (still emitted, in their own window).", "{samples}")
 	counter(&t.truncated, "truncated_samples", "Sample records folded into [truncated] by max_unique_stacks.", "{samples}")
-	counter(&t.malformed, "malformed_samples", "Sample records skipped for out-of-range dictionary indices.", "{samples}")
+	counter(&t.malformed, "malformed_samples", "Sample records skipped for out-of-range dictionary indices or negative/overflowing values.", "{samples}")
+	counter(&t.outOfRange, "time_out_of_range_samples", "Sample values skipped for a time before 2020 or more than 10 minutes ahead of this host's clock.", "{samples}")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create stackaggregator metrics: %w", err)
 	}
@@ -53,6 +54,9 @@ type stackProcessor struct {
 
 	mu  sync.Mutex // guards agg
 	agg *aggregator
+
+	logMu                             sync.Mutex
+	loggedMalformed, loggedOutOfRange bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -86,10 +90,26 @@ func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (ppr
 	}
 	if st.Malformed > 0 {
 		p.tel.malformed.Add(ctx, st.Malformed)
-		p.logger.Debug("skipped malformed samples", zap.Int64("samples", st.Malformed))
+		p.warnOnce(&p.loggedMalformed, "skipped malformed samples: dictionary index out of range, or negative or overflowing values (logged once; see otelcol_processor_stackaggregator_malformed_samples)", st.Malformed)
+	}
+	if st.OutOfRange > 0 {
+		p.tel.outOfRange.Add(ctx, st.OutOfRange)
+		p.warnOnce(&p.loggedOutOfRange, "skipped samples timed before 2020 or more than 10 minutes in the future (logged once; see otelcol_processor_stackaggregator_time_out_of_range_samples)", st.OutOfRange)
 	}
 	// Everything is buffered; the ticker emits it when its window closes.
 	return pd, processorhelper.ErrSkipProcessingData
+}
+
+// warnOnce logs msg the first time only: a misbehaving sender would
+// otherwise flood the log; the counters keep the totals.
+func (p *stackProcessor) warnOnce(logged *bool, msg string, n int64) {
+	p.logMu.Lock()
+	first := !*logged
+	*logged = true
+	p.logMu.Unlock()
+	if first {
+		p.logger.Warn(msg, zap.Int64("samples", n))
+	}
 }
 
 // tickEvery is how often closed windows are looked for: often enough that a
