@@ -52,6 +52,11 @@ type Frame struct {
 	Mapping  *Mapping
 }
 
+// UnknownFunction names the frame of a sample that has no stack.
+const UnknownFunction = "[unknown]"
+
+var unknownFrame = Frame{Function: UnknownFunction}
+
 // Process is what the resource of a process's profiles says about it.
 type Process struct {
 	PID         uint32
@@ -110,6 +115,11 @@ func (b *Builder) Add(proc Process, frames []Frame, trace [16]byte, span [8]byte
 	b.locs = b.locs[:0]
 	for i := range frames {
 		b.locs = append(b.locs, b.location(&frames[i]))
+	}
+	if len(b.locs) == 0 {
+		// The kernel could take neither stack (e.g. a task in exec): the
+		// CPU time is real, so keep it under pprof's name for that.
+		b.locs = append(b.locs, b.location(&unknownFrame))
 	}
 	k := sampleKey{stack: b.dict.Stack(b.locs), link: b.dict.Link(trace, span)}
 	ps.counts[k] += count

@@ -282,6 +282,11 @@ func (s *Sampler) readStacks(m *ebpf.Map) error {
 	}
 	add := func(hash uint64, t *cpuProfileStackTrace) {
 		n := min(int(t.Len), len(t.Ips))
+		// A frame-pointer walk can end on a zero return address (a frame
+		// the loader or libc start code left unterminated): not a frame.
+		for n > 0 && t.Ips[n-1] == 0 {
+			n--
+		}
 		d.spans[hash] = span{off: int32(len(d.frames)), n: int32(n), leafRet: t.LeafRet}
 		d.frames = append(d.frames, t.Ips[:n]...)
 	}

@@ -1,0 +1,81 @@
+package profilebuilder
+
+import (
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+)
+
+func TestBuilderLayout(t *testing.T) {
+	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	b := New(start, 15*time.Second, time.Second/19)
+	libc := &Mapping{Start: 0x7f0000000000, Limit: 0x7f0000100000, Offset: 0x1000, File: "/lib/libc.so.6"}
+	proc := Process{PID: 42, ServiceName: "api", ExeName: "api", ExePath: "/srv/api", HostName: "h1"}
+	stack := []Frame{
+		{Address: 0xffffffff81000000, Function: "do_syscall_64", Kind: Kernel, Mapping: &Mapping{File: "[kernel.kallsyms]"}},
+		{Address: 0x401000, Function: "main.work", File: "main.go", Line: 12, Kind: Go},
+		{Address: 0x7f0000002000, Mapping: libc}, // unresolved: file offset 0x2000+0x1000
+	}
+	var trace [16]byte
+	trace[0] = 1
+	b.Add(proc, stack, [16]byte{}, [8]byte{}, 3)
+	b.Add(proc, stack, [16]byte{}, [8]byte{}, 2) // same key: merged
+	b.Add(proc, stack, trace, [8]byte{2}, 4)     // other trace: kept apart
+	b.Add(proc, nil, [16]byte{}, [8]byte{}, 1)   // no stack at all
+	pd := b.Profiles()
+
+	if pd.ResourceProfiles().Len() != 1 {
+		t.Fatalf("%d resources, want 1", pd.ResourceProfiles().Len())
+	}
+	res := pd.ResourceProfiles().At(0).Resource()
+	if profileschema.ServiceName(res) != "api" {
+		t.Errorf("service = %q", profileschema.ServiceName(res))
+	}
+	if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() != 42 {
+		t.Errorf("pid = %v", v.AsRaw())
+	}
+	profiles := pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles()
+	if profiles.Len() != 2 {
+		t.Fatalf("%d profiles, want samples and cpu", profiles.Len())
+	}
+	dict := pd.Dictionary()
+	got := map[string]int64{}
+	var cpu int64
+	profileschema.ForEachSample(pd, func(_ pcommon.Resource, p pprofile.Profile, s pprofile.Sample) {
+		if p.Time().AsTime() != start || p.Period() != int64(time.Second/19) {
+			t.Errorf("profile time %v period %d", p.Time().AsTime(), p.Period())
+		}
+		key := profileschema.FoldedStack(dict, s)
+		if s.LinkIndex() != 0 {
+			key += " (traced)"
+		}
+		got[key] += profileschema.SampleCount(s)
+	})
+	for i := 0; i < profiles.Len(); i++ {
+		if p := profiles.At(i); !profileschema.IsSampleCount(dict, p) {
+			for j := 0; j < p.Samples().Len(); j++ {
+				cpu += profileschema.SampleCount(p.Samples().At(j))
+			}
+		}
+	}
+	want := map[string]int64{
+		"libc.so.6+0x3000;main.work;do_syscall_64_[k]":          5,
+		"libc.so.6+0x3000;main.work;do_syscall_64_[k] (traced)": 4,
+		"[unknown]": 1,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("stacks = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%q: %d samples, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+	if wantCPU := int64(10) * int64(time.Second/19); cpu != wantCPU {
+		t.Errorf("cpu nanoseconds = %d, want %d (count × period)", cpu, wantCPU)
+	}
+}
