@@ -53,6 +53,7 @@ type series struct {
 	entries   []entry
 	index     map[sampleKey]int32
 	truncated int32 // entry index of the [truncated] stack, -1 when none
+	overflow  bool  // the window's OverflowService series
 }
 
 func (sr *series) slotIndex(s slot) int {
@@ -94,6 +95,26 @@ type window struct {
 	dict      *frameDict
 	series    []*series
 	seriesIdx map[seriesKey]*series
+	overflow  *series // series beyond max_series, merged; nil until needed
+}
+
+// OverflowService names the series that holds the samples of series beyond
+// max_series in a window.
+const OverflowService = "[overflow]"
+
+func (w *window) overflowSeries(sp pprofile.ScopeProfiles) *series {
+	if w.overflow == nil {
+		w.overflow = &series{
+			key:      seriesKey{OverflowService, "", ""},
+			resource: pcommon.NewMap(), scopeName: sp.Scope().Name(), scopeVer: sp.Scope().Version(),
+			index: map[sampleKey]int32{}, truncated: -1, overflow: true,
+		}
+		w.overflow.resource.PutStr(profileschema.AttrServiceName, OverflowService)
+		// Emitted with the others; not in seriesIdx, so a real series
+		// named "[overflow]" stays apart.
+		w.series = append(w.series, w.overflow)
+	}
+	return w.overflow
 }
 
 // addStats counts what one Add did; the processor turns them into metrics.
@@ -102,6 +123,9 @@ type addStats struct {
 	Late      int64 // records whose window had already closed
 	Truncated int64 // records folded into [truncated] by max_unique_stacks
 	Malformed int64 // records skipped for out-of-range indices or negative/overflowing values
+	// Overflow counts records of series beyond max_series, merged into the
+	// OverflowService series.
+	Overflow int64
 	// OutOfRange counts values skipped for a time outside
 	// profileschema.SampleTimeAccepted: a future window would stay open (in
 	// memory) until that time, one per distinct forged timestamp.
@@ -114,6 +138,7 @@ type aggregator struct {
 	window          time.Duration
 	maxDelay        time.Duration
 	maxUniqueStacks int
+	maxSeries       int
 	minShare        float64
 	topN            int
 
@@ -126,6 +151,7 @@ func newAggregator(cfg *Config) *aggregator {
 		window:          cfg.Window,
 		maxDelay:        cfg.MaxDelay,
 		maxUniqueStacks: cfg.MaxUniqueStacks,
+		maxSeries:       cfg.MaxSeries,
 		minShare:        cfg.MinShare,
 		topN:            cfg.TopN,
 		windows:         map[int64]*window{},
@@ -269,7 +295,11 @@ func (a *aggregator) Add(pd pprofile.Profiles, now time.Time) addStats {
 				}
 			}
 			sr := w.seriesIdx[key]
-			if sr == nil {
+			if sr == nil && len(w.series) >= a.maxSeries {
+				// One more series than the window may hold: merge it into
+				// the overflow series (counted per sample in merge).
+				sr = w.overflowSeries(sp)
+			} else if sr == nil {
 				sr = &series{
 					key: key, resource: pcommon.NewMap(), schemaURL: rp.SchemaUrl(),
 					scopeName: sp.Scope().Name(), scopeVer: sp.Scope().Version(),
@@ -404,6 +434,9 @@ func (a *aggregator) merge(st *addStats, in *inputDict, bc *batchCache, sr *seri
 	if !ok {
 		st.Malformed++
 		return false
+	}
+	if sr.overflow {
+		st.Overflow++
 	}
 	k := sampleKey{stack: stack, link: lnk, attrs: attrs}
 	e, found := sr.index[k]

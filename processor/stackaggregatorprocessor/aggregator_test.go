@@ -1,6 +1,7 @@
 package stackaggregatorprocessor
 
 import (
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"testing"
@@ -434,5 +435,46 @@ func TestRandomCorruptionNeverPanics(t *testing.T) {
 		if st.Malformed > st.Samples || emitted > st.Samples-st.Malformed {
 			t.Fatalf("iteration %d: stats %+v, emitted %d", iter, st, emitted)
 		}
+	}
+}
+
+// Series beyond max_series in a window merge into the [overflow] series:
+// memory stays bounded whatever service names a sender invents, and the
+// sample total stays exact.
+func TestMaxSeriesFoldsIntoOverflow(t *testing.T) {
+	cfg := testConfig(15 * time.Second)
+	cfg.MaxSeries = 2
+	a := newAggregator(cfg)
+	var procs []procSpec
+	for i := 0; i < 5; i++ {
+		procs = append(procs, procSpec{service: fmt.Sprintf("svc%d", i), host: "h", pid: int64(i + 1),
+			samples: []sampleSpec{{stack: []string{"work", "main"}, n: int64(i + 1)}}})
+	}
+	in := input(t0, 15*time.Second, nil, nil, procs...)
+	st := a.Add(in, t0)
+	if st.Overflow != 3*2 { // svc2..svc4, both sample types
+		t.Errorf("overflow records = %d, want 6", st.Overflow)
+	}
+	pd := oneWindow(t, emitAll(a, 15*time.Second))
+	got := totals(pd)
+	if pd.ResourceProfiles().Len() != 3 {
+		t.Errorf("%d series emitted, want 2 + [overflow]", pd.ResourceProfiles().Len())
+	}
+	if got["svc0/samples"] != 1 || got["svc1/samples"] != 2 || got[OverflowService+"/samples"] != 3+4+5 {
+		t.Errorf("totals %v", got)
+	}
+	var sum, want int64
+	for k, v := range got {
+		if hasType(k, "samples") {
+			sum += v
+		}
+	}
+	for k, v := range totals(in) {
+		if hasType(k, "samples") {
+			want += v
+		}
+	}
+	if sum != want {
+		t.Errorf("emitted %d samples, sent %d", sum, want)
 	}
 }

@@ -17,6 +17,11 @@ type Config struct {
 	// MaxUniqueStacks bounds memory: the distinct stacks kept per series per
 	// window. Further stacks fold into one "[truncated]" stack.
 	MaxUniqueStacks int `mapstructure:"max_unique_stacks"`
+	// MaxSeries bounds memory across series: the distinct (service, pod,
+	// build) series kept per window. Samples of further series are merged
+	// into one series named OverflowService, so totals stay exact while a
+	// sender inventing service names cannot grow the gateway without bound.
+	MaxSeries int `mapstructure:"max_series"`
 	// MinShare, when above 0, folds stacks holding less than this fraction
 	// of their series' samples in a window into one "[other]" stack.
 	MinShare float64 `mapstructure:"min_share"`
@@ -30,6 +35,7 @@ func createDefaultConfig() *Config {
 		Window:          15 * time.Second,
 		MaxDelay:        5 * time.Second,
 		MaxUniqueStacks: 10000,
+		MaxSeries:       10000,
 	}
 }
 
@@ -43,6 +49,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxDelay < 0 {
 		errs = append(errs, fmt.Errorf("max_delay must not be negative, got %s", c.MaxDelay))
+	}
+	if c.MaxSeries < 1 {
+		errs = append(errs, fmt.Errorf("max_series must be at least 1, got %d", c.MaxSeries))
 	}
 	if c.MaxUniqueStacks < 1 {
 		errs = append(errs, fmt.Errorf("max_unique_stacks must be at least 1, got %d", c.MaxUniqueStacks))

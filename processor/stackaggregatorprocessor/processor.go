@@ -20,7 +20,7 @@ const meterName = "github.com/hotpath-dev/hotpath/processor/stackaggregatorproce
 
 // telemetry is the processor's own metrics.
 type telemetry struct {
-	stacksIn, stacksOut, windows, late, truncated, malformed, outOfRange metric.Int64Counter
+	stacksIn, stacksOut, windows, late, truncated, malformed, outOfRange, overflow metric.Int64Counter
 }
 
 func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
@@ -38,6 +38,7 @@ func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
 	counter(&t.late, "late_samples", "Sample records that arrived after their window closed (still emitted, in their own window).", "{samples}")
 	counter(&t.truncated, "truncated_samples", "Sample records folded into [truncated] by max_unique_stacks.", "{samples}")
 	counter(&t.malformed, "malformed_samples", "Sample records skipped for out-of-range dictionary indices or negative/overflowing values.", "{samples}")
+	counter(&t.overflow, "overflow_samples", "Sample records of series beyond max_series in a window, merged into the [overflow] series.", "{samples}")
 	counter(&t.outOfRange, "time_out_of_range_samples", "Sample values skipped for a time before 2020 or more than 10 minutes ahead of this host's clock.", "{samples}")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create stackaggregator metrics: %w", err)
@@ -56,7 +57,7 @@ type stackProcessor struct {
 	agg *aggregator
 
 	logMu                             sync.Mutex
-	loggedMalformed, loggedOutOfRange bool
+	loggedMalformed, loggedOutOfRange, loggedOverflow bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -91,6 +92,10 @@ func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (ppr
 	if st.Malformed > 0 {
 		p.tel.malformed.Add(ctx, st.Malformed)
 		p.warnOnce(&p.loggedMalformed, "skipped malformed samples: dictionary index out of range, or negative or overflowing values (logged once; see otelcol_processor_stackaggregator_malformed_samples)", st.Malformed)
+	}
+	if st.Overflow > 0 {
+		p.tel.overflow.Add(ctx, st.Overflow)
+		p.warnOnce(&p.loggedOverflow, "more series in a window than max_series: samples merged into the [overflow] series (logged once; see otelcol_processor_stackaggregator_overflow_samples)", st.Overflow)
 	}
 	if st.OutOfRange > 0 {
 		p.tel.outOfRange.Add(ctx, st.OutOfRange)
