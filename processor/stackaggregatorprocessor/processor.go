@@ -56,7 +56,7 @@ type stackProcessor struct {
 	mu  sync.Mutex // guards agg
 	agg *aggregator
 
-	logMu                             sync.Mutex
+	logMu                                             sync.Mutex
 	loggedMalformed, loggedOutOfRange, loggedOverflow bool
 
 	cancel context.CancelFunc
