@@ -83,7 +83,7 @@ FROM agg, dict ORDER BY samples DESC`, service, ts(daysAgo), ts(end))
 	}{
 		{fmt.Sprintf("summary 1h folded_stacks (%d days stored)", o.Days), folded(hourAgo), want("cpu_profile_summaries", "bucket_time", hourAgo), o.Runs},
 		{fmt.Sprintf("summary %dd folded_stacks (%d days stored)", o.Days, o.Days), folded(daysAgo), wantLong, o.LongRuns},
-		{fmt.Sprintf("reference: summary %dd, aggregate ids then decode (not shipped)", o.Days), idsFirst, wantLong, o.LongRuns},
+		{fmt.Sprintf("reference: summary %dd, hand-written ids-first query (the shipped macro does the same)", o.Days), idsFirst, wantLong, o.LongRuns},
 	} {
 		q, err := timeQuery(ctx, longPath, r.name, r.sql, r.want, 0, r.runs)
 		if err != nil {
