@@ -24,6 +24,12 @@ start() { # role
 }
 
 start gateway
+# The agent's queue would retry, but starting it once the gateway listens
+# keeps the first minute's log free of connection errors.
+for _ in $(seq 50); do
+	grep -q "Everything is ready" "$HOTPATH_STATE_DIR/gateway.log" 2>/dev/null && break
+	sleep 0.2
+done
 start agent
 echo "state in $HOTPATH_STATE_DIR; press Ctrl-C to stop"
 # Exit (and stop the other) as soon as either collector dies.
