@@ -26,6 +26,8 @@ type profilesExporter struct {
 	cleaner *retention.Runner
 	server  *queryserver.Server
 
+	metrics *exporterMetrics // nil in tests that build the exporter directly
+
 	mu         sync.Mutex
 	skipped    int64 // malformed samples dropped since start
 	repaired   int64 // samples stored after a repair since start
@@ -99,6 +101,7 @@ func (e *profilesExporter) shutdown(ctx context.Context) error {
 // retry and queue keep the data until the file accepts writes again.
 func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error {
 	batch, skip := e.conv.convert(pd)
+	e.metrics.recordMalformed(ctx, skip.byReason)
 	if skip.count > 0 || skip.repaired > 0 {
 		e.mu.Lock()
 		e.skipped += int64(skip.count)
@@ -119,7 +122,11 @@ func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error
 				zap.Int("dropped_in_request", skip.count), zap.Int("repaired_in_request", skip.repaired))
 		}
 	}
-	return e.w.Write(ctx, batch)
+	if err := e.w.Write(ctx, batch); err != nil {
+		return err
+	}
+	e.metrics.recordRows(ctx, len(batch.Rows))
+	return nil
 }
 
 // skippedSamples is the number of malformed samples dropped so far.

@@ -31,6 +31,11 @@ func createProfiles(ctx context.Context, set exporter.Settings, cfg component.Co
 		return nil, fmt.Errorf("duckdbprofile: config is %T, want *Config", cfg)
 	}
 	e := newProfilesExporter(c, set.Logger)
+	m, err := newExporterMetrics(set.TelemetrySettings.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("duckdbprofile: create metrics: %w", err)
+	}
+	e.metrics = m
 	return xexporterhelper.NewProfiles(ctx, set, cfg, e.push,
 		exporterhelper.WithStart(e.start),
 		exporterhelper.WithShutdown(e.shutdown),
