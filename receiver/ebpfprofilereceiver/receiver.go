@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver"
 	"go.uber.org/zap"
 
@@ -144,21 +145,23 @@ func (r *profileReceiver) startSamplingLocked() error {
 // and detaches every BPF program at once; on loads them again.
 func (r *profileReceiver) setSampling(ctx context.Context, on bool) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	switch {
 	case on && r.sampler == nil:
+		defer r.mu.Unlock()
 		if err := sampler.CheckPrivileges(); err != nil {
 			return err
 		}
 		return r.startSamplingLocked()
 	case !on && r.sampler != nil:
-		err := r.emitLocked(ctx, alignedStart(time.Now(), r.cfg.Interval))
+		pd, err := r.drainLocked(ctx, alignedStart(time.Now(), r.cfg.Interval))
 		err = errors.Join(err, r.sampler.Close())
 		r.sampler = nil
 		r.metrics.recordFrequency(ctx, 0)
+		r.mu.Unlock()
 		r.set.Logger.Warn("sampling turned off at runtime: all BPF programs detached")
-		return err
+		return errors.Join(err, r.consume(ctx, pd))
 	}
+	r.mu.Unlock()
 	return nil
 }
 
@@ -174,11 +177,14 @@ func (r *profileReceiver) Shutdown(ctx context.Context) error {
 	}
 	r.cancel()
 	r.mu.Lock()
+	var pd pprofile.Profiles
 	if r.sampler != nil {
-		err = errors.Join(err, r.emitLocked(ctx, alignedStart(time.Now(), r.cfg.Interval)))
+		var derr error
+		pd, derr = r.drainLocked(ctx, alignedStart(time.Now(), r.cfg.Interval))
+		err = errors.Join(err, derr)
 	}
 	r.mu.Unlock()
-	return errors.Join(err, r.stopAll())
+	return errors.Join(err, r.consume(ctx, pd), r.stopAll())
 }
 
 // stopAll closes the sampler (its event watcher then ends) and waits for
@@ -230,14 +236,19 @@ func (r *profileReceiver) emitEveryInterval(ctx context.Context) {
 		case <-timer.C:
 		}
 		r.mu.Lock()
+		var pd pprofile.Profiles
+		var err error
 		if r.sampler != nil {
-			if err := r.emitLocked(ctx, next.Add(-r.cfg.Interval)); err != nil {
-				r.set.Logger.Error("emit profiles", zap.Error(err))
-			}
+			pd, err = r.drainLocked(ctx, next.Add(-r.cfg.Interval))
 		}
 		cpu, wall := processCPU(), time.Now()
 		r.adjustFrequencyLocked(ctx, cpu-cpuAt, wall.Sub(wallAt))
 		r.mu.Unlock()
+		// Hand over outside the lock: a slow exporter must not hold up
+		// the control endpoint (kill switch, status) or a capture.
+		if err = errors.Join(err, r.consume(ctx, pd)); err != nil {
+			r.set.Logger.Error("emit profiles", zap.Error(err))
+		}
 		cpuAt, wallAt = cpu, wall
 	}
 }
@@ -284,14 +295,23 @@ func alignedStart(t time.Time, interval time.Duration) time.Time {
 	return t.Truncate(interval)
 }
 
-// emitLocked drains the kernel's counts for the interval that began at
-// start, symbolizes them and hands them to the next consumer. r.mu must be
-// held and the sampler open.
-func (r *profileReceiver) emitLocked(ctx context.Context, start time.Time) error {
+// consume hands an interval's profiles to the next consumer; an empty
+// interval (zero or no resources) is not sent.
+func (r *profileReceiver) consume(ctx context.Context, pd pprofile.Profiles) error {
+	if pd == (pprofile.Profiles{}) || pd.ResourceProfiles().Len() == 0 {
+		return nil
+	}
+	return r.next.ConsumeProfiles(ctx, pd)
+}
+
+// drainLocked drains the kernel's counts for the interval that began at
+// start and symbolizes them; the caller hands the result to consume once it
+// has released r.mu. r.mu must be held and the sampler open.
+func (r *profileReceiver) drainLocked(ctx context.Context, start time.Time) (pprofile.Profiles, error) {
 	drainedAt := time.Now()
 	batch, err := r.sampler.Drain()
 	if err != nil {
-		return fmt.Errorf("drain sampler: %w", err)
+		return pprofile.Profiles{}, fmt.Errorf("drain sampler: %w", err)
 	}
 	symStart := time.Now()
 	b := profilebuilder.New(start, r.cfg.Interval, time.Second/time.Duration(r.hz))
@@ -313,9 +333,9 @@ func (r *profileReceiver) emitLocked(ctx context.Context, start time.Time) error
 		zap.Uint64("samples", kept),
 		zap.Duration("symbolize", symDur))
 	if b.Len() == 0 {
-		return nil
+		return pprofile.Profiles{}, nil
 	}
-	return r.next.ConsumeProfiles(ctx, b.Profiles())
+	return b.Profiles(), nil
 }
 
 // addSamplesLocked symbolizes samples into b, dropping processes the
