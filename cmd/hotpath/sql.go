@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 )
 
@@ -22,7 +21,7 @@ var errUsage = errors.New("usage")
 func runSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("sql", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	endpoint := fs.String("endpoint", envOr("HOTPATH_QUERY_ENDPOINT", duckdbprofileexporter.DefaultQueryEndpoint), "query endpoint of a running collector (exporter query.endpoint)")
+	endpoint := fs.String("endpoint", envOr("HOTPATH_QUERY_ENDPOINT", sqlquery.DefaultAgentEndpoint), "query endpoint of a running collector (exporter query.endpoint)")
 	token := fs.String("token", os.Getenv("HOTPATH_QUERY_TOKEN"), "bearer token of the endpoint (exporter query.token)")
 	dbPath := fs.String("db", os.Getenv("HOTPATH_DB"), "DuckDB file to open read-only when no collector serves it")
 	format := fs.String("format", "", "output: table, csv or json (default: table on a terminal, csv otherwise)")

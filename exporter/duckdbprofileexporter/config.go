@@ -12,6 +12,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/localendpoint"
 )
 
@@ -83,7 +84,7 @@ type QueryConfig struct {
 }
 
 // DefaultQueryEndpoint is where `hotpath sql` looks for a running collector.
-const DefaultQueryEndpoint = "127.0.0.1:7072"
+const DefaultQueryEndpoint = sqlquery.DefaultAgentEndpoint
 
 func createDefaultConfig() *Config {
 	return &Config{

@@ -46,8 +46,8 @@ var supportedVersions = map[int64]bool{1: true, 2: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
-	AgentEndpoint   = "127.0.0.1:7072"
-	GatewayEndpoint = "127.0.0.1:7073"
+	AgentEndpoint   = sqlquery.DefaultAgentEndpoint
+	GatewayEndpoint = sqlquery.DefaultGatewayEndpoint
 )
 
 // Source answers read-only SQL on one hotpath file.

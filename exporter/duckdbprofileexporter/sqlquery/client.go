@@ -13,6 +13,13 @@ import (
 // Path is where the endpoint serves queries.
 const Path = "/v1/sql"
 
+// Where the shipped configs (distributions/*/config.yaml) serve SQL: the
+// agent's local tier and the gateway's summary tier.
+const (
+	DefaultAgentEndpoint   = "127.0.0.1:7072"
+	DefaultGatewayEndpoint = "127.0.0.1:7073"
+)
+
 // Request is the endpoint's JSON body.
 type Request struct {
 	SQL string `json:"sql"`
