@@ -4,6 +4,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/internal/pdict"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
@@ -35,51 +36,21 @@ type sampleKey struct {
 	link  int32
 }
 
+// builder writes one Profiles through pdict (constant-time dedup, zero
+// entries in place), remembering each service's stacks by their index.
 type builder struct {
 	pd     pprofile.Profiles
-	dict   pprofile.ProfilesDictionary
-	strs   map[string]int32
-	locs   map[string]int32
+	d      *pdict.Builder
 	stacks map[stackKey]int32
-	links  map[[24]byte]int32
+	locs   []int32
 }
 
 func newBuilder() *builder {
-	b := &builder{pd: pprofile.NewProfiles(), strs: map[string]int32{}, locs: map[string]int32{},
-		stacks: map[stackKey]int32{}, links: map[[24]byte]int32{}}
-	b.dict = b.pd.Dictionary()
-	b.str("")
-	b.dict.MappingTable().AppendEmpty()
-	b.dict.LocationTable().AppendEmpty()
-	b.dict.FunctionTable().AppendEmpty()
-	b.dict.LinkTable().AppendEmpty()
-	b.dict.StackTable().AppendEmpty()
-	b.dict.AttributeTable().AppendEmpty()
-	return b
+	pd := pprofile.NewProfiles()
+	return &builder{pd: pd, d: pdict.New(pd.Dictionary()), stacks: map[stackKey]int32{}}
 }
 
-func (b *builder) str(s string) int32 {
-	if i, ok := b.strs[s]; ok {
-		return i
-	}
-	i := int32(b.dict.StringTable().Len())
-	b.dict.StringTable().Append(s)
-	b.strs[s] = i
-	return i
-}
-
-func (b *builder) location(fn string) int32 {
-	if i, ok := b.locs[fn]; ok {
-		return i
-	}
-	f := b.dict.FunctionTable().AppendEmpty()
-	f.SetNameStrindex(b.str(fn))
-	l := b.dict.LocationTable().AppendEmpty()
-	l.Lines().AppendEmpty().SetFunctionIndex(int32(b.dict.FunctionTable().Len() - 1))
-	i := int32(b.dict.LocationTable().Len() - 1)
-	b.locs[fn] = i
-	return i
-}
+func (b *builder) str(s string) int32 { return b.d.String(s) }
 
 // stack returns the stack table index of a service's stack (stored leaf
 // first, as OTLP wants).
@@ -89,11 +60,11 @@ func (b *builder) stack(svc *Service, si, st int) int32 {
 		return i
 	}
 	frames := svc.Stacks[st]
-	t := b.dict.StackTable().AppendEmpty()
+	b.locs = b.locs[:0]
 	for j := len(frames) - 1; j >= 0; j-- {
-		t.LocationIndices().Append(b.location(frames[j]))
+		b.locs = append(b.locs, b.d.Location(0, 0, b.d.Function(frames[j], ""), 0, 0))
 	}
-	i := int32(b.dict.StackTable().Len() - 1)
+	i := b.d.Stack(b.locs)
 	b.stacks[k] = i
 	return i
 }
@@ -102,18 +73,11 @@ func (b *builder) link(traceID, spanID []byte) int32 {
 	if traceID == nil {
 		return 0
 	}
-	var k [24]byte
-	copy(k[:16], traceID)
-	copy(k[16:], spanID)
-	if i, ok := b.links[k]; ok {
-		return i
-	}
-	l := b.dict.LinkTable().AppendEmpty()
-	l.SetTraceID(pcommon.TraceID(k[:16]))
-	l.SetSpanID(pcommon.SpanID(k[16:]))
-	i := int32(b.dict.LinkTable().Len() - 1)
-	b.links[k] = i
-	return i
+	var trace [16]byte
+	var span [8]byte
+	copy(trace[:], traceID)
+	copy(span[:], spanID)
+	return b.d.Link(trace, span)
 }
 
 func (b *builder) service(svc *Service, si int, iv Interval, samples []Sample, hz int) {
