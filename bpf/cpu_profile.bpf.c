@@ -11,6 +11,12 @@
 // stacks of a busy interval at any affordable size. A real hash table holds
 // every stack until it is full.
 //
+// User stacks are unwound with frame pointers (bpf_get_stack) unless the
+// process has unwind tables (unwinding: auto, and one of its binaries was
+// built without frame pointers): then the DWARF unwinder below walks the
+// stack with rows computed in user space from .eh_frame, falling back to the
+// frame pointer for code without rows (Go, JIT).
+//
 // Maps come in two sets (counts + stacks + stats). The program writes the set
 // named by active_set; user space flips it, waits for an RCU grace period
 // (every running program has finished) and then reads and clears the other
@@ -23,6 +29,7 @@
 
 #define MAX_STACK_DEPTH 127
 #define EEXIST 17
+#define PF_KTHREAD 0x00200000
 
 // trace_id/span_id: the trace context active on the sampled thread or
 // goroutine (see trace_ctx.h), zero when there is none.
@@ -37,6 +44,19 @@ struct sample_key {
 	__u8 span_id[8];
 };
 
+// stack_trace.flags
+#define STACK_DWARF 1    // unwound by the DWARF unwinder
+#define STACK_LEAF_CFI 2 // frame 0's caller came from unwind rows: no leaf-caller recovery
+
+// stack_trace.end: why a DWARF-unwound stack ended. Frame-pointer stacks
+// only know truncation.
+enum stack_end {
+	END_OK = 0,         // reached the outermost frame
+	END_TRUNCATED = 1,  // MAX_STACK_DEPTH frames
+	END_UNREADABLE = 2, // a stack word could not be read
+	END_INVALID = 3,    // no usable rule and no frame pointer, or no progress
+};
+
 // A stack, leaf first; only the first len frames are meaningful.
 // leaf_ret (user stacks only, else 0) is the word at the user stack pointer
 // when the sample was taken: while the PC is in a frameless leaf or before
@@ -46,7 +66,9 @@ struct sample_key {
 // of the stack's identity so samples with different callers never merge.
 struct stack_trace {
 	__u32 len;
-	__u32 _pad;
+	__u8 flags;
+	__u8 end;
+	__u16 _pad;
 	__u64 leaf_ret;
 	__u64 ips[MAX_STACK_DEPTH];
 };
@@ -64,6 +86,49 @@ struct sample_stats {
 	__u64 kernel_stack_missing; // no kernel stack (sampled in user mode)
 	__u64 events_lost;
 	__u64 traced; // samples that found a trace context
+	__u64 dwarf;  // user stacks unwound with unwind tables
+};
+
+// Unwind rows, computed in user space from .eh_frame (internal/unwindtable):
+// the rule from pc up to the next row's pc, pc being an ELF virtual address.
+// kind: cfa_kind, plus RBP_LOST when the caller's rbp cannot be recovered.
+// rbp_off8: 0 when rbp is unchanged, else it was saved at CFA + 8*rbp_off8.
+// cfa_off: the CFA's offset from its register (for CFA_PLT: the threshold).
+enum cfa_kind {
+	CFA_NONE = 0, // no rule here: use the frame pointer
+	CFA_RSP = 1,
+	CFA_RBP = 2,
+	CFA_PLT = 3, // rsp + 8 + ((rip & 15) >= cfa_off ? 8 : 0)
+	CFA_END = 4, // the outermost frame: no caller
+};
+#define CFA_KIND_MASK 0x0f
+#define RBP_LOST 0x80
+
+struct unwind_row {
+	__u32 pc;
+	__u8 kind;
+	__s8 rbp_off8;
+	__u16 cfa_off;
+};
+
+#define MAX_UNWIND_MAPPINGS 32
+#define UNWIND_MAPPING_SEARCH 6 // ceil(log2(MAX_UNWIND_MAPPINGS)) + 1
+#define UNWIND_ROW_SEARCH 24    // tables hold fewer than 2^24 rows
+
+// A process's executable mappings that have unwind tables, sorted by start.
+// The ELF address of pc is pc - bias.
+struct unwind_mapping {
+	__u64 start;
+	__u64 end;
+	__u64 bias;
+	__u32 table;
+	__u32 rows;
+};
+
+struct proc_unwind {
+	__u32 n;
+	__u32 _pad;
+	struct unwind_mapping m[MAX_UNWIND_MAPPINGS];
 };
 
 enum event_kind {
@@ -140,6 +205,32 @@ struct {
 	__type(value, struct sample_stats);
 } capture_stats SEC(".maps");
 
+// Unwind tables by id: one array of rows per binary, sized to it
+// (BPF_F_INNER_MAP lets each have its own length).
+struct unwind_rows {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__array(values, struct unwind_rows);
+} unwind_tables SEC(".maps");
+
+// Processes unwound with tables; no entry: frame pointers.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32); // tgid
+	__type(value, struct proc_unwind);
+} proc_unwinds SEC(".maps");
+
 // Processes already announced with EVENT_SEEN. LRU: a forgotten pid only
 // costs a second EVENT_SEEN, which user space ignores.
 struct {
@@ -162,11 +253,18 @@ volatile __u32 active_set;
 // sampler skips the lookups (and their cost) entirely.
 volatile const __u32 trace_lookup = 0;
 
+// Set by the loader for unwinding: auto; with 0 every user stack is taken
+// with frame pointers and proc_unwinds is never looked up.
+volatile const __u32 dwarf_unwind = 0;
+
 // Make the struct types visible to bpf2go (-type).
 const struct sample_key *unused_sample_key __attribute__((unused));
 const struct sample_stats *unused_sample_stats __attribute__((unused));
 const struct stack_trace *unused_stack_trace __attribute__((unused));
 const struct lifecycle_event *unused_lifecycle_event __attribute__((unused));
+const struct unwind_row *unused_unwind_row __attribute__((unused));
+const struct unwind_mapping *unused_unwind_mapping __attribute__((unused));
+const struct proc_unwind *unused_proc_unwind __attribute__((unused));
 
 static __always_inline struct sample_stats *stats_for(__u32 set)
 {
@@ -186,7 +284,7 @@ static __always_inline void emit(struct sample_stats *st, __u32 kind, __u32 pid)
 // murmur3 finalizer). 0 is reserved for "no stack".
 static __always_inline __u64 stack_hash(struct stack_trace *t)
 {
-	__u64 h = (0xcbf29ce484222325ULL ^ t->len ^ t->leaf_ret) * 0x100000001b3ULL;
+	__u64 h = (0xcbf29ce484222325ULL ^ t->len ^ ((__u64)t->flags << 32) ^ ((__u64)t->end << 40) ^ t->leaf_ret) * 0x100000001b3ULL;
 
 	for (__u32 i = 0; i < MAX_STACK_DEPTH; i++) {
 		if (i >= t->len)
@@ -219,25 +317,220 @@ static __always_inline __u64 user_sp_word(void)
 	return word;
 }
 
+// unwind_state is the register state of the frame being unwound, shared
+// with the bpf_loop callback.
+struct user_unwind {
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u32 pid;
+	__u32 n;
+	__u8 end;
+	__u8 leaf_cfi;
+};
+
+// find_row returns the unwind row for the ELF address of pc in pu's
+// mappings, or NULL when none of them has one.
+static __always_inline struct unwind_row *find_row(struct proc_unwind *pu, __u64 pc)
+{
+	__u32 lo = 0, hi = pu->n, mid, idx;
+	struct unwind_mapping *m = 0;
+	void *rows;
+	__u64 va;
+
+	if (hi > MAX_UNWIND_MAPPINGS)
+		hi = MAX_UNWIND_MAPPINGS;
+	for (int k = 0; k < UNWIND_MAPPING_SEARCH && lo < hi; k++) {
+		mid = (lo + hi) / 2;
+		if (mid >= MAX_UNWIND_MAPPINGS)
+			return 0;
+		if (pc < pu->m[mid].start) {
+			hi = mid;
+		} else if (pc >= pu->m[mid].end) {
+			lo = mid + 1;
+		} else {
+			m = &pu->m[mid];
+			break;
+		}
+	}
+	if (!m)
+		return 0;
+	rows = bpf_map_lookup_elem(&unwind_tables, &m->table);
+	if (!rows)
+		return 0;
+	va = pc - m->bias;
+	// The last row with row.pc <= va.
+	lo = 0;
+	hi = m->rows;
+	for (int k = 0; k < UNWIND_ROW_SEARCH && lo < hi; k++) {
+		struct unwind_row *r;
+
+		mid = (lo + hi) / 2;
+		r = bpf_map_lookup_elem(rows, &mid);
+		if (!r)
+			return 0;
+		if (r->pc <= va)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return 0;
+	idx = lo - 1;
+	return bpf_map_lookup_elem(rows, &idx);
+}
+
+static __always_inline int read_word(__u64 addr, __u64 *out)
+{
+	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
+}
+
+// unwind_step records the current frame and moves the state to its caller.
+// Returns 1 (stop) at the end of the stack.
+static long unwind_step(__u64 i, void *ctx)
+{
+	struct user_unwind *s = ctx;
+	__u32 zero = 0, n = s->n;
+	struct stack_trace *t = bpf_map_lookup_elem(&stack_scratch, &zero);
+	struct proc_unwind *pu = bpf_map_lookup_elem(&proc_unwinds, &s->pid);
+	struct unwind_row *r;
+	__u64 cfa, ra = 0, bp = s->bp;
+	__u8 kind = CFA_NONE;
+
+	if (!t || !pu) {
+		s->end = END_INVALID;
+		return 1;
+	}
+	if (n >= MAX_STACK_DEPTH) {
+		s->end = END_TRUNCATED;
+		return 1;
+	}
+	t->ips[n] = s->pc;
+	s->n = n + 1;
+
+	// Return addresses point after the call: look up the call itself.
+	r = find_row(pu, n == 0 ? s->pc : s->pc - 1);
+	if (r)
+		kind = r->kind & CFA_KIND_MASK;
+	switch (kind) {
+	case CFA_END:
+		return 1;
+	case CFA_RSP:
+		cfa = s->sp + r->cfa_off;
+		break;
+	case CFA_RBP:
+		if (!s->bp) {
+			s->end = END_INVALID;
+			return 1;
+		}
+		cfa = s->bp + r->cfa_off;
+		break;
+	case CFA_PLT:
+		cfa = s->sp + 8 + ((s->pc & 15) >= r->cfa_off ? 8 : 0);
+		break;
+	default:
+		// No rule: the frame pointer. rbp 0 is where frame-pointer code
+		// ends (_start, thread entry, Go's goexit).
+		if (!s->bp)
+			return 1;
+		if (s->bp < s->sp) {
+			s->end = END_INVALID;
+			return 1;
+		}
+		cfa = s->bp + 16;
+		if (read_word(s->bp, &bp) != 0) {
+			s->end = END_UNREADABLE;
+			return 1;
+		}
+		break;
+	}
+	if (cfa <= s->sp) {
+		s->end = END_INVALID; // no progress: a corrupt rule or stack
+		return 1;
+	}
+	if (read_word(cfa - 8, &ra) != 0) {
+		s->end = END_UNREADABLE;
+		return 1;
+	}
+	if (kind != CFA_NONE) {
+		if (n == 0)
+			s->leaf_cfi = 1;
+		if (r->kind & RBP_LOST) {
+			bp = 0;
+		} else if (r->rbp_off8 != 0 && read_word(cfa + (__s64)r->rbp_off8 * 8, &bp) != 0) {
+			s->end = END_UNREADABLE;
+			return 1;
+		}
+	}
+	if (!ra)
+		return 1;
+	s->pc = ra;
+	s->sp = cfa;
+	s->bp = bp;
+	return 0;
+}
+
+// dwarf_stack unwinds the current task's user stack into t with the
+// process's unwind tables. Returns 0 when there is no user stack.
+static __always_inline int dwarf_stack(struct stack_trace *t, __u32 pid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct user_unwind s = {};
+	struct pt_regs *regs;
+
+	if (!task || (task->flags & PF_KTHREAD))
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	s.pc = regs->ip;
+	s.sp = regs->sp;
+	s.bp = regs->bp;
+	s.pid = pid;
+	if (!s.pc)
+		return 0;
+	bpf_loop(MAX_STACK_DEPTH + 1, unwind_step, &s, 0);
+	t->len = s.n;
+	t->flags = STACK_DWARF | (s.leaf_cfi ? STACK_LEAF_CFI : 0);
+	t->end = s.end;
+	return s.n;
+}
+
 // take_stack stores the current user (BPF_F_USER_STACK) or kernel stack in
 // stacks and returns its hash, or 0 (counted) when there is none or no room.
-static __always_inline __u64 take_stack(void *ctx, void *stacks, __u64 flags, __u64 *lost, __u64 *missing)
+// A user stack of a process with unwind tables is unwound with them.
+static __always_inline __u64 take_stack(void *ctx, void *stacks, __u64 flags, __u64 *lost, __u64 *missing, __u64 *dwarf)
 {
 	__u32 zero = 0;
 	struct stack_trace *t = bpf_map_lookup_elem(&stack_scratch, &zero);
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	long n, err;
 	__u64 h;
 
 	if (!t)
 		return 0;
-	n = bpf_get_stack(ctx, t->ips, sizeof(t->ips), flags);
+	t->flags = 0;
+	t->end = END_OK;
+	t->_pad = 0;
+	if ((flags & BPF_F_USER_STACK) && dwarf_unwind && bpf_map_lookup_elem(&proc_unwinds, &pid)) {
+		n = dwarf_stack(t, pid) * sizeof(__u64);
+		if (n > 0)
+			__sync_fetch_and_add(dwarf, 1);
+	} else {
+		n = bpf_get_stack(ctx, t->ips, sizeof(t->ips), flags);
+		if (n == sizeof(t->ips))
+			t->end = END_TRUNCATED;
+	}
 	if (n <= 0) {
 		__sync_fetch_and_add(missing, 1);
 		return 0;
 	}
 	t->len = n / sizeof(__u64);
 	t->leaf_ret = 0;
-	if (flags & BPF_F_USER_STACK)
+	// Leaf-caller recovery needs the word at SP, unless the unwinder
+	// already found frame 0's caller from its table row (keeping it would
+	// only split identical stacks).
+	if ((flags & BPF_F_USER_STACK) && !(t->flags & STACK_LEAF_CFI))
 		t->leaf_ret = user_sp_word();
 	h = stack_hash(t);
 	if (bpf_map_lookup_elem(stacks, &h))
@@ -324,11 +617,11 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	// Map helpers need a map pointer known at verification time, so each
 	// set gets its own branch instead of a pointer chosen at run time.
 	if (set == 0) {
-		key.user_stack = take_stack(ctx, &stacks_0, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing);
-		key.kernel_stack = take_stack(ctx, &stacks_0, 0, &st->kernel_stack_lost, &st->kernel_stack_missing);
+		key.user_stack = take_stack(ctx, &stacks_0, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing, &st->dwarf);
+		key.kernel_stack = take_stack(ctx, &stacks_0, 0, &st->kernel_stack_lost, &st->kernel_stack_missing, &st->dwarf);
 	} else {
-		key.user_stack = take_stack(ctx, &stacks_1, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing);
-		key.kernel_stack = take_stack(ctx, &stacks_1, 0, &st->kernel_stack_lost, &st->kernel_stack_missing);
+		key.user_stack = take_stack(ctx, &stacks_1, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing, &st->dwarf);
+		key.kernel_stack = take_stack(ctx, &stacks_1, 0, &st->kernel_stack_lost, &st->kernel_stack_missing, &st->dwarf);
 	}
 
 	if (set == 0)
@@ -365,8 +658,8 @@ int capture_sample(struct bpf_perf_event_data *ctx)
 	key.tid = (__u32)pid_tgid;
 	if (trace_lookup)
 		lookup_trace(st, &key, pid_tgid);
-	key.user_stack = take_stack(ctx, &capture_stacks, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing);
-	key.kernel_stack = take_stack(ctx, &capture_stacks, 0, &st->kernel_stack_lost, &st->kernel_stack_missing);
+	key.user_stack = take_stack(ctx, &capture_stacks, BPF_F_USER_STACK, &st->user_stack_lost, &st->user_stack_missing, &st->dwarf);
+	key.kernel_stack = take_stack(ctx, &capture_stacks, 0, &st->kernel_stack_lost, &st->kernel_stack_missing, &st->dwarf);
 	count_sample(st, &capture_counts, &key);
 	return 0;
 }

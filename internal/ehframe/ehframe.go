@@ -1,11 +1,13 @@
-// Package ehframe evaluates the CFA (canonical frame address) rule of an ELF
-// binary's .eh_frame at one PC. It is the subset of DWARF call frame
-// information the agent needs to tell, for a sampled PC, whether the
-// function has set up its frame yet: on x86-64 a CFA of rsp+8 means the
+// Package ehframe evaluates the call frame information in an ELF binary's
+// .eh_frame: the CFA (canonical frame address) rule at one PC, which tells
+// leaf-caller recovery whether a function has set up its frame yet, and
+// every row of every function, from which the in-kernel unwinder's tables
+// are built. On x86-64 a CFA of rsp+8 means the
 // return address is still the word at the stack pointer (function entry, or
 // a leaf without a frame), so the frame-pointer chain skips the caller.
 //
-// Only the CFA column is tracked; register rules are parsed and skipped.
+// Of the register columns only rbp and the return address are tracked (all
+// an x86-64 unwinder restores); the others are parsed and skipped.
 // Layout: the LSB "Exception Frame" chapter and DWARF 5 section 6.4.
 package ehframe
 
@@ -28,6 +30,9 @@ type Rule struct {
 	Register uint64
 	Offset   int64
 	Expr     bool
+	// PLT is N when the expression is binutils' PLT rule,
+	// rsp + 8 + ((rip & 15) >= N ? 8 : 0); 0 for any other.
+	PLT uint8
 }
 
 // String prints the rule as readelf --debug-dump=frames-interp does for
@@ -320,112 +325,232 @@ func (t *Table) CFA(pc uint64) (rule Rule, ok bool, err error) {
 		return Rule{}, false, nil
 	}
 	f := t.fdes[i-1]
-	rule, err = t.eval(f, pc)
+	st, err := t.eval(f, pc, nil)
 	if err != nil {
 		return Rule{}, false, fmt.Errorf("FDE at %#x: %w", f.off, err)
 	}
-	return rule, true, nil
+	return st.CFA, true, nil
 }
 
-// eval runs the CIE's initial instructions, then the FDE's up to pc.
-func (t *Table) eval(f fdeRef, pc uint64) (Rule, error) {
+// eval runs the CIE's initial instructions, then the FDE's up to pc (all
+// of them with pc = ^0). emit, when set, sees every row as it ends.
+func (t *Table) eval(f fdeRef, pc uint64, emit func(loc uint64, s State)) (State, error) {
 	length, hdr, err := t.entryLength(f.off)
 	if err != nil {
-		return Rule{}, err
+		return State{}, err
 	}
 	body := f.off + hdr
 	end := body + length
 	id := binary.LittleEndian.Uint32(t.data[body:])
 	c, err := t.cieAt(body - uint64(id))
 	if err != nil {
-		return Rule{}, err
+		return State{}, err
 	}
 	r := reader{b: t.data[:end], p: body + 4}
 	if _, err := t.readPointer(&r, c.fdeEnc); err != nil {
-		return Rule{}, err
+		return State{}, err
 	}
 	if _, err := t.readPointer(&r, c.fdeEnc&0x0f); err != nil {
-		return Rule{}, err
+		return State{}, err
 	}
 	if c.hasZ {
 		n, err := r.uleb()
 		if err != nil {
-			return Rule{}, err
+			return State{}, err
 		}
 		if err := r.skip(n); err != nil {
-			return Rule{}, err
+			return State{}, err
 		}
 	}
 	if r.p > end {
-		return Rule{}, errTruncated
+		return State{}, errTruncated
 	}
 	m := machine{cie: c, loc: f.lo}
-	if _, err := m.run(c.initial, ^uint64(0)); err != nil {
-		return Rule{}, fmt.Errorf("CIE instructions: %w", err)
+	if _, err := m.run(c.initial, ^uint64(0), nil); err != nil {
+		return State{}, fmt.Errorf("CIE instructions: %w", err)
 	}
-	return m.run(t.data[r.p:end], pc)
+	m.initial = m.state
+	return m.run(t.data[r.p:end], pc, emit)
 }
 
-// machine executes call frame instructions, tracking only the CFA.
+// Row is the unwind state from PC up to the next row's PC (or the end of
+// the function).
+type Row struct {
+	PC uint64
+	State
+}
+
+// Rows calls fn once per FDE, in PC order, with the function's range and
+// its rows (rows is reused between calls). A malformed FDE is skipped and
+// counted in bad; the rest of the table stays usable.
+func (t *Table) Rows(fn func(lo, hi uint64, rows []Row)) (bad int) {
+	var rows []Row
+	for _, f := range t.fdes {
+		rows = rows[:0]
+		_, err := t.eval(f, ^uint64(0), func(loc uint64, s State) {
+			if loc >= f.hi {
+				return
+			}
+			if n := len(rows); n > 0 && rows[n-1].PC == loc {
+				rows[n-1].State = s // several rows at one PC: the last wins
+				return
+			}
+			rows = append(rows, Row{PC: loc, State: s})
+		})
+		if err != nil {
+			bad++
+			continue
+		}
+		fn(f.lo, f.hi, rows)
+	}
+	return bad
+}
+
+// RegKind says where a register's value of the caller is found.
+type RegKind uint8
+
+const (
+	// RegSame: the register still holds the caller's value.
+	RegSame RegKind = iota
+	// RegAtCFA: saved at CFA + Offset.
+	RegAtCFA
+	// RegUndefined: not recoverable (for the return address: the
+	// outermost frame).
+	RegUndefined
+	// RegOther: another register, a value or an expression; the unwinder
+	// does not follow these.
+	RegOther
+)
+
+// RegRule is the rule for one callee-saved register.
+type RegRule struct {
+	Kind   RegKind
+	Offset int64
+}
+
+// State is what an unwinder needs at one PC on x86-64: the CFA, where the
+// caller's rbp is, and whether there is a caller at all (the return address
+// column is undefined in the outermost frame, e.g. _start or a thread's
+// start routine). The return address itself is always at CFA-8.
+type State struct {
+	CFA         Rule
+	RBP         RegRule
+	RAUndefined bool
+}
+
+// machine executes call frame instructions.
 type machine struct {
-	cie   *cie
-	loc   uint64
-	cfa   Rule
-	stack []Rule // remember_state
+	cie     *cie
+	loc     uint64
+	state   State
+	initial State   // after the CIE's instructions, for DW_CFA_restore
+	stack   []State // remember_state
 }
 
-// run executes ins until the location passes pc, returning the CFA rule at
-// pc. (DW_CFA_restore restores registers, never the CFA, so the CIE's
-// result needs no keeping.)
-func (m *machine) run(ins []byte, pc uint64) (Rule, error) {
+const regRA = 16 // x86-64 DWARF column of the return address
+
+// run executes ins until the location passes pc, returning the state at
+// pc. emit, when set, is called with the start and state of each row that
+// ends.
+func (m *machine) run(ins []byte, pc uint64, emit func(loc uint64, s State)) (State, error) {
 	r := reader{b: ins}
-	advance := func(delta uint64) bool {
-		m.loc += delta * m.cie.codeAlign
-		return m.loc > pc
-	}
 	for r.p < uint64(len(ins)) {
 		op, _ := r.u8()
 		var err error
 		switch op >> 6 {
 		case 1: // DW_CFA_advance_loc
-			if advance(uint64(op & 0x3f)) {
-				return m.cfa, nil
+			if m.advance(uint64(op&0x3f), pc, emit) {
+				return m.state, nil
 			}
 			continue
 		case 2: // DW_CFA_offset
-			_, err = r.uleb()
+			var off uint64
+			if off, err = r.uleb(); err == nil {
+				m.setSaved(uint64(op&0x3f), int64(off)*m.cie.dataAlign)
+			}
 		case 3: // DW_CFA_restore
+			m.restore(uint64(op & 0x3f))
 		default:
-			err = m.extended(op, &r, pc)
+			err = m.extended(op, &r, pc, emit)
 			if err == errPast {
-				return m.cfa, nil
+				return m.state, nil
 			}
 		}
 		if err != nil {
-			return Rule{}, err
+			return State{}, err
 		}
 	}
-	return m.cfa, nil
+	if emit != nil {
+		emit(m.loc, m.state)
+	}
+	return m.state, nil
+}
+
+// advance moves the location by delta code units, reporting whether it
+// passed pc.
+func (m *machine) advance(delta, pc uint64, emit func(uint64, State)) bool {
+	return m.moveTo(m.loc+delta*m.cie.codeAlign, pc, emit)
+}
+
+func (m *machine) moveTo(loc, pc uint64, emit func(uint64, State)) bool {
+	if emit != nil && loc != m.loc {
+		emit(m.loc, m.state)
+	}
+	m.loc = loc
+	return m.loc > pc
+}
+
+func (m *machine) setSaved(reg uint64, off int64) {
+	switch reg {
+	case RegRBP:
+		m.state.RBP = RegRule{Kind: RegAtCFA, Offset: off}
+	case regRA:
+		m.state.RAUndefined = false
+	}
+}
+
+func (m *machine) setKind(reg uint64, k RegKind) {
+	switch reg {
+	case RegRBP:
+		m.state.RBP = RegRule{Kind: k}
+	case regRA:
+		m.state.RAUndefined = k == RegUndefined
+	}
+}
+
+func (m *machine) restore(reg uint64) {
+	switch reg {
+	case RegRBP:
+		m.state.RBP = m.initial.RBP
+	case regRA:
+		m.state.RAUndefined = m.initial.RAUndefined
+	}
 }
 
 var errPast = errors.New("past pc")
 
-func (m *machine) extended(op byte, r *reader, pc uint64) error {
+func (m *machine) extended(op byte, r *reader, pc uint64, emit func(uint64, State)) error {
 	var err error
-	skipULEB := func(n int) {
-		for i := 0; i < n && err == nil; i++ {
-			_, err = r.uleb()
+	uleb := func() uint64 {
+		var v uint64
+		if err == nil {
+			v, err = r.uleb()
 		}
+		return v
+	}
+	sleb := func() int64 {
+		var v int64
+		if err == nil {
+			v, err = r.sleb()
+		}
+		return v
 	}
 	switch op {
 	case 0x00: // DW_CFA_nop
 	case 0x01: // DW_CFA_set_loc (absptr encoding only; gcc and clang never emit it)
 		var v uint64
-		if v, err = r.u64(); err == nil {
-			m.loc = v
-			if m.loc > pc {
-				return errPast
-			}
+		if v, err = r.u64(); err == nil && m.moveTo(v, pc, emit) {
+			return errPast
 		}
 	case 0x02, 0x03, 0x04: // DW_CFA_advance_loc1/2/4
 		var d uint64
@@ -443,70 +568,72 @@ func (m *machine) extended(op byte, r *reader, pc uint64) error {
 			x, err = r.u32()
 			d = uint64(x)
 		}
-		if err == nil {
-			m.loc += d * m.cie.codeAlign
-			if m.loc > pc {
-				return errPast
-			}
+		if err == nil && m.advance(d, pc, emit) {
+			return errPast
 		}
 	case 0x05: // DW_CFA_offset_extended
-		skipULEB(2)
-	case 0x06, 0x07, 0x08: // restore_extended, undefined, same_value
-		skipULEB(1)
+		reg, off := uleb(), uleb()
+		m.setSaved(reg, int64(off)*m.cie.dataAlign)
+	case 0x06: // DW_CFA_restore_extended
+		m.restore(uleb())
+	case 0x07: // DW_CFA_undefined
+		m.setKind(uleb(), RegUndefined)
+	case 0x08: // DW_CFA_same_value
+		m.setKind(uleb(), RegSame)
 	case 0x09: // DW_CFA_register
-		skipULEB(2)
+		reg := uleb()
+		uleb()
+		m.setKind(reg, RegOther)
 	case 0x0a: // DW_CFA_remember_state
-		m.stack = append(m.stack, m.cfa)
+		m.stack = append(m.stack, m.state)
 	case 0x0b: // DW_CFA_restore_state
 		if len(m.stack) == 0 {
 			return errors.New("restore_state without remember_state")
 		}
-		m.cfa = m.stack[len(m.stack)-1]
+		m.state = m.stack[len(m.stack)-1]
 		m.stack = m.stack[:len(m.stack)-1]
 	case 0x0c: // DW_CFA_def_cfa
-		var reg, off uint64
-		if reg, err = r.uleb(); err == nil {
-			off, err = r.uleb()
-		}
-		m.cfa = Rule{Register: reg, Offset: int64(off)}
+		reg, off := uleb(), uleb()
+		m.state.CFA = Rule{Register: reg, Offset: int64(off)}
 	case 0x0d: // DW_CFA_def_cfa_register
-		var reg uint64
-		reg, err = r.uleb()
-		m.cfa.Register, m.cfa.Expr = reg, false
+		m.state.CFA.Register, m.state.CFA.Expr, m.state.CFA.PLT = uleb(), false, 0
 	case 0x0e: // DW_CFA_def_cfa_offset
-		var off uint64
-		off, err = r.uleb()
-		m.cfa.Offset = int64(off)
+		m.state.CFA.Offset = int64(uleb())
 	case 0x0f: // DW_CFA_def_cfa_expression
-		var n uint64
-		if n, err = r.uleb(); err == nil {
-			err = r.skip(n)
-		}
-		m.cfa = Rule{Expr: true}
-	case 0x10, 0x16: // DW_CFA_expression, DW_CFA_val_expression
-		var n uint64
-		if _, err = r.uleb(); err == nil {
-			if n, err = r.uleb(); err == nil {
-				err = r.skip(n)
+		n := uleb()
+		if err == nil {
+			if err = r.need(n); err == nil {
+				m.state.CFA = Rule{Expr: true, PLT: pltThreshold(r.b[r.p : r.p+n])}
+				r.p += n
 			}
 		}
-	case 0x11, 0x14, 0x15: // offset_extended_sf, val_offset, val_offset_sf
-		skipULEB(2)
-	case 0x12: // DW_CFA_def_cfa_sf
-		var reg uint64
-		var off int64
-		if reg, err = r.uleb(); err == nil {
-			off, err = r.sleb()
+	case 0x10, 0x16: // DW_CFA_expression, DW_CFA_val_expression
+		reg, n := uleb(), uleb()
+		if err == nil {
+			err = r.skip(n)
 		}
-		m.cfa = Rule{Register: reg, Offset: off * m.cie.dataAlign}
+		m.setKind(reg, RegOther)
+	case 0x11: // DW_CFA_offset_extended_sf
+		reg, off := uleb(), sleb()
+		m.setSaved(reg, off*m.cie.dataAlign)
+	case 0x14, 0x15: // DW_CFA_val_offset, val_offset_sf
+		reg := uleb()
+		if op == 0x14 {
+			uleb()
+		} else {
+			sleb()
+		}
+		m.setKind(reg, RegOther)
+	case 0x12: // DW_CFA_def_cfa_sf
+		reg, off := uleb(), sleb()
+		m.state.CFA = Rule{Register: reg, Offset: off * m.cie.dataAlign}
 	case 0x13: // DW_CFA_def_cfa_offset_sf
-		var off int64
-		off, err = r.sleb()
-		m.cfa.Offset = off * m.cie.dataAlign
+		m.state.CFA.Offset = sleb() * m.cie.dataAlign
 	case 0x2e: // DW_CFA_GNU_args_size
-		skipULEB(1)
+		uleb()
 	case 0x2f: // DW_CFA_GNU_negative_offset_extended
-		skipULEB(2)
+		reg, off := uleb(), uleb()
+		m.setSaved(reg, -int64(off)*m.cie.dataAlign)
 	default:
 		return fmt.Errorf("unknown CFA instruction %#x", op)
 	}
@@ -514,6 +641,28 @@ func (m *machine) extended(op byte, r *reader, pc uint64) error {
 		err = errTruncated
 	}
 	return err
+}
+
+// pltThreshold recognizes the CFA expression binutils emits for PLT
+// entries, rsp + 8 + ((rip & 15) >= N ? 8 : 0), and returns N (0 for any
+// other expression):
+//
+//	DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and;
+//	DW_OP_litN; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus
+func pltThreshold(expr []byte) uint8 {
+	want := []byte{0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0, 0x2a, 0x33, 0x24, 0x22}
+	if len(expr) != len(want) {
+		return 0
+	}
+	for i, b := range want {
+		if i != 6 && expr[i] != b {
+			return 0
+		}
+	}
+	if expr[6] < 0x30 || expr[6] > 0x3f { // DW_OP_lit0..lit15
+		return 0
+	}
+	return expr[6] - 0x30
 }
 
 // reader decodes little-endian values from b at p; reads past the end fail.

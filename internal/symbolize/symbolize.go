@@ -326,3 +326,12 @@ func (c *tableCache) evict() {
 		c.bytes -= old.bytes
 	}
 }
+
+// MappingTable returns the symbol table of mapping i of p, loading it on
+// first use; nil when the mapping has no readable file.
+func (s *Symbolizer) MappingTable(p *Process, i int) *SymbolTable {
+	if i < 0 || i >= len(p.Mappings) {
+		return nil
+	}
+	return s.table(p, &p.Mappings[i])
+}

@@ -3,6 +3,7 @@ package symbolize
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/hotpath-dev/hotpath/internal/ehframe"
+	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 	"github.com/ianlancetaylor/demangle"
 )
 
@@ -61,6 +63,10 @@ type SymbolTable struct {
 	ehOnce  sync.Once
 	eh      *ehframe.Table
 	ehBytes atomic.Int64 // heap of eh once built, for Size
+
+	// debugFile is the separate debug file whose symbols were merged in
+	// ("" when none was used).
+	debugFile string
 
 	mapped int    // bytes of file mapping (not heap)
 	data   []byte // the file mapping the Go and DWARF readers refer into; nil when released at load
@@ -188,7 +194,20 @@ func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 		}
 	}
 	syms.collect()
-	t.buildSymbols(data, syms.syms)
+	copyNames := false
+	if !hasSection(ef, elf.SHT_SYMTAB) {
+		// Stripped (every distribution library): local functions such as
+		// glibc's msort_with_tmp are only in the separate debug file.
+		if dbg := openDebugFile(ef); dbg != nil {
+			defer dbg.close()
+			if more, ok := dbg.symbols(syms.skipLo, syms.skipHi); ok {
+				syms.syms = append(syms.syms, more...)
+				t.debugFile = dbg.path
+				copyNames = true // names point into two files; the debug one is unmapped below
+			}
+		}
+	}
+	t.buildSymbols(data, syms.syms, copyNames)
 	t.lines = newDwarfLines(ef, data)
 	t.amd64 = ef.Machine == elf.EM_X86_64
 	if sec := ef.Section(".eh_frame"); t.amd64 && sec != nil && sec.Type != elf.SHT_NOBITS && sec.Offset+sec.Size <= uint64(len(data)) {
@@ -296,7 +315,7 @@ func (c *symbolCollector) collect() {
 				if i == 0 {
 					r += 4 // .symtab over .dynsym: same name, but keeps local symbols
 				}
-				c.syms = append(c.syms, rawSymbol{addr: value, size: size, name: name, rank: r})
+				c.syms = append(c.syms, rawSymbol{addr: value, size: size, name: trimVersion(name), rank: r})
 			}
 		})
 	}
@@ -349,7 +368,7 @@ func cBytes(b []byte, off uint32) []byte {
 }
 
 // buildSymbols sorts, de-duplicates and packs raw symbols.
-func (t *SymbolTable) buildSymbols(data []byte, raw []rawSymbol) {
+func (t *SymbolTable) buildSymbols(data []byte, raw []rawSymbol, copyNames bool) {
 	// At one address prefer a sized symbol, then the better rank
 	// (symtab over dynsym, global over weak over local).
 	slices.SortFunc(raw, func(a, b rawSymbol) int {
@@ -387,7 +406,7 @@ func (t *SymbolTable) buildSymbols(data []byte, raw []rawSymbol) {
 			t.sizes[i] = uint32(s.size)
 		}
 	}
-	if n >= namesInImageBytes && len(data) <= 1<<32-1 {
+	if n >= namesInImageBytes && len(data) <= 1<<32-1 && !copyNames {
 		// Point at the names where they are: 4 bytes a symbol of heap.
 		t.namesInImage, t.data = true, data
 		t.nameOffs = make([]uint32, len(raw))
@@ -426,8 +445,17 @@ func (t *SymbolTable) name(i int) (name string) {
 	}()
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
-	name = string(cBytes(t.data, t.nameOffs[i]))
+	name = string(trimVersion(cBytes(t.data, t.nameOffs[i])))
 	runtime.KeepAlive(t)
+	return name
+}
+
+// trimVersion drops a symbol version ("__libc_start_main@@GLIBC_2.34"
+// in a .symtab): the function's name is the part before it.
+func trimVersion(name []byte) []byte {
+	if i := bytes.IndexByte(name, '@'); i > 0 {
+		return name[:i]
+	}
 	return name
 }
 
@@ -601,4 +629,30 @@ func (t *SymbolTable) ReturnAddressAtSP(addr uint64) (atSP, known bool) {
 		return false, false
 	}
 	return !rule.Expr && rule.Register == ehframe.RegRSP && rule.Offset == 8, true
+}
+
+// DebugFile is the separate debug file (/usr/lib/debug/.build-id/…) whose
+// symbols the table holds, or "".
+func (t *SymbolTable) DebugFile() string { return t.debugFile }
+
+// UnwindTable compiles the file's .eh_frame into the rows the in-kernel
+// unwinder uses (see internal/unwindtable). It is built fresh on each call
+// and not kept: once loaded into the kernel the rows are not needed here.
+func (t *SymbolTable) UnwindTable() (ut *unwindtable.Table, err error) {
+	if !t.amd64 {
+		return nil, errors.New("unwind table: only x86-64 binaries are supported")
+	}
+	if t.ehFrame == nil {
+		return nil, unwindtable.ErrNoUnwindInfo
+	}
+	defer func() {
+		// A file truncated under us faults: an error, not a crash.
+		if r := recover(); r != nil {
+			ut, err = nil, fmt.Errorf("unwind table: malformed or truncated file: %v", r)
+		}
+	}()
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	defer runtime.KeepAlive(t)
+	return unwindtable.Build(t.ehFrame, t.ehAddr)
 }

@@ -58,9 +58,21 @@ type Config struct {
 	TraceContext TraceContextConfig `mapstructure:"trace_context"`
 	// Unwinding is how user stacks are unwound (README: "Unwinding"):
 	// UnwindingFramePointer takes the frame-pointer chain as sampled;
-	// UnwindingAuto adds leaf-caller recovery on top of it.
+	// UnwindingAuto adds leaf-caller recovery on top of it and unwinds
+	// binaries built without frame pointers with their .eh_frame, in the
+	// kernel.
 	Unwinding string `mapstructure:"unwinding"`
+	// MaxUnwindTableMiB bounds the kernel memory of unwind tables
+	// (unwinding: auto). Binaries that do not fit unwind with frame
+	// pointers and are counted.
+	MaxUnwindTableMiB int `mapstructure:"max_unwind_table_mib"`
 }
+
+// Bounds of MaxUnwindTableMiB.
+const (
+	MinUnwindTableMiB = 1
+	MaxUnwindTableMiB = 1024
+)
 
 // Values of Config.Unwinding.
 const (
@@ -118,6 +130,8 @@ func createDefaultConfig() *Config {
 		Interval:        15 * time.Second,
 		MaxUniqueStacks: 10000,
 		Unwinding:       UnwindingAuto,
+		// glibc is 0.2 MiB of rows, a large C++ service a few MiB.
+		MaxUnwindTableMiB: 64,
 		TraceContext: TraceContextConfig{
 			Enabled:        true,
 			BPFFS:          "/sys/fs/bpf",
@@ -169,6 +183,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Unwinding != UnwindingFramePointer && c.Unwinding != UnwindingAuto {
 		errs = append(errs, fmt.Errorf("unwinding must be %q or %q (got %q)", UnwindingAuto, UnwindingFramePointer, c.Unwinding))
+	}
+	if c.MaxUnwindTableMiB < MinUnwindTableMiB || c.MaxUnwindTableMiB > MaxUnwindTableMiB {
+		errs = append(errs, fmt.Errorf("max_unwind_table_mib must be between %d and %d (got %d)", MinUnwindTableMiB, MaxUnwindTableMiB, c.MaxUnwindTableMiB))
 	}
 	if tc := c.TraceContext; tc.Enabled {
 		if !filepath.IsAbs(tc.BPFFS) {

@@ -1,6 +1,9 @@
 package ebpfprofilereceiver
 
-import "github.com/hotpath-dev/hotpath/internal/symbolize"
+import (
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+)
 
 // leafStats counts user-stack samples by what leaf-caller recovery did
 // (README: "Unwinding").
@@ -11,6 +14,7 @@ type leafStats struct {
 	NoUnwindInfo uint64 // the leaf's binary has no unwind info at its PC
 	BadReturn    uint64 // the word at SP points into no executable mapping
 	NoWord       uint64 // the word at SP could not be read
+	Table        uint64 // the kernel unwound the leaf with its table row: nothing to recover
 }
 
 func (l *leafStats) add(r symbolize.LeafResult, n uint64) {
@@ -39,5 +43,31 @@ func (l leafStats) sub(before leafStats) leafStats {
 		NoUnwindInfo: l.NoUnwindInfo - before.NoUnwindInfo,
 		BadReturn:    l.BadReturn - before.BadReturn,
 		NoWord:       l.NoWord - before.NoWord,
+		Table:        l.Table - before.Table,
+	}
+}
+
+// endedEarlyStats counts samples whose user stack ended before the
+// outermost frame, by reason.
+type endedEarlyStats struct {
+	Truncated, Unreadable, NoRule uint64
+}
+
+func (e *endedEarlyStats) add(end sampler.StackEnd, n uint64) {
+	switch end {
+	case sampler.StackTruncated:
+		e.Truncated += n
+	case sampler.StackUnreadable:
+		e.Unreadable += n
+	case sampler.StackInvalidRule:
+		e.NoRule += n
+	}
+}
+
+func (e endedEarlyStats) sub(before endedEarlyStats) endedEarlyStats {
+	return endedEarlyStats{
+		Truncated:  e.Truncated - before.Truncated,
+		Unreadable: e.Unreadable - before.Unreadable,
+		NoRule:     e.NoRule - before.NoRule,
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/unwinder"
 )
 
 // selfMetrics are the receiver's own telemetry, exported through the
@@ -25,12 +26,18 @@ type selfMetrics struct {
 	leafCaller  metric.Int64Counter
 	tables      metric.Int64Gauge
 	tableBytes  metric.Int64Gauge
+	endedEarly  metric.Int64Counter
+	dwarf       metric.Int64Counter
+	unwTables   metric.Int64Gauge
+	unwBytes    metric.Int64Gauge
+	unwProcs    metric.Int64Gauge
+	unwOver     metric.Int64Gauge
 }
 
 func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 	m := mp.Meter("github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver")
 	var s selfMetrics
-	var errs [10]error
+	var errs [16]error
 	s.samples, errs[0] = m.Int64Counter("hotpath_receiver_samples",
 		metric.WithDescription("CPU samples taken, by outcome (kept, filtered, idle)."), metric.WithUnit("{sample}"))
 	s.lost, errs[1] = m.Int64Counter("hotpath_receiver_samples_lost",
@@ -54,6 +61,18 @@ func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 		metric.WithDescription("Per-binary symbol tables cached; a steady climb means binaries keep changing (each costs a load)."), metric.WithUnit("{table}"))
 	s.tableBytes, errs[9] = m.Int64Gauge("hotpath_receiver_symbol_table_bytes",
 		metric.WithDescription("Heap held by cached symbol tables and kernel symbols."), metric.WithUnit("By"))
+	s.endedEarly, errs[10] = m.Int64Counter("hotpath_receiver_stacks_ended_early",
+		metric.WithDescription("User stacks (weighted by samples) that ended before the outermost frame, by reason: truncated (127 frames), unreadable_memory, no_unwind_rule. Per process: GET /v1/targets on the control endpoint."), metric.WithUnit("{sample}"))
+	s.dwarf, errs[11] = m.Int64Counter("hotpath_receiver_dwarf_unwound",
+		metric.WithDescription("User stacks the kernel unwound with unwind tables (unwinding: auto; processes with binaries built without frame pointers)."), metric.WithUnit("{sample}"))
+	s.unwTables, errs[12] = m.Int64Gauge("hotpath_receiver_unwind_tables",
+		metric.WithDescription("Unwind tables loaded in the kernel (one per binary built without frame pointers)."), metric.WithUnit("{table}"))
+	s.unwBytes, errs[13] = m.Int64Gauge("hotpath_receiver_unwind_table_bytes",
+		metric.WithDescription("Kernel memory of the loaded unwind tables (bounded by max_unwind_table_mib)."), metric.WithUnit("By"))
+	s.unwProcs, errs[14] = m.Int64Gauge("hotpath_receiver_unwind_processes",
+		metric.WithDescription("Processes the kernel unwinds with tables."), metric.WithUnit("{process}"))
+	s.unwOver, errs[15] = m.Int64Gauge("hotpath_receiver_unwind_tables_over_budget",
+		metric.WithDescription("Times since start a binary's unwind table did not fit in max_unwind_table_mib (it unwinds with frame pointers)."), metric.WithUnit("{table}"))
 	return &s, errors.Join(errs[:]...)
 }
 
@@ -76,6 +95,22 @@ func (m *selfMetrics) record(ctx context.Context, st sampler.Stats, kept, filter
 	m.mapMemBytes.Record(ctx, int64(mapBytes))
 }
 
+func (m *selfMetrics) recordUnwind(ctx context.Context, st sampler.Stats, e endedEarlyStats, u *unwinder.Unwinder) {
+	reason := func(v string) metric.AddOption { return metric.WithAttributes(attribute.String("reason", v)) }
+	m.endedEarly.Add(ctx, int64(e.Truncated), reason(sampler.StackTruncated.String()))
+	m.endedEarly.Add(ctx, int64(e.Unreadable), reason(sampler.StackUnreadable.String()))
+	m.endedEarly.Add(ctx, int64(e.NoRule), reason(sampler.StackInvalidRule.String()))
+	m.dwarf.Add(ctx, int64(st.DWARF))
+	if u == nil {
+		return
+	}
+	us := u.Stats()
+	m.unwTables.Record(ctx, int64(us.Tables))
+	m.unwBytes.Record(ctx, int64(us.TableBytes))
+	m.unwProcs.Record(ctx, int64(us.Processes))
+	m.unwOver.Record(ctx, int64(us.OverBudget))
+}
+
 func (m *selfMetrics) recordFrequency(ctx context.Context, hz int) {
 	m.frequency.Record(ctx, int64(hz))
 }
@@ -89,4 +124,5 @@ func (m *selfMetrics) recordLeaf(ctx context.Context, l leafStats) {
 	m.leafCaller.Add(ctx, int64(l.Recovered), outcome("recovered"))
 	m.leafCaller.Add(ctx, int64(l.NoUnwindInfo), outcome("no_unwind_info"))
 	m.leafCaller.Add(ctx, int64(l.BadReturn), outcome("bad_return"))
+	m.leafCaller.Add(ctx, int64(l.Table), outcome("unwind_table"))
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,6 +17,8 @@ import (
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/unwinder"
 )
 
 // processEntry is what the receiver knows about one sampled process. It is
@@ -28,6 +31,11 @@ type processEntry struct {
 	mappings []profilebuilder.Mapping
 	readAt   time.Time
 	exitedAt time.Time
+	// dwarf: the kernel unwinds its user stacks with unwind tables.
+	dwarf atomic.Bool
+	// endedEarly counts its user stacks (in samples) that ended before the
+	// outermost frame, by reason; guarded by processTable.mu.
+	endedEarly map[sampler.StackEnd]uint64
 }
 
 type processTable struct {
@@ -35,6 +43,10 @@ type processTable struct {
 	hostName   string
 	logger     *zap.Logger
 	symbolizer *symbolize.Symbolizer
+
+	// unwind, when set (unwinding: auto, sampler open), decides for each
+	// snapshot whether the kernel unwinds it with tables.
+	unwind atomic.Pointer[unwinder.Unwinder]
 
 	mu      sync.Mutex
 	entries map[int]*processEntry
@@ -133,6 +145,11 @@ func (t *processTable) forgetExitedBefore(drain time.Time) {
 		if !e.exitedAt.IsZero() && e.exitedAt.Before(drain) {
 			delete(t.entries, pid)
 			e.close()
+			if u := t.unwind.Load(); u != nil {
+				if err := u.Detach(pid); err != nil {
+					t.logger.Debug("drop unwind tables of exited process", zap.Int("pid", pid), zap.Error(err))
+				}
+			}
 		}
 	}
 }
@@ -146,6 +163,31 @@ func (t *processTable) closeAll() {
 		delete(t.entries, pid)
 		e.close()
 	}
+}
+
+// countEndedEarly adds n samples whose user stack ended early for reason.
+func (t *processTable) countEndedEarly(e *processEntry, reason sampler.StackEnd, n uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.endedEarly == nil {
+		e.endedEarly = map[sampler.StackEnd]uint64{}
+	}
+	e.endedEarly[reason] += n
+}
+
+// target describes e for the control endpoint; t.mu must be held.
+func (e *processEntry) target(pid int) controlapi.Target {
+	tg := controlapi.Target{PID: pid, Service: e.resource.ServiceName, Executable: e.resource.ExePath, Unwinding: "frame_pointer"}
+	if e.dwarf.Load() {
+		tg.Unwinding = "dwarf"
+	}
+	for end, n := range e.endedEarly {
+		if tg.StacksEndedEarly == nil {
+			tg.StacksEndedEarly = map[string]uint64{}
+		}
+		tg.StacksEndedEarly[end.String()] = n
+	}
+	return tg
 }
 
 func (e *processEntry) close() {
@@ -188,7 +230,41 @@ func (t *processTable) read(pid int) *processEntry {
 	for i, m := range snap.Mappings {
 		e.mappings[i] = profilebuilder.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path}
 	}
+	t.attachUnwind(e)
 	return e
+}
+
+// attachUnwind gives the process unwind tables when it needs them.
+func (t *processTable) attachUnwind(e *processEntry) {
+	u := t.unwind.Load()
+	if u == nil || e.snapshot == nil {
+		return
+	}
+	dwarf, err := u.Attach(e.snapshot)
+	e.dwarf.Store(dwarf)
+	if err != nil {
+		t.logger.Info("unwind tables: some binaries of this process unwind with frame pointers only",
+			zap.Int("pid", e.snapshot.PID), zap.Error(err))
+	}
+}
+
+// setUnwinder starts (u != nil) or stops table-based unwinding; known
+// processes are attached at once, so re-enabling sampling at runtime
+// restores their tables.
+func (t *processTable) setUnwinder(u *unwinder.Unwinder) {
+	t.unwind.Store(u)
+	t.mu.Lock()
+	live := make([]*processEntry, 0, len(t.entries))
+	for _, e := range t.entries {
+		if e.exitedAt.IsZero() {
+			live = append(live, e)
+		}
+	}
+	t.mu.Unlock()
+	for _, e := range live {
+		e.dwarf.Store(false)
+		t.attachUnwind(e)
+	}
 }
 
 func (t *processTable) serviceName(info procinfo.Info) string {
@@ -244,7 +320,7 @@ func (t *processTable) targets() []controlapi.Target {
 	out := make([]controlapi.Target, 0, len(t.entries))
 	for pid, e := range t.entries {
 		if e.exitedAt.IsZero() {
-			out = append(out, controlapi.Target{PID: pid, Service: e.resource.ServiceName, Executable: e.resource.ExePath})
+			out = append(out, e.target(pid))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
@@ -264,7 +340,9 @@ func (t *processTable) resolveTargets(pid int, service string) ([]controlapi.Tar
 			return nil, unknownTargetError(fmt.Sprintf("no process %d on this host", pid), t.targets())
 		}
 		e := t.lookup(pid)
-		return []controlapi.Target{{PID: pid, Service: e.resource.ServiceName, Executable: e.resource.ExePath}}, nil
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return []controlapi.Target{e.target(pid)}, nil
 	case service != "":
 		var out []controlapi.Target
 		for _, tg := range t.targets() {

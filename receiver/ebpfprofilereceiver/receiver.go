@@ -18,6 +18,7 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/unwinder"
 )
 
 type profileReceiver struct {
@@ -36,8 +37,9 @@ type profileReceiver struct {
 	// mu guards the sampler and everything that symbolizes (the frame
 	// buffers below are shared).
 	mu      sync.Mutex
-	sampler *sampler.Sampler // nil while sampling is off (kill switch)
-	hz      int              // current rate: the overhead guard may lower it
+	sampler *sampler.Sampler   // nil while sampling is off (kill switch)
+	unwind  *unwinder.Unwinder // unwind tables (unwinding: auto); nil with the sampler
+	hz      int                // current rate: the overhead guard may lower it
 	// For the control endpoint's status.
 	lastCPUPercent float64
 	capturing      bool
@@ -48,6 +50,9 @@ type profileReceiver struct {
 	// leaf counts samples by leaf-caller recovery outcome, since Start
 	// (unwinding: auto only).
 	leaf leafStats
+	// endedEarly counts samples whose user stack ended early, by reason,
+	// since Start.
+	endedEarly endedEarlyStats
 
 	ctx    context.Context // lives from Start to Shutdown
 	cancel context.CancelFunc
@@ -123,11 +128,16 @@ func (r *profileReceiver) startSamplingLocked() error {
 		MaxUniqueStacks: r.cfg.MaxUniqueStacks,
 		Interval:        r.cfg.Interval,
 		TraceContext:    r.traceCtx.samplerMaps(),
+		DWARFUnwind:     r.cfg.Unwinding == UnwindingAuto,
 	})
 	if err != nil {
 		return err
 	}
 	r.sampler = s
+	if r.cfg.Unwinding == UnwindingAuto {
+		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.set.Logger)
+		r.procs.setUnwinder(r.unwind)
+	}
 	if err := s.LifecycleErr(); err != nil {
 		r.set.Logger.Warn("process exec/exit events are off; short-lived processes may lose their symbols", zap.Error(err))
 	}
@@ -154,8 +164,9 @@ func (r *profileReceiver) setSampling(ctx context.Context, on bool) error {
 		return r.startSamplingLocked()
 	case !on && r.sampler != nil:
 		pd, err := r.drainLocked(ctx, alignedStart(time.Now(), r.cfg.Interval))
+		r.procs.setUnwinder(nil)
 		err = errors.Join(err, r.sampler.Close())
-		r.sampler = nil
+		r.sampler, r.unwind = nil, nil
 		r.metrics.recordFrequency(ctx, 0)
 		r.mu.Unlock()
 		r.set.Logger.Warn("sampling turned off at runtime: all BPF programs detached")
@@ -194,8 +205,9 @@ func (r *profileReceiver) stopAll() error {
 	r.mu.Lock()
 	var err error
 	if r.sampler != nil {
+		r.procs.setUnwinder(nil)
 		err = r.sampler.Close()
-		r.sampler = nil
+		r.sampler, r.unwind = nil, nil
 	}
 	r.mu.Unlock()
 	r.wg.Wait()
@@ -315,13 +327,14 @@ func (r *profileReceiver) drainLocked(ctx context.Context, start time.Time) (ppr
 	}
 	symStart := time.Now()
 	b := profilebuilder.New(start, r.cfg.Interval, time.Second/time.Duration(r.hz))
-	leafBefore := r.leaf
+	leafBefore, endedBefore := r.leaf, r.endedEarly
 	kept, filtered := r.addSamplesLocked(b, batch.Samples, drainedAt, true)
 	symDur := time.Since(symStart)
 	r.symbolizer.Trim() // file pages back to the page cache until the next interval
 	r.procs.forgetExitedBefore(drainedAt)
 	r.metrics.record(ctx, batch.Stats, kept, filtered, symDur, r.procs.len(), r.sampler.MapMemoryBytes())
 	r.metrics.recordLeaf(ctx, r.leaf.sub(leafBefore))
+	r.metrics.recordUnwind(ctx, batch.Stats, r.endedEarly.sub(endedBefore), r.unwind)
 	r.metrics.recordSymbolizer(ctx, r.symbolizer.Stats())
 	if lost := batch.Stats.LostMapFull; lost > 0 {
 		r.set.Logger.Warn("samples lost: the in-kernel stack map was full; raise max_unique_stacks",
@@ -358,7 +371,15 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 			}
 		}
 		if proc.snapshot != nil && len(s.UserStack) > 0 && r.cfg.Unwinding == UnwindingAuto {
-			r.leaf.add(r.lastLeaf, s.Count)
+			if s.UserUnwind.LeafFromTable {
+				r.leaf.Table += s.Count
+			} else {
+				r.leaf.add(r.lastLeaf, s.Count)
+			}
+		}
+		if end := s.UserUnwind.End; end != sampler.StackComplete && len(s.UserStack) > 0 {
+			r.endedEarly.add(end, s.Count)
+			r.procs.countEndedEarly(proc, end, s.Count)
 		}
 		b.Add(proc.resource, frames, s.TraceID, s.SpanID, s.Count)
 	}
@@ -385,7 +406,8 @@ func (r *profileReceiver) symbolizeSample(proc *processEntry, s *sampler.Sample)
 			}
 		} else {
 			stack := s.UserStack
-			if r.cfg.Unwinding == UnwindingAuto {
+			// A leaf unwound with its table row already has its caller.
+			if r.cfg.Unwinding == UnwindingAuto && !s.UserUnwind.LeafFromTable {
 				stack, r.lastLeaf = r.symbolizer.RecoverLeafCaller(proc.snapshot, stack, s.UserLeafRet, r.stackbuf)
 				if r.lastLeaf == symbolize.LeafRecovered {
 					r.stackbuf = stack[:0]

@@ -41,6 +41,14 @@ type Target struct {
 	PID        int    `json:"pid"`
 	Service    string `json:"service"`
 	Executable string `json:"executable"`
+	// Unwinding is how the kernel walks its user stacks: "dwarf" (unwind
+	// tables for its binaries built without frame pointers) or
+	// "frame_pointer".
+	Unwinding string `json:"unwinding,omitempty"`
+	// StacksEndedEarly counts its sampled user stacks that stopped before
+	// the outermost frame, by reason (truncated, unreadable_memory,
+	// no_unwind_rule), since the agent first saw it.
+	StacksEndedEarly map[string]uint64 `json:"stacks_ended_early,omitempty"`
 }
 
 // SamplingRequest turns sampling on or off.

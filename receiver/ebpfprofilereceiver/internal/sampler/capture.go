@@ -118,7 +118,7 @@ func (s *Sampler) loadCapture(targets, hz int, d time.Duration) (*captureObjects
 	spec.Maps[cpuProfileMapCaptureCounts].MaxEntries = keys
 	spec.Maps[cpuProfileMapCaptureStacks].MaxEntries = min(2*keys, maxCaptureStacks)
 	var co captureObjects
-	if err := spec.LoadAndAssign(&co, &ebpf.CollectionOptions{MapReplacements: s.traceMaps}); err != nil {
+	if err := spec.LoadAndAssign(&co, &ebpf.CollectionOptions{MapReplacements: s.shared}); err != nil {
 		return nil, fmt.Errorf("capture: load BPF capture program: %w", explainLoadError(err))
 	}
 	return &co, nil

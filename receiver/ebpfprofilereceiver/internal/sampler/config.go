@@ -50,6 +50,14 @@ type Config struct {
 	// TraceContext, when set, makes every sample carry the trace context
 	// found in these maps (see TraceMaps). nil: no lookup, zero IDs.
 	TraceContext *TraceMaps
+	// DWARFUnwind lets processes with unwind tables (SetProcessUnwind) be
+	// unwound with them in the kernel. false: frame pointers only, and the
+	// unwinder is not even loaded.
+	DWARFUnwind bool
+	// MaxUnwindProcesses and MaxUnwindTables bound the unwind maps (0:
+	// defaults).
+	MaxUnwindProcesses int
+	MaxUnwindTables    int
 	// Logger receives warnings (e.g. lifecycle tracing unavailable). nil
 	// uses slog.Default().
 	Logger *slog.Logger
@@ -64,6 +72,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
+	}
+	if c.MaxUnwindProcesses == 0 {
+		c.MaxUnwindProcesses = DefaultMaxUnwindProcesses
+	}
+	if c.MaxUnwindTables == 0 {
+		c.MaxUnwindTables = DefaultMaxUnwindTables
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -84,6 +98,9 @@ func (c Config) validate() error {
 	}
 	if c.StackMapEntries < 0 || c.StackMapEntries > maxEntries {
 		errs = append(errs, fmt.Errorf("stack map entries %d: must be between 0 and %d", c.StackMapEntries, maxEntries))
+	}
+	if c.MaxUnwindProcesses < 0 || c.MaxUnwindProcesses > maxEntries || c.MaxUnwindTables < 0 || c.MaxUnwindTables > maxEntries {
+		errs = append(errs, fmt.Errorf("unwind map sizes (%d processes, %d tables): must be between 0 and %d", c.MaxUnwindProcesses, c.MaxUnwindTables, maxEntries))
 	}
 	if c.MaxUniqueStacks > maxEntries {
 		errs = append(errs, fmt.Errorf("max unique stacks %d: must be at most %d", c.MaxUniqueStacks, maxEntries))

@@ -26,6 +26,13 @@ type cpuProfileLifecycleEvent struct {
 	Pid  uint32
 }
 
+type cpuProfileProcUnwind struct {
+	_   structs.HostLayout
+	N   uint32
+	Pad uint32
+	M   [32]cpuProfileUnwindMapping
+}
+
 type cpuProfileSampleKey struct {
 	_           structs.HostLayout
 	Pid         uint32
@@ -47,12 +54,15 @@ type cpuProfileSampleStats struct {
 	KernelStackMissing uint64
 	EventsLost         uint64
 	Traced             uint64
+	Dwarf              uint64
 }
 
 type cpuProfileStackTrace struct {
 	_       structs.HostLayout
 	Len     uint32
-	Pad     uint32
+	Flags   uint8
+	End     uint8
+	Pad     uint16
 	LeafRet uint64
 	Ips     [127]uint64
 }
@@ -61,6 +71,23 @@ type cpuProfileTraceCtx struct {
 	_       structs.HostLayout
 	TraceId [16]uint8
 	SpanId  [8]uint8
+}
+
+type cpuProfileUnwindMapping struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+	Bias  uint64
+	Table uint32
+	Rows  uint32
+}
+
+type cpuProfileUnwindRow struct {
+	_       structs.HostLayout
+	Pc      uint32
+	Kind    uint8
+	RbpOff8 int8
+	CfaOff  uint16
 }
 
 // Names of all BPF objects in the ELF.
@@ -75,22 +102,28 @@ const (
 	cpuProfileMapCounts1              = "counts_1"
 	cpuProfileMapEvents               = "events"
 	cpuProfileMapGoTraces             = "go_traces"
+	cpuProfileMapProcUnwinds          = "proc_unwinds"
 	cpuProfileMapSeenPids             = "seen_pids"
 	cpuProfileMapStackScratch         = "stack_scratch"
 	cpuProfileMapStacks0              = "stacks_0"
 	cpuProfileMapStacks1              = "stacks_1"
 	cpuProfileMapStats                = "stats"
 	cpuProfileMapTracesCtxV1          = "traces_ctx_v1"
+	cpuProfileMapUnwindTables         = "unwind_tables"
 	cpuProfileProgCaptureSample       = "capture_sample"
 	cpuProfileProgCpuSample           = "cpu_sample"
 	cpuProfileProgProcExec            = "proc_exec"
 	cpuProfileProgProcExit            = "proc_exit"
 	cpuProfileVarActiveSet            = "active_set"
+	cpuProfileVarDwarfUnwind          = "dwarf_unwind"
 	cpuProfileVarTraceLookup          = "trace_lookup"
 	cpuProfileVarUnusedLifecycleEvent = "unused_lifecycle_event"
+	cpuProfileVarUnusedProcUnwind     = "unused_proc_unwind"
 	cpuProfileVarUnusedSampleKey      = "unused_sample_key"
 	cpuProfileVarUnusedSampleStats    = "unused_sample_stats"
 	cpuProfileVarUnusedStackTrace     = "unused_stack_trace"
+	cpuProfileVarUnusedUnwindMapping  = "unused_unwind_mapping"
+	cpuProfileVarUnusedUnwindRow      = "unused_unwind_row"
 )
 
 // loadCpuProfile returns the embedded CollectionSpec for cpuProfile.
@@ -153,12 +186,14 @@ type cpuProfileMapSpecs struct {
 	Counts1       *ebpf.MapSpec `ebpf:"counts_1"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	GoTraces      *ebpf.MapSpec `ebpf:"go_traces"`
+	ProcUnwinds   *ebpf.MapSpec `ebpf:"proc_unwinds"`
 	SeenPids      *ebpf.MapSpec `ebpf:"seen_pids"`
 	StackScratch  *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stacks0       *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1       *ebpf.MapSpec `ebpf:"stacks_1"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
 	TracesCtxV1   *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
+	UnwindTables  *ebpf.MapSpec `ebpf:"unwind_tables"`
 }
 
 // cpuProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -166,11 +201,15 @@ type cpuProfileMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type cpuProfileVariableSpecs struct {
 	ActiveSet            *ebpf.VariableSpec `ebpf:"active_set"`
+	DwarfUnwind          *ebpf.VariableSpec `ebpf:"dwarf_unwind"`
 	TraceLookup          *ebpf.VariableSpec `ebpf:"trace_lookup"`
 	UnusedLifecycleEvent *ebpf.VariableSpec `ebpf:"unused_lifecycle_event"`
+	UnusedProcUnwind     *ebpf.VariableSpec `ebpf:"unused_proc_unwind"`
 	UnusedSampleKey      *ebpf.VariableSpec `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.VariableSpec `ebpf:"unused_sample_stats"`
 	UnusedStackTrace     *ebpf.VariableSpec `ebpf:"unused_stack_trace"`
+	UnusedUnwindMapping  *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
+	UnusedUnwindRow      *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
 }
 
 // cpuProfileObjects contains all objects after they have been loaded into the kernel.
@@ -201,12 +240,14 @@ type cpuProfileMaps struct {
 	Counts1       *ebpf.Map `ebpf:"counts_1"`
 	Events        *ebpf.Map `ebpf:"events"`
 	GoTraces      *ebpf.Map `ebpf:"go_traces"`
+	ProcUnwinds   *ebpf.Map `ebpf:"proc_unwinds"`
 	SeenPids      *ebpf.Map `ebpf:"seen_pids"`
 	StackScratch  *ebpf.Map `ebpf:"stack_scratch"`
 	Stacks0       *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1       *ebpf.Map `ebpf:"stacks_1"`
 	Stats         *ebpf.Map `ebpf:"stats"`
 	TracesCtxV1   *ebpf.Map `ebpf:"traces_ctx_v1"`
+	UnwindTables  *ebpf.Map `ebpf:"unwind_tables"`
 }
 
 func (m *cpuProfileMaps) Close() error {
@@ -219,12 +260,14 @@ func (m *cpuProfileMaps) Close() error {
 		m.Counts1,
 		m.Events,
 		m.GoTraces,
+		m.ProcUnwinds,
 		m.SeenPids,
 		m.StackScratch,
 		m.Stacks0,
 		m.Stacks1,
 		m.Stats,
 		m.TracesCtxV1,
+		m.UnwindTables,
 	)
 }
 
@@ -233,11 +276,15 @@ func (m *cpuProfileMaps) Close() error {
 // It can be passed to loadCpuProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cpuProfileVariables struct {
 	ActiveSet            *ebpf.Variable `ebpf:"active_set"`
+	DwarfUnwind          *ebpf.Variable `ebpf:"dwarf_unwind"`
 	TraceLookup          *ebpf.Variable `ebpf:"trace_lookup"`
 	UnusedLifecycleEvent *ebpf.Variable `ebpf:"unused_lifecycle_event"`
+	UnusedProcUnwind     *ebpf.Variable `ebpf:"unused_proc_unwind"`
 	UnusedSampleKey      *ebpf.Variable `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.Variable `ebpf:"unused_sample_stats"`
 	UnusedStackTrace     *ebpf.Variable `ebpf:"unused_stack_trace"`
+	UnusedUnwindMapping  *ebpf.Variable `ebpf:"unused_unwind_mapping"`
+	UnusedUnwindRow      *ebpf.Variable `ebpf:"unused_unwind_row"`
 }
 
 // cpuProfilePrograms contains all programs after they have been loaded into the kernel.

@@ -36,7 +36,9 @@ type Sample struct {
 	// address into the leaf's caller while the leaf has no frame of its own
 	// (see symbolize.Symbolizer.RecoverLeafCaller).
 	UserLeafRet uint64
-	Count       uint64
+	// UserUnwind says how UserStack was unwound and why it ended.
+	UserUnwind StackUnwind
+	Count      uint64
 }
 
 // Stats counts what happened to samples in one interval. Every sample is in
@@ -57,6 +59,8 @@ type Stats struct {
 	// Traced samples found a trace context (goroutine or thread); they
 	// carry non-zero TraceID/SpanID.
 	Traced uint64
+	// DWARF user stacks were unwound with unwind tables.
+	DWARF uint64
 }
 
 func (s *Stats) add(o cpuProfileSampleStats) {
@@ -69,6 +73,7 @@ func (s *Stats) add(o cpuProfileSampleStats) {
 	s.KernelStackMissing += o.KernelStackMissing
 	s.LostEvents += o.EventsLost
 	s.Traced += o.Traced
+	s.DWARF += o.Dwarf
 }
 
 // drainScratch holds buffers reused across drains; only the returned
@@ -92,6 +97,7 @@ const stackChunk = 128
 type span struct {
 	off, n  int32
 	leafRet uint64
+	unwind  StackUnwind
 }
 
 // Drain switches BPF to the other map set, waits until no program still
@@ -174,7 +180,8 @@ func (s *Sampler) readMaps(st Stats, counts, stacks *ebpf.Map) (Batch, error) {
 		smp.Count = d.counts[i]
 		smp.UserStack = stackOf(k.UserStack)
 		if smp.UserStack != nil {
-			smp.UserLeafRet = d.spans[k.UserStack].leafRet
+			sp := d.spans[k.UserStack]
+			smp.UserLeafRet, smp.UserUnwind = sp.leafRet, sp.unwind
 		}
 		smp.KernelStack = stackOf(k.KernelStack)
 		// A hash that resolves to nothing means the frames are gone; count
@@ -287,7 +294,7 @@ func (s *Sampler) readStacks(m *ebpf.Map) error {
 		for n > 0 && t.Ips[n-1] == 0 {
 			n--
 		}
-		d.spans[hash] = span{off: int32(len(d.frames)), n: int32(n), leafRet: t.LeafRet}
+		d.spans[hash] = span{off: int32(len(d.frames)), n: int32(n), leafRet: t.LeafRet, unwind: stackUnwind(t.Flags, t.End)}
 		d.frames = append(d.frames, t.Ips[:n]...)
 	}
 	if !d.noBatch {

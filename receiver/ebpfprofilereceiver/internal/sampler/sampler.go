@@ -9,12 +9,13 @@
 // caller can read /proc/PID/maps while a process is still alive.
 package sampler
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -48,9 +49,9 @@ type Sampler struct {
 	lifecycleErr error
 
 	// What a capture needs to load its own program and maps.
-	spec      *ebpf.CollectionSpec
-	traceMaps map[string]*ebpf.Map
-	capture   sync.Mutex // one capture at a time
+	spec    *ebpf.CollectionSpec
+	shared  map[string]*ebpf.Map
+	capture sync.Mutex // one capture at a time
 
 	rb     *ringbuf.Reader
 	events chan ProcEvent
@@ -58,6 +59,9 @@ type Sampler struct {
 	wg     sync.WaitGroup
 
 	mapBytes uint64
+
+	dwarf     bool   // DWARF unwinding loaded (Config.DWARFUnwind)
+	nextTable uint32 // last unwind table id handed out
 }
 
 // coreObjects is what sampling needs; the lifecycle programs are loaded
@@ -123,6 +127,14 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.DWARFUnwind {
+		if err := spec.Variables[cpuProfileVarDwarfUnwind].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("enable DWARF unwinding: %w", err)
+		}
+		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses)
+		spec.Maps[cpuProfileMapUnwindTables].MaxEntries = uint32(cfg.MaxUnwindTables)
+		s.dwarf = true
+	}
 	if editSpec != nil {
 		editSpec(spec)
 	}
@@ -131,7 +143,14 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache, MapReplacements: traceMaps}); err != nil {
 		return nil, fmt.Errorf("load BPF sampling program: %w", explainLoadError(err))
 	}
-	s.spec, s.traceMaps = spec, traceMaps
+	s.spec = spec
+	// A capture loads its own program: it shares the trace context and
+	// unwind maps.
+	s.shared = map[string]*ebpf.Map{
+		cpuProfileMapProcUnwinds:  s.objs.ProcUnwinds,
+		cpuProfileMapUnwindTables: s.objs.UnwindTables,
+	}
+	maps.Copy(s.shared, traceMaps)
 	s.sets = [2]mapSet{
 		{counts: s.objs.Counts0, stacks: s.objs.Stacks0},
 		{counts: s.objs.Counts1, stacks: s.objs.Stacks1},
@@ -141,7 +160,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		return nil, fmt.Errorf("set active map set: %w", err)
 	}
 	s.mapBytes, err = mapMemory(s.objs.Counts0, s.objs.Counts1, s.objs.Stacks0, s.objs.Stacks1,
-		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss)
+		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds)
 	if err != nil {
 		s.closeObjects()
 		return nil, err

@@ -1,0 +1,190 @@
+// Package unwindtable compiles a binary's .eh_frame into the compact rows
+// the in-kernel unwinder searches: one 8-byte row per change of the CFA or
+// rbp rule, sorted by address, with explicit "no rule" rows in the gaps
+// between functions so a binary search never lands on a neighbour's rule.
+//
+// Only what an x86-64 unwinder needs survives: how to compute the CFA (rsp
+// or rbp plus an offset, or the PLT expression), where the caller's rbp was
+// saved, and whether the frame is the outermost one. The return address is
+// always at CFA-8. Rules the kernel side cannot follow (other expressions,
+// offsets out of range) become Kind None: that frame falls back to the frame
+// pointer, as it would without tables.
+package unwindtable
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hotpath-dev/hotpath/internal/ehframe"
+)
+
+// Row kinds (the low four bits of Row.Kind); the same values as enum
+// cfa_kind in bpf/cpu_profile.bpf.c.
+const (
+	None = 0 // no rule: unwind this frame with the frame pointer
+	RSP  = 1 // CFA = rsp + CFAOffset
+	RBP  = 2 // CFA = rbp + CFAOffset
+	PLT  = 3 // CFA = rsp + 8 + ((rip & 15) >= CFAOffset ? 8 : 0)
+	End  = 4 // outermost frame: no caller
+
+	// RBPLost (flag in Kind): the caller's rbp is somewhere the unwinder
+	// does not follow; frame-pointer steps above this frame are not
+	// trusted.
+	RBPLost = 0x80
+)
+
+// Row is one rule, valid from PC (an ELF virtual address) up to the next
+// row's PC. The layout matches struct unwind_row in the BPF program.
+type Row struct {
+	PC        uint32
+	Kind      uint8
+	RBPOffset int8 // 0: rbp unchanged; else saved at CFA + 8*RBPOffset
+	CFAOffset uint16
+}
+
+// RowBytes is the kernel memory one row takes.
+const RowBytes = 8
+
+// Table is the compiled unwind information of one binary.
+type Table struct {
+	Rows []Row
+	// FDEs is the number of functions described; FramePointerFDEs how many
+	// of those that push anything compute the CFA from rbp at some point,
+	// PushingFDEs how many push anything (CFA offset above 8).
+	FDEs, FramePointerFDEs, PushingFDEs int
+	// Malformed FDEs were skipped (their functions fall back to the frame
+	// pointer).
+	Malformed int
+}
+
+// HasFramePointers reports whether the binary was built with frame
+// pointers: most functions that have a frame at all address it with rbp.
+// Binaries built with -fomit-frame-pointer (most distribution libraries
+// before 2024) have almost none.
+func (t *Table) HasFramePointers() bool {
+	return t.PushingFDEs > 0 && t.FramePointerFDEs*2 >= t.PushingFDEs
+}
+
+// Bytes is the kernel memory the table takes once loaded.
+func (t *Table) Bytes() int { return len(t.Rows) * RowBytes }
+
+// ErrNoUnwindInfo means the section has no usable FDE.
+var ErrNoUnwindInfo = errors.New("no .eh_frame unwind information")
+
+// Build compiles section, the contents of .eh_frame loaded at ELF address
+// addr. Addresses must fit in 32 bits (true of every shared library and
+// non-PIE executable below 4 GiB).
+func Build(section []byte, addr uint64) (*Table, error) {
+	eh, err := ehframe.New(section, addr)
+	if err != nil {
+		return nil, fmt.Errorf("parse .eh_frame: %w", err)
+	}
+	if eh.FDEs() == 0 {
+		return nil, ErrNoUnwindInfo
+	}
+	t := &Table{Rows: make([]Row, 0, eh.FDEs()*4)}
+	var prevHi uint64
+	var tooHigh bool
+	t.Malformed = eh.Rows(func(lo, hi uint64, rows []ehframe.Row) {
+		if hi > 1<<32 {
+			tooHigh = true
+			return
+		}
+		if lo < prevHi {
+			return // overlaps the previous function: keep the first
+		}
+		t.FDEs++
+		if len(t.Rows) > 0 && lo > prevHi {
+			t.add(Row{PC: uint32(prevHi), Kind: None})
+		}
+		fp, pushes := false, false
+		for _, r := range rows {
+			c := compile(r.State)
+			if r.CFA.Offset > 8 || r.CFA.Register == ehframe.RegRBP {
+				pushes = true
+			}
+			if !r.CFA.Expr && r.CFA.Register == ehframe.RegRBP {
+				fp = true
+			}
+			c.PC = uint32(r.PC)
+			t.add(c)
+		}
+		if pushes {
+			t.PushingFDEs++
+			if fp {
+				t.FramePointerFDEs++
+			}
+		}
+		prevHi = hi
+	})
+	if tooHigh {
+		return nil, errors.New("unwind table: addresses above 4 GiB are not supported")
+	}
+	if t.FDEs == 0 {
+		return nil, ErrNoUnwindInfo
+	}
+	t.add(Row{PC: uint32(prevHi), Kind: None})
+	return t, nil
+}
+
+// add appends r unless it repeats the previous rule; a row at the same PC
+// as the previous one replaces it.
+func (t *Table) add(r Row) {
+	n := len(t.Rows)
+	if n > 0 {
+		last := &t.Rows[n-1]
+		if last.PC == r.PC {
+			*last = r
+			if n > 1 && sameRule(t.Rows[n-2], r) {
+				t.Rows = t.Rows[:n-1]
+			}
+			return
+		}
+		if sameRule(*last, r) {
+			return
+		}
+	}
+	t.Rows = append(t.Rows, r)
+}
+
+func sameRule(a, b Row) bool {
+	return a.Kind == b.Kind && a.RBPOffset == b.RBPOffset && a.CFAOffset == b.CFAOffset
+}
+
+// compile turns one CFI state into a row (PC left unset).
+func compile(s ehframe.State) Row {
+	if s.RAUndefined {
+		return Row{Kind: End}
+	}
+	var r Row
+	switch {
+	case s.CFA.Expr && s.CFA.PLT != 0:
+		r.Kind, r.CFAOffset = PLT, uint16(s.CFA.PLT)
+	case s.CFA.Expr:
+		return Row{Kind: None}
+	case s.CFA.Register == ehframe.RegRSP || s.CFA.Register == ehframe.RegRBP:
+		if s.CFA.Offset < 0 || s.CFA.Offset > 0xffff {
+			return Row{Kind: None}
+		}
+		r.Kind, r.CFAOffset = RSP, uint16(s.CFA.Offset)
+		if s.CFA.Register == ehframe.RegRBP {
+			r.Kind = RBP
+		}
+	default:
+		// CFA from another register (e.g. r10 in stack-realigning
+		// prologues): not recoverable from a sample's registers.
+		return Row{Kind: None}
+	}
+	switch s.RBP.Kind {
+	case ehframe.RegSame:
+	case ehframe.RegAtCFA:
+		if off := s.RBP.Offset; off%8 == 0 && off/8 >= -128 && off/8 <= 127 && off != 0 {
+			r.RBPOffset = int8(off / 8)
+		} else {
+			r.Kind |= RBPLost
+		}
+	default:
+		r.Kind |= RBPLost
+	}
+	return r
+}

@@ -1,0 +1,208 @@
+//go:build linux
+
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/hotpath-dev/hotpath/internal/unwindtable"
+)
+
+// MaxUnwindMappings is how many mappings with unwind tables one process can
+// have (MAX_UNWIND_MAPPINGS in cpu_profile.bpf.c); frames in others fall
+// back to the frame pointer.
+const MaxUnwindMappings = 32
+
+// Defaults for the unwind maps (Config.DWARFUnwind).
+const (
+	DefaultMaxUnwindProcesses = 4096
+	DefaultMaxUnwindTables    = 1024
+)
+
+// UnwindMapping gives one executable mapping of a process an unwind table:
+// a PC in [Start, End) is at ELF address PC - Bias in the table's binary.
+type UnwindMapping struct {
+	Start, End, Bias uint64
+	Table            UnwindTable
+}
+
+// UnwindTable is a table loaded into the kernel.
+type UnwindTable struct {
+	ID    uint32
+	Rows  uint32
+	Bytes uint64 // kernel memory, as the kernel accounts it
+}
+
+// StackEnd says why a user stack ended.
+type StackEnd uint8
+
+// Values of StackEnd (enum stack_end in cpu_profile.bpf.c).
+const (
+	StackComplete    StackEnd = 0 // reached the outermost frame
+	StackTruncated   StackEnd = 1 // maximum depth
+	StackUnreadable  StackEnd = 2 // a stack word could not be read
+	StackInvalidRule StackEnd = 3 // no usable rule or frame pointer, or no progress
+)
+
+func (e StackEnd) String() string {
+	switch e {
+	case StackComplete:
+		return "complete"
+	case StackTruncated:
+		return "truncated"
+	case StackUnreadable:
+		return "unreadable_memory"
+	case StackInvalidRule:
+		return "no_unwind_rule"
+	}
+	return fmt.Sprintf("stack_end_%d", uint8(e))
+}
+
+// StackUnwind is how a user stack was unwound.
+type StackUnwind struct {
+	// DWARF: with the process's unwind tables (else frame pointers).
+	DWARF bool
+	// LeafFromTable: frame 0 was unwound with a table row, so its caller
+	// is already right and leaf-caller recovery must not run.
+	LeafFromTable bool
+	End           StackEnd
+}
+
+// Flag bits of stack_trace.flags.
+const (
+	stackDWARF   = 1
+	stackLeafCFI = 2
+)
+
+func stackUnwind(flags, end uint8) StackUnwind {
+	return StackUnwind{DWARF: flags&stackDWARF != 0, LeafFromTable: flags&stackLeafCFI != 0, End: StackEnd(end)}
+}
+
+var errNoDWARF = errors.New("unwind tables: the sampler was opened without DWARF unwinding")
+
+// LoadUnwindTable loads a binary's rows into the kernel as a map of its own
+// size and returns its handle. The rows must be sorted by PC.
+func (s *Sampler) LoadUnwindTable(rows []unwindtable.Row) (UnwindTable, error) {
+	if len(rows) == 0 || len(rows) >= 1<<24 {
+		return UnwindTable{}, fmt.Errorf("unwind table: %d rows (must be 1 to %d)", len(rows), 1<<24-1)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return UnwindTable{}, errors.New("unwind table: sampler is closed")
+	}
+	if !s.dwarf {
+		return UnwindTable{}, errNoDWARF
+	}
+	inner := s.spec.Maps[cpuProfileMapUnwindTables].InnerMap.Copy()
+	inner.Name = "unwind_rows"
+	inner.MaxEntries = uint32(len(rows))
+	m, err := ebpf.NewMap(inner)
+	if err != nil {
+		return UnwindTable{}, fmt.Errorf("unwind table: create map of %d rows: %w", len(rows), err)
+	}
+	defer m.Close() // the outer map holds its own reference
+	keys := make([]uint32, len(rows))
+	vals := make([]cpuProfileUnwindRow, len(rows))
+	for i, r := range rows {
+		keys[i] = uint32(i)
+		vals[i] = cpuProfileUnwindRow{Pc: r.PC, Kind: r.Kind, RbpOff8: r.RBPOffset, CfaOff: r.CFAOffset}
+	}
+	if _, err := m.BatchUpdate(keys, vals, nil); err != nil {
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return UnwindTable{}, fmt.Errorf("unwind table: write rows: %w", err)
+		}
+		for i := range keys {
+			if err := m.Update(keys[i], vals[i], ebpf.UpdateAny); err != nil {
+				return UnwindTable{}, fmt.Errorf("unwind table: write rows: %w", err)
+			}
+		}
+	}
+	bytes, err := mapMemory(m)
+	if err != nil {
+		return UnwindTable{}, err
+	}
+	s.nextTable++
+	id := s.nextTable
+	if err := s.objs.UnwindTables.Update(id, m, ebpf.UpdateNoExist); err != nil {
+		return UnwindTable{}, fmt.Errorf("unwind table: install: %w", err)
+	}
+	return UnwindTable{ID: id, Rows: uint32(len(rows)), Bytes: bytes}, nil
+}
+
+// DeleteUnwindTable frees a table. Processes still pointing at it unwind
+// those frames with the frame pointer until they are updated.
+func (s *Sampler) DeleteUnwindTable(id uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if err := s.objs.UnwindTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("unwind table %d: delete: %w", id, err)
+	}
+	return nil
+}
+
+// SetProcessUnwind makes the sampler unwind pid's user stacks with the
+// given mappings' tables (and frame pointers elsewhere). At most
+// MaxUnwindMappings mappings; they must not overlap.
+func (s *Sampler) SetProcessUnwind(pid uint32, ms []UnwindMapping) error {
+	if len(ms) == 0 {
+		return s.DeleteProcessUnwind(pid)
+	}
+	if len(ms) > MaxUnwindMappings {
+		return fmt.Errorf("unwind tables of pid %d: %d mappings (at most %d)", pid, len(ms), MaxUnwindMappings)
+	}
+	sorted := slices.Clone(ms)
+	slices.SortFunc(sorted, func(a, b UnwindMapping) int {
+		switch {
+		case a.Start < b.Start:
+			return -1
+		case a.Start > b.Start:
+			return 1
+		}
+		return 0
+	})
+	var v cpuProfileProcUnwind
+	v.N = uint32(len(sorted))
+	for i, m := range sorted {
+		if m.End <= m.Start || (i > 0 && m.Start < sorted[i-1].End) {
+			return fmt.Errorf("unwind tables of pid %d: mapping %#x-%#x empty or overlapping", pid, m.Start, m.End)
+		}
+		v.M[i] = cpuProfileUnwindMapping{Start: m.Start, End: m.End, Bias: m.Bias, Table: m.Table.ID, Rows: m.Table.Rows}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("unwind tables: sampler is closed")
+	}
+	if !s.dwarf {
+		return errNoDWARF
+	}
+	if err := s.objs.ProcUnwinds.Update(pid, &v, ebpf.UpdateAny); err != nil {
+		if errors.Is(err, unix.E2BIG) {
+			return fmt.Errorf("unwind tables of pid %d: %d processes have tables already (the limit)", pid, s.objs.ProcUnwinds.MaxEntries())
+		}
+		return fmt.Errorf("unwind tables of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// DeleteProcessUnwind returns pid to frame-pointer unwinding.
+func (s *Sampler) DeleteProcessUnwind(pid uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.dwarf {
+		return nil
+	}
+	if err := s.objs.ProcUnwinds.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("unwind tables of pid %d: delete: %w", pid, err)
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+//go:build linux
+
+// Package unwinder decides which processes the in-kernel DWARF unwinder
+// walks and keeps their binaries' unwind tables loaded.
+//
+// A process gets tables only when one of its binaries was built without
+// frame pointers (most distribution libraries, glibc included); then only
+// those binaries get tables, and frames in the others (Go, code built with
+// frame pointers) are walked with the frame pointer in the same pass.
+// Tables are compiled lazily, when a process is first sampled, shared by
+// every process that maps the same file, and kept within a memory budget:
+// tables no live process uses are evicted first; a binary that does not fit
+// is left to frame pointers and counted.
+package unwinder
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/internal/unwindtable"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+)
+
+// Kernel is the part of the sampler the unwinder drives.
+type Kernel interface {
+	LoadUnwindTable(rows []unwindtable.Row) (sampler.UnwindTable, error)
+	DeleteUnwindTable(id uint32) error
+	SetProcessUnwind(pid uint32, ms []sampler.UnwindMapping) error
+	DeleteProcessUnwind(pid uint32) error
+}
+
+// Stats is the unwinder's state, for telemetry.
+type Stats struct {
+	Processes   int    // processes unwound with tables
+	Tables      int    // tables loaded in the kernel
+	TableBytes  uint64 // their kernel memory
+	Binaries    int    // binaries analysed (frame pointers or not)
+	OverBudget  uint64 // times a table did not fit in the budget
+	BuildErrors uint64 // binaries whose .eh_frame could not be compiled
+}
+
+// Unwinder is safe for concurrent use.
+type Unwinder struct {
+	kernel   Kernel
+	sym      *symbolize.Symbolizer
+	maxBytes uint64
+	log      *zap.Logger
+
+	mu        sync.Mutex
+	binaries  map[fileid.ID]*binary
+	lru       *list.List // of *binary with a loaded table and no users, least recent first
+	procs     map[uint32][]*binary
+	bytes     uint64
+	tables    int
+	overBudg  uint64
+	buildErrs uint64
+}
+
+// binary is what is known about one file.
+type binary struct {
+	id        fileid.ID
+	path      string
+	analysed  bool
+	needs     bool // built without frame pointers: needs a table
+	table     sampler.UnwindTable
+	loaded    bool
+	users     int
+	lruElem   *list.Element
+	lastError string
+	pending   []unwindtable.Row // compiled while analysing, until loaded
+}
+
+// New returns an Unwinder that keeps at most maxBytes of tables loaded.
+func New(kernel Kernel, sym *symbolize.Symbolizer, maxBytes uint64, log *zap.Logger) *Unwinder {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Unwinder{
+		kernel: kernel, sym: sym, maxBytes: maxBytes, log: log,
+		binaries: map[fileid.ID]*binary{},
+		lru:      list.New(),
+		procs:    map[uint32][]*binary{},
+	}
+}
+
+// Attach (re)decides how process p is unwound: with tables for its
+// binaries that lack frame pointers, or with frame pointers alone. It
+// returns whether p is unwound with tables. Errors are about one binary or
+// the kernel and leave p on frame pointers.
+func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
+	type candidate struct {
+		m *symbolize.Mapping
+		t *symbolize.SymbolTable
+	}
+	var cands []candidate
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if m.Path != "[vdso]" && (m.Path == "" || m.Path[0] != '/') {
+			continue // anonymous memory (JIT code): frame pointers
+		}
+		t := u.sym.MappingTable(p, i)
+		if t == nil || t.HasGo() {
+			continue // Go keeps frame pointers on amd64
+		}
+		cands = append(cands, candidate{m: m, t: t})
+	}
+
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	pid := uint32(p.PID)
+	var errs []error
+	var ms []sampler.UnwindMapping
+	var users []*binary
+	for _, c := range cands {
+		b := u.binaryLocked(c.m, c.t)
+		if !b.needs {
+			continue
+		}
+		if err := u.loadLocked(b, c.t); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		va, ok := c.t.FileAddr(c.m.Offset)
+		if !ok {
+			continue
+		}
+		if len(ms) == sampler.MaxUnwindMappings {
+			errs = append(errs, fmt.Errorf("pid %d: more than %d binaries without frame pointers; %s unwinds with frame pointers", pid, sampler.MaxUnwindMappings, c.m.Path))
+			continue
+		}
+		ms = append(ms, sampler.UnwindMapping{Start: c.m.Start, End: c.m.Limit, Bias: c.m.Start - va, Table: b.table})
+		users = append(users, b)
+	}
+	old := u.procs[pid]
+	if len(ms) == 0 {
+		delete(u.procs, pid)
+		u.releaseLocked(old)
+		if len(old) > 0 {
+			errs = append(errs, u.kernel.DeleteProcessUnwind(pid))
+		}
+		return false, errors.Join(errs...)
+	}
+	if err := u.kernel.SetProcessUnwind(pid, ms); err != nil {
+		delete(u.procs, pid)
+		u.releaseLocked(old)
+		return false, errors.Join(append(errs, err)...)
+	}
+	for _, b := range users {
+		u.useLocked(b)
+	}
+	u.releaseLocked(old)
+	u.procs[pid] = users
+	return true, errors.Join(errs...)
+}
+
+// Detach forgets an exited process; its tables stay loaded (another
+// process may map the same files soon) until the budget needs the room.
+func (u *Unwinder) Detach(pid int) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	old, ok := u.procs[uint32(pid)]
+	if !ok {
+		return nil
+	}
+	delete(u.procs, uint32(pid))
+	u.releaseLocked(old)
+	return u.kernel.DeleteProcessUnwind(uint32(pid))
+}
+
+// Stats reports the current state.
+func (u *Unwinder) Stats() Stats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return Stats{
+		Processes: len(u.procs), Tables: u.tables, TableBytes: u.bytes,
+		Binaries: len(u.binaries), OverBudget: u.overBudg, BuildErrors: u.buildErrs,
+	}
+}
+
+// binaryLocked returns the binary of a mapping, deciding on first sight
+// whether it has frame pointers.
+func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable) *binary {
+	b, ok := u.binaries[m.ID]
+	if !ok {
+		b = &binary{id: m.ID, path: m.Path}
+		u.binaries[m.ID] = b
+	}
+	if b.analysed {
+		return b
+	}
+	b.analysed = true
+	ut, err := t.UnwindTable()
+	if err != nil {
+		if !errors.Is(err, unwindtable.ErrNoUnwindInfo) {
+			u.buildErrs++
+			b.lastError = err.Error()
+			u.log.Debug("no unwind table; frame pointers only", zap.String("binary", m.Path), zap.Error(err))
+		}
+		return b
+	}
+	b.needs = !ut.HasFramePointers()
+	if b.needs {
+		b.pending = ut.Rows
+	}
+	return b
+}
+
+// loadLocked makes sure b's table is in the kernel.
+func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable) error {
+	if b.loaded {
+		return nil
+	}
+	rows := b.pending
+	b.pending = nil
+	if rows == nil {
+		ut, err := t.UnwindTable()
+		if err != nil {
+			u.buildErrs++
+			return fmt.Errorf("unwind table of %s: %w", b.path, err)
+		}
+		rows = ut.Rows
+	}
+	need := uint64(len(rows) * unwindtable.RowBytes)
+	for u.bytes+need > u.maxBytes && u.evictOneLocked() {
+	}
+	if u.bytes+need > u.maxBytes {
+		u.overBudg++
+		return fmt.Errorf("unwind table of %s (%d KiB) does not fit in the budget (%d of %d KiB used by live processes); it unwinds with frame pointers",
+			b.path, need>>10, u.bytes>>10, u.maxBytes>>10)
+	}
+	lt, err := u.kernel.LoadUnwindTable(rows)
+	if err != nil {
+		return fmt.Errorf("unwind table of %s: %w", b.path, err)
+	}
+	b.table, b.loaded = lt, true
+	u.bytes += lt.Bytes
+	u.tables++
+	b.lruElem = u.lru.PushBack(b) // unused until useLocked
+	return nil
+}
+
+func (u *Unwinder) useLocked(b *binary) {
+	if b.users == 0 && b.lruElem != nil {
+		u.lru.Remove(b.lruElem)
+		b.lruElem = nil
+	}
+	b.users++
+}
+
+func (u *Unwinder) releaseLocked(bs []*binary) {
+	for _, b := range bs {
+		b.users--
+		if b.users == 0 && b.loaded {
+			b.lruElem = u.lru.PushBack(b)
+		}
+	}
+}
+
+// evictOneLocked unloads the least recently released unused table.
+func (u *Unwinder) evictOneLocked() bool {
+	e := u.lru.Front()
+	if e == nil {
+		return false
+	}
+	b := e.Value.(*binary)
+	u.lru.Remove(e)
+	b.lruElem = nil
+	if err := u.kernel.DeleteUnwindTable(b.table.ID); err != nil {
+		u.log.Warn("unload unwind table", zap.String("binary", b.path), zap.Error(err))
+	}
+	u.bytes -= b.table.Bytes
+	u.tables--
+	b.loaded, b.table = false, sampler.UnwindTable{}
+	return true
+}

@@ -1,0 +1,265 @@
+package ebpfprofilereceiver
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
+)
+
+// Programs built without frame pointers: the frame-pointer chain cannot
+// walk them, the DWARF unwinder (unwinding: auto) must.
+
+// chainC burns CPU six calls deep: main → level1 → … → level5 → level6.
+// Every level keeps a stack buffer and works after the call returns, so
+// nothing is inlined or turned into a tail call, and each has its own CFA
+// offset from rsp.
+const chainC = `#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+volatile unsigned long sink;
+
+#define LEVEL(name, next, size)                                  \
+	__attribute__((noinline)) unsigned long name(unsigned long x) { \
+		volatile unsigned char buf[size];                        \
+		buf[0] = (unsigned char)x;                               \
+		unsigned long r = next(x + buf[0]);                      \
+		sink += buf[size - 1];                                   \
+		return r * 3 + 1;                                        \
+	}
+
+__attribute__((noinline)) unsigned long level6(unsigned long x) {
+	for (int i = 0; i < 4000; i++) {
+		x = x * 6364136223846793005UL + 1442695040888963407UL;
+		__asm__ volatile("" : "+r"(x));
+	}
+	return x;
+}
+LEVEL(level5, level6, 24)
+LEVEL(level4, level5, 40)
+LEVEL(level3, level4, 56)
+LEVEL(level2, level3, 72)
+LEVEL(level1, level2, 88)
+
+static double now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+	double end = now() + atof(argv[1]);
+	printf("ready\n");
+	fflush(stdout);
+	while (now() < end)
+		for (int i = 0; i < 100; i++)
+			sink += level1(sink);
+	return 0;
+}
+`
+
+// qsortC spends its time in a comparison function glibc's qsort calls
+// from inside its own (frame-pointer-less) merge sort.
+const qsortC = `#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define N 4096
+static unsigned long data[N];
+
+__attribute__((noinline)) int slow_compare(const void *a, const void *b) {
+	unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
+	for (int i = 0; i < 200; i++) {
+		x = x * 6364136223846793005UL + 1;
+		__asm__ volatile("" : "+r"(x));
+	}
+	return (x & 1) ? -1 : (y < x) - (x < y);
+}
+
+__attribute__((noinline)) void sort_batch(unsigned seed) {
+	for (int i = 0; i < N; i++)
+		data[i] = (unsigned long)rand_r(&seed);
+	qsort(data, N, sizeof(data[0]), slow_compare);
+}
+
+static double now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+	double end = now() + atof(argv[1]);
+	printf("ready\n");
+	fflush(stdout);
+	for (unsigned s = 1; now() < end; s++)
+		sort_batch(s);
+	return 0;
+}
+`
+
+// buildNoFP compiles src with -O2 -fomit-frame-pointer and checks that no
+// function of fns sets up a frame pointer (else the test proves nothing).
+func buildNoFP(t testing.TB, name, src string, fns ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, name)
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-calls", "-o", bin, path).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	out, err := exec.Command("objdump", "-d", "--no-show-raw-insn", bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("objdump: %v\n%s", err, out)
+	}
+	for _, fn := range fns {
+		body := regexp.MustCompile(`(?s)<` + fn + `>:\n(.*?)\n\n`).FindSubmatch(out)
+		if body == nil {
+			t.Fatalf("%s not found in %s", fn, bin)
+		}
+		if strings.Contains(string(body[1]), "mov    %rsp,%rbp") {
+			t.Fatalf("%s sets up a frame pointer:\n%s", fn, body[1])
+		}
+	}
+	return bin
+}
+
+// chainShare is, among the samples whose innermost user frame is leaf, the
+// share whose user stack holds want (root first) as a contiguous run ending
+// at the leaf.
+func chainShare(tl testworkload.Tally, want []string) (share float64, leafSamples int64) {
+	var full int64
+	for stack, n := range tl.Folded {
+		frames := userFrames(stack)
+		if len(frames) == 0 || frames[len(frames)-1] != want[len(want)-1] {
+			continue
+		}
+		leafSamples += n
+		if len(frames) >= len(want) && slices.Equal(frames[len(frames)-len(want):], want) {
+			full += n
+		}
+	}
+	if leafSamples == 0 {
+		return 0, 0
+	}
+	return float64(full) / float64(leafSamples), leafSamples
+}
+
+func userFrames(folded string) []string {
+	frames := strings.Split(folded, ";")
+	for len(frames) > 0 && strings.HasSuffix(frames[len(frames)-1], "_[k]") {
+		frames = frames[:len(frames)-1]
+	}
+	return frames
+}
+
+// TestDWARFUnwindingWithoutFramePointers samples the chain and qsort
+// workloads with two receivers at once, one per unwinding mode. With auto
+// the whole chain main → level1..level6 must be there in ≥ 95 % of
+// level6's samples and slow_compare must be reached from main through
+// glibc's qsort; with frame_pointer the chains break (which shows the
+// checks can fail).
+func TestDWARFUnwindingWithoutFramePointers(t *testing.T) {
+	chain := buildNoFP(t, "chain", chainC, "main", "level1", "level2", "level3", "level4", "level5", "level6")
+	qs := buildNoFP(t, "qsort", qsortC, "main", "sort_batch", "slow_compare")
+
+	fpCfg, autoCfg := testConfig(), testConfig()
+	fpCfg.Unwinding, autoCfg.Unwinding = UnwindingFramePointer, UnwindingAuto
+	fpCfg.TraceContext.Enabled, autoCfg.TraceContext.Enabled = false, false
+	fp, fpSink := startReceiver(t, fpCfg)
+	auto, autoSink := startReceiver(t, autoCfg)
+
+	c := testworkload.Start(t, chain, "3")
+	q := testworkload.Start(t, qs, "3")
+	_ = c.Wait()
+	_ = q.Wait()
+	for _, r := range []*profileReceiver{fp, auto} {
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("six_deep_chain", func(t *testing.T) {
+		want := []string{"main", "level1", "level2", "level3", "level4", "level5", "level6"}
+		minSamples := int64(0.25 * testworkload.ExpectedSamples(c, autoCfg.FrequencyHz))
+		autoT := testworkload.TallyProcess(autoSink.AllProfiles(), c.Process.Pid)
+		fpT := testworkload.TallyProcess(fpSink.AllProfiles(), c.Process.Pid)
+		autoShare, autoN := chainShare(autoT, want)
+		fpShare, fpN := chainShare(fpT, want)
+		t.Logf("full chain above level6: auto %.3f of %d samples, frame_pointer %.3f of %d", autoShare, autoN, fpShare, fpN)
+		if autoN < minSamples || fpN < minSamples {
+			t.Fatalf("too few level6 samples (auto %d, frame_pointer %d; want ≥ %d); auto top:%s", autoN, fpN, minSamples, autoT.Top(5))
+		}
+		if autoShare < 0.95 {
+			t.Errorf("auto: full chain in %.3f of level6 samples, want ≥ 0.95; top:%s", autoShare, autoT.Top(5))
+		}
+		if fpShare > 0.5 {
+			t.Errorf("frame_pointer: full chain in %.3f of samples; expected broken stacks; top:%s", fpShare, fpT.Top(5))
+		}
+	})
+
+	t.Run("glibc_qsort", func(t *testing.T) {
+		autoT := testworkload.TallyProcess(autoSink.AllProfiles(), q.Process.Pid)
+		fpT := testworkload.TallyProcess(fpSink.AllProfiles(), q.Process.Pid)
+		autoShare, autoN := throughShare(autoT, "slow_compare")
+		fpShare, fpN := throughShare(fpT, "slow_compare")
+		t.Logf("main → sort_batch → qsort … → slow_compare: auto %.3f of %d samples, frame_pointer %.3f of %d; auto top:%s", autoShare, autoN, fpShare, fpN, autoT.Top(3))
+		minSamples := int64(0.25 * testworkload.ExpectedSamples(q, autoCfg.FrequencyHz))
+		if autoN < minSamples {
+			t.Fatalf("too few slow_compare samples (%d; want ≥ %d); top:%s", autoN, minSamples, autoT.Top(5))
+		}
+		if autoShare < 0.95 {
+			t.Errorf("auto: main → sort_batch → qsort above slow_compare in %.3f of samples, want ≥ 0.95; top:%s", autoShare, autoT.Top(5))
+		}
+		if fpShare > 0.5 {
+			t.Errorf("frame_pointer: %.3f of samples reach main; expected broken stacks; top:%s", fpShare, fpT.Top(5))
+		}
+		// glibc's own frames between qsort and the callback are named
+		// (from its symbol table, or its separate debug file when
+		// installed), never raw addresses.
+		for stack := range autoT.Folded {
+			for _, f := range userFrames(stack) {
+				if strings.Contains(f, "libc.so.6+0x") {
+					t.Errorf("unnamed glibc frame %q in %s", f, stack)
+				}
+			}
+		}
+	})
+
+	auto.mu.Lock()
+	ended := auto.endedEarly
+	auto.mu.Unlock()
+	t.Logf("auto: stacks ended early %+v", ended)
+}
+
+// throughShare is, among the samples whose innermost user frame is leaf,
+// the share that reach it from main → sort_batch → qsort* (qsort or the
+// qsort_r it tail-calls) through any frames of glibc's.
+func throughShare(tl testworkload.Tally, leaf string) (share float64, leafSamples int64) {
+	var ok int64
+	for stack, n := range tl.Folded {
+		frames := userFrames(stack)
+		if len(frames) == 0 || frames[len(frames)-1] != leaf {
+			continue
+		}
+		leafSamples += n
+		i := slices.Index(frames, "main")
+		if i >= 0 && i+3 < len(frames) && frames[i+1] == "sort_batch" && strings.HasPrefix(frames[i+2], "qsort") {
+			ok += n
+		}
+	}
+	if leafSamples == 0 {
+		return 0, 0
+	}
+	return float64(ok) / float64(leafSamples), leafSamples
+}
