@@ -327,6 +327,7 @@ struct user_unwind {
 	__u32 n;
 	__u8 end;
 	__u8 leaf_cfi;
+	__u8 bp_lost; // a frame's rule said its caller's rbp is not recoverable
 };
 
 // find_row returns the unwind row for the ELF address of pc in pu's
@@ -419,7 +420,7 @@ static long unwind_step(__u64 i, void *ctx)
 		cfa = s->sp + r->cfa_off;
 		break;
 	case CFA_RBP:
-		if (!s->bp) {
+		if (!s->bp || s->bp_lost) {
 			s->end = END_INVALID;
 			return 1;
 		}
@@ -430,7 +431,12 @@ static long unwind_step(__u64 i, void *ctx)
 		break;
 	default:
 		// No rule: the frame pointer. rbp 0 is where frame-pointer code
-		// ends (_start, thread entry, Go's goexit).
+		// ends (_start, thread entry, Go's goexit) — unless a frame below
+		// lost it.
+		if (s->bp_lost) {
+			s->end = END_INVALID;
+			return 1;
+		}
 		if (!s->bp)
 			return 1;
 		if (s->bp < s->sp) {
@@ -457,9 +463,13 @@ static long unwind_step(__u64 i, void *ctx)
 			s->leaf_cfi = 1;
 		if (r->kind & RBP_LOST) {
 			bp = 0;
-		} else if (r->rbp_off8 != 0 && read_word(cfa + (__s64)r->rbp_off8 * 8, &bp) != 0) {
-			s->end = END_UNREADABLE;
-			return 1;
+			s->bp_lost = 1;
+		} else if (r->rbp_off8 != 0) {
+			if (read_word(cfa + (__s64)r->rbp_off8 * 8, &bp) != 0) {
+				s->end = END_UNREADABLE;
+				return 1;
+			}
+			s->bp_lost = 0; // the caller's rbp, saved by this frame
 		}
 	}
 	if (!ra)

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,9 +48,9 @@ func runCapture(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "PID\tSERVICE\tEXECUTABLE")
+		fmt.Fprintln(tw, "PID\tSERVICE\tUNWINDING\tSTACKS ENDED EARLY\tEXECUTABLE")
 		for _, t := range targets {
-			fmt.Fprintf(tw, "%d\t%s\t%s\n", t.PID, t.Service, t.Executable)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", t.PID, t.Service, t.Unwinding, endedEarly(t.StacksEndedEarly), t.Executable)
 		}
 		return tw.Flush()
 	}
@@ -105,6 +107,20 @@ func runCapture(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		err = cerr
 	}
 	return err
+}
+
+// endedEarly prints stack-end counts as "truncated=3 unreadable_memory=1",
+// "-" when every sampled stack reached its outermost frame.
+func endedEarly(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
 }
 
 func describeTargets(ts []controlapi.Target) string {

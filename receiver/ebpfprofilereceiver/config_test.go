@@ -28,6 +28,8 @@ func TestConfigValidate(t *testing.T) {
 		{"control not host:port", func(c *Config) { c.Control.Endpoint = "7074" }, "control.endpoint must be host:port"},
 		{"relative bpffs", func(c *Config) { c.TraceContext.BPFFS = "sys/fs/bpf" }, "trace_context.bpffs"},
 		{"unknown unwinding", func(c *Config) { c.Unwinding = "dwarf" }, `unwinding must be "auto" or "frame_pointer"`},
+		{"unwind table budget zero", func(c *Config) { c.MaxUnwindTableMiB = 0 }, "max_unwind_table_mib must be between 1 and 1024"},
+		{"unwind table budget huge", func(c *Config) { c.MaxUnwindTableMiB = 4096 }, "max_unwind_table_mib must be between 1 and 1024"},
 		{"rescan too often", func(c *Config) { c.TraceContext.RescanInterval = time.Millisecond }, "trace_context.rescan_interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

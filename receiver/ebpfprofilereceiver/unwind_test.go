@@ -9,8 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 )
 
 // Programs built without frame pointers: the frame-pointer chain cannot
@@ -262,4 +264,77 @@ func throughShare(tl testworkload.Tally, leaf string) (share float64, leafSample
 		return 0, 0
 	}
 	return float64(ok) / float64(leafSamples), leafSamples
+}
+
+// deepC burns CPU at the bottom of a recursion deeper than the 127 frames
+// a stack holds.
+const deepC = `#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+volatile unsigned long sink;
+static double end;
+
+static double now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) unsigned long recurse(int depth) {
+	volatile char pad[16];
+	pad[0] = (char)depth;
+	if (depth == 0) {
+		while (now() < end)
+			for (int i = 0; i < 100000; i++)
+				sink += i;
+		return sink;
+	}
+	unsigned long r = recurse(depth - 1);
+	return r + pad[0];
+}
+
+int main(int argc, char **argv) {
+	end = now() + atof(argv[1]);
+	printf("ready\n");
+	fflush(stdout);
+	return (int)recurse(300);
+}
+`
+
+// TestStacksEndedEarlyPerProcess: a recursion 300 deep fills every stack
+// (the unwinder stops at 127 frames); the agent says so per process, as the
+// control endpoint's /v1/targets shows it, and in its counters.
+func TestStacksEndedEarlyPerProcess(t *testing.T) {
+	deep := buildNoFP(t, "deep", deepC, "recurse")
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	r, _ := startReceiver(t, cfg)
+	defer r.Shutdown(context.Background())
+	cmd := testworkload.Start(t, deep, "20")
+	pid := cmd.Process.Pid
+
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var tg controlapi.Target
+		for _, x := range r.procs.targets() {
+			if x.PID == pid {
+				tg = x
+			}
+		}
+		if tg.Unwinding == "dwarf" && tg.StacksEndedEarly["truncated"] >= 10 {
+			t.Logf("target: %+v", tg)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no truncated stacks counted for pid %d: %+v", pid, tg)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.mu.Lock()
+	ended := r.endedEarly
+	r.mu.Unlock()
+	if ended.Truncated < 10 {
+		t.Errorf("receiver counters: %+v", ended)
+	}
 }

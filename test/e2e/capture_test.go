@@ -81,6 +81,13 @@ service:
 	if err != nil || !strings.Contains(out, "e2e-capture") {
 		t.Errorf("capture --list: %v\n%s", err, out)
 	}
+	// Each process says how the kernel unwinds it (glibc without frame
+	// pointers makes it dwarf on Debian 12; frame_pointer elsewhere).
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, "e2e-capture") && !strings.Contains(line, " dwarf ") && !strings.Contains(line, " frame_pointer ") {
+			t.Errorf("capture --list shows no unwinding mode: %q", line)
+		}
+	}
 	_, stderr, err = run("--service", "no-such-service", "--duration", "1s")
 	if err == nil || !strings.Contains(stderr, "services the agent knows") || !strings.Contains(stderr, "e2e-capture") {
 		t.Errorf("unknown service: %v\n%s", err, stderr)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -205,4 +206,20 @@ func (s *Sampler) DeleteProcessUnwind(pid uint32) error {
 		return fmt.Errorf("unwind tables of pid %d: delete: %w", pid, err)
 	}
 	return nil
+}
+
+// ProgramStats is the kernel's run-time accounting of the sampling program
+// (total time, runs). It counts only while BPF statistics are enabled
+// (sysctl kernel.bpf_stats_enabled, or ebpf.EnableStats).
+func (s *Sampler) ProgramStats() (time.Duration, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, 0, errors.New("program stats: sampler is closed")
+	}
+	st, err := s.objs.CpuSample.Stats()
+	if err != nil {
+		return 0, 0, fmt.Errorf("program stats: %w", err)
+	}
+	return st.Runtime, st.RunCount, nil
 }

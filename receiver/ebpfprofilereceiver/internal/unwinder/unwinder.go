@@ -42,6 +42,7 @@ type Stats struct {
 	TableBytes  uint64 // their kernel memory
 	Binaries    int    // binaries analysed (frame pointers or not)
 	OverBudget  uint64 // times a table did not fit in the budget
+	Evicted     uint64 // unused tables unloaded to make room
 	BuildErrors uint64 // binaries whose .eh_frame could not be compiled
 }
 
@@ -60,6 +61,7 @@ type Unwinder struct {
 	tables    int
 	overBudg  uint64
 	buildErrs uint64
+	evicted   uint64
 }
 
 // binary is what is known about one file.
@@ -116,14 +118,12 @@ func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
 	pid := uint32(p.PID)
 	var errs []error
 	var ms []sampler.UnwindMapping
+	// users are taken as soon as each table is loaded, so loading the
+	// process's next binary cannot evict a table it just got.
 	var users []*binary
 	for _, c := range cands {
 		b := u.binaryLocked(c.m, c.t)
 		if !b.needs {
-			continue
-		}
-		if err := u.loadLocked(b, c.t); err != nil {
-			errs = append(errs, err)
 			continue
 		}
 		va, ok := c.t.FileAddr(c.m.Offset)
@@ -134,27 +134,27 @@ func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
 			errs = append(errs, fmt.Errorf("pid %d: more than %d binaries without frame pointers; %s unwinds with frame pointers", pid, sampler.MaxUnwindMappings, c.m.Path))
 			continue
 		}
-		ms = append(ms, sampler.UnwindMapping{Start: c.m.Start, End: c.m.Limit, Bias: c.m.Start - va, Table: b.table})
+		if err := u.loadLocked(b, c.t); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		u.useLocked(b)
 		users = append(users, b)
+		ms = append(ms, sampler.UnwindMapping{Start: c.m.Start, End: c.m.Limit, Bias: c.m.Start - va, Table: b.table})
 	}
 	old := u.procs[pid]
+	delete(u.procs, pid)
+	u.releaseLocked(old)
 	if len(ms) == 0 {
-		delete(u.procs, pid)
-		u.releaseLocked(old)
 		if len(old) > 0 {
 			errs = append(errs, u.kernel.DeleteProcessUnwind(pid))
 		}
 		return false, errors.Join(errs...)
 	}
 	if err := u.kernel.SetProcessUnwind(pid, ms); err != nil {
-		delete(u.procs, pid)
-		u.releaseLocked(old)
+		u.releaseLocked(users)
 		return false, errors.Join(append(errs, err)...)
 	}
-	for _, b := range users {
-		u.useLocked(b)
-	}
-	u.releaseLocked(old)
 	u.procs[pid] = users
 	return true, errors.Join(errs...)
 }
@@ -179,7 +179,7 @@ func (u *Unwinder) Stats() Stats {
 	defer u.mu.Unlock()
 	return Stats{
 		Processes: len(u.procs), Tables: u.tables, TableBytes: u.bytes,
-		Binaries: len(u.binaries), OverBudget: u.overBudg, BuildErrors: u.buildErrs,
+		Binaries: len(u.binaries), OverBudget: u.overBudg, BuildErrors: u.buildErrs, Evicted: u.evicted,
 	}
 }
 
@@ -276,6 +276,7 @@ func (u *Unwinder) evictOneLocked() bool {
 	}
 	u.bytes -= b.table.Bytes
 	u.tables--
+	u.evicted++
 	b.loaded, b.table = false, sampler.UnwindTable{}
 	return true
 }

@@ -1,0 +1,218 @@
+//go:build linux
+
+package unwinder
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+)
+
+// These tests drive the real sampler (BPF maps in the kernel): they need
+// root and fail without it.
+
+const spinC = `#include <unistd.h>
+int main(void) { for (;;) pause(); }
+`
+
+// build compiles spinC with flags into dir.
+func build(t *testing.T, name string, flags ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "spin.c")
+	if err := os.WriteFile(src, []byte(spinC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, name)
+	if out, err := exec.Command("gcc", append(flags, "-o", bin, src)...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// start runs bin and returns a snapshot of it once the loader has mapped
+// its libraries.
+func start(t *testing.T, sym *symbolize.Symbolizer, bin string) *symbolize.Process {
+	t.Helper()
+	cmd := exec.Command(bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		p, err := sym.Snapshot(cmd.Process.Pid)
+		if err == nil && hasMapping(p, "libc.so") {
+			t.Cleanup(func() { p.Close() })
+			return p
+		}
+		if err == nil {
+			p.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never mapped libc (%v)", bin, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func hasMapping(p *symbolize.Process, name string) bool {
+	for _, m := range p.Mappings {
+		if strings.Contains(m.Path, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func openSampler(t *testing.T) *sampler.Sampler {
+	t.Helper()
+	s, err := sampler.Open(sampler.Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
+	if err != nil {
+		t.Fatalf("open sampler (needs root): %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A process whose binaries all keep frame pointers stays on the fast path
+// except for glibc, which Debian builds without them; tables are shared
+// between processes and survive them within the budget.
+func TestAttachLoadsTablesOnlyForBinariesWithoutFramePointers(t *testing.T) {
+	s := openSampler(t)
+	sym := symbolize.New(symbolize.Options{})
+	u := New(s, sym, 64<<20, zaptest.NewLogger(t))
+
+	fp := start(t, sym, build(t, "fp", "-O2", "-fno-omit-frame-pointer"))
+	nofp := start(t, sym, build(t, "nofp", "-O2", "-fomit-frame-pointer"))
+
+	dwarf, err := u.Attach(fp)
+	if err != nil || !dwarf {
+		t.Fatalf("Attach(frame-pointer binary + glibc) = %v, %v; want true (glibc lacks frame pointers)", dwarf, err)
+	}
+	st := u.Stats()
+	if st.Tables != 2 || st.Processes != 1 || st.TableBytes == 0 {
+		t.Fatalf("after the frame-pointer process: %+v, want two tables (glibc, ld.so) for one process", st)
+	}
+	if _, err := u.Attach(nofp); err != nil {
+		t.Fatal(err)
+	}
+	st = u.Stats()
+	if st.Tables != 3 || st.Processes != 2 {
+		t.Fatalf("after the no-frame-pointer process: %+v, want three tables (glibc and ld.so shared, nofp's own)", st)
+	}
+	// Re-reading a process (exec, refresh) must not double-count users.
+	if _, err := u.Attach(nofp); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Detach(nofp.PID); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Detach(fp.PID); err != nil {
+		t.Fatal(err)
+	}
+	st = u.Stats()
+	if st.Processes != 0 || st.Tables != 3 {
+		t.Fatalf("after both exited: %+v; tables stay cached for the next process", st)
+	}
+	for _, b := range u.binaries {
+		if b.users != 0 {
+			t.Errorf("%s still has %d users", b.path, b.users)
+		}
+	}
+}
+
+// With a budget below glibc's table, nothing is loaded, the failure is
+// counted and the process keeps frame pointers; a full budget evicts
+// unused tables to make room, never ones the process being attached uses.
+func TestBudget(t *testing.T) {
+	s := openSampler(t)
+	sym := symbolize.New(symbolize.Options{})
+
+	tiny := New(s, sym, 4<<10, zaptest.NewLogger(t))
+	p := start(t, sym, build(t, "fp", "-O2", "-fno-omit-frame-pointer"))
+	dwarf, err := tiny.Attach(p)
+	if dwarf || err == nil || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("Attach over budget = %v, %v; want false and a budget error", dwarf, err)
+	}
+	if st := tiny.Stats(); st.OverBudget == 0 || st.Tables != 0 || st.Processes != 0 {
+		t.Fatalf("over budget: %+v", st)
+	}
+
+	// Room for glibc's and ld.so's tables plus a little: the second
+	// process's own table only fits once an unused one is evicted.
+	one := New(s, sym, 0, zaptest.NewLogger(t))
+	one.maxBytes = 1 << 40
+	if _, err := one.Attach(p); err != nil {
+		t.Fatal(err)
+	}
+	glibc := one.Stats().TableBytes
+	one.maxBytes = glibc
+	if err := one.Detach(p.PID); err != nil {
+		t.Fatal(err)
+	}
+	q := start(t, sym, build(t, "nofp", "-O2", "-fomit-frame-pointer"))
+	dwarf, err = one.Attach(q)
+	if !dwarf || err == nil || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("Attach(nofp) = %v, %v; want tables for some of its binaries, a budget error for the rest", dwarf, err)
+	}
+	st := one.Stats()
+	if st.Evicted == 0 || st.OverBudget == 0 {
+		t.Fatalf("no eviction or no over-budget count: %+v", st)
+	}
+	if st.TableBytes > one.maxBytes {
+		t.Fatalf("tables take %d bytes, budget %d", st.TableBytes, one.maxBytes)
+	}
+	// Its own binary comes first (lowest address) and must have stayed:
+	// loading glibc's must not have evicted it.
+	if got := one.procs[uint32(q.PID)]; len(got) == 0 || !strings.HasSuffix(got[0].path, "/nofp") {
+		t.Fatalf("tables of the new process: %v", got)
+	}
+	t.Logf("glibc + ld.so tables %d bytes; with a budget of %d: %+v (%v)", glibc, one.maxBytes, st, err)
+}
+
+// Go binaries keep frame pointers: no tables, no entry.
+func TestGoProcessStaysOnFramePointers(t *testing.T) {
+	s := openSampler(t)
+	sym := symbolize.New(symbolize.Options{})
+	u := New(s, sym, 64<<20, zaptest.NewLogger(t))
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"main.go": "package main\n\nimport \"time\"\n\nfunc main() { time.Sleep(time.Hour) }\n",
+		"go.mod":  "module sleeper\n\ngo 1.26\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "sleeper")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	run := exec.Command(bin)
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = run.Process.Kill(); _ = run.Wait() })
+	p, err := sym.Snapshot(run.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dwarf, err := u.Attach(p)
+	if dwarf || err != nil {
+		t.Fatalf("Attach(Go test binary) = %v, %v; want frame pointers", dwarf, err)
+	}
+	if st := u.Stats(); st.Tables != 0 || st.Processes != 0 {
+		t.Fatalf("%+v", st)
+	}
+}
