@@ -90,10 +90,14 @@ func New(section []byte, addr uint64) (*Table, error) {
 			break // zero terminator
 		}
 		body := off + hdr
-		end := body + length
-		if end > uint64(len(section)) || length < 4 {
+		// Compare the length with the room left, not body+length with the
+		// size: a 64-bit length near 2^64 wrapped the sum around to a
+		// small end that passed, and section[body:] then panicked.
+		// entryLength checked body <= len(section).
+		if length > uint64(len(section))-body || length < 4 {
 			return nil, fmt.Errorf("entry at %#x: %w", off, errTruncated)
 		}
+		end := body + length
 		id := binary.LittleEndian.Uint32(section[body:])
 		if id != 0 {
 			// FDE: id is the distance back to its CIE.
@@ -114,7 +118,11 @@ func New(section []byte, addr uint64) (*Table, error) {
 			if err != nil {
 				return nil, fmt.Errorf("FDE at %#x: %w", off, err)
 			}
-			if n > 0 {
+			// A range past the top of the address space (sdata4 ranges
+			// are sign-extended, so any "negative" one) would give hi < lo:
+			// rows out of order, gap rows below earlier ones. Such an FDE
+			// is skipped; the rest of the section stays usable.
+			if n > 0 && lo+n > lo {
 				t.fdes = append(t.fdes, fdeRef{lo: lo, hi: lo + n, off: off})
 			}
 		}
@@ -163,10 +171,11 @@ func (t *Table) cieAt(off uint64) (*cie, error) {
 	if err != nil {
 		return nil, err
 	}
-	end := off + hdr + length
-	if end > uint64(len(t.data)) || length < 4 {
+	// As in New: off+hdr+length may wrap around, the room left cannot.
+	if length > uint64(len(t.data))-(off+hdr) || length < 4 {
 		return nil, fmt.Errorf("CIE at %#x: %w", off, errTruncated)
 	}
+	end := off + hdr + length
 	r := reader{b: t.data[:end], p: off + hdr}
 	if id, err := r.u32(); err != nil || id != 0 {
 		return nil, fmt.Errorf("CIE at %#x: not a CIE", off)
@@ -459,10 +468,10 @@ func (m *machine) run(ins []byte, pc uint64, emit func(loc uint64, s State)) (St
 		var err error
 		switch op >> 6 {
 		case 1: // DW_CFA_advance_loc
-			if m.advance(uint64(op&0x3f), pc, emit) {
+			err = m.advance(uint64(op&0x3f), pc, emit)
+			if err == errPast {
 				return m.state, nil
 			}
-			continue
 		case 2: // DW_CFA_offset
 			var off uint64
 			if off, err = r.uleb(); err == nil {
@@ -486,18 +495,32 @@ func (m *machine) run(ins []byte, pc uint64, emit func(loc uint64, s State)) (St
 	return m.state, nil
 }
 
-// advance moves the location by delta code units, reporting whether it
-// passed pc.
-func (m *machine) advance(delta, pc uint64, emit func(uint64, State)) bool {
+// advance moves the location by delta code units; errPast when it passed
+// pc.
+func (m *machine) advance(delta, pc uint64, emit func(uint64, State)) error {
 	return m.moveTo(m.loc+delta*m.cie.codeAlign, pc, emit)
 }
 
-func (m *machine) moveTo(loc, pc uint64, emit func(uint64, State)) bool {
+// errBackwards: the location moved below the current one. Rows must come
+// in address order (DWARF 5 6.4.2.1: the new location of DW_CFA_set_loc "is
+// always greater than the current one"; advances are unsigned), but a
+// corrupt DW_CFA_set_loc or an advance wrapping around the address space
+// did move back, and Rows then reported rows out of order, below the
+// FDE's start, which the unwind table's binary search cannot use.
+var errBackwards = errors.New("CFA location moves backwards")
+
+func (m *machine) moveTo(loc, pc uint64, emit func(uint64, State)) error {
+	if loc < m.loc {
+		return errBackwards
+	}
 	if emit != nil && loc != m.loc {
 		emit(m.loc, m.state)
 	}
 	m.loc = loc
-	return m.loc > pc
+	if m.loc > pc {
+		return errPast
+	}
+	return nil
 }
 
 func (m *machine) setSaved(reg uint64, off int64) {
@@ -549,8 +572,8 @@ func (m *machine) extended(op byte, r *reader, pc uint64, emit func(uint64, Stat
 	case 0x00: // DW_CFA_nop
 	case 0x01: // DW_CFA_set_loc (absptr encoding only; gcc and clang never emit it)
 		var v uint64
-		if v, err = r.u64(); err == nil && m.moveTo(v, pc, emit) {
-			return errPast
+		if v, err = r.u64(); err == nil {
+			err = m.moveTo(v, pc, emit)
 		}
 	case 0x02, 0x03, 0x04: // DW_CFA_advance_loc1/2/4
 		var d uint64
@@ -568,8 +591,8 @@ func (m *machine) extended(op byte, r *reader, pc uint64, emit func(uint64, Stat
 			x, err = r.u32()
 			d = uint64(x)
 		}
-		if err == nil && m.advance(d, pc, emit) {
-			return errPast
+		if err == nil {
+			err = m.advance(d, pc, emit)
 		}
 	case 0x05: // DW_CFA_offset_extended
 		reg, off := uleb(), uleb()

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,52 +103,63 @@ func open(t testing.TB, path string) *Table {
 	return tab
 }
 
+// row is one row of readelf's interpreted table: its location range, the
+// CFA column and the rbp and return address columns as printed ("" when
+// readelf shows no such column for the entry).
 type row struct {
-	lo, hi uint64
-	cfa    string
+	lo, hi       uint64
+	cfa, rbp, ra string
+	fdeLo, fdeHi uint64 // the FDE the row belongs to
 }
 
 var (
 	cieLine = regexp.MustCompile(`^([0-9a-f]+) [0-9a-f]+ [0-9a-f]+ CIE `)
 	fdeLine = regexp.MustCompile(`^[0-9a-f]+ [0-9a-f]+ [0-9a-f]+ FDE cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+)`)
 	rowLine = regexp.MustCompile(`^([0-9a-f]{16}) (\S+)`)
+	colLine = regexp.MustCompile(`^\s+LOC\s+CFA\b`)
+	// A value is one word, except "r9 (r9)" for a register saved in another.
+	valWord = regexp.MustCompile(`r\d+ \([^)]*\)|\S+`)
 )
 
 // readelfRows parses readelf --debug-dump=frames-interp: per FDE, rows of
-// (location, CFA); an FDE without rows keeps its CIE's initial rule.
+// (location, CFA, rbp, ra); an FDE without rows keeps its CIE's initial
+// row.
 func readelfRows(t *testing.T, path string) []row {
 	t.Helper()
 	out, err := exec.Command("readelf", "--debug-dump=no-follow-links", "--debug-dump=frames-interp", path).Output()
 	if err != nil {
 		t.Fatalf("readelf: %v", err)
 	}
-	cieCFA := map[string]string{}
+	cieRow := map[string]row{}
 	var rows []row
 	var cur []row // rows of the entry being read
 	var curCIE string
 	var inFDE bool
 	var fdeLo, fdeHi uint64
 	var fdeCIE string
+	var cols []string // register columns of the entry being read
 	flush := func() {
 		switch {
 		case inFDE && len(cur) == 0:
-			cfa, ok := cieCFA[fdeCIE]
+			r, ok := cieRow[fdeCIE]
 			if !ok {
 				t.Fatalf("FDE refers to unknown CIE %s", fdeCIE)
 			}
-			rows = append(rows, row{fdeLo, fdeHi, cfa})
+			r.lo, r.hi, r.fdeLo, r.fdeHi = fdeLo, fdeHi, fdeLo, fdeHi
+			rows = append(rows, r)
 		case inFDE:
 			for i := range cur {
 				cur[i].hi = fdeHi
 				if i+1 < len(cur) {
 					cur[i].hi = cur[i+1].lo
 				}
+				cur[i].fdeLo, cur[i].fdeHi = fdeLo, fdeHi
 			}
 			rows = append(rows, cur...)
 		case curCIE != "" && len(cur) > 0:
-			cieCFA[curCIE] = cur[0].cfa
+			cieRow[curCIE] = cur[0]
 		}
-		cur, inFDE, curCIE = nil, false, ""
+		cur, inFDE, curCIE, cols = nil, false, "", nil
 	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -164,9 +177,26 @@ func readelfRows(t *testing.T, path string) []row {
 			fdeHi, _ = strconv.ParseUint(m[3], 16, 64)
 			continue
 		}
+		if colLine.MatchString(line) {
+			cols = strings.Fields(line)[2:]
+			continue
+		}
 		if m := rowLine.FindStringSubmatch(line); m != nil && (inFDE || curCIE != "") {
 			loc, _ := strconv.ParseUint(m[1], 16, 64)
-			cur = append(cur, row{lo: loc, cfa: m[2]})
+			r := row{lo: loc, cfa: m[2]}
+			vals := valWord.FindAllString(line, -1)[2:]
+			if len(vals) != len(cols) {
+				t.Fatalf("readelf row %q does not match the columns %q", line, cols)
+			}
+			for i, c := range cols {
+				switch c {
+				case "rbp":
+					r.rbp = vals[i]
+				case "ra":
+					r.ra = vals[i]
+				}
+			}
+			cur = append(cur, r)
 		}
 	}
 	flush()
@@ -275,4 +305,460 @@ func FuzzTable(f *testing.F) {
 			_, _, _ = tab.CFA(fd.lo)
 		}
 	})
+}
+
+// richProgram adds to program the frames that exercise the rbp and return
+// address columns: many callee-saved registers, a large frame, a
+// stack-realigning prologue with alloca (CFA from r10, then by expression;
+// rbp by expression), recursion and a noreturn call. The _start of the
+// linked program has the return address undefined.
+const richProgram = program + `
+#include <stdlib.h>
+#include <string.h>
+__attribute__((noinline)) long manyregs(long *v, long n) {
+	long a = v[0], b = v[1], c = v[2], d = v[3], e = v[4], f = v[5];
+	for (long i = 0; i < n; i++) { a += leaf(b); b ^= leaf(c); c += leaf(d) * e; d -= leaf(f); e += a; f ^= b; }
+	return a + b + c + d + e + f;
+}
+__attribute__((noinline)) long bigframe(int n) {
+	char buf[8192];
+	memset(buf, n, sizeof buf);
+	snprintf(buf, 64, "%d", n);
+	return strlen(buf) + buf[4000];
+}
+__attribute__((noinline)) long aligned(long n) {
+	_Alignas(64) char buf[256];
+	char *p = alloca(n + 1);
+	for (long i = 0; i < 256; i++) buf[i] = (char)(i * n);
+	p[0] = 1;
+	return leaf(buf[n & 255]) + buf[(n + 7) & 255] + p[n / 2];
+}
+__attribute__((noinline, noreturn)) void die(const char *m) { fputs(m, stderr); exit(2); }
+__attribute__((noinline)) long recurse(long n) {
+	if (n < 0) die("negative");
+	if (n <= 1) return 1;
+	return n * recurse(n - 1) + leaf(n);
+}
+long rich(int argc) {
+	long v[6] = {argc, 2, 3, 4, 5, 6};
+	return manyregs(v, argc) + bigframe(argc) + aligned(argc) + recurse(argc);
+}
+`
+
+// TestRowsMatchReadelf compares every row Rows returns, all three columns
+// the unwinder uses (CFA, rbp, return address), with readelf's interpreted
+// table.
+func TestRowsMatchReadelf(t *testing.T) {
+	for _, flags := range [][]string{
+		{"-O2", "-fno-omit-frame-pointer"},
+		{"-O2", "-fomit-frame-pointer"},
+	} {
+		t.Run(strings.Join(flags, ""), func(t *testing.T) {
+			checkRowsAgainstReadelf(t, buildC(t, richProgram, flags...))
+		})
+	}
+	t.Run("libc", func(t *testing.T) {
+		checkRowsAgainstReadelf(t, "/lib/x86_64-linux-gnu/libc.so.6")
+	})
+}
+
+// wantRBP maps readelf's rbp column to a rule. readelf prints "u" both for
+// DW_CFA_undefined and for a column the FDE mentions but has not set yet
+// (or has restored to the CIE's, which never mentions rbp), which is the
+// same-value rule for a callee-saved register; so "u" may mean RegUndefined
+// only in a file that undefines rbp somewhere.
+func wantRBP(col string, undefinesRBP bool) (RegRule, bool) {
+	switch {
+	case col == "" || col == "s":
+		return RegRule{Kind: RegSame}, false
+	case col == "u":
+		return RegRule{Kind: RegSame}, undefinesRBP
+	case col[0] == 'c':
+		off, err := strconv.ParseInt(col[1:], 10, 64)
+		if err != nil {
+			return RegRule{Kind: RegOther}, false
+		}
+		return RegRule{Kind: RegAtCFA, Offset: off}, false
+	}
+	// "v+8", "exp", "vexp", "r9 (r9)": rules the unwinder does not follow.
+	return RegRule{Kind: RegOther}, false
+}
+
+func checkRowsAgainstReadelf(t *testing.T, path string) {
+	t.Helper()
+	raw, err := exec.Command("readelf", "--debug-dump=no-follow-links", "--debug-dump=frames", path).Output()
+	if err != nil {
+		t.Fatalf("readelf: %v", err)
+	}
+	undefinesRBP := bytes.Contains(raw, []byte("DW_CFA_undefined: r6 "))
+
+	type key struct{ lo, hi uint64 }
+	want := map[key][]row{}
+	for _, r := range readelfRows(t, path) {
+		k := key{r.fdeLo, r.fdeHi}
+		if _, ok := want[k]; !ok {
+			want[k] = nil
+		}
+		if r.hi > r.lo { // drop empty rows (advance by 0, or past the end)
+			want[k] = append(want[k], r)
+		}
+	}
+	if len(want) < 5 {
+		t.Fatalf("readelf gave only %d FDEs for %s", len(want), path)
+	}
+
+	tab := open(t, path)
+	seen := map[key]bool{}
+	var prevLo uint64
+	nrows, saved, raUndef, other := 0, 0, 0, 0
+	bad := tab.Rows(func(lo, hi uint64, rows []Row) {
+		k := key{lo, hi}
+		if seen[k] {
+			t.Errorf("FDE %#x..%#x reported twice", lo, hi)
+		}
+		seen[k] = true
+		if lo < prevLo {
+			t.Errorf("FDE %#x..%#x after one at %#x: not in PC order", lo, hi, prevLo)
+		}
+		prevLo = lo
+		exp, ok := want[k]
+		if !ok {
+			t.Errorf("FDE %#x..%#x: readelf has no such FDE", lo, hi)
+			return
+		}
+		if len(rows) != len(exp) {
+			t.Errorf("FDE %#x..%#x: %d rows, readelf has %d:\n got %v\nwant %v", lo, hi, len(rows), len(exp), rows, exp)
+			return
+		}
+		for i, r := range rows {
+			e := exp[i]
+			if r.PC != e.lo {
+				t.Errorf("FDE %#x..%#x row %d at %#x, readelf's at %#x", lo, hi, i, r.PC, e.lo)
+				continue
+			}
+			if got := r.CFA.String(); got != e.cfa {
+				t.Errorf("%#x: CFA %s, readelf says %s", r.PC, got, e.cfa)
+			}
+			rbp, either := wantRBP(e.rbp, undefinesRBP)
+			if r.RBP != rbp && !(either && r.RBP.Kind == RegUndefined) {
+				t.Errorf("%#x: rbp rule %+v, readelf says %q", r.PC, r.RBP, e.rbp)
+			}
+			if r.RAUndefined != (e.ra == "u") {
+				t.Errorf("%#x: RAUndefined %v, readelf's ra column %q", r.PC, r.RAUndefined, e.ra)
+			}
+			nrows++
+			switch r.RBP.Kind {
+			case RegAtCFA:
+				saved++
+			case RegOther:
+				other++
+			}
+			if r.RAUndefined {
+				raUndef++
+			}
+		}
+	})
+	if bad != 0 {
+		t.Errorf("%d malformed FDEs", bad)
+	}
+	for k := range want {
+		if !seen[k] {
+			t.Errorf("readelf's FDE %#x..%#x missing from Rows", k.lo, k.hi)
+		}
+	}
+	// The comparison must have covered each kind of rbp and ra value.
+	if saved == 0 || other == 0 || raUndef == 0 {
+		t.Errorf("%s: %d rows with rbp saved, %d with another rbp rule, %d with ra undefined: the test covers too little",
+			path, saved, other, raUndef)
+	}
+	t.Logf("%s: %d FDEs, %d rows agree (rbp saved in %d, other rule in %d, ra undefined in %d)",
+		path, len(seen), nrows, saved, other, raUndef)
+}
+
+// fdeSpec is one FDE of a hand-built section: [lo, lo+n), instructions ins.
+type fdeSpec struct {
+	lo, n uint64
+	ins   []byte
+}
+
+// buildEHFrame assembles an .eh_frame loaded at addr: one CIE (version 1,
+// "zR" with pcrel sdata4 pointers, code alignment 1, data alignment -8,
+// return address column 16, initial instructions cieIns), the FDEs in the
+// order given, and a zero terminator.
+func buildEHFrame(addr uint64, cieIns []byte, fdes ...fdeSpec) []byte {
+	le32 := func(b []byte, v uint32) []byte { return binary.LittleEndian.AppendUint32(b, v) }
+	cieBody := append([]byte{0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78, 16, 1, 0x1b}, cieIns...)
+	out := le32(nil, uint32(len(cieBody)))
+	out = append(out, cieBody...)
+	for _, f := range fdes {
+		start := len(out)
+		out = le32(out, 0) // length, patched below
+		out = le32(out, uint32(len(out)))
+		out = le32(out, uint32(f.lo-(addr+uint64(len(out)))))
+		out = le32(out, uint32(f.n))
+		out = append(out, 0) // augmentation data length
+		out = append(out, f.ins...)
+		binary.LittleEndian.PutUint32(out[start:], uint32(len(out)-start-4))
+	}
+	return le32(out, 0)
+}
+
+// pltExpr is the CFA expression binutils emits for .plt entries (N = 11).
+var pltExpr = []byte{0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22}
+
+// TestRowsHandBuilt runs instructions gcc emits rarely or never on a
+// hand-built section and checks every row exactly, and CFA at every PC
+// against the rows.
+func TestRowsHandBuilt(t *testing.T) {
+	const addr = 0x400000
+	cieIns := []byte{
+		0x0c, 0x07, 0x08, // def_cfa rsp+8
+		0x90, 0x01, // offset r16 at cfa-8
+	}
+	ins := []byte{
+		0x40,       // advance 0: no row
+		0x41,       // advance 1
+		0x0e, 0x10, // def_cfa_offset 16
+		0x86, 0x02, // offset r6 at cfa-16
+		0x43,       // advance 3
+		0x0d, 0x06, // def_cfa_register rbp
+		0x44,             // advance 4
+		0x0a,             // remember_state
+		0x0c, 0x07, 0x08, // def_cfa rsp+8
+		0xc6,       // restore r6 (the CIE does not mention it: same value)
+		0x42,       // advance 2
+		0x0b,       // restore_state: rbp+16 and rbp at cfa-16 again
+		0x42,       // advance 2
+		0x07, 0x10, // undefined r16
+		0x42,       // advance 2
+		0x06, 0x10, // restore_extended r16: back to cfa-8
+		0x0f, byte(len(pltExpr)), // def_cfa_expression (the PLT rule)
+	}
+	ins = append(ins, pltExpr...)
+	ins = append(ins,
+		0x44,             // advance 4
+		0x0c, 0x07, 0x10, // def_cfa rsp+16
+		0x07, 0x06, // undefined r6
+		0x02, 0x04, // advance_loc1 4
+		0x08, 0x06, // same_value r6
+		0x0f, 0x02, 0x77, 0x08, // def_cfa_expression breg7 8: not the PLT one
+		0x03, 0x10, 0x00, // advance_loc2 16
+		0x0c, 0x07, 0x08, // def_cfa rsp+8
+		0x09, 0x06, 0x03, // register r6 in rbx
+		0x04, 0x04, 0, 0, 0, // advance_loc4 4
+		0x0a, 0x0a, 0x0b, // remember twice, restore once
+		0x02, 0x40, // advance_loc1 64: past the end; the rows from here are dropped
+		0x0e, 0x20, // def_cfa_offset 32
+	)
+	data := buildEHFrame(addr, cieIns,
+		fdeSpec{lo: 0x401000, n: 0x40, ins: ins},
+		fdeSpec{lo: 0x400f00, n: 0x20}, // no instructions: the CIE's row
+	)
+
+	var (
+		sp8   = Rule{Register: RegRSP, Offset: 8}
+		sp16  = Rule{Register: RegRSP, Offset: 16}
+		bp16  = Rule{Register: RegRBP, Offset: 16}
+		plt   = Rule{Expr: true, PLT: 11}
+		expr  = Rule{Expr: true}
+		same  = RegRule{Kind: RegSame}
+		atm16 = RegRule{Kind: RegAtCFA, Offset: -16}
+		undef = RegRule{Kind: RegUndefined}
+		inReg = RegRule{Kind: RegOther}
+		want  = []Row{
+			{0x401000, State{CFA: sp8, RBP: same}},
+			{0x401001, State{CFA: sp16, RBP: atm16}},
+			{0x401004, State{CFA: bp16, RBP: atm16}},
+			{0x401008, State{CFA: sp8, RBP: same}},
+			{0x40100a, State{CFA: bp16, RBP: atm16}},
+			{0x40100c, State{CFA: bp16, RBP: atm16, RAUndefined: true}},
+			{0x40100e, State{CFA: plt, RBP: atm16}},
+			{0x401012, State{CFA: sp16, RBP: undef}},
+			{0x401016, State{CFA: expr, RBP: same}},
+			{0x401026, State{CFA: sp8, RBP: inReg}},
+			// remember, remember, restore change nothing, but the advance
+			// still starts a row (readelf prints it too).
+			{0x40102a, State{CFA: sp8, RBP: inReg}},
+		}
+		wantOther = []Row{{0x400f00, State{CFA: sp8, RBP: same}}}
+	)
+
+	tab, err := New(data, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type fde struct {
+		lo, hi uint64
+		rows   []Row
+	}
+	var got []fde
+	if bad := tab.Rows(func(lo, hi uint64, rows []Row) {
+		got = append(got, fde{lo, hi, slices.Clone(rows)})
+	}); bad != 0 {
+		t.Fatalf("%d malformed FDEs", bad)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d FDEs, want 2", len(got))
+	}
+	if got[0].lo != 0x400f00 || got[0].hi != 0x400f20 || !slices.Equal(got[0].rows, wantOther) {
+		t.Errorf("first FDE %#x..%#x rows %+v, want 0x400f00..0x400f20 %+v", got[0].lo, got[0].hi, got[0].rows, wantOther)
+	}
+	if got[1].lo != 0x401000 || got[1].hi != 0x401040 {
+		t.Errorf("second FDE %#x..%#x, want 0x401000..0x401040", got[1].lo, got[1].hi)
+	}
+	if !slices.Equal(got[1].rows, want) {
+		t.Errorf("rows:\n got %+v\nwant %+v", got[1].rows, want)
+	}
+
+	// CFA evaluates up to the PC instead of to the end: the same rules.
+	for _, f := range got {
+		for pc := f.lo; pc < f.hi; pc++ {
+			i := 0
+			for i+1 < len(f.rows) && f.rows[i+1].PC <= pc {
+				i++
+			}
+			rule, ok, err := tab.CFA(pc)
+			if err != nil || !ok || rule != f.rows[i].CFA {
+				t.Errorf("CFA(%#x) = %+v, %v, %v; want %+v", pc, rule, ok, err, f.rows[i].CFA)
+			}
+		}
+	}
+	for _, pc := range []uint64{0x400eff, 0x400f20, 0x400fff, 0x401040} {
+		if _, ok, err := tab.CFA(pc); ok || err != nil {
+			t.Errorf("CFA(%#x) = ok %v, err %v; want not covered", pc, ok, err)
+		}
+	}
+}
+
+// TestRestoreToCIERule: DW_CFA_restore and restore_extended of rbp and the
+// return address go back to the CIE's rules, not to "same value".
+func TestRestoreToCIERule(t *testing.T) {
+	cieIns := []byte{
+		0x0c, 0x07, 0x18, // def_cfa rsp+24
+		0x90, 0x01, // offset r16 at cfa-8
+		0x86, 0x03, // offset r6 at cfa-24
+		0x07, 0x10, // undefined r16
+	}
+	ins := []byte{
+		0x86, 0x02, // offset r6 at cfa-16
+		0x90, 0x01, // offset r16 at cfa-8
+		0x41,       // advance 1
+		0xc6,       // restore r6
+		0xd0,       // restore r16
+		0x41,       // advance 1
+		0x08, 0x06, // same_value r6
+		0x41,       // advance 1
+		0x06, 0x06, // restore_extended r6
+	}
+	tab, err := New(buildEHFrame(0x400000, cieIns, fdeSpec{lo: 0x401000, n: 0x10, ins: ins}), 0x400000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp24 := Rule{Register: RegRSP, Offset: 24}
+	want := []Row{
+		{0x401000, State{CFA: sp24, RBP: RegRule{Kind: RegAtCFA, Offset: -16}}},
+		{0x401001, State{CFA: sp24, RBP: RegRule{Kind: RegAtCFA, Offset: -24}, RAUndefined: true}},
+		{0x401002, State{CFA: sp24, RBP: RegRule{Kind: RegSame}, RAUndefined: true}},
+		{0x401003, State{CFA: sp24, RBP: RegRule{Kind: RegAtCFA, Offset: -24}, RAUndefined: true}},
+	}
+	var got []Row
+	if bad := tab.Rows(func(lo, hi uint64, rows []Row) { got = append(got, rows...) }); bad != 0 {
+		t.Fatalf("%d malformed FDEs", bad)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rows:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestPLTThreshold: only binutils' PLT expression, with DW_OP_lit1..lit15 as
+// the threshold, yields one.
+func TestPLTThreshold(t *testing.T) {
+	if n := pltThreshold(pltExpr); n != 11 {
+		t.Errorf("PLT expression: %d, want 11", n)
+	}
+	lit10 := slices.Clone(pltExpr)
+	lit10[6] = 0x3a // DW_OP_lit10
+	if n := pltThreshold(lit10); n != 10 {
+		t.Errorf("DW_OP_lit10: %d, want 10", n)
+	}
+	for i := range pltExpr {
+		bad := slices.Clone(pltExpr)
+		bad[i] ^= 0x40
+		if n := pltThreshold(bad); n != 0 {
+			t.Errorf("byte %d changed to %#x: %d, want 0", i, bad[i], n)
+		}
+	}
+	if n := pltThreshold(pltExpr[:10]); n != 0 {
+		t.Errorf("truncated: %d, want 0", n)
+	}
+	if n := pltThreshold(append(slices.Clone(pltExpr), 0x96)); n != 0 { // trailing DW_OP_nop
+		t.Errorf("longer: %d, want 0", n)
+	}
+}
+
+// TestHugeLength: a 64-bit entry length near 2^64 is an error (body+length
+// used to wrap around to a small end that passed the bounds check, and
+// reading the CIE pointer panicked).
+func TestHugeLength(t *testing.T) {
+	for _, data := range [][]byte{
+		bytes.Repeat([]byte{0xff}, 12),
+		bytes.Repeat([]byte{0xff}, 15),
+		append(buildEHFrame(0x400000, nil, fdeSpec{lo: 0x401000, n: 0x10})[:0x1c:0x1c], bytes.Repeat([]byte{0xff}, 12)...),
+	} {
+		if _, err := New(data, 0x400000); err == nil {
+			t.Errorf("New(%x): no error", data)
+		}
+	}
+}
+
+// TestRangeWraps: an FDE whose range runs past the top of the address
+// space (sdata4 ranges are sign-extended) is skipped, not kept with
+// hi < lo; the other FDEs stay.
+func TestRangeWraps(t *testing.T) {
+	data := buildEHFrame(0x400000, nil, fdeSpec{lo: 0x401000, n: 0x10}, fdeSpec{lo: 0x401010, n: 0xffff_f800})
+	tab, err := New(data, 0x400000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tab.fdes) != 1 || tab.fdes[0].lo != 0x401000 || tab.fdes[0].hi != 0x401010 {
+		t.Errorf("FDEs %+v, want only the well-formed one", tab.fdes)
+	}
+}
+
+// TestLocationBackwards: a location below the current one (a corrupt
+// DW_CFA_set_loc, or an advance wrapping around the address space) makes
+// the FDE malformed, as rows out of order would break binary searches.
+// The rows before it are still usable by CFA.
+func TestLocationBackwards(t *testing.T) {
+	cieIns := []byte{0x0c, 0x07, 0x08, 0x90, 0x01}
+	for name, ins := range map[string][]byte{
+		"set_loc": {0x44, 0x0e, 0x10, 0x01, 0xf0, 0x0f, 0x40, 0, 0, 0, 0, 0, 0x0e, 0x18, 0x41},
+		"advance wraps": {0x44, 0x0e, 0x10, 0x01, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+			0x0e, 0x18, 0x7f, 0x0e, 0x20, 0x41},
+	} {
+		data := buildEHFrame(0x400000, cieIns, fdeSpec{lo: 0x401000, n: 0x10}, fdeSpec{lo: 0x402000, n: 0x20, ins: ins})
+		tab, err := New(data, 0x400000)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var los []uint64
+		bad := tab.Rows(func(lo, hi uint64, rows []Row) {
+			los = append(los, lo)
+			for i := 1; i < len(rows); i++ {
+				if rows[i].PC <= rows[i-1].PC || rows[i].PC < lo || rows[i].PC >= hi {
+					t.Errorf("%s: FDE %#x..%#x rows out of order: %+v", name, lo, hi, rows)
+				}
+			}
+		})
+		if bad != 1 || !slices.Equal(los, []uint64{0x401000}) {
+			t.Errorf("%s: %d malformed, FDEs at %#x; want 1, [0x401000]", name, bad, los)
+		}
+		if rule, ok, err := tab.CFA(0x402003); err != nil || !ok || rule != (Rule{Register: RegRSP, Offset: 8}) {
+			t.Errorf("%s: CFA before the bad location = %v, %v, %v; want rsp+8", name, rule, ok, err)
+		}
+		// The set_loc to 2^64-16 passes any PC before the advance wraps.
+		if _, _, err := tab.CFA(0x402010); (err == nil) != (name == "advance wraps") {
+			t.Errorf("%s: CFA after the bad location: error %v", name, err)
+		}
+	}
 }

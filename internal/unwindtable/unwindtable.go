@@ -86,7 +86,9 @@ func Build(section []byte, addr uint64) (*Table, error) {
 	var prevHi uint64
 	var tooHigh bool
 	t.Malformed = eh.Rows(func(lo, hi uint64, rows []ehframe.Row) {
-		if hi > 1<<32 {
+		// Not hi > 1<<32: a function ending at exactly 4 GiB left the
+		// None row after it at uint32(1<<32) = 0, out of order.
+		if hi >= 1<<32 {
 			tooHigh = true
 			return
 		}

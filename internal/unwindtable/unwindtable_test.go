@@ -1,0 +1,790 @@
+package unwindtable
+
+import (
+	"bytes"
+	"cmp"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/hotpath-dev/hotpath/internal/ehframe"
+)
+
+const libc = "/lib/x86_64-linux-gnu/libc.so.6"
+
+// program has frames of every shape the table distinguishes: frameless
+// leaves (rsp+8), pushes with early returns (remember/restore_state), a
+// large frame, alloca (rbp-based CFA), a stack-realigning prologue with
+// alloca (CFA from r10, then by expression; rbp by expression), recursion
+// and calls through the PLT.
+const program = `
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <alloca.h>
+__attribute__((noinline)) long leaf(long x) { long s = 0; for (long i = 0; i < x; i++) s += i * i ^ x; return s; }
+__attribute__((noinline)) long withpush(long a, long b, long c) {
+	long r = leaf(a) + leaf(b);
+	if (r & 1) return r + leaf(c);
+	return r * 3 + c;
+}
+__attribute__((noinline)) long withalloca(long n) {
+	char *p = alloca(n);
+	for (long i = 0; i < n; i++) p[i] = i;
+	return p[n / 2] + leaf(n);
+}
+__attribute__((noinline)) long manyregs(long *v, long n) {
+	long a = v[0], b = v[1], c = v[2], d = v[3], e = v[4], f = v[5];
+	for (long i = 0; i < n; i++) { a += leaf(b); b ^= leaf(c); c += leaf(d) * e; d -= leaf(f); e += a; f ^= b; }
+	return a + b + c + d + e + f;
+}
+__attribute__((noinline)) long bigframe(int n) {
+	char buf[8192];
+	memset(buf, n, sizeof buf);
+	snprintf(buf, 64, "%d", n);
+	return strlen(buf) + buf[4000];
+}
+__attribute__((noinline)) long aligned(long n) {
+	_Alignas(64) char buf[256];
+	char *p = alloca(n + 1);
+	for (long i = 0; i < 256; i++) buf[i] = (char)(i * n);
+	p[0] = 1;
+	return leaf(buf[n & 255]) + buf[(n + 7) & 255] + p[n / 2];
+}
+__attribute__((noinline, noreturn)) void die(const char *m) { fputs(m, stderr); exit(2); }
+__attribute__((noinline)) long recurse(long n) {
+	if (n < 0) die("negative");
+	if (n <= 1) return 1;
+	return n * recurse(n - 1) + leaf(n);
+}
+int main(int argc, char **argv) {
+	long v[6] = {argc, 2, 3, 4, 5, 6};
+	(void)argv;
+	printf("%ld\n", withpush(argc, 2, 3) + withalloca(argc * 100) + manyregs(v, argc) +
+		bigframe(argc) + aligned(argc) + recurse(argc));
+	return 0;
+}
+`
+
+func buildC(t testing.TB, flags ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	c := filepath.Join(dir, "prog.c")
+	if err := os.WriteFile(c, []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "prog")
+	args := append(append([]string{}, flags...), "-o", bin, c)
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, out)
+	}
+	return bin
+}
+
+// ehFrame returns the .eh_frame of the ELF file at path and its address.
+func ehFrame(t testing.TB, path string) ([]byte, uint64) {
+	t.Helper()
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	sec := ef.Section(".eh_frame")
+	if sec == nil {
+		t.Fatalf("%s has no .eh_frame", path)
+	}
+	data, err := sec.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, sec.Addr
+}
+
+func build(t testing.TB, path string) *Table {
+	t.Helper()
+	data, addr := ehFrame(t, path)
+	tab, err := Build(data, addr)
+	if err != nil {
+		t.Fatalf("Build %s: %v", path, err)
+	}
+	if err := checkInvariants(tab); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return tab
+}
+
+// checkInvariants checks what the in-kernel binary search relies on.
+func checkInvariants(tab *Table) error {
+	rows := tab.Rows
+	if len(rows) == 0 {
+		return errors.New("no rows")
+	}
+	if last := rows[len(rows)-1]; last != (Row{PC: last.PC, Kind: None}) {
+		return fmt.Errorf("last row %+v is not a None row", last)
+	}
+	for i, r := range rows {
+		switch kind := r.Kind &^ RBPLost; kind {
+		case RSP, RBP, PLT:
+			if r.Kind&RBPLost != 0 && r.RBPOffset != 0 {
+				return fmt.Errorf("row %d %+v: rbp both lost and at an offset", i, r)
+			}
+			if kind == PLT && (r.CFAOffset == 0 || r.CFAOffset > 15) {
+				return fmt.Errorf("row %d %+v: PLT threshold out of range", i, r)
+			}
+		case None, End:
+			if r != (Row{PC: r.PC, Kind: kind}) {
+				return fmt.Errorf("row %d %+v: a None or End row with offsets or flags", i, r)
+			}
+		default:
+			return fmt.Errorf("row %d %+v: unknown kind", i, r)
+		}
+		if i == 0 {
+			continue
+		}
+		p := rows[i-1]
+		if p.PC >= r.PC {
+			return fmt.Errorf("rows %d and %d not in increasing PC order: %+v, %+v", i-1, i, p, r)
+		}
+		if p.Kind == r.Kind && p.RBPOffset == r.RBPOffset && p.CFAOffset == r.CFAOffset {
+			return fmt.Errorf("rows %d and %d have the same rule: %+v, %+v", i-1, i, p, r)
+		}
+	}
+	if !(0 <= tab.FramePointerFDEs && tab.FramePointerFDEs <= tab.PushingFDEs && tab.PushingFDEs <= tab.FDEs && tab.FDEs > 0) {
+		return fmt.Errorf("counts: %d FDEs, %d pushing, %d with frame pointers", tab.FDEs, tab.PushingFDEs, tab.FramePointerFDEs)
+	}
+	if tab.Bytes() != len(rows)*RowBytes {
+		return fmt.Errorf("Bytes() = %d for %d rows", tab.Bytes(), len(rows))
+	}
+	return nil
+}
+
+// lookup is the kernel's search: the last row with PC <= pc.
+func lookup(rows []Row, pc uint64) (Row, bool) {
+	i := sort.Search(len(rows), func(i int) bool { return uint64(rows[i].PC) > pc })
+	if i == 0 {
+		return Row{}, false
+	}
+	return rows[i-1], true
+}
+
+func TestHasFramePointers(t *testing.T) {
+	for _, tc := range []struct {
+		flags []string
+		want  bool
+	}{
+		{[]string{"-O2", "-fomit-frame-pointer"}, false},
+		{[]string{"-Os", "-fomit-frame-pointer"}, false},
+		{[]string{"-O0"}, true},
+		{[]string{"-O2", "-fno-omit-frame-pointer"}, true},
+		{[]string{"-O2", "-fno-omit-frame-pointer", "-momit-leaf-frame-pointer"}, true},
+	} {
+		t.Run(strings.Join(tc.flags, ""), func(t *testing.T) {
+			tab := build(t, buildC(t, tc.flags...))
+			if got := tab.HasFramePointers(); got != tc.want {
+				t.Errorf("HasFramePointers() = %v, want %v (%d FDEs, %d pushing, %d with frame pointers)",
+					got, tc.want, tab.FDEs, tab.PushingFDEs, tab.FramePointerFDEs)
+			}
+		})
+	}
+	t.Run("libc", func(t *testing.T) {
+		// Debian 12's glibc is built without frame pointers.
+		tab := build(t, libc)
+		if tab.HasFramePointers() {
+			t.Errorf("HasFramePointers() = true (%d FDEs, %d pushing, %d with frame pointers)",
+				tab.FDEs, tab.PushingFDEs, tab.FramePointerFDEs)
+		}
+		if tab.Malformed != 0 {
+			t.Errorf("%d malformed FDEs in libc", tab.Malformed)
+		}
+	})
+}
+
+// TestRowInvariants: rows strictly increasing, a None row last, no two
+// consecutive rows with the same rule, for real binaries.
+func TestRowInvariants(t *testing.T) {
+	paths := map[string]string{"libc": libc}
+	for _, flags := range [][]string{{"-O0"}, {"-O2"}, {"-O2", "-fno-omit-frame-pointer"}, {"-Os"}} {
+		paths[strings.Join(flags, "")] = buildC(t, flags...)
+	}
+	for name, path := range paths {
+		t.Run(name, func(t *testing.T) {
+			tab := build(t, path) // checks the invariants
+			ntab, err := ehframe.New(ehFrame(t, path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Gap rows and merging: never more rows than FDE rows plus one
+			// gap row per function, and never fewer than functions.
+			var fdeRows int
+			ntab.Rows(func(lo, hi uint64, rows []ehframe.Row) { fdeRows += len(rows) })
+			if len(tab.Rows) > fdeRows+tab.FDEs || len(tab.Rows) < 2 {
+				t.Errorf("%d rows from %d FDE rows of %d FDEs", len(tab.Rows), fdeRows, tab.FDEs)
+			}
+			if tab.FDEs != ntab.FDEs() {
+				t.Errorf("%d FDEs compiled of %d", tab.FDEs, ntab.FDEs())
+			}
+			t.Logf("%d FDEs, %d FDE rows, %d table rows (%d bytes)", tab.FDEs, fdeRows, len(tab.Rows), tab.Bytes())
+		})
+	}
+}
+
+// fdeIndex is every row of every FDE, to find the full state at a PC
+// (ehframe's CFA gives only the CFA rule).
+type fdeIndex struct {
+	fdes []fdeRows
+}
+
+type fdeRows struct {
+	lo, hi uint64
+	rows   []ehframe.Row
+}
+
+func newFDEIndex(t testing.TB, eh *ehframe.Table) *fdeIndex {
+	x := &fdeIndex{}
+	if bad := eh.Rows(func(lo, hi uint64, rows []ehframe.Row) {
+		x.fdes = append(x.fdes, fdeRows{lo, hi, slices.Clone(rows)})
+	}); bad != 0 {
+		t.Fatalf("%d malformed FDEs", bad)
+	}
+	return x
+}
+
+// state returns the state at pc and whether an FDE covers pc.
+func (x *fdeIndex) state(pc uint64) (ehframe.State, bool) {
+	i := sort.Search(len(x.fdes), func(i int) bool { return x.fdes[i].lo > pc })
+	if i == 0 || pc >= x.fdes[i-1].hi {
+		return ehframe.State{}, false
+	}
+	rows := x.fdes[i-1].rows
+	j := sort.Search(len(rows), func(j int) bool { return rows[j].PC > pc })
+	if j == 0 {
+		return ehframe.State{}, false
+	}
+	return rows[j-1].State, true
+}
+
+// coverage counts the checked PCs by the kind of row found.
+type coverage map[string]int
+
+// checkPC checks that the row the kernel finds for pc describes the same
+// frame as the CFI: the CFA (from ehframe's CFA), where rbp was saved and
+// whether there is a caller (from the FDE's rows).
+func checkPC(t *testing.T, tab *Table, eh *ehframe.Table, x *fdeIndex, pc uint64, cov coverage) {
+	t.Helper()
+	row, found := lookup(tab.Rows, pc)
+	rule, covered, err := eh.CFA(pc)
+	if err != nil {
+		t.Fatalf("CFA(%#x): %v", pc, err)
+	}
+	st, covered2 := x.state(pc)
+	if covered != covered2 || (covered && st.CFA != rule) {
+		t.Fatalf("%#x: CFA says %v %v, the FDE's rows %v %v", pc, rule, covered, st.CFA, covered2)
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("%#x: row %+v (found %v) for CFA %v, rbp %+v, ra undefined %v: %s",
+			pc, row, found, rule, st.RBP, st.RAUndefined, fmt.Sprintf(format, args...))
+	}
+	kind := row.Kind &^ RBPLost
+	if !covered {
+		if found && kind != None {
+			fail("no FDE covers the PC, but the row has a rule")
+		}
+		cov["uncovered"]++
+		return
+	}
+	if !found {
+		fail("an FDE covers the PC, but no row does")
+	}
+	if st.RAUndefined {
+		if kind != End {
+			fail("want End: the outermost frame")
+		}
+		cov["End"]++
+		return
+	}
+	switch {
+	case rule.Expr && rule.PLT != 0:
+		if kind != PLT || row.CFAOffset != uint16(rule.PLT) {
+			fail("want PLT %d", rule.PLT)
+		}
+		cov["PLT"]++
+	case rule.Expr,
+		rule.Register != ehframe.RegRSP && rule.Register != ehframe.RegRBP,
+		rule.Offset < 0 || rule.Offset > 0xffff:
+		if kind != None {
+			fail("want None: a rule the kernel cannot follow")
+		}
+		cov["None"]++
+		return
+	case rule.Register == ehframe.RegRSP:
+		if kind != RSP || int64(row.CFAOffset) != rule.Offset {
+			fail("want RSP %+d", rule.Offset)
+		}
+		cov["RSP"]++
+	default:
+		if kind != RBP || int64(row.CFAOffset) != rule.Offset {
+			fail("want RBP %+d", rule.Offset)
+		}
+		cov["RBP"]++
+	}
+	// Where the caller's rbp is.
+	lost := row.Kind&RBPLost != 0
+	switch st.RBP.Kind {
+	case ehframe.RegSame:
+		if lost || row.RBPOffset != 0 {
+			fail("rbp unchanged")
+		}
+	case ehframe.RegAtCFA:
+		if lost {
+			if off := st.RBP.Offset; off%8 == 0 && off != 0 && off >= -128*8 && off <= 127*8 {
+				fail("rbp at CFA%+d representable but marked lost", off)
+			}
+			cov["rbp lost"]++
+		} else {
+			if 8*int64(row.RBPOffset) != st.RBP.Offset || row.RBPOffset == 0 {
+				fail("rbp saved at CFA%+d", st.RBP.Offset)
+			}
+			cov["rbp saved"]++
+		}
+	default:
+		if !lost || row.RBPOffset != 0 {
+			fail("want RBPLost: rbp rule the kernel cannot follow")
+		}
+		cov["rbp lost"]++
+	}
+}
+
+// TestLookupMatchesCFI: for every PC of every function and PLT entry of the
+// compiled program, the kernel's lookup in the compact table finds the rule
+// the CFI gives: the compaction (merging, gap rows) loses nothing.
+func TestLookupMatchesCFI(t *testing.T) {
+	for _, flags := range [][]string{
+		{"-O0"},
+		{"-O2", "-fomit-frame-pointer"},
+		{"-O2", "-fno-omit-frame-pointer"},
+		{"-Os", "-fasynchronous-unwind-tables"},
+	} {
+		t.Run(strings.Join(flags, ""), func(t *testing.T) {
+			path := buildC(t, flags...)
+			tab := build(t, path)
+			eh, err := ehframe.New(ehFrame(t, path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := newFDEIndex(t, eh)
+			ef, err := elf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ef.Close()
+			syms, err := ef.Symbols()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cov := coverage{}
+			funcs := 0
+			for _, s := range syms {
+				if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 || s.Size == 0 {
+					continue
+				}
+				funcs++
+				for pc := s.Value; pc < s.Value+s.Size; pc++ {
+					checkPC(t, tab, eh, x, pc, cov)
+				}
+			}
+			if funcs < 9 {
+				t.Fatalf("only %d functions with a size in the symbol table", funcs)
+			}
+			// The PLT has no symbols; its entries use binutils' expression.
+			var pltPCs int
+			for _, sec := range ef.Sections {
+				if strings.HasPrefix(sec.Name, ".plt") {
+					for pc := sec.Addr; pc < sec.Addr+sec.Size; pc++ {
+						checkPC(t, tab, eh, x, pc, cov)
+						pltPCs++
+					}
+				}
+			}
+			if plt := ef.Section(".plt"); plt != nil && plt.Size > 16 && cov["PLT"] == 0 {
+				t.Errorf("a %d-byte .plt but no PC with a PLT row", plt.Size)
+			}
+			for _, k := range []string{"RSP", "End", "rbp saved"} {
+				if cov[k] == 0 {
+					t.Errorf("no PC with %s checked", k)
+				}
+			}
+			if tab.HasFramePointers() && cov["RBP"] == 0 {
+				t.Error("frame pointers but no PC with an RBP row")
+			}
+			t.Logf("%d functions, %d PLT bytes: %v", funcs, pltPCs, cov)
+		})
+	}
+}
+
+// TestLookupMatchesCFILibc runs the same check over every PC of libc's
+// .text: functions and the padding between them.
+func TestLookupMatchesCFILibc(t *testing.T) {
+	tab := build(t, libc)
+	eh, err := ehframe.New(ehFrame(t, libc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newFDEIndex(t, eh)
+	ef, err := elf.Open(libc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	text := ef.Section(".text")
+	if text == nil {
+		t.Fatal("libc has no .text")
+	}
+	step := uint64(1)
+	if testing.Short() {
+		step = 7
+	}
+	cov := coverage{}
+	for pc := text.Addr; pc < text.Addr+text.Size; pc += step {
+		checkPC(t, tab, eh, x, pc, cov)
+	}
+	for _, k := range []string{"RSP", "End", "rbp saved", "None", "uncovered"} {
+		if cov[k] == 0 {
+			t.Errorf("no PC with %s checked", k)
+		}
+	}
+	t.Logf("%d rows: %v", len(tab.Rows), cov)
+}
+
+// TestPaddingBetweenFunctions: a PC in the alignment padding after a
+// function, which no FDE covers, finds a None row, not the rule of the
+// function before.
+func TestPaddingBetweenFunctions(t *testing.T) {
+	path := buildC(t, "-O2")
+	tab := build(t, path)
+	eh, err := ehframe.New(ehFrame(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var funcs []elf.Symbol
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Size != 0 {
+			funcs = append(funcs, s)
+		}
+	}
+	slices.SortFunc(funcs, func(a, b elf.Symbol) int { return cmp.Compare(a.Value, b.Value) })
+	gaps := 0
+	for i := 0; i+1 < len(funcs); i++ {
+		a, b := funcs[i], funcs[i+1]
+		end := a.Value + a.Size
+		if end >= b.Value {
+			continue
+		}
+		// The function before has a rule at its last byte.
+		if _, ok, _ := eh.CFA(end - 1); !ok {
+			continue
+		}
+		for pc := end; pc < b.Value; pc++ {
+			if _, ok, _ := eh.CFA(pc); ok {
+				t.Fatalf("%#x: padding between %s and %s covered by an FDE", pc, a.Name, b.Name)
+			}
+			row, found := lookup(tab.Rows, pc)
+			if !found || row.Kind != None {
+				t.Errorf("%#x: padding after %s finds %+v (found %v), want a None row", pc, a.Name, row, found)
+			}
+			gaps++
+		}
+	}
+	if gaps == 0 {
+		t.Fatal("no padding between functions in the test program")
+	}
+	// Before the first row and past the last function: nothing.
+	if _, found := lookup(tab.Rows, uint64(tab.Rows[0].PC)-1); found {
+		t.Error("a row below the first one")
+	}
+	last := tab.Rows[len(tab.Rows)-1]
+	if row, _ := lookup(tab.Rows, uint64(last.PC)+100); row.Kind != None {
+		t.Errorf("past the last function: %+v", row)
+	}
+	t.Logf("%d padding bytes checked", gaps)
+}
+
+// fdeSpec is one FDE of a hand-built section: [lo, lo+n), instructions ins.
+type fdeSpec struct {
+	lo, n uint64
+	ins   []byte
+}
+
+// buildEHFrame assembles an .eh_frame loaded at addr: one CIE (version 1,
+// "zR" with pcrel sdata4 pointers, code alignment 1, data alignment -8,
+// return address column 16; def_cfa rsp+8, ra at cfa-8), the FDEs in the
+// order given, and a zero terminator.
+func buildEHFrame(addr uint64, fdes ...fdeSpec) []byte {
+	le32 := func(b []byte, v uint32) []byte { return binary.LittleEndian.AppendUint32(b, v) }
+	cie := []byte{0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78, 16, 1, 0x1b, 0x0c, 0x07, 0x08, 0x90, 0x01}
+	out := le32(nil, uint32(len(cie)))
+	out = append(out, cie...)
+	for _, f := range fdes {
+		start := len(out)
+		out = le32(out, 0) // length, patched below
+		out = le32(out, uint32(len(out)))
+		out = le32(out, uint32(f.lo-(addr+uint64(len(out)))))
+		out = le32(out, uint32(f.n))
+		out = append(out, 0) // augmentation data length
+		out = append(out, f.ins...)
+		binary.LittleEndian.PutUint32(out[start:], uint32(len(out)-start-4))
+	}
+	return le32(out, 0)
+}
+
+var pltExpr = []byte{0x0f, 11, 0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22}
+
+// handBuilt has four FDEs: one with a frame pointer, one without
+// instructions right after it (its rule merges with the previous row), one
+// after a gap with every rule kind, and one overlapping the third.
+func handBuilt() []byte {
+	fde3 := append(slices.Clone(pltExpr),
+		0x46,                         // advance 6
+		0x0c, 0x07, 0x80, 0x80, 0x04, // def_cfa rsp+0x10000: offset too large
+		0x42,             // advance 2
+		0x0c, 0x0a, 0x00, // def_cfa r10+0
+		0x42,             // advance 2
+		0x0c, 0x07, 0x10, // def_cfa rsp+16
+		0x86, 0xc8, 0x01, // offset r6 at cfa-1600: beyond an int8 of words
+		0x42,       // advance 2
+		0x86, 0x01, // offset r6 at cfa-8
+		0x42,             // advance 2
+		0x11, 0x06, 0x7f, // offset_extended_sf r6 at cfa+8
+		0x42,             // advance 2
+		0x09, 0x06, 0x03, // register r6 in rbx
+		0x42,       // advance 2
+		0x07, 0x10, // undefined r16
+		0x42,       // advance 2
+		0x0e, 0x18, // def_cfa_offset 24: still the outermost frame
+	)
+	return buildEHFrame(0x400000,
+		fdeSpec{lo: 0x1000, n: 0x10, ins: []byte{
+			0x41,       // advance 1
+			0x0e, 0x10, // def_cfa_offset 16
+			0x86, 0x02, // offset r6 at cfa-16
+			0x43,       // advance 3
+			0x0d, 0x06, // def_cfa_register rbp
+			0x48,             // advance 8
+			0x0c, 0x07, 0x08, // def_cfa rsp+8
+			0xc6, // restore r6
+		}},
+		fdeSpec{lo: 0x1010, n: 0x10},
+		fdeSpec{lo: 0x1048, n: 0x10, ins: []byte{0x0e, 0x10}}, // overlaps the next: dropped
+		fdeSpec{lo: 0x1030, n: 0x20, ins: fde3},
+	)
+}
+
+// TestBuildHandBuilt checks the compiled rows exactly.
+func TestBuildHandBuilt(t *testing.T) {
+	tab, err := Build(handBuilt(), 0x400000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Row{
+		{0x1000, RSP, 0, 8},
+		{0x1001, RSP, -2, 16},
+		{0x1004, RBP, -2, 16},
+		{0x100c, RSP, 0, 8}, // and the next function, 0x1010..0x1020
+		{0x1020, None, 0, 0},
+		{0x1030, PLT, 0, 11},
+		{0x1036, None, 0, 0}, // offset too large, then CFA from r10
+		{0x103a, RSP | RBPLost, 0, 16},
+		{0x103c, RSP, -1, 16},
+		{0x103e, RSP, 1, 16},
+		{0x1040, RSP | RBPLost, 0, 16},
+		{0x1042, End, 0, 0},
+		{0x1050, None, 0, 0},
+	}
+	if !slices.Equal(tab.Rows, want) {
+		t.Errorf("rows:\n got %+v\nwant %+v", tab.Rows, want)
+	}
+	if err := checkInvariants(tab); err != nil {
+		t.Error(err)
+	}
+	if tab.FDEs != 3 || tab.PushingFDEs != 2 || tab.FramePointerFDEs != 1 || tab.Malformed != 0 {
+		t.Errorf("%d FDEs, %d pushing, %d with frame pointers, %d malformed; want 3, 2, 1, 0",
+			tab.FDEs, tab.PushingFDEs, tab.FramePointerFDEs, tab.Malformed)
+	}
+	if !tab.HasFramePointers() {
+		t.Error("HasFramePointers() = false with 1 of 2 pushing FDEs using rbp")
+	}
+}
+
+// TestHasFramePointersThreshold: frame pointers when at least half of the
+// functions that push anything use rbp as the CFA register at some point;
+// functions that push nothing (rsp+8 throughout) do not count.
+func TestHasFramePointersThreshold(t *testing.T) {
+	var (
+		withFP = []byte{0x41, 0x0e, 0x10, 0x86, 0x02, 0x43, 0x0d, 0x06} // push rbp; mov rbp, rsp
+		noFP   = []byte{0x41, 0x0e, 0x10}                               // push rbx
+		leaf   = []byte(nil)                                            // pushes nothing
+	)
+	for _, tc := range []struct {
+		fp, nofp, leaves int
+		want             bool
+	}{
+		{1, 0, 0, true},
+		{1, 1, 0, true},
+		{1, 2, 5, false},
+		{2, 3, 0, false},
+		{3, 3, 9, true},
+		{0, 1, 0, false},
+		{0, 0, 3, false},
+	} {
+		var fdes []fdeSpec
+		lo := uint64(0x1000)
+		for i, n := range []int{tc.fp, tc.nofp, tc.leaves} {
+			for range n {
+				fdes = append(fdes, fdeSpec{lo: lo, n: 0x10, ins: [][]byte{withFP, noFP, leaf}[i]})
+				lo += 0x10
+			}
+		}
+		tab, err := Build(buildEHFrame(0x400000, fdes...), 0x400000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tab.FramePointerFDEs != tc.fp || tab.PushingFDEs != tc.fp+tc.nofp || tab.FDEs != len(fdes) {
+			t.Errorf("%+v: %d FDEs, %d pushing, %d with frame pointers", tc, tab.FDEs, tab.PushingFDEs, tab.FramePointerFDEs)
+		}
+		if got := tab.HasFramePointers(); got != tc.want {
+			t.Errorf("%+v: HasFramePointers() = %v", tc, got)
+		}
+	}
+}
+
+// TestBuildErrors: bad input gives an error, never a panic; whatever
+// builds satisfies the invariants.
+func TestBuildErrors(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"nil":        nil,
+		"empty":      {},
+		"terminator": {0, 0, 0, 0},
+		"short":      {1, 2},
+		"ff":         bytes.Repeat([]byte{0xff}, 64),
+		"cie only":   buildEHFrame(0x400000),
+		"len past":   {0x40, 0, 0, 0, 0, 0, 0, 0},
+		// A 64-bit length of 2^64-1: body+length wrapped around (panicked).
+		"huge length": bytes.Repeat([]byte{0xff}, 12),
+		// Only an FDE whose range is "negative" (sdata4 -0x800): it is
+		// skipped (hi < lo gave a gap row below the rows before it), which
+		// leaves nothing.
+		"range wraps": buildEHFrame(0x400000, fdeSpec{lo: 0x1010, n: 0xffff_f800}),
+	} {
+		if tab, err := Build(data, 0x400000); err == nil {
+			t.Errorf("%s: no error, %d rows", name, len(tab.Rows))
+		}
+	}
+	if _, err := Build(buildEHFrame(0x400000), 0x400000); !errors.Is(err, ErrNoUnwindInfo) {
+		t.Errorf("CIE only: %v, want ErrNoUnwindInfo", err)
+	}
+	// Up to 4 GiB: the rows have 32-bit PCs, and the None row after the
+	// last function must fit too.
+	for _, f := range []fdeSpec{
+		{lo: 0x1_0000_0000, n: 0x10},
+		{lo: 0xffff_fff0, n: 0x20},
+		{lo: 0xffff_ff00, n: 0x100}, // ends at 4 GiB: the None row after it would be at 0
+	} {
+		addr := f.lo - 0x10000
+		data := buildEHFrame(addr, fdeSpec{lo: f.lo - 0x1000, n: 0x10}, f)
+		if tab, err := Build(data, addr); err == nil {
+			t.Errorf("FDE %#x..%#x: no error, rows %+v", f.lo, f.lo+f.n, tab.Rows)
+		}
+	}
+	// Just below 4 GiB is fine.
+	addr := uint64(0xfff0_0000)
+	buildAndCheck(t, buildEHFrame(addr, fdeSpec{lo: 0xffff_0000, n: 0x10}, fdeSpec{lo: 0xffff_ff00, n: 0xff}), addr)
+	if _, err := Build(buildEHFrame(addr, fdeSpec{lo: 0xffff_ff00, n: 0xff}), addr); err != nil {
+		t.Errorf("FDE ending at 4 GiB - 1: %v", err)
+	}
+
+	// A location moving backwards (DW_CFA_set_loc below the current one, or
+	// an advance wrapping around) makes the FDE malformed: its rows would
+	// be out of order. The other functions keep their rules.
+	for name, ins := range map[string][]byte{
+		"set_loc": {0x44, 0x0e, 0x10, 0x01, 0xf0, 0x0f, 0, 0, 0, 0, 0, 0, 0x0e, 0x18, 0x41},
+		"advance wraps": {0x44, 0x0e, 0x10, 0x01, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+			0x0e, 0x18, 0x7f, 0x0e, 0x20, 0x41},
+	} {
+		data := buildEHFrame(0x400000, fdeSpec{lo: 0x1000, n: 0x10}, fdeSpec{lo: 0x2000, n: 0x20, ins: ins})
+		tab, err := Build(data, 0x400000)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if err := checkInvariants(tab); err != nil {
+			t.Errorf("%s: %v (rows %+v)", name, err, tab.Rows)
+		}
+		want := []Row{{0x1000, RSP, 0, 8}, {0x1010, None, 0, 0}}
+		if tab.Malformed != 1 || !slices.Equal(tab.Rows, want) {
+			t.Errorf("%s: %d malformed, rows %+v; want 1, %+v", name, tab.Malformed, tab.Rows, want)
+		}
+	}
+
+	// Random bytes, and a real section cut short or with one byte changed.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 2000; i++ {
+		data := make([]byte, rng.IntN(256))
+		for j := range data {
+			data[j] = byte(rng.UintN(256))
+		}
+		buildAndCheck(t, data, rng.Uint64N(1<<33))
+	}
+	data, addr := ehFrame(t, buildC(t, "-O2"))
+	for _, d := range [][]byte{data, handBuilt()} {
+		for n := range len(d) {
+			buildAndCheck(t, d[:n], addr)
+		}
+		for i := range d {
+			for _, x := range []byte{0x01, 0x80, 0xff} {
+				bad := bytes.Clone(d)
+				bad[i] ^= x
+				buildAndCheck(t, bad, addr)
+			}
+		}
+	}
+}
+
+func buildAndCheck(t testing.TB, data []byte, addr uint64) {
+	t.Helper()
+	tab, err := Build(data, addr)
+	if err != nil {
+		return
+	}
+	if err := checkInvariants(tab); err != nil {
+		t.Fatalf("Build(%x, %#x): %v\nrows %+v", data, addr, err, tab.Rows)
+	}
+}
+
+// FuzzBuild: any input gives an error or a table the kernel can search.
+func FuzzBuild(f *testing.F) {
+	f.Add(handBuilt(), uint64(0x400000))
+	f.Add([]byte{}, uint64(0))
+	data, addr := ehFrame(f, buildC(f, "-O2"))
+	f.Add(data, addr)
+	f.Fuzz(func(t *testing.T, data []byte, addr uint64) {
+		buildAndCheck(t, data, addr)
+	})
+}
