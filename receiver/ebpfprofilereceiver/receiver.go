@@ -119,22 +119,38 @@ func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
 	return nil
 }
 
+// openSampler is sampler.Open; tests replace it to see how the receiver
+// copes with a kernel that refuses part of the program.
+var openSampler = sampler.Open
+
 // startSamplingLocked loads and attaches the sampler at the current rate and
 // follows its process events. r.mu must be held.
 func (r *profileReceiver) startSamplingLocked() error {
 	started := time.Now()
-	s, err := sampler.Open(sampler.Config{
+	scfg := sampler.Config{
 		FrequencyHz:     r.hz,
 		MaxUniqueStacks: r.cfg.MaxUniqueStacks,
 		Interval:        r.cfg.Interval,
 		TraceContext:    r.traceCtx.samplerMaps(),
 		DWARFUnwind:     r.cfg.Unwinding == UnwindingAuto,
-	})
+	}
+	s, err := openSampler(scfg)
+	if err != nil && scfg.DWARFUnwind {
+		// The DWARF unwinder needs more of the kernel (bpf_loop: Linux
+		// 5.17) than frame pointers do: sample without it rather than not
+		// at all.
+		scfg.DWARFUnwind = false
+		var fpErr error
+		if s, fpErr = openSampler(scfg); fpErr == nil {
+			r.set.Logger.Warn("unwinding: auto could not load its DWARF unwinder; binaries without frame pointers are unwound with frame pointers only (set unwinding: frame_pointer to silence this)", zap.Error(err))
+			err = nil
+		}
+	}
 	if err != nil {
 		return err
 	}
 	r.sampler = s
-	if r.cfg.Unwinding == UnwindingAuto {
+	if scfg.DWARFUnwind {
 		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.set.Logger)
 		r.procs.setUnwinder(r.unwind)
 	}

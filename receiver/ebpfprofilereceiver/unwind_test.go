@@ -2,6 +2,7 @@ package ebpfprofilereceiver
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 )
 
 // Programs built without frame pointers: the frame-pointer chain cannot
@@ -336,5 +344,43 @@ func TestStacksEndedEarlyPerProcess(t *testing.T) {
 	r.mu.Unlock()
 	if ended.Truncated < 10 {
 		t.Errorf("receiver counters: %+v", ended)
+	}
+}
+
+// On a kernel that refuses the DWARF unwinder (older than 5.17: no
+// bpf_loop), unwinding: auto still samples, with frame pointers, and says
+// so.
+func TestAutoFallsBackToFramePointers(t *testing.T) {
+	real := openSampler
+	defer func() { openSampler = real }()
+	var tried []bool
+	openSampler = func(c sampler.Config) (*sampler.Sampler, error) {
+		tried = append(tried, c.DWARFUnwind)
+		if c.DWARFUnwind {
+			return nil, errors.New("load BPF sampling program: unknown func bpf_loop#181")
+		}
+		return real(c)
+	}
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	core, logs := observer.New(zap.WarnLevel)
+	set := receivertest.NewNopSettings(typeStr)
+	set.Logger = zap.New(core)
+	r, err := newReceiver(set, cfg, new(consumertest.ProfilesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer r.Shutdown(context.Background())
+	if !slices.Equal(tried, []bool{true, false}) {
+		t.Fatalf("sampler opened with DWARFUnwind %v, want [true false]", tried)
+	}
+	if r.unwind != nil || r.sampler == nil {
+		t.Fatalf("unwinder %v, sampler %v: want sampling without tables", r.unwind, r.sampler)
+	}
+	if logs.FilterMessageSnippet("could not load its DWARF unwinder").Len() != 1 {
+		t.Errorf("no warning; logs: %v", logs.All())
 	}
 }
