@@ -112,7 +112,6 @@ struct unwind_row {
 };
 
 #define MAX_UNWIND_MAPPINGS 32
-#define UNWIND_MAPPING_SEARCH 6 // ceil(log2(MAX_UNWIND_MAPPINGS)) + 1
 #define UNWIND_ROW_SEARCH 24    // tables hold fewer than 2^24 rows
 
 // A process's executable mappings that have unwind tables, sorted by start.
@@ -334,46 +333,47 @@ struct user_unwind {
 // mappings, or NULL when none of them has one.
 static __always_inline struct unwind_row *find_row(struct proc_unwind *pu, __u64 pc)
 {
-	__u32 lo = 0, hi = pu->n, mid, idx;
-	struct unwind_mapping *m = 0;
+	__u32 lo, hi, mid, idx, table = 0, nrows = 0, n = pu->n;
+	__u64 bias = 0, va;
 	void *rows;
-	__u64 va;
 
-	if (hi > MAX_UNWIND_MAPPINGS)
-		hi = MAX_UNWIND_MAPPINGS;
-	for (int k = 0; k < UNWIND_MAPPING_SEARCH && lo < hi; k++) {
-		mid = (lo + hi) / 2;
-		if (mid >= MAX_UNWIND_MAPPINGS)
-			return 0;
-		if (pc < pu->m[mid].start) {
-			hi = mid;
-		} else if (pc >= pu->m[mid].end) {
-			lo = mid + 1;
-		} else {
-			m = &pu->m[mid];
+	// A linear scan: the verifier knows k exactly in each iteration. A
+	// binary search indexes the array with a computed value, which it must
+	// track precisely through every path: 40x the verification work, 0.4 s
+	// more at load. 32 compares per frame cost less than that is worth.
+	for (int k = 0; k < MAX_UNWIND_MAPPINGS; k++) {
+		if (k >= n || pc < pu->m[k].start)
+			break; // sorted by start: no later mapping holds pc
+		if (pc < pu->m[k].end) {
+			table = pu->m[k].table;
+			nrows = pu->m[k].rows;
+			bias = pu->m[k].bias;
 			break;
 		}
 	}
-	if (!m)
+	if (!nrows)
 		return 0;
-	rows = bpf_map_lookup_elem(&unwind_tables, &m->table);
+	rows = bpf_map_lookup_elem(&unwind_tables, &table);
 	if (!rows)
 		return 0;
-	va = pc - m->bias;
+	va = pc - bias;
 	// The last row with row.pc <= va.
 	lo = 0;
-	hi = m->rows;
+	hi = nrows;
 	for (int k = 0; k < UNWIND_ROW_SEARCH && lo < hi; k++) {
 		struct unwind_row *r;
+
+		__u32 right;
 
 		mid = (lo + hi) / 2;
 		r = bpf_map_lookup_elem(rows, &mid);
 		if (!r)
 			return 0;
-		if (r->pc <= va)
-			lo = mid + 1;
-		else
-			hi = mid;
+		// Branch-free (lo = mid + 1 or hi = mid): one verifier path per
+		// step instead of two.
+		right = r->pc <= va;
+		lo += right * (mid + 1 - lo);
+		hi -= (1 - right) * (hi - mid);
 	}
 	if (lo == 0)
 		return 0;
@@ -391,7 +391,10 @@ static __always_inline int read_word(__u64 addr, __u64 *out)
 static long unwind_step(__u64 i, void *ctx)
 {
 	struct user_unwind *s = ctx;
-	__u32 zero = 0, n = s->n;
+	// One frame per iteration, so the frame index is the loop index. It
+	// must not come from s: a value stored there is tracked exactly, and
+	// the verifier then re-checks this callback for every depth (127x).
+	__u32 zero = 0, n = i;
 	struct stack_trace *t = bpf_map_lookup_elem(&stack_scratch, &zero);
 	struct proc_unwind *pu = bpf_map_lookup_elem(&proc_unwinds, &s->pid);
 	struct unwind_row *r;
@@ -480,15 +483,21 @@ static long unwind_step(__u64 i, void *ctx)
 	return 0;
 }
 
-// dwarf_stack unwinds the current task's user stack into t with the
-// process's unwind tables. Returns 0 when there is no user stack.
-static __always_inline int dwarf_stack(struct stack_trace *t, __u32 pid)
+// dwarf_stack unwinds the current task's user stack into the per-CPU
+// scratch stack with the process's unwind tables. Returns the number of
+// frames, 0 when there is no user stack. A global function: the verifier
+// checks it once, not once per call site (the map-set branches), which
+// halves the load time of the program.
+__attribute__((noinline)) int dwarf_stack(__u32 pid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct user_unwind s = {};
 	struct pt_regs *regs;
+	struct stack_trace *t;
+	__u32 zero = 0;
 
-	if (!task || (task->flags & PF_KTHREAD))
+	t = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!t || !task || (task->flags & PF_KTHREAD))
 		return 0;
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
@@ -523,7 +532,7 @@ static __always_inline __u64 take_stack(void *ctx, void *stacks, __u64 flags, __
 	t->end = END_OK;
 	t->_pad = 0;
 	if ((flags & BPF_F_USER_STACK) && dwarf_unwind && bpf_map_lookup_elem(&proc_unwinds, &pid)) {
-		n = dwarf_stack(t, pid) * sizeof(__u64);
+		n = dwarf_stack(pid) * sizeof(__u64);
 		if (n > 0)
 			__sync_fetch_and_add(dwarf, 1);
 	} else {

@@ -8,10 +8,12 @@
 #   BENCH_STEADY=60s     agent steady-state window (covers four 15 s intervals)
 #   BENCH_PAIRS=4        A/B pairs for the workload slowdown
 #   BENCH_ARM=15s        workload run per arm (covers one 15 s interval)
+#   BENCH_UNWIND_STEADY=45s  steady window per agent run of the unwinding phase (4 runs)
 #   BENCH_SPAN=24h       simulated time written to the gateway's summary tier
 #   BENCH_LOCAL_SPAN=3h  the last part of it also written to the agent's local tier
 #   BENCH_DAYS=30        days stored for the long query
-#   BENCH_ONLY="agent symbolize micro storage"  phases to run
+#   BENCH_ONLY="agent unwinding symbolize micro storage"  phases to run (a subset
+#                        writes bench/results/<date>-<host>-<phases>.md)
 #   BENCH_KEEP=1         keep the work directory (JSON, logs, DuckDB files)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,10 +24,12 @@ BENCH_COUNT=${BENCH_COUNT:-6}
 BENCH_STEADY=${BENCH_STEADY:-60s}
 BENCH_PAIRS=${BENCH_PAIRS:-4}
 BENCH_ARM=${BENCH_ARM:-15s}
+BENCH_UNWIND_STEADY=${BENCH_UNWIND_STEADY:-45s}
 BENCH_SPAN=${BENCH_SPAN:-24h}
 BENCH_LOCAL_SPAN=${BENCH_LOCAL_SPAN:-3h}
 BENCH_DAYS=${BENCH_DAYS:-30}
-BENCH_ONLY=${BENCH_ONLY:-agent symbolize micro storage}
+all_phases="agent unwinding symbolize micro storage"
+BENCH_ONLY=${BENCH_ONLY:-$all_phases}
 
 work=$(mktemp -d /tmp/hotpath-bench.XXXXXX)
 if [ "${BENCH_KEEP:-0}" = 1 ]; then
@@ -33,7 +37,11 @@ if [ "${BENCH_KEEP:-0}" = 1 ]; then
 else
 	trap 'rm -rf "$work"' EXIT
 fi
-results="bench/results/$(date -u +%Y-%m-%d)-$(hostname -s).md"
+# A run of some phases only does not overwrite the day's full results:
+# it gets the phases in its name (…-unwinding.md).
+suffix=""
+[ "$(echo $BENCH_ONLY)" = "$all_phases" ] || suffix="-$(echo $BENCH_ONLY | tr ' ' '-')"
+results="bench/results/$(date -u +%Y-%m-%d)-$(hostname -s)$suffix.md"
 failed=()
 
 run() { # echo a command, then run it; a failure is recorded, not fatal
@@ -56,7 +64,7 @@ fi
 	echo "loadavg:  $(cat /proc/loadavg)   (at start; the machine may be shared)"
 	echo "commit:   $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' + uncommitted changes')"
 	echo "go:       $(go version)"
-	echo "settings: BENCH_COUNT=$BENCH_COUNT BENCH_STEADY=$BENCH_STEADY BENCH_PAIRS=$BENCH_PAIRS BENCH_ARM=$BENCH_ARM BENCH_SPAN=$BENCH_SPAN BENCH_LOCAL_SPAN=$BENCH_LOCAL_SPAN BENCH_DAYS=$BENCH_DAYS"
+	echo "settings: BENCH_COUNT=$BENCH_COUNT BENCH_STEADY=$BENCH_STEADY BENCH_PAIRS=$BENCH_PAIRS BENCH_ARM=$BENCH_ARM BENCH_UNWIND_STEADY=$BENCH_UNWIND_STEADY BENCH_SPAN=$BENCH_SPAN BENCH_LOCAL_SPAN=$BENCH_LOCAL_SPAN BENCH_DAYS=$BENCH_DAYS"
 } >"$work/env.txt"
 cat "$work/env.txt"
 
@@ -64,6 +72,12 @@ if wants agent; then
 	echo "== agent: the real collector (distributions/agent/config.yaml → loopback gateway) under a busy workload"
 	run ./bin/hotpath-bench agent -out "$work/agent.json" -dir "$work/agent" \
 		-steady "$BENCH_STEADY" -pairs "$BENCH_PAIRS" -arm "$BENCH_ARM"
+fi
+
+if wants unwinding; then
+	echo "== unwinding: the agent with unwinding: frame_pointer vs auto (interleaved, 4 runs) on code without frame pointers"
+	run ./bin/hotpath-bench unwinding -out "$work/unwinding.json" -dir "$work/unwinding" \
+		-steady "$BENCH_UNWIND_STEADY"
 fi
 
 if wants symbolize; then
@@ -96,7 +110,7 @@ fi
 
 echo "== report"
 echo "loadavg at end: $(cat /proc/loadavg)" >>"$work/env.txt"
-run ./bin/hotpath-bench report -dir "$work" -results "$results"
+run ./bin/hotpath-bench report -dir "$work" -results "$results" -phases "$BENCH_ONLY"
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "failed phases: ${failed[*]}" >&2
 	exit 1

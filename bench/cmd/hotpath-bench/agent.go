@@ -103,65 +103,101 @@ func (m *multiFlag) Set(v string) error {
 	return nil
 }
 
-func agentCmd(args []string) error {
-	fs := flag.NewFlagSet("agent", flag.ExitOnError)
-	out := fs.String("out", "agent.json", "result file")
-	collector := fs.String("collector", "bin/otelcol-hotpath", "collector binary")
-	burn := fs.String("burn", "bin/hotpath-burn", "workload binary")
-	agentCfg := fs.String("agent-config", "distributions/agent/config.yaml", "agent configuration (the shipped one)")
-	gatewayCfg := fs.String("gateway-config", "distributions/gateway/config.yaml", "gateway configuration the agent exports to over loopback")
-	steady := fs.Duration("steady", 60*time.Second, "steady-state measurement window (covers several 15 s intervals)")
-	warmup := fs.Duration("warmup", 20*time.Second, "time after the ready line before the steady window starts (past the first, cold interval: symbol tables of every running binary load then)")
-	pairs := fs.Int("pairs", 4, "A/B pairs for the slowdown")
-	arm := fs.Duration("arm", 15*time.Second, "workload run per arm (at least one 15 s interval, so B arms include the agent's interval work)")
-	dir := fs.String("dir", "", "state and logs (default: a new temporary directory)")
-	sets := multiFlag{vals: []string{"receivers.ebpfprofile.max_cpu_percent=0"}}
-	fs.Var(&sets, "set", "collector --set override for the agent, repeatable (default turns the overhead guard off, so the figures are at the configured 19 Hz; -set '' keeps the shipped config as is)")
-	perfFor := fs.Duration("perf", 20*time.Second, "after the steady window, record the agent with `perf record -g` this long to show where its CPU goes (0: off; skipped without perf)")
-	_ = fs.Parse(args)
+// agentFlags are the flags every phase that runs the real collector has.
+type agentFlags struct {
+	collector, burn, agentCfg, gatewayCfg, dir *string
+	sets                                       multiFlag
+}
+
+func addAgentFlags(fs *flag.FlagSet) *agentFlags {
+	f := &agentFlags{
+		collector:  fs.String("collector", "bin/otelcol-hotpath", "collector binary"),
+		burn:       fs.String("burn", "bin/hotpath-burn", "workload binary"),
+		agentCfg:   fs.String("agent-config", "distributions/agent/config.yaml", "agent configuration (the shipped one)"),
+		gatewayCfg: fs.String("gateway-config", "distributions/gateway/config.yaml", "gateway configuration the agent exports to over loopback"),
+		dir:        fs.String("dir", "", "state and logs (default: a new temporary directory)"),
+		sets:       multiFlag{vals: []string{"receivers.ebpfprofile.max_cpu_percent=0"}},
+	}
+	fs.Var(&f.sets, "set", "collector --set override for the agent, repeatable (default turns the overhead guard off, so the figures are at the configured 19 Hz; -set '' keeps the shipped config as is)")
+	return f
+}
+
+// newRun makes the state directory and gives every endpoint of both
+// configurations a free loopback port.
+func (f *agentFlags) newRun(phase string) (*agentRun, error) {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("must run as root: the agent loads eBPF programs")
+		return nil, fmt.Errorf("must run as root: the agent loads eBPF programs")
 	}
-	if *pairs < 1 || *steady < 15*time.Second || *arm < time.Second {
-		return fmt.Errorf("-pairs must be at least 1, -steady at least 15s, -arm at least 1s")
-	}
-	if *dir == "" {
-		d, err := os.MkdirTemp("", "hotpath-bench-agent-")
+	dir := *f.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "hotpath-bench-"+phase+"-")
 		if err != nil {
-			return err
+			return nil, err
 		}
-		*dir = d
+		dir = d
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
-		return err
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
-	env, err := stateEnv(*dir, *agentCfg, *gatewayCfg)
+	env, err := stateEnv(dir, *f.agentCfg, *f.gatewayCfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	metricsPort, ok := envValue(env, "HOTPATH_AGENT_METRICS")
 	if !ok {
-		return fmt.Errorf("%s has no ${env:HOTPATH_AGENT_METRICS} for its Prometheus port", *agentCfg)
+		return nil, fmt.Errorf("%s has no ${env:HOTPATH_AGENT_METRICS} for its Prometheus port", *f.agentCfg)
 	}
-	r := &agentRun{collector: *collector, burn: *burn, agentCfg: *agentCfg, gatewayCfg: *gatewayCfg, dir: *dir,
-		metricsURL: fmt.Sprintf("http://127.0.0.1:%s/metrics", metricsPort), env: env, perfFor: *perfFor}
-	for _, s := range sets.vals {
+	r := &agentRun{collector: *f.collector, burn: *f.burn, agentCfg: *f.agentCfg, gatewayCfg: *f.gatewayCfg, dir: dir,
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%s/metrics", metricsPort), env: env}
+	for _, s := range f.sets.vals {
 		if s != "" {
 			r.agentArgs = append(r.agentArgs, "--set="+s)
 		}
 	}
-	res := &agentResult{CPUs: runtime.NumCPU(), AgentConfig: *agentCfg, GatewayConfig: *gatewayCfg, ArmSeconds: arm.Seconds()}
+	return r, nil
+}
+
+// startGateway starts the gateway the agent exports to and waits until it
+// is ready; the caller stops it.
+func (r *agentRun) startGateway() (*collectorproc.Process, error) {
+	gw, err := collectorproc.Start("gateway", r.collector, []string{"--config", r.gatewayCfg}, r.env, filepath.Join(r.dir, "gateway.log"))
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := gw.WaitFor(collectorReady, 60*time.Second); err != nil {
+		_ = gw.Stop(10 * time.Second)
+		return nil, err
+	}
+	return gw, nil
+}
+
+func agentCmd(args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ExitOnError)
+	out := fs.String("out", "agent.json", "result file")
+	af := addAgentFlags(fs)
+	steady := fs.Duration("steady", 60*time.Second, "steady-state measurement window (covers several 15 s intervals)")
+	warmup := fs.Duration("warmup", 20*time.Second, "time after the ready line before the steady window starts (past the first, cold interval: symbol tables of every running binary load then)")
+	pairs := fs.Int("pairs", 4, "A/B pairs for the slowdown")
+	arm := fs.Duration("arm", 15*time.Second, "workload run per arm (at least one 15 s interval, so B arms include the agent's interval work)")
+	perfFor := fs.Duration("perf", 20*time.Second, "after the steady window, record the agent with `perf record -g` this long to show where its CPU goes (0: off; skipped without perf)")
+	_ = fs.Parse(args)
+	if *pairs < 1 || *steady < 15*time.Second || *arm < time.Second {
+		return fmt.Errorf("-pairs must be at least 1, -steady at least 15s, -arm at least 1s")
+	}
+	r, err := af.newRun("agent")
+	if err != nil {
+		return err
+	}
+	r.perfFor = *perfFor
+	res := &agentResult{CPUs: runtime.NumCPU(), AgentConfig: r.agentCfg, GatewayConfig: r.gatewayCfg, ArmSeconds: arm.Seconds()}
 	res.LoadAvg = append(res.LoadAvg, loadAvg())
 
-	logf("agent: state and logs in %s", *dir)
-	gw, err := collectorproc.Start("gateway", *collector, []string{"--config", *gatewayCfg}, r.env, filepath.Join(*dir, "gateway.log"))
+	logf("agent: state and logs in %s", r.dir)
+	gw, err := r.startGateway()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = gw.Stop(30 * time.Second) }()
-	if _, _, err := gw.WaitFor(collectorReady, 60*time.Second); err != nil {
-		return err
-	}
 
 	if err := r.steady(res, *steady, *warmup); err != nil {
 		return err
@@ -176,16 +212,16 @@ func agentCmd(args []string) error {
 	return writeJSON(*out, res)
 }
 
-// startAgent starts the agent and waits for its ready line; the time to it
-// is one time-to-first-sample figure.
-func (r *agentRun) startAgent(res *agentResult) (*collectorproc.Process, collectorproc.Line, error) {
+// startAgent starts the agent with r.agentArgs and waits for its ready
+// line; the time to it (ttfs) is one time-to-first-sample figure.
+func (r *agentRun) startAgent() (a *collectorproc.Process, ready collectorproc.Line, ttfs time.Duration, err error) {
 	r.starts++
 	log := filepath.Join(r.dir, fmt.Sprintf("agent-%d.log", r.starts))
-	a, err := collectorproc.Start("agent", r.collector, append([]string{"--config", r.agentCfg}, r.agentArgs...), r.env, log)
+	a, err = collectorproc.Start("agent", r.collector, append([]string{"--config", r.agentCfg}, r.agentArgs...), r.env, log)
 	if err != nil {
-		return nil, collectorproc.Line{}, err
+		return nil, collectorproc.Line{}, 0, err
 	}
-	line, after, err := a.WaitFor(readyLine, 60*time.Second)
+	ready, ttfs, err = a.WaitFor(readyLine, 60*time.Second)
 	if err == nil {
 		// The receiver samples from here, but another component may still
 		// fail to start and take the collector down.
@@ -193,10 +229,97 @@ func (r *agentRun) startAgent(res *agentResult) (*collectorproc.Process, collect
 	}
 	if err != nil {
 		_ = a.Stop(10 * time.Second)
-		return nil, line, err
+		return nil, ready, 0, err
 	}
-	res.TTFSMillis = append(res.TTFSMillis, float64(after.Microseconds())/1000)
-	return a, line, nil
+	return a, ready, ttfs, nil
+}
+
+// loggedMapBytes is the bpf_map_bytes field of the receiver's ready line.
+func loggedMapBytes(ready collectorproc.Line) uint64 {
+	if m := mapBytesRe.FindStringSubmatch(ready.Text); m != nil {
+		v, _ := strconv.ParseUint(m[1], 10, 64)
+		return v
+	}
+	return 0
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// steadyWindow is one measured window of a running agent: its CPU and
+// memory from /proc, its BPF maps and programs, its self-metrics at both
+// ends, and the CPU of other processes watched over the same window.
+type steadyWindow struct {
+	WarmupCPU, WarmupSeconds float64 // agent CPU and wall time from exec to the window
+	Seconds, CPUSeconds      float64
+	RSS, Anon, File          []float64 // MB, once a second
+	PeakRSSMB                float64   // VmHWM at the end
+	Maps                     procstat.BPFMaps
+	M0, M1                   collectorproc.Metrics
+	Progs0, Progs1           []procstat.BPFProgram
+	WatchedCPU               []float64 // seconds, per watched pid
+}
+
+// measureSteady waits warmup and the agent's first emitted interval, then
+// samples the agent for window. watch are other pids whose CPU over the
+// same window is recorded (0 for one that exited).
+func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.Duration, watch ...int) (*steadyWindow, error) {
+	pid := a.PID()
+	time.Sleep(warmup)
+	if err := r.waitFirstInterval(60 * time.Second); err != nil {
+		return nil, err
+	}
+	cpuOf := func(pids []int) []time.Duration {
+		out := make([]time.Duration, len(pids))
+		for i, p := range pids {
+			out[i], _ = procstat.CPUTime(p)
+		}
+		return out
+	}
+	sw := &steadyWindow{}
+	var err error
+	if sw.M0, err = collectorproc.Scrape(r.metricsURL); err != nil {
+		return nil, err
+	}
+	w0 := cpuOf(watch)
+	sw.Progs0, _ = procstat.ReadBPFPrograms(pid)
+	c0, err := procstat.CPUTime(pid)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	sw.WarmupCPU, sw.WarmupSeconds = c0.Seconds(), t0.Sub(a.Started).Seconds()
+	for time.Since(t0) < window {
+		time.Sleep(time.Second)
+		mem, err := procstat.ReadMemory(pid)
+		if err != nil {
+			return nil, fmt.Errorf("agent died during the steady window: %w\n%s", err, a.Tail(15))
+		}
+		sw.RSS = append(sw.RSS, float64(mem.RSS)/1e6)
+		sw.Anon = append(sw.Anon, float64(mem.Anon)/1e6)
+		sw.File = append(sw.File, float64(mem.File)/1e6)
+	}
+	c1, err := procstat.CPUTime(pid)
+	if err != nil {
+		return nil, err
+	}
+	sw.Progs1, _ = procstat.ReadBPFPrograms(pid)
+	sw.Seconds = time.Since(t0).Seconds()
+	sw.CPUSeconds = (c1 - c0).Seconds()
+	for i, c := range cpuOf(watch) {
+		sw.WatchedCPU = append(sw.WatchedCPU, (c - w0[i]).Seconds())
+	}
+	if sw.M1, err = collectorproc.Scrape(r.metricsURL); err != nil {
+		return nil, err
+	}
+	mem, err := procstat.ReadMemory(pid)
+	if err != nil {
+		return nil, err
+	}
+	sw.PeakRSSMB = float64(mem.Peak) / 1e6
+	if sw.Maps, err = procstat.ReadBPFMaps(pid); err != nil {
+		return nil, err
+	}
+	return sw, nil
 }
 
 // steady runs the agent for a measured window while the workload loads
@@ -209,65 +332,28 @@ func (r *agentRun) steady(res *agentResult, window, warmup time.Duration) error 
 	}
 	defer func() { _ = w.Process.Kill(); _ = w.Wait() }()
 
-	a, line, err := r.startAgent(res)
+	a, line, ttfs, err := r.startAgent()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = a.Stop(30 * time.Second) }()
-	if m := mapBytesRe.FindStringSubmatch(line.Text); m != nil {
-		res.BPFMapsLogged, _ = strconv.ParseUint(m[1], 10, 64)
-	}
+	res.TTFSMillis = append(res.TTFSMillis, millis(ttfs))
+	res.BPFMapsLogged = loggedMapBytes(line)
 	pid := a.PID()
 	if cpu, err := procstat.CPUTime(pid); err == nil {
 		res.StartupCPU = cpu.Seconds()
 	}
 	logf("agent: ready after %.0f ms; steady window of %s under load", res.TTFSMillis[0], window)
-	time.Sleep(warmup)
-	if err := r.waitFirstInterval(60 * time.Second); err != nil {
-		return err
-	}
-
-	m0, err := collectorproc.Scrape(r.metricsURL)
+	sw, err := r.measureSteady(a, window, warmup)
 	if err != nil {
 		return err
 	}
-	c0, err := procstat.CPUTime(pid)
-	if err != nil {
-		return err
-	}
-	t0 := time.Now()
-	res.WarmupCPU, res.WarmupSeconds = c0.Seconds(), t0.Sub(a.Started).Seconds()
-	for time.Since(t0) < window {
-		time.Sleep(time.Second)
-		mem, err := procstat.ReadMemory(pid)
-		if err != nil {
-			return fmt.Errorf("agent died during the steady window: %w\n%s", err, a.Tail(15))
-		}
-		res.RSSSamples = append(res.RSSSamples, float64(mem.RSS)/1e6)
-		res.AnonSamples = append(res.AnonSamples, float64(mem.Anon)/1e6)
-		res.FileSamples = append(res.FileSamples, float64(mem.File)/1e6)
-	}
-	c1, err := procstat.CPUTime(pid)
-	if err != nil {
-		return err
-	}
-	res.SteadySeconds = time.Since(t0).Seconds()
-	res.SteadyCPUSeconds = (c1 - c0).Seconds()
-	m1, err := collectorproc.Scrape(r.metricsURL)
-	if err != nil {
-		return err
-	}
-	mem, err := procstat.ReadMemory(pid)
-	if err != nil {
-		return err
-	}
-	res.PeakRSSMB = float64(mem.Peak) / 1e6
-	maps, err := procstat.ReadBPFMaps(pid)
-	if err != nil {
-		return err
-	}
-	res.BPFMapsFdinfo, res.BPFMapCount = maps.Memlock, maps.Count
-	r.selfMetrics(res, m0, m1)
+	res.WarmupCPU, res.WarmupSeconds = sw.WarmupCPU, sw.WarmupSeconds
+	res.SteadySeconds, res.SteadyCPUSeconds = sw.Seconds, sw.CPUSeconds
+	res.RSSSamples, res.AnonSamples, res.FileSamples = sw.RSS, sw.Anon, sw.File
+	res.PeakRSSMB = sw.PeakRSSMB
+	res.BPFMapsFdinfo, res.BPFMapCount = sw.Maps.Memlock, sw.Maps.Count
+	r.selfMetrics(res, sw.M0, sw.M1)
 	res.AgentArgs = r.agentArgs
 	res.GuardChanges = a.Count("overhead guard")
 	if r.perfFor > 0 {
@@ -320,18 +406,28 @@ func (r *agentRun) perfProfile(res *agentResult, pid int) error {
 // perfEventsRe is the report's total; for cpu-clock it is in nanoseconds.
 var perfEventsRe = regexp.MustCompile(`^# Event count \(approx\.\): (\d+)`)
 
+// metricDelta is the growth of the first of names present in m1 (names
+// differ by exporter version in their unit and _total suffixes), or -1
+// when none is; name is the one read.
+func metricDelta(m0, m1 collectorproc.Metrics, names []string, labels ...string) (delta float64, name string) {
+	v1, name, ok := m1.First(names, labels...)
+	if !ok {
+		return -1, ""
+	}
+	v0, _ := m0.Sum(name, labels...)
+	return v1 - v0, name
+}
+
 // selfMetrics takes the deltas of the receiver's own counters over the
 // steady window; names are tried with and without the unit suffixes the
 // Prometheus exporter adds.
 func (r *agentRun) selfMetrics(res *agentResult, m0, m1 collectorproc.Metrics) {
 	delta := func(names []string, labels ...string) float64 {
-		v1, name, ok := m1.First(names, labels...)
-		if !ok {
-			return -1
+		d, name := metricDelta(m0, m1, names, labels...)
+		if name != "" {
+			res.MetricNames = append(res.MetricNames, name)
 		}
-		res.MetricNames = append(res.MetricNames, name)
-		v0, _ := m0.Sum(name, labels...)
-		return v1 - v0
+		return d
 	}
 	res.SamplesKept = delta([]string{"hotpath_receiver_samples_total", "hotpath_receiver_samples"}, `outcome="kept"`)
 	res.SamplesLost = delta([]string{"hotpath_receiver_samples_lost_total", "hotpath_receiver_samples_lost"})
@@ -373,9 +469,11 @@ func (r *agentRun) arm(res *agentResult, withAgent bool, d time.Duration) (float
 	var a *collectorproc.Process
 	if withAgent {
 		var err error
-		if a, _, err = r.startAgent(res); err != nil {
+		var ttfs time.Duration
+		if a, _, ttfs, err = r.startAgent(); err != nil {
 			return 0, err
 		}
+		res.TTFSMillis = append(res.TTFSMillis, millis(ttfs))
 		defer func() {
 			_ = a.Stop(30 * time.Second)
 			// The agent flushes its last interval to the gateway on the

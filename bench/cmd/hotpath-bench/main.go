@@ -6,6 +6,7 @@
 //	hotpath-bench storage   -out storage.json   simulated day through the real exporter, query latency
 //	hotpath-bench symbolize -out symbolize.json  per-interval symbolization time, p50/p99
 //	hotpath-bench agent     -out agent.json      the real collector under load: CPU, memory, start, slowdown
+//	hotpath-bench unwinding -out unwinding.json  the agent with unwinding: auto vs frame_pointer on code without frame pointers
 //	hotpath-bench report    -dir DIR -results FILE
 package main
 
@@ -28,6 +29,8 @@ func main() {
 		err = symbolizeCmd(os.Args[2:])
 	case "agent":
 		err = agentCmd(os.Args[2:])
+	case "unwinding":
+		err = unwindingCmd(os.Args[2:])
 	case "report":
 		err = reportCmd(os.Args[2:])
 	default:
@@ -40,7 +43,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: hotpath-bench storage|symbolize|agent|report [flags] (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: hotpath-bench storage|symbolize|agent|unwinding|report [flags] (-h for flags)")
 	os.Exit(2)
 }
 

@@ -36,11 +36,16 @@ func verdict(v, bound float64, haveBound bool) string {
 
 func reportCmd(args []string) error {
 	fset := flag.NewFlagSet("report", flag.ExitOnError)
-	dir := fset.String("dir", "", "directory with agent.json, symbolize.json, storage.json, micro.txt, benchstat.txt")
+	dir := fset.String("dir", "", "directory with agent.json, unwinding.json, symbolize.json, storage.json, micro.txt, benchstat.txt")
 	results := fset.String("results", "", "markdown file to write (bench/results/<date>-<host>.md)")
+	phases := fset.String("phases", "", "phases that were run (BENCH_ONLY, space or comma separated); the results of the others are not looked for (default: all of "+strings.Join(allPhases, " ")+")")
 	_ = fset.Parse(args)
 	if *dir == "" || *results == "" {
 		return fmt.Errorf("-dir and -results are required")
+	}
+	ran := strings.FieldsFunc(*phases, func(r rune) bool { return r == ' ' || r == ',' })
+	if len(ran) == 0 {
+		ran = allPhases
 	}
 	var rows []row
 	var notes []string
@@ -48,42 +53,69 @@ func reportCmd(args []string) error {
 		notes = append(notes, fmt.Sprintf("- %s: not measured (%v)", what, err))
 		rows = append(rows, row{Figure: what, Measured: "not measured", Status: "ERROR"})
 	}
+	wanted := func(phase string) bool {
+		if slices.Contains(ran, phase) {
+			return true
+		}
+		notes = append(notes, fmt.Sprintf("- %s: not run (-phases %q)", phase, strings.Join(ran, " ")))
+		return false
+	}
 
 	var ag agentResult
-	if err := readJSON(filepath.Join(*dir, "agent.json"), &ag); err != nil {
-		missing("agent (CPU, memory, start, slowdown)", err)
-	} else {
-		rows = append(rows, agentRows(&ag)...)
+	if wanted("agent") {
+		if err := readJSON(filepath.Join(*dir, "agent.json"), &ag); err != nil {
+			missing("agent (CPU, memory, start, slowdown)", err)
+		} else {
+			rows = append(rows, agentRows(&ag)...)
+		}
+	}
+	var unw unwindingResult
+	if wanted("unwinding") {
+		if err := readJSON(filepath.Join(*dir, "unwinding.json"), &unw); err != nil {
+			missing("unwinding: auto vs frame_pointer", err)
+		} else {
+			rows = append(rows, unwindingRows(&unw)...)
+		}
 	}
 	var sym symbolizeResult
-	if err := readJSON(filepath.Join(*dir, "symbolize.json"), &sym); err != nil {
-		missing("symbolization per interval", err)
-	} else {
-		s := slices.Sorted(slices.Values(sym.Millis))
-		p50, p99 := benchfmt.Percentile(s, 50), benchfmt.Percentile(s, 99)
-		rows = append(rows, row{
-			Figure: fmt.Sprintf("symbolization per interval, p50 / p99 (%d stacks × %d frames)", sym.StacksPerIv, sym.Depth),
-			RFD:    "< 50 ms", Goal: "p99 < 50 ms",
-			Measured: fmt.Sprintf("%.1f / %.1f ms (first, cold: %.0f ms; %.0f%% frames named)", p50, p99, sym.ColdMillis, 100*sym.ResolvedFrames),
-			Status:   verdict(p99, 50, true),
-			How:      sym.Command + " (internal/symbolize on the workload and the collector binary, timed per interval)",
-		})
+	if wanted("symbolize") {
+		if err := readJSON(filepath.Join(*dir, "symbolize.json"), &sym); err != nil {
+			missing("symbolization per interval", err)
+		} else {
+			s := slices.Sorted(slices.Values(sym.Millis))
+			p50, p99 := benchfmt.Percentile(s, 50), benchfmt.Percentile(s, 99)
+			rows = append(rows, row{
+				Figure: fmt.Sprintf("symbolization per interval, p50 / p99 (%d stacks × %d frames)", sym.StacksPerIv, sym.Depth),
+				RFD:    "< 50 ms", Goal: "p99 < 50 ms",
+				Measured: fmt.Sprintf("%.1f / %.1f ms (first, cold: %.0f ms; %.0f%% frames named)", p50, p99, sym.ColdMillis, 100*sym.ResolvedFrames),
+				Status:   verdict(p99, 50, true),
+				How:      sym.Command + " (internal/symbolize on the workload and the collector binary, timed per interval)",
+			})
+		}
 	}
-	micro, microErr := readMicro(filepath.Join(*dir, "micro.txt"))
-	if microErr != nil {
-		missing("Go micro-benchmarks", microErr)
-	} else {
-		rows = append(rows, microRows(micro)...)
+	if wanted("micro") {
+		if micro, err := readMicro(filepath.Join(*dir, "micro.txt")); err != nil {
+			missing("Go micro-benchmarks", err)
+		} else {
+			rows = append(rows, microRows(micro)...)
+		}
 	}
 	var st storebench.Result
-	if err := readJSON(filepath.Join(*dir, "storage.json"), &st); err != nil {
-		missing("storage and queries", err)
-	} else {
-		rows = append(rows, storageRows(&st)...)
+	if wanted("storage") {
+		if err := readJSON(filepath.Join(*dir, "storage.json"), &st); err != nil {
+			missing("storage and queries", err)
+		} else {
+			rows = append(rows, storageRows(&st)...)
+		}
 	}
 
 	printTable(os.Stdout, rows)
-	md := markdown(*dir, rows, notes, &ag, &st)
+	var unwSection string
+	if len(unw.Runs) > 0 {
+		unwSection = unwindingSection(&unw)
+		fmt.Printf("\n%s", unwSection)
+	}
+	md := markdown(*dir, rows, notes, &ag, &st, unwSection)
 	if err := os.MkdirAll(filepath.Dir(*results), 0o755); err != nil {
 		return err
 	}
@@ -282,12 +314,20 @@ func printTable(w *os.File, rows []row) {
 	_ = tw.Flush()
 }
 
-func markdown(dir string, rows []row, notes []string, ag *agentResult, st *storebench.Result) string {
+// allPhases are the phases of scripts/bench.sh whose results report reads.
+var allPhases = []string{"agent", "unwinding", "symbolize", "micro", "storage"}
+
+// markdown is the results file; unwinding is the unwinding phase's
+// section ("" when it did not run).
+func markdown(dir string, rows []row, notes []string, ag *agentResult, st *storebench.Result, unwinding string) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "# hotpath bench: %s on %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), host)
-	fmt.Fprintf(&b, "Machine: %s, %d CPUs, %s. Load average (1/5/15 min) at the agent phase's start and end: %v.\n\n",
-		cpuModel(), runtime.NumCPU(), kernel(), ag.LoadAvg)
+	fmt.Fprintf(&b, "Machine: %s, %d CPUs, %s.", cpuModel(), runtime.NumCPU(), kernel())
+	if len(ag.LoadAvg) > 0 {
+		fmt.Fprintf(&b, " Load average (1/5/15 min) at the agent phase's start and end: %v.", ag.LoadAvg)
+	}
+	b.WriteString("\n\n")
 	if env, err := os.ReadFile(filepath.Join(dir, "env.txt")); err == nil {
 		b.WriteString("```\n" + strings.TrimSpace(string(env)) + "\n```\n\n")
 	}
@@ -303,6 +343,9 @@ func markdown(dir string, rows []row, notes []string, ag *agentResult, st *store
 	}
 	if len(notes) > 0 {
 		b.WriteString("\n## Not measured\n\n" + strings.Join(notes, "\n") + "\n")
+	}
+	if unwinding != "" {
+		b.WriteString("\n" + unwinding)
 	}
 	if len(ag.Pairs) > 0 {
 		b.WriteString("\n## Slowdown pairs (hotpath-burn ops/s)\n\n| pair | without agent | with agent | ratio | agent CPU in the B arm |\n|---|---|---|---|---|\n")

@@ -75,6 +75,89 @@ func TestReport(t *testing.T) {
 	}
 }
 
+// TestReportUnwinding builds the unwinding section from fixture runs: per
+// mode the median over its runs, the ratios auto / frame_pointer, the
+// agent goals stated per mode, phases not run left out rather than failed,
+// and a DWARF share far below the workload's share called out.
+func TestReportUnwinding(t *testing.T) {
+	run := func(mode string, cpuSec, rss, ns, dwarf float64) unwindRun {
+		r := unwindRun{Mode: mode, Seconds: 60, CPUSeconds: cpuSec, RSSMB: rss, AnonMB: rss / 2,
+			BPFMapBytes: 8e6, SamplesKept: 1140, DWARFUnwound: dwarf, BPFRunCount: 1140, BPFRunNs: uint64(ns * 1140),
+			WorkloadCPU: []float64{30, 15, 15}, LoadAvg: []float64{1, 1, 1}, EndedEarly: map[string]float64{"truncated": 0}, TTFSMillis: 200}
+		if mode == modeAuto {
+			r.TTFSMillis = 900
+			r.UnwindTables, r.UnwindTableBytes, r.KernelTables, r.KernelTableBytes, r.UnwindProcesses = 30, 6e6, 30, 6e6, 4
+			r.EndedEarly["no_unwind_rule"] = 12
+		}
+		return r
+	}
+	unw := unwindingResult{CPUs: 2, SteadySeconds: 60, WarmupSeconds: 20, NativeCFlags: nativeCFlags,
+		AgentArgs: []string{"--set=receivers.ebpfprofile.max_cpu_percent=0"}, Workload: []string{"burn", "native", "python"},
+		Runs: []unwindRun{
+			run(modeFP, 0.12, 20, 4000, 0), run(modeAuto, 0.15, 30, 5000, 570),
+			run(modeFP, 0.12, 22, 4000, 0), run(modeAuto, 0.21, 33, 7000, 570),
+		}}
+	dir := t.TempDir()
+	if err := writeJSON(filepath.Join(dir, "unwinding.json"), unw); err != nil {
+		t.Fatal(err)
+	}
+	results := filepath.Join(dir, "r.md")
+	if err := reportCmd([]string{"-dir", dir, "-results", results, "-phases", "unwinding"}); err != nil {
+		t.Fatalf("only the unwinding phase ran, and it is complete: %v", err)
+	}
+	raw, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(raw)
+	for _, want := range []string{
+		"| agent CPU, % of one core (19 Hz, unwinding: frame_pointer, code without frame pointers) | < 1 % | ≤ 0.25 % | 0.200 % median of 2 runs [0.200, 0.200] | PASS |",
+		"| agent CPU, % of one core (19 Hz, unwinding: auto, code without frame pointers) | < 1 % | ≤ 0.25 % | 0.300 % median of 2 runs [0.250, 0.350] | FAIL |",
+		"| agent RSS, steady (unwinding: frame_pointer) | — | ≤ 30 MB | 21.0 MB median of 2 runs [20.0, 22.0] | PASS |",
+		"| agent RSS, steady (unwinding: auto) | — | ≤ 30 MB | 31.5 MB median of 2 runs [30.0, 33.0] | FAIL |",
+		"## Unwinding: auto vs frame_pointer (19 Hz)",
+		"Runs in order frame_pointer, auto, frame_pointer, auto",
+		"| agent CPU, % of one core | 0.200 % | 0.300 % | 1.50× |",
+		"| agent RSS, median of 1 s samples | 21.0 MB | 31.5 MB | 1.50× |",
+		"| BPF cpu_sample, ns per sample (run_time_ns ÷ run_cnt) | 4000 ns | 6000 ns | 1.50× |",
+		"| unwind table memory, kernel (memlock of unwind_tables' inner maps) | 0.00 MB | 6.00 MB | — |",
+		"| BPF maps + unwind tables (kernel) | 8.00 MB | 14.00 MB | — |",
+		"| stacks ended early: no_unwind_rule | 0 | 12 | — |",
+		"| time to first sample (exec → \"sampling every CPU\"; goal ≤ 0.5 s) | 200 ms | 900 ms | — |",
+		"DWARF share of kept samples with unwinding: auto: 50.0 % (median of 2 runs; the C and python workload alone are 50.0 % of the samples by their CPU time).",
+		"- agent: not run (-phases \"unwinding\")",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "not being used") {
+		t.Error("a DWARF share equal to the workload's share was called out")
+	}
+
+	// Tables that unwind next to nothing are said so, not hidden.
+	low := unw
+	low.Runs = append([]unwindRun(nil), unw.Runs...)
+	for i := range low.Runs {
+		if low.Runs[i].Mode == modeAuto {
+			low.Runs[i].DWARFUnwound = 10
+		}
+	}
+	if sec := unwindingSection(&low); !strings.Contains(sec, "auto: 0.9 %") || !strings.Contains(sec, "the tables are not being used") {
+		t.Errorf("a 0.9 %% DWARF share against a 50 %% workload share is not called out:\n%s", sec)
+	}
+	// A mode without runs is an error, not a silent gap.
+	fpOnly := unw
+	fpOnly.Runs = []unwindRun{unw.Runs[0], unw.Runs[2]}
+	if rows := unwindingRows(&fpOnly); rows[len(rows)-1].Status != "ERROR" {
+		t.Errorf("no auto run: want an ERROR row, got %+v", rows[len(rows)-1])
+	}
+	// Without -phases every phase is expected: the missing ones fail.
+	if err := reportCmd([]string{"-dir", dir, "-results", results}); err == nil {
+		t.Error("agent.json and the others are missing: want an error without -phases")
+	}
+}
+
 // TestStateEnv gives every endpoint of the shipped configurations its own
 // free port and points the agent at the gateway's gRPC listener.
 func TestStateEnv(t *testing.T) {

@@ -31,6 +31,20 @@ up 1 1700000000000
 	if v, _ := m.Sum("up"); v != 1 {
 		t.Fatalf("up = %v (timestamp taken for the value?)", v)
 	}
+	by := m.ByLabel("hotpath_receiver_samples_total", "outcome")
+	if len(by) != 2 || by["kept"] != 1140 || by["idle"] != 60 {
+		t.Fatalf("ByLabel(outcome) = %v", by)
+	}
+	ended, err := ParseMetrics(strings.NewReader(`hotpath_receiver_stacks_ended_early{note="a,reason=\"x\"",reason="truncated"} 3
+hotpath_receiver_stacks_ended_early{reason="no_unwind_rule"} 41
+hotpath_receiver_stacks_ended_early 7
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by := ended.ByLabel("hotpath_receiver_stacks_ended_early", "reason"); len(by) != 2 || by["truncated"] != 3 || by["no_unwind_rule"] != 41 {
+		t.Fatalf("ByLabel(reason) = %v (a comma or label name inside a quoted value must not split)", by)
+	}
 	if _, err := ParseMetrics(strings.NewReader("broken_line_without_value\n")); err == nil {
 		t.Fatal("want an error for a line without a value")
 	}

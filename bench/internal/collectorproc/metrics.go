@@ -106,3 +106,47 @@ func (m Metrics) First(names []string, labels ...string) (float64, string, bool)
 	}
 	return 0, "", false
 }
+
+// ByLabel splits the series of name by the value of one label: for
+// samples{outcome="kept"} and samples{outcome="idle"}, ByLabel("samples",
+// "outcome") is {kept: …, idle: …}. Series without the label are left out.
+func (m Metrics) ByLabel(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	prefix := label + `="`
+	for series, v := range m {
+		n, lbl, _ := strings.Cut(series, "{")
+		if n != name {
+			continue
+		}
+		for _, kv := range splitLabels(strings.TrimSuffix(lbl, "}")) {
+			if val, ok := strings.CutPrefix(kv, prefix); ok {
+				out[strings.TrimSuffix(val, `"`)] += v
+			}
+		}
+	}
+	return out
+}
+
+// splitLabels splits a="x",b="y" at the commas between pairs (not those
+// inside quoted values).
+func splitLabels(s string) []string {
+	var out []string
+	inQuote, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			inQuote = !inQuote
+		case ',':
+			if !inQuote {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}

@@ -117,8 +117,9 @@ func parseKB(s string) (uint64, error) {
 
 // BPFMaps is what the BPF maps a process holds cost.
 type BPFMaps struct {
-	Count   int    // distinct maps (by map_id)
-	Memlock uint64 // bytes the kernel charges for them
+	Count   int      // distinct maps (by map_id)
+	Memlock uint64   // bytes the kernel charges for them
+	IDs     []uint64 // their map_id, in fd order
 }
 
 // ReadBPFMaps sums the memlock of every BPF map pid has an fd for. A map
@@ -143,6 +144,7 @@ func ReadBPFMaps(pid int) (BPFMaps, error) {
 		seen[id] = true
 		out.Count++
 		out.Memlock += memlock
+		out.IDs = append(out.IDs, id)
 	}
 	return out, nil
 }
@@ -167,6 +169,68 @@ func parseMapFdinfo(raw []byte) (id, memlock uint64, ok bool) {
 		}
 	}
 	return id, memlock, isMap && haveID && haveMemlock
+}
+
+// BPFProgram is one BPF program a process holds and what the kernel
+// accounted for it. RunTimeNs and RunCount only grow while
+// kernel.bpf_stats_enabled is 1 (or a BPF_ENABLE_STATS fd is open); the
+// time is spent in the context of whatever process the program ran on
+// (for a perf_event program: the sampled one), not in the holder's.
+type BPFProgram struct {
+	ID        uint64
+	Type      uint64 // prog_type (7: perf_event)
+	RunTimeNs uint64
+	RunCount  uint64
+}
+
+// ReadBPFPrograms lists the BPF programs pid has an fd for, each once.
+func ReadBPFPrograms(pid int) ([]BPFProgram, error) {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list bpf programs of pid %d: %w", pid, err)
+	}
+	seen := map[uint64]bool{}
+	var out []BPFProgram
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // fd closed while we looked
+		}
+		p, ok := parseProgFdinfo(raw)
+		if !ok || seen[p.ID] {
+			continue
+		}
+		seen[p.ID] = true
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseProgFdinfo reads a BPF program's fdinfo; run_time_ns and run_cnt
+// are missing before Linux 5.8 and read as 0.
+func parseProgFdinfo(raw []byte) (BPFProgram, bool) {
+	var p BPFProgram
+	var isProg, haveID bool
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		key, val, found := strings.Cut(sc.Text(), ":")
+		if !found {
+			continue
+		}
+		val = strings.TrimSpace(val)
+		switch key {
+		case "prog_type":
+			p.Type, isProg = parseUint(val)
+		case "prog_id":
+			p.ID, haveID = parseUint(val)
+		case "run_time_ns":
+			p.RunTimeNs, _ = parseUint(val)
+		case "run_cnt":
+			p.RunCount, _ = parseUint(val)
+		}
+	}
+	return p, isProg && haveID
 }
 
 func parseUint(s string) (uint64, bool) {

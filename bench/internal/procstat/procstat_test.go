@@ -78,3 +78,18 @@ func TestParseMapFdinfo(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestParseProgFdinfo(t *testing.T) {
+	prog := []byte("pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nprog_type:\t7\nprog_jited:\t1\nprog_tag:\t0a1b2c3d4e5f6071\nmemlock:\t8192\nprog_id:\t812\nrun_time_ns:\t123456789\nrun_cnt:\t4321\nrecursion_misses:\t0\nverified_insns:\t2048\n")
+	p, ok := parseProgFdinfo(prog)
+	if !ok || p != (BPFProgram{ID: 812, Type: 7, RunTimeNs: 123456789, RunCount: 4321}) {
+		t.Fatalf("prog fdinfo: %+v ok=%v", p, ok)
+	}
+	m := []byte("pos:\t0\nmap_type:\t1\nmemlock:\t82048\nmap_id:\t77\n")
+	if _, ok := parseProgFdinfo(m); ok {
+		t.Fatal("a map's fdinfo was taken for a program")
+	}
+	if _, err := ReadBPFPrograms(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,8 @@
 package sampler
 
 import (
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +89,48 @@ func TestUnwindTablesAPI(t *testing.T) {
 	}
 	if err := fp.SetProcessUnwind(1234, []UnwindMapping{m}); err == nil {
 		t.Error("a frame-pointer-only sampler accepted a process")
+	}
+}
+
+// TestVerifierWork keeps the DWARF unwinder cheap to load: the verifier's
+// work (instructions it processed, a count, not a time) decides how long
+// the agent takes to start sampling. A binary search indexed by a computed
+// value, or a frame index read back from the loop state, made it explore
+// every depth and path: 294 k instructions and 0.37 s at load, where the
+// frame-pointer program takes 7 k and 0.02 s.
+func TestVerifierWork(t *testing.T) {
+	spec, err := loadCpuProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dwarf uint32
+		max   int
+	}{{0, 20_000}, {1, 120_000}} {
+		sp := spec.Copy()
+		if err := sp.Variables[cpuProfileVarDwarfUnwind].Set(tc.dwarf); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{cpuProfileMapTracesCtxV1, cpuProfileMapGoTraces} {
+			sp.Maps[n].Pinning = ebpf.PinNone
+			sp.Maps[n].MaxEntries = 1
+		}
+		var objs struct {
+			CpuSample *ebpf.Program `ebpf:"cpu_sample"`
+		}
+		if err := sp.LoadAndAssign(&objs, &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}); err != nil {
+			t.Fatal(err)
+		}
+		log := objs.CpuSample.VerifierLog
+		objs.CpuSample.Close()
+		m := regexp.MustCompile(`processed (\d+) insns`).FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("no instruction count in the verifier log:\n%s", log)
+		}
+		n, _ := strconv.Atoi(m[1])
+		t.Logf("dwarf_unwind=%d: verifier processed %d instructions", tc.dwarf, n)
+		if n > tc.max {
+			t.Errorf("dwarf_unwind=%d: the verifier processed %d instructions (budget %d): load time grows with it", tc.dwarf, n, tc.max)
+		}
 	}
 }
