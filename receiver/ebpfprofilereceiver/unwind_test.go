@@ -384,3 +384,91 @@ func TestAutoFallsBackToFramePointers(t *testing.T) {
 		t.Errorf("no warning; logs: %v", logs.All())
 	}
 }
+
+// cgoGo is a Go program whose CPU goes to C built without frame pointers
+// (as the C and C++ linked into cgo binaries usually is: DuckDB, SQLite).
+const cgoGo = `package main
+
+/*
+#cgo CFLAGS: -O2 -fomit-frame-pointer
+volatile unsigned long csink;
+__attribute__((noinline)) static unsigned long burn_leaf(unsigned long x) {
+	for (int i = 0; i < 100000; i++) {
+		x = x * 6364136223846793005UL + 1442695040888963407UL;
+		__asm__ volatile("" : "+r"(x));
+	}
+	return x;
+}
+__attribute__((noinline)) static unsigned long burn_mid(unsigned long x) {
+	volatile char pad[40];
+	pad[0] = (char)x;
+	unsigned long r = burn_leaf(x + pad[0]);
+	csink += pad[39];
+	return r + 1;
+}
+unsigned long burn(unsigned long x) { return burn_mid(x) + 1; }
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+func main() {
+	secs, _ := strconv.ParseFloat(os.Args[1], 64)
+	fmt.Println("ready")
+	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	var x C.ulong
+	for time.Now().Before(end) {
+		x = C.burn(x)
+	}
+}
+`
+
+// TestCgoBinary: a Go binary's C part without frame pointers is unwound
+// from the binary's own .eh_frame (Go code has no FDEs and keeps the
+// frame-pointer steps).
+func TestCgoBinary(t *testing.T) {
+	dir := t.TempDir()
+	for name, text := range map[string]string{"main.go": cgoGo, "go.mod": "module cgoburn\n\ngo 1.26\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "cgoburn")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir, build.Env = dir, append(os.Environ(), "CGO_ENABLED=1", "GOFLAGS=-mod=mod")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	fpCfg, autoCfg := testConfig(), testConfig()
+	fpCfg.Unwinding, autoCfg.Unwinding = UnwindingFramePointer, UnwindingAuto
+	fpCfg.TraceContext.Enabled, autoCfg.TraceContext.Enabled = false, false
+	fp, fpSink := startReceiver(t, fpCfg)
+	auto, autoSink := startReceiver(t, autoCfg)
+	cmd := testworkload.Start(t, bin, "3")
+	_ = cmd.Wait()
+	for _, r := range []*profileReceiver{fp, auto} {
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	autoT := testworkload.TallyProcess(autoSink.AllProfiles(), cmd.Process.Pid)
+	fpT := testworkload.TallyProcess(fpSink.AllProfiles(), cmd.Process.Pid)
+	want := []string{"burn", "burn_mid", "burn_leaf"}
+	autoShare, autoN := chainShare(autoT, want)
+	fpShare, fpN := chainShare(fpT, want)
+	t.Logf("burn;burn_mid;burn_leaf: auto %.3f of %d samples, frame_pointer %.3f of %d; auto top:%s", autoShare, autoN, fpShare, fpN, autoT.Top(3))
+	if min := int64(0.25 * testworkload.ExpectedSamples(cmd, autoCfg.FrequencyHz)); autoN < min {
+		t.Fatalf("too few burn_leaf samples (%d, want ≥ %d); top:%s", autoN, min, autoT.Top(5))
+	}
+	if autoShare < 0.95 {
+		t.Errorf("auto: C chain in %.3f of burn_leaf samples, want ≥ 0.95; top:%s", autoShare, autoT.Top(5))
+	}
+	if fpShare > 0.5 {
+		t.Errorf("frame_pointer: C chain in %.3f of samples; expected broken stacks; top:%s", fpShare, fpT.Top(5))
+	}
+}

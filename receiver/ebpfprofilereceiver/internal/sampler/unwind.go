@@ -108,20 +108,19 @@ func (s *Sampler) LoadUnwindTable(rows []unwindtable.Row) (UnwindTable, error) {
 		return UnwindTable{}, fmt.Errorf("unwind table: create map of %d rows: %w", len(rows), err)
 	}
 	defer m.Close() // the outer map holds its own reference
-	keys := make([]uint32, len(rows))
-	vals := make([]cpuProfileUnwindRow, len(rows))
-	for i, r := range rows {
-		keys[i] = uint32(i)
-		vals[i] = cpuProfileUnwindRow{Pc: r.PC, Kind: r.Kind, RbpOff8: r.RBPOffset, CfaOff: r.CFAOffset}
-	}
-	if _, err := m.BatchUpdate(keys, vals, nil); err != nil {
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return UnwindTable{}, fmt.Errorf("unwind table: write rows: %w", err)
+	// In chunks: a large C++ binary has ~700 k rows, and whole-table key
+	// and value arrays would be 8 MB of garbage.
+	const chunk = 16 << 10
+	keys := make([]uint32, min(chunk, len(rows)))
+	vals := make([]cpuProfileUnwindRow, len(keys))
+	for start := 0; start < len(rows); start += chunk {
+		part := rows[start:min(start+chunk, len(rows))]
+		for i, r := range part {
+			keys[i] = uint32(start + i)
+			vals[i] = cpuProfileUnwindRow{Pc: r.PC, Kind: r.Kind, RbpOff8: r.RBPOffset, CfaOff: r.CFAOffset}
 		}
-		for i := range keys {
-			if err := m.Update(keys[i], vals[i], ebpf.UpdateAny); err != nil {
-				return UnwindTable{}, fmt.Errorf("unwind table: write rows: %w", err)
-			}
+		if err := writeRows(m, keys[:len(part)], vals[:len(part)]); err != nil {
+			return UnwindTable{}, fmt.Errorf("unwind table: write rows: %w", err)
 		}
 	}
 	bytes, err := mapMemory(m)
@@ -134,6 +133,21 @@ func (s *Sampler) LoadUnwindTable(rows []unwindtable.Row) (UnwindTable, error) {
 		return UnwindTable{}, fmt.Errorf("unwind table: install: %w", err)
 	}
 	return UnwindTable{ID: id, Rows: uint32(len(rows)), Bytes: bytes}, nil
+}
+
+// writeRows writes one chunk, row by row where the kernel lacks batch
+// updates.
+func writeRows(m *ebpf.Map, keys []uint32, vals []cpuProfileUnwindRow) error {
+	_, err := m.BatchUpdate(keys, vals, nil)
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return err
+	}
+	for i := range keys {
+		if err := m.Update(keys[i], vals[i], ebpf.UpdateAny); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DeleteUnwindTable frees a table. Processes still pointing at it unwind

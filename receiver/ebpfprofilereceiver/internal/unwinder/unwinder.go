@@ -4,9 +4,10 @@
 // walks and keeps their binaries' unwind tables loaded.
 //
 // A process gets tables only when one of its binaries was built without
-// frame pointers (most distribution libraries, glibc included); then only
-// those binaries get tables, and frames in the others (Go, code built with
-// frame pointers) are walked with the frame pointer in the same pass.
+// frame pointers (most distribution libraries, glibc included, and the C/C++
+// linked into cgo binaries); then only those binaries get tables, and frames
+// without rows (Go code, code built with frame pointers) are walked with the
+// frame pointer in the same pass.
 // Tables are compiled lazily, when a process is first sampled, shared by
 // every process that maps the same file, and kept within a memory budget:
 // tables no live process uses are evicted first; a binary that does not fit
@@ -106,9 +107,13 @@ func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
 		if m.Path != "[vdso]" && (m.Path == "" || m.Path[0] != '/') {
 			continue // anonymous memory (JIT code): frame pointers
 		}
+		// Go code keeps frame pointers on amd64 and has no FDEs; a Go
+		// binary with cgo has them for its C and C++ (DuckDB, SQLite…),
+		// which is usually built without: the frame-pointer analysis of
+		// its .eh_frame decides, like for any other binary.
 		t := u.sym.MappingTable(p, i)
-		if t == nil || t.HasGo() {
-			continue // Go keeps frame pointers on amd64
+		if t == nil {
+			continue
 		}
 		cands = append(cands, candidate{m: m, t: t})
 	}
