@@ -442,10 +442,9 @@ static long unwind_step(__u64 i, void *ctx)
 		}
 		if (!s->bp)
 			return 1;
-		if (s->bp < s->sp) {
-			s->end = END_INVALID;
-			return 1;
-		}
+		// No "must move up" check here: like the kernel's own
+		// frame-pointer walk, follow rbp to another stack (Go's
+		// systemstack switches to g0 and back). The depth bounds a loop.
 		cfa = s->bp + 16;
 		if (read_word(s->bp, &bp) != 0) {
 			s->end = END_UNREADABLE;
@@ -453,7 +452,7 @@ static long unwind_step(__u64 i, void *ctx)
 		}
 		break;
 	}
-	if (cfa <= s->sp) {
+	if (kind != CFA_NONE && cfa <= s->sp) {
 		s->end = END_INVALID; // no progress: a corrupt rule or stack
 		return 1;
 	}
