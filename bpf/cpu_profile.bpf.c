@@ -111,7 +111,7 @@ struct unwind_row {
 	__u16 cfa_off;
 };
 
-#define MAX_UNWIND_MAPPINGS 32
+#define MAX_UNWIND_MAPPINGS 64
 #define UNWIND_ROW_SEARCH 24    // tables hold fewer than 2^24 rows
 
 // A process's executable mappings that have unwind tables, sorted by start.

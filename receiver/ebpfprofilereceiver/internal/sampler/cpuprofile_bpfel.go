@@ -30,7 +30,7 @@ type cpuProfileProcUnwind struct {
 	_   structs.HostLayout
 	N   uint32
 	Pad uint32
-	M   [32]cpuProfileUnwindMapping
+	M   [64]cpuProfileUnwindMapping
 }
 
 type cpuProfileSampleKey struct {

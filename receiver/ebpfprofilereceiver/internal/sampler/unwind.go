@@ -17,7 +17,7 @@ import (
 // MaxUnwindMappings is how many mappings with unwind tables one process can
 // have (MAX_UNWIND_MAPPINGS in cpu_profile.bpf.c); frames in others fall
 // back to the frame pointer.
-const MaxUnwindMappings = 32
+const MaxUnwindMappings = 64
 
 // Defaults for the unwind maps (Config.DWARFUnwind).
 const (
