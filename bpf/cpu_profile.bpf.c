@@ -340,7 +340,8 @@ static __always_inline struct unwind_row *find_row(struct proc_unwind *pu, __u64
 	// A linear scan: the verifier knows k exactly in each iteration. A
 	// binary search indexes the array with a computed value, which it must
 	// track precisely through every path: 40x the verification work, 0.4 s
-	// more at load. 32 compares per frame cost less than that is worth.
+	// more at load. A few compares per frame (mappings are sorted, so the
+	// scan stops at the first one above pc) cost less than that is worth.
 	for (int k = 0; k < MAX_UNWIND_MAPPINGS; k++) {
 		if (k >= n || pc < pu->m[k].start)
 			break; // sorted by start: no later mapping holds pc
@@ -362,7 +363,6 @@ static __always_inline struct unwind_row *find_row(struct proc_unwind *pu, __u64
 	hi = nrows;
 	for (int k = 0; k < UNWIND_ROW_SEARCH && lo < hi; k++) {
 		struct unwind_row *r;
-
 		__u32 right;
 
 		mid = (lo + hi) / 2;
