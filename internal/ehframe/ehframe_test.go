@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
-	"encoding/binary"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -14,27 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// program has functions whose CFA rules differ: a frameless leaf (rsp+8
-// throughout), pushes and pops with early returns (remember/restore_state),
-// an alloca (rbp-based CFA) and main.
-const program = `
-#include <stdio.h>
-#include <alloca.h>
-__attribute__((noinline)) long leaf(long x) { long s = 0; for (long i = 0; i < x; i++) s += i * i ^ x; return s; }
-__attribute__((noinline)) long withpush(long a, long b, long c) {
-	long r = leaf(a) + leaf(b);
-	if (r & 1) return r + leaf(c);
-	return r * 3 + c;
-}
-__attribute__((noinline)) long withalloca(long n) {
-	char *p = alloca(n);
-	for (long i = 0; i < n; i++) p[i] = i;
-	return p[n / 2] + leaf(n);
-}
-int main(int argc, char **argv) { printf("%ld\n", withpush(argc, 2, 3) + withalloca(argc * 100)); return 0; }
-`
+	"github.com/hotpath-dev/hotpath/internal/ehframe/ehframetest"
+)
 
 // TestCFAMatchesReadelf compares the CFA rule at every row boundary (first
 // and last byte of each row) with what binutils computes, for binaries the
@@ -48,7 +28,7 @@ func TestCFAMatchesReadelf(t *testing.T) {
 		{"-Os", "-fasynchronous-unwind-tables"},
 	} {
 		t.Run(strings.Join(flags, ""), func(t *testing.T) {
-			bin := buildC(t, program, flags...)
+			bin := ehframetest.BuildC(t, ehframetest.Program, flags...)
 			checkAgainstReadelf(t, bin)
 		})
 	}
@@ -65,38 +45,10 @@ func TestCFAMatchesReadelf(t *testing.T) {
 	})
 }
 
-func buildC(t testing.TB, src string, flags ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	c := filepath.Join(dir, "prog.c")
-	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "prog")
-	args := append(append([]string{}, flags...), "-o", bin, c)
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc %v: %v\n%s", args, err, out)
-	}
-	return bin
-}
-
 // Open reads .eh_frame of the ELF file at path.
 func open(t testing.TB, path string) *Table {
 	t.Helper()
-	ef, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ef.Close()
-	sec := ef.Section(".eh_frame")
-	if sec == nil {
-		t.Fatalf("%s has no .eh_frame", path)
-	}
-	data, err := sec.Data()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tab, err := New(data, sec.Addr)
+	tab, err := New(ehframetest.Section(t, path))
 	if err != nil {
 		t.Fatalf("index .eh_frame of %s: %v", path, err)
 	}
@@ -229,7 +181,7 @@ func checkAgainstReadelf(t *testing.T, path string) {
 }
 
 func TestCFAOutsideAnyFDE(t *testing.T) {
-	tab := open(t, buildC(t, program, "-O2"))
+	tab := open(t, ehframetest.BuildC(t, ehframetest.Program, "-O2"))
 	for _, pc := range []uint64{0, 1, ^uint64(0)} {
 		if _, ok, err := tab.CFA(pc); ok || err != nil {
 			t.Errorf("CFA(%#x) = ok %v, err %v; want not found", pc, ok, err)
@@ -239,7 +191,7 @@ func TestCFAOutsideAnyFDE(t *testing.T) {
 
 // TestMalformed feeds truncated and corrupted sections: errors, never panics.
 func TestMalformed(t *testing.T) {
-	bin := buildC(t, program, "-O2")
+	bin := ehframetest.BuildC(t, ehframetest.Program, "-O2")
 	ef, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +240,7 @@ func BenchmarkCFA(b *testing.B) {
 // FuzzTable: any section gives an index or an error, and any lookup a rule
 // or an error, never a panic or a hang. Seeded with a real section.
 func FuzzTable(f *testing.F) {
-	ef, err := elf.Open(buildC(f, program, "-O2"))
+	ef, err := elf.Open(ehframetest.BuildC(f, ehframetest.Program, "-O2"))
 	if err == nil {
 		if data, err := ef.Section(".eh_frame").Data(); err == nil {
 			f.Add(data, uint64(0x1000))
@@ -307,44 +259,6 @@ func FuzzTable(f *testing.F) {
 	})
 }
 
-// richProgram adds to program the frames that exercise the rbp and return
-// address columns: many callee-saved registers, a large frame, a
-// stack-realigning prologue with alloca (CFA from r10, then by expression;
-// rbp by expression), recursion and a noreturn call. The _start of the
-// linked program has the return address undefined.
-const richProgram = program + `
-#include <stdlib.h>
-#include <string.h>
-__attribute__((noinline)) long manyregs(long *v, long n) {
-	long a = v[0], b = v[1], c = v[2], d = v[3], e = v[4], f = v[5];
-	for (long i = 0; i < n; i++) { a += leaf(b); b ^= leaf(c); c += leaf(d) * e; d -= leaf(f); e += a; f ^= b; }
-	return a + b + c + d + e + f;
-}
-__attribute__((noinline)) long bigframe(int n) {
-	char buf[8192];
-	memset(buf, n, sizeof buf);
-	snprintf(buf, 64, "%d", n);
-	return strlen(buf) + buf[4000];
-}
-__attribute__((noinline)) long aligned(long n) {
-	_Alignas(64) char buf[256];
-	char *p = alloca(n + 1);
-	for (long i = 0; i < 256; i++) buf[i] = (char)(i * n);
-	p[0] = 1;
-	return leaf(buf[n & 255]) + buf[(n + 7) & 255] + p[n / 2];
-}
-__attribute__((noinline, noreturn)) void die(const char *m) { fputs(m, stderr); exit(2); }
-__attribute__((noinline)) long recurse(long n) {
-	if (n < 0) die("negative");
-	if (n <= 1) return 1;
-	return n * recurse(n - 1) + leaf(n);
-}
-long rich(int argc) {
-	long v[6] = {argc, 2, 3, 4, 5, 6};
-	return manyregs(v, argc) + bigframe(argc) + aligned(argc) + recurse(argc);
-}
-`
-
 // TestRowsMatchReadelf compares every row Rows returns, all three columns
 // the unwinder uses (CFA, rbp, return address), with readelf's interpreted
 // table.
@@ -354,7 +268,7 @@ func TestRowsMatchReadelf(t *testing.T) {
 		{"-O2", "-fomit-frame-pointer"},
 	} {
 		t.Run(strings.Join(flags, ""), func(t *testing.T) {
-			checkRowsAgainstReadelf(t, buildC(t, richProgram, flags...))
+			checkRowsAgainstReadelf(t, ehframetest.BuildC(t, ehframetest.Program, flags...))
 		})
 	}
 	t.Run("libc", func(t *testing.T) {
@@ -475,37 +389,6 @@ func checkRowsAgainstReadelf(t *testing.T, path string) {
 		path, len(seen), nrows, saved, other, raUndef)
 }
 
-// fdeSpec is one FDE of a hand-built section: [lo, lo+n), instructions ins.
-type fdeSpec struct {
-	lo, n uint64
-	ins   []byte
-}
-
-// buildEHFrame assembles an .eh_frame loaded at addr: one CIE (version 1,
-// "zR" with pcrel sdata4 pointers, code alignment 1, data alignment -8,
-// return address column 16, initial instructions cieIns), the FDEs in the
-// order given, and a zero terminator.
-func buildEHFrame(addr uint64, cieIns []byte, fdes ...fdeSpec) []byte {
-	le32 := func(b []byte, v uint32) []byte { return binary.LittleEndian.AppendUint32(b, v) }
-	cieBody := append([]byte{0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78, 16, 1, 0x1b}, cieIns...)
-	out := le32(nil, uint32(len(cieBody)))
-	out = append(out, cieBody...)
-	for _, f := range fdes {
-		start := len(out)
-		out = le32(out, 0) // length, patched below
-		out = le32(out, uint32(len(out)))
-		out = le32(out, uint32(f.lo-(addr+uint64(len(out)))))
-		out = le32(out, uint32(f.n))
-		out = append(out, 0) // augmentation data length
-		out = append(out, f.ins...)
-		binary.LittleEndian.PutUint32(out[start:], uint32(len(out)-start-4))
-	}
-	return le32(out, 0)
-}
-
-// pltExpr is the CFA expression binutils emits for .plt entries (N = 11).
-var pltExpr = []byte{0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22}
-
 // TestRowsHandBuilt runs instructions gcc emits rarely or never on a
 // hand-built section and checks every row exactly, and CFA at every PC
 // against the rows.
@@ -532,9 +415,9 @@ func TestRowsHandBuilt(t *testing.T) {
 		0x07, 0x10, // undefined r16
 		0x42,       // advance 2
 		0x06, 0x10, // restore_extended r16: back to cfa-8
-		0x0f, byte(len(pltExpr)), // def_cfa_expression (the PLT rule)
+		0x0f, byte(len(ehframetest.PLTExpr)), // def_cfa_expression (the PLT rule)
 	}
-	ins = append(ins, pltExpr...)
+	ins = append(ins, ehframetest.PLTExpr...)
 	ins = append(ins,
 		0x44,             // advance 4
 		0x0c, 0x07, 0x10, // def_cfa rsp+16
@@ -550,9 +433,9 @@ func TestRowsHandBuilt(t *testing.T) {
 		0x02, 0x40, // advance_loc1 64: past the end; the rows from here are dropped
 		0x0e, 0x20, // def_cfa_offset 32
 	)
-	data := buildEHFrame(addr, cieIns,
-		fdeSpec{lo: 0x401000, n: 0x40, ins: ins},
-		fdeSpec{lo: 0x400f00, n: 0x20}, // no instructions: the CIE's row
+	data := ehframetest.Assemble(addr, cieIns,
+		ehframetest.FDE{Lo: 0x401000, N: 0x40, Ins: ins},
+		ehframetest.FDE{Lo: 0x400f00, N: 0x20}, // no instructions: the CIE's row
 	)
 
 	var (
@@ -650,7 +533,7 @@ func TestRestoreToCIERule(t *testing.T) {
 		0x41,       // advance 1
 		0x06, 0x06, // restore_extended r6
 	}
-	tab, err := New(buildEHFrame(0x400000, cieIns, fdeSpec{lo: 0x401000, n: 0x10, ins: ins}), 0x400000)
+	tab, err := New(ehframetest.Assemble(0x400000, cieIns, ehframetest.FDE{Lo: 0x401000, N: 0x10, Ins: ins}), 0x400000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -673,25 +556,25 @@ func TestRestoreToCIERule(t *testing.T) {
 // TestPLTThreshold: only binutils' PLT expression, with DW_OP_lit1..lit15 as
 // the threshold, yields one.
 func TestPLTThreshold(t *testing.T) {
-	if n := pltThreshold(pltExpr); n != 11 {
+	if n := pltThreshold(ehframetest.PLTExpr); n != 11 {
 		t.Errorf("PLT expression: %d, want 11", n)
 	}
-	lit10 := slices.Clone(pltExpr)
+	lit10 := slices.Clone(ehframetest.PLTExpr)
 	lit10[6] = 0x3a // DW_OP_lit10
 	if n := pltThreshold(lit10); n != 10 {
 		t.Errorf("DW_OP_lit10: %d, want 10", n)
 	}
-	for i := range pltExpr {
-		bad := slices.Clone(pltExpr)
+	for i := range ehframetest.PLTExpr {
+		bad := slices.Clone(ehframetest.PLTExpr)
 		bad[i] ^= 0x40
 		if n := pltThreshold(bad); n != 0 {
 			t.Errorf("byte %d changed to %#x: %d, want 0", i, bad[i], n)
 		}
 	}
-	if n := pltThreshold(pltExpr[:10]); n != 0 {
+	if n := pltThreshold(ehframetest.PLTExpr[:10]); n != 0 {
 		t.Errorf("truncated: %d, want 0", n)
 	}
-	if n := pltThreshold(append(slices.Clone(pltExpr), 0x96)); n != 0 { // trailing DW_OP_nop
+	if n := pltThreshold(append(slices.Clone(ehframetest.PLTExpr), 0x96)); n != 0 { // trailing DW_OP_nop
 		t.Errorf("longer: %d, want 0", n)
 	}
 }
@@ -703,7 +586,7 @@ func TestHugeLength(t *testing.T) {
 	for _, data := range [][]byte{
 		bytes.Repeat([]byte{0xff}, 12),
 		bytes.Repeat([]byte{0xff}, 15),
-		append(buildEHFrame(0x400000, nil, fdeSpec{lo: 0x401000, n: 0x10})[:0x1c:0x1c], bytes.Repeat([]byte{0xff}, 12)...),
+		append(ehframetest.Assemble(0x400000, nil, ehframetest.FDE{Lo: 0x401000, N: 0x10})[:0x1c:0x1c], bytes.Repeat([]byte{0xff}, 12)...),
 	} {
 		if _, err := New(data, 0x400000); err == nil {
 			t.Errorf("New(%x): no error", data)
@@ -715,7 +598,7 @@ func TestHugeLength(t *testing.T) {
 // space (sdata4 ranges are sign-extended) is skipped, not kept with
 // hi < lo; the other FDEs stay.
 func TestRangeWraps(t *testing.T) {
-	data := buildEHFrame(0x400000, nil, fdeSpec{lo: 0x401000, n: 0x10}, fdeSpec{lo: 0x401010, n: 0xffff_f800})
+	data := ehframetest.Assemble(0x400000, nil, ehframetest.FDE{Lo: 0x401000, N: 0x10}, ehframetest.FDE{Lo: 0x401010, N: 0xffff_f800})
 	tab, err := New(data, 0x400000)
 	if err != nil {
 		t.Fatal(err)
@@ -736,7 +619,7 @@ func TestLocationBackwards(t *testing.T) {
 		"advance wraps": {0x44, 0x0e, 0x10, 0x01, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
 			0x0e, 0x18, 0x7f, 0x0e, 0x20, 0x41},
 	} {
-		data := buildEHFrame(0x400000, cieIns, fdeSpec{lo: 0x401000, n: 0x10}, fdeSpec{lo: 0x402000, n: 0x20, ins: ins})
+		data := ehframetest.Assemble(0x400000, cieIns, ehframetest.FDE{Lo: 0x401000, N: 0x10}, ehframetest.FDE{Lo: 0x402000, N: 0x20, Ins: ins})
 		tab, err := New(data, 0x400000)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

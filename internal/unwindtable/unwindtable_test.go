@@ -4,114 +4,23 @@ import (
 	"bytes"
 	"cmp"
 	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/hotpath-dev/hotpath/internal/ehframe"
+	"github.com/hotpath-dev/hotpath/internal/ehframe/ehframetest"
 )
 
 const libc = "/lib/x86_64-linux-gnu/libc.so.6"
 
-// program has frames of every shape the table distinguishes: frameless
-// leaves (rsp+8), pushes with early returns (remember/restore_state), a
-// large frame, alloca (rbp-based CFA), a stack-realigning prologue with
-// alloca (CFA from r10, then by expression; rbp by expression), recursion
-// and calls through the PLT.
-const program = `
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <alloca.h>
-__attribute__((noinline)) long leaf(long x) { long s = 0; for (long i = 0; i < x; i++) s += i * i ^ x; return s; }
-__attribute__((noinline)) long withpush(long a, long b, long c) {
-	long r = leaf(a) + leaf(b);
-	if (r & 1) return r + leaf(c);
-	return r * 3 + c;
-}
-__attribute__((noinline)) long withalloca(long n) {
-	char *p = alloca(n);
-	for (long i = 0; i < n; i++) p[i] = i;
-	return p[n / 2] + leaf(n);
-}
-__attribute__((noinline)) long manyregs(long *v, long n) {
-	long a = v[0], b = v[1], c = v[2], d = v[3], e = v[4], f = v[5];
-	for (long i = 0; i < n; i++) { a += leaf(b); b ^= leaf(c); c += leaf(d) * e; d -= leaf(f); e += a; f ^= b; }
-	return a + b + c + d + e + f;
-}
-__attribute__((noinline)) long bigframe(int n) {
-	char buf[8192];
-	memset(buf, n, sizeof buf);
-	snprintf(buf, 64, "%d", n);
-	return strlen(buf) + buf[4000];
-}
-__attribute__((noinline)) long aligned(long n) {
-	_Alignas(64) char buf[256];
-	char *p = alloca(n + 1);
-	for (long i = 0; i < 256; i++) buf[i] = (char)(i * n);
-	p[0] = 1;
-	return leaf(buf[n & 255]) + buf[(n + 7) & 255] + p[n / 2];
-}
-__attribute__((noinline, noreturn)) void die(const char *m) { fputs(m, stderr); exit(2); }
-__attribute__((noinline)) long recurse(long n) {
-	if (n < 0) die("negative");
-	if (n <= 1) return 1;
-	return n * recurse(n - 1) + leaf(n);
-}
-int main(int argc, char **argv) {
-	long v[6] = {argc, 2, 3, 4, 5, 6};
-	(void)argv;
-	printf("%ld\n", withpush(argc, 2, 3) + withalloca(argc * 100) + manyregs(v, argc) +
-		bigframe(argc) + aligned(argc) + recurse(argc));
-	return 0;
-}
-`
-
-func buildC(t testing.TB, flags ...string) string {
-	t.Helper()
-	dir := t.TempDir()
-	c := filepath.Join(dir, "prog.c")
-	if err := os.WriteFile(c, []byte(program), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "prog")
-	args := append(append([]string{}, flags...), "-o", bin, c)
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc %v: %v\n%s", args, err, out)
-	}
-	return bin
-}
-
-// ehFrame returns the .eh_frame of the ELF file at path and its address.
-func ehFrame(t testing.TB, path string) ([]byte, uint64) {
-	t.Helper()
-	ef, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ef.Close()
-	sec := ef.Section(".eh_frame")
-	if sec == nil {
-		t.Fatalf("%s has no .eh_frame", path)
-	}
-	data, err := sec.Data()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data, sec.Addr
-}
-
 func build(t testing.TB, path string) *Table {
 	t.Helper()
-	data, addr := ehFrame(t, path)
+	data, addr := ehframetest.Section(t, path)
 	tab, err := Build(data, addr)
 	if err != nil {
 		t.Fatalf("Build %s: %v", path, err)
@@ -188,7 +97,7 @@ func TestHasFramePointers(t *testing.T) {
 		{[]string{"-O2", "-fno-omit-frame-pointer", "-momit-leaf-frame-pointer"}, true},
 	} {
 		t.Run(strings.Join(tc.flags, ""), func(t *testing.T) {
-			tab := build(t, buildC(t, tc.flags...))
+			tab := build(t, ehframetest.BuildC(t, ehframetest.Program, tc.flags...))
 			if got := tab.HasFramePointers(); got != tc.want {
 				t.Errorf("HasFramePointers() = %v, want %v (%d FDEs, %d pushing, %d with frame pointers)",
 					got, tc.want, tab.FDEs, tab.PushingFDEs, tab.FramePointerFDEs)
@@ -213,12 +122,12 @@ func TestHasFramePointers(t *testing.T) {
 func TestRowInvariants(t *testing.T) {
 	paths := map[string]string{"libc": libc}
 	for _, flags := range [][]string{{"-O0"}, {"-O2"}, {"-O2", "-fno-omit-frame-pointer"}, {"-Os"}} {
-		paths[strings.Join(flags, "")] = buildC(t, flags...)
+		paths[strings.Join(flags, "")] = ehframetest.BuildC(t, ehframetest.Program, flags...)
 	}
 	for name, path := range paths {
 		t.Run(name, func(t *testing.T) {
 			tab := build(t, path) // checks the invariants
-			ntab, err := ehframe.New(ehFrame(t, path))
+			ntab, err := ehframe.New(ehframetest.Section(t, path))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -375,9 +284,9 @@ func TestLookupMatchesCFI(t *testing.T) {
 		{"-Os", "-fasynchronous-unwind-tables"},
 	} {
 		t.Run(strings.Join(flags, ""), func(t *testing.T) {
-			path := buildC(t, flags...)
+			path := ehframetest.BuildC(t, ehframetest.Program, flags...)
 			tab := build(t, path)
-			eh, err := ehframe.New(ehFrame(t, path))
+			eh, err := ehframe.New(ehframetest.Section(t, path))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -435,7 +344,7 @@ func TestLookupMatchesCFI(t *testing.T) {
 // .text: functions and the padding between them.
 func TestLookupMatchesCFILibc(t *testing.T) {
 	tab := build(t, libc)
-	eh, err := ehframe.New(ehFrame(t, libc))
+	eh, err := ehframe.New(ehframetest.Section(t, libc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,9 +378,9 @@ func TestLookupMatchesCFILibc(t *testing.T) {
 // function, which no FDE covers, finds a None row, not the rule of the
 // function before.
 func TestPaddingBetweenFunctions(t *testing.T) {
-	path := buildC(t, "-O2")
+	path := ehframetest.BuildC(t, ehframetest.Program, "-O2")
 	tab := build(t, path)
-	eh, err := ehframe.New(ehFrame(t, path))
+	eh, err := ehframe.New(ehframetest.Section(t, path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,35 +436,14 @@ func TestPaddingBetweenFunctions(t *testing.T) {
 	t.Logf("%d padding bytes checked", gaps)
 }
 
-// fdeSpec is one FDE of a hand-built section: [lo, lo+n), instructions ins.
-type fdeSpec struct {
-	lo, n uint64
-	ins   []byte
+// buildEHFrame assembles a section with gcc's usual CIE (def_cfa rsp+8,
+// return address at cfa-8).
+func buildEHFrame(addr uint64, fdes ...ehframetest.FDE) []byte {
+	return ehframetest.Assemble(addr, ehframetest.CIEDefault, fdes...)
 }
 
-// buildEHFrame assembles an .eh_frame loaded at addr: one CIE (version 1,
-// "zR" with pcrel sdata4 pointers, code alignment 1, data alignment -8,
-// return address column 16; def_cfa rsp+8, ra at cfa-8), the FDEs in the
-// order given, and a zero terminator.
-func buildEHFrame(addr uint64, fdes ...fdeSpec) []byte {
-	le32 := func(b []byte, v uint32) []byte { return binary.LittleEndian.AppendUint32(b, v) }
-	cie := []byte{0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78, 16, 1, 0x1b, 0x0c, 0x07, 0x08, 0x90, 0x01}
-	out := le32(nil, uint32(len(cie)))
-	out = append(out, cie...)
-	for _, f := range fdes {
-		start := len(out)
-		out = le32(out, 0) // length, patched below
-		out = le32(out, uint32(len(out)))
-		out = le32(out, uint32(f.lo-(addr+uint64(len(out)))))
-		out = le32(out, uint32(f.n))
-		out = append(out, 0) // augmentation data length
-		out = append(out, f.ins...)
-		binary.LittleEndian.PutUint32(out[start:], uint32(len(out)-start-4))
-	}
-	return le32(out, 0)
-}
-
-var pltExpr = []byte{0x0f, 11, 0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22}
+// pltExpr is DW_CFA_def_cfa_expression with binutils' PLT rule.
+var pltExpr = append([]byte{0x0f, byte(len(ehframetest.PLTExpr))}, ehframetest.PLTExpr...)
 
 // handBuilt has four FDEs: one with a frame pointer, one without
 // instructions right after it (its rule merges with the previous row), one
@@ -581,7 +469,7 @@ func handBuilt() []byte {
 		0x0e, 0x18, // def_cfa_offset 24: still the outermost frame
 	)
 	return buildEHFrame(0x400000,
-		fdeSpec{lo: 0x1000, n: 0x10, ins: []byte{
+		ehframetest.FDE{Lo: 0x1000, N: 0x10, Ins: []byte{
 			0x41,       // advance 1
 			0x0e, 0x10, // def_cfa_offset 16
 			0x86, 0x02, // offset r6 at cfa-16
@@ -591,9 +479,9 @@ func handBuilt() []byte {
 			0x0c, 0x07, 0x08, // def_cfa rsp+8
 			0xc6, // restore r6
 		}},
-		fdeSpec{lo: 0x1010, n: 0x10},
-		fdeSpec{lo: 0x1048, n: 0x10, ins: []byte{0x0e, 0x10}}, // overlaps the next: dropped
-		fdeSpec{lo: 0x1030, n: 0x20, ins: fde3},
+		ehframetest.FDE{Lo: 0x1010, N: 0x10},
+		ehframetest.FDE{Lo: 0x1048, N: 0x10, Ins: []byte{0x0e, 0x10}}, // overlaps the next: dropped
+		ehframetest.FDE{Lo: 0x1030, N: 0x20, Ins: fde3},
 	)
 }
 
@@ -654,11 +542,11 @@ func TestHasFramePointersThreshold(t *testing.T) {
 		{0, 1, 0, false},
 		{0, 0, 3, false},
 	} {
-		var fdes []fdeSpec
+		var fdes []ehframetest.FDE
 		lo := uint64(0x1000)
 		for i, n := range []int{tc.fp, tc.nofp, tc.leaves} {
 			for range n {
-				fdes = append(fdes, fdeSpec{lo: lo, n: 0x10, ins: [][]byte{withFP, noFP, leaf}[i]})
+				fdes = append(fdes, ehframetest.FDE{Lo: lo, N: 0x10, Ins: [][]byte{withFP, noFP, leaf}[i]})
 				lo += 0x10
 			}
 		}
@@ -691,7 +579,7 @@ func TestBuildErrors(t *testing.T) {
 		// Only an FDE whose range is "negative" (sdata4 -0x800): it is
 		// skipped (hi < lo gave a gap row below the rows before it), which
 		// leaves nothing.
-		"range wraps": buildEHFrame(0x400000, fdeSpec{lo: 0x1010, n: 0xffff_f800}),
+		"range wraps": buildEHFrame(0x400000, ehframetest.FDE{Lo: 0x1010, N: 0xffff_f800}),
 	} {
 		if tab, err := Build(data, 0x400000); err == nil {
 			t.Errorf("%s: no error, %d rows", name, len(tab.Rows))
@@ -702,21 +590,21 @@ func TestBuildErrors(t *testing.T) {
 	}
 	// Up to 4 GiB: the rows have 32-bit PCs, and the None row after the
 	// last function must fit too.
-	for _, f := range []fdeSpec{
-		{lo: 0x1_0000_0000, n: 0x10},
-		{lo: 0xffff_fff0, n: 0x20},
-		{lo: 0xffff_ff00, n: 0x100}, // ends at 4 GiB: the None row after it would be at 0
+	for _, f := range []ehframetest.FDE{
+		{Lo: 0x1_0000_0000, N: 0x10},
+		{Lo: 0xffff_fff0, N: 0x20},
+		{Lo: 0xffff_ff00, N: 0x100}, // ends at 4 GiB: the None row after it would be at 0
 	} {
-		addr := f.lo - 0x10000
-		data := buildEHFrame(addr, fdeSpec{lo: f.lo - 0x1000, n: 0x10}, f)
+		addr := f.Lo - 0x10000
+		data := buildEHFrame(addr, ehframetest.FDE{Lo: f.Lo - 0x1000, N: 0x10}, f)
 		if tab, err := Build(data, addr); err == nil {
-			t.Errorf("FDE %#x..%#x: no error, rows %+v", f.lo, f.lo+f.n, tab.Rows)
+			t.Errorf("FDE %#x..%#x: no error, rows %+v", f.Lo, f.Lo+f.N, tab.Rows)
 		}
 	}
 	// Just below 4 GiB is fine.
 	addr := uint64(0xfff0_0000)
-	buildAndCheck(t, buildEHFrame(addr, fdeSpec{lo: 0xffff_0000, n: 0x10}, fdeSpec{lo: 0xffff_ff00, n: 0xff}), addr)
-	if _, err := Build(buildEHFrame(addr, fdeSpec{lo: 0xffff_ff00, n: 0xff}), addr); err != nil {
+	buildAndCheck(t, buildEHFrame(addr, ehframetest.FDE{Lo: 0xffff_0000, N: 0x10}, ehframetest.FDE{Lo: 0xffff_ff00, N: 0xff}), addr)
+	if _, err := Build(buildEHFrame(addr, ehframetest.FDE{Lo: 0xffff_ff00, N: 0xff}), addr); err != nil {
 		t.Errorf("FDE ending at 4 GiB - 1: %v", err)
 	}
 
@@ -728,7 +616,7 @@ func TestBuildErrors(t *testing.T) {
 		"advance wraps": {0x44, 0x0e, 0x10, 0x01, 0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
 			0x0e, 0x18, 0x7f, 0x0e, 0x20, 0x41},
 	} {
-		data := buildEHFrame(0x400000, fdeSpec{lo: 0x1000, n: 0x10}, fdeSpec{lo: 0x2000, n: 0x20, ins: ins})
+		data := buildEHFrame(0x400000, ehframetest.FDE{Lo: 0x1000, N: 0x10}, ehframetest.FDE{Lo: 0x2000, N: 0x20, Ins: ins})
 		tab, err := Build(data, 0x400000)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -752,7 +640,7 @@ func TestBuildErrors(t *testing.T) {
 		}
 		buildAndCheck(t, data, rng.Uint64N(1<<33))
 	}
-	data, addr := ehFrame(t, buildC(t, "-O2"))
+	data, addr := ehframetest.Section(t, ehframetest.BuildC(t, ehframetest.Program, "-O2"))
 	for _, d := range [][]byte{data, handBuilt()} {
 		for n := range len(d) {
 			buildAndCheck(t, d[:n], addr)
@@ -782,7 +670,7 @@ func buildAndCheck(t testing.TB, data []byte, addr uint64) {
 func FuzzBuild(f *testing.F) {
 	f.Add(handBuilt(), uint64(0x400000))
 	f.Add([]byte{}, uint64(0))
-	data, addr := ehFrame(f, buildC(f, "-O2"))
+	data, addr := ehframetest.Section(f, ehframetest.BuildC(f, ehframetest.Program, "-O2"))
 	f.Add(data, addr)
 	f.Fuzz(func(t *testing.T, data []byte, addr uint64) {
 		buildAndCheck(t, data, addr)
