@@ -15,9 +15,10 @@ APT_PACKAGES := clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-
 
 all: build
 
-# deps installs what build and test need on a fresh Debian machine.
+# deps installs what build and test need on a fresh Debian machine (again
+# whenever this Makefile, and so the package list, changes).
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP):
+$(DEPS_STAMP): Makefile
 	@command -v $(GO) >/dev/null || { echo "Go 1.26 is required at /usr/local/go/bin (see README)"; exit 1; }
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
