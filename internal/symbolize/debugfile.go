@@ -67,13 +67,10 @@ func hasSection(ef *elf.File, typ elf.SectionType) bool {
 // symbols collects the debug file's function symbols, outside [skipLo,
 // skipHi) (Go code). ok is false when the file is malformed or was
 // truncated under us: the main file's symbols still stand.
-func (d *debugFile) symbols(skipLo, skipHi uint64) (syms []rawSymbol, ok bool) {
-	defer func() {
-		if recover() != nil {
-			syms, ok = nil, false
-		}
-	}()
+func (d *debugFile) symbols(skipLo, skipHi uint64) ([]rawSymbol, bool) {
 	c := &symbolCollector{ef: d.ef, data: d.data, skipLo: skipLo, skipHi: skipHi}
-	c.collect()
+	if faultGuard(c.collect) != nil {
+		return nil, false
+	}
 	return c.syms, true
 }

@@ -135,14 +135,13 @@ func (t *SymbolTable) Trim() {
 func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 	// debug/elf and the manual section reads below index into a file mapping:
 	// a truncated or malformed file must give an error, not crash the agent.
-	defer func() {
-		if r := recover(); r != nil {
-			t, err = nil, fmt.Errorf("malformed ELF: %v", r)
-		}
-	}()
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
+	if gerr := faultGuard(func() { t, err = parseImage(data) }); gerr != nil {
+		return nil, fmt.Errorf("malformed ELF: %v", gerr)
+	}
+	return t, err
+}
 
+func parseImage(data []byte) (t *SymbolTable, err error) {
 	ef, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("parse ELF: %w", err)
@@ -438,15 +437,9 @@ func (t *SymbolTable) name(i int) (name string) {
 	if !t.namesInImage {
 		return t.names[t.nameOffs[i]:t.nameOffs[i+1]]
 	}
-	defer func() {
-		if recover() != nil {
-			name = ""
-		}
-	}()
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	name = string(trimVersion(cBytes(t.data, t.nameOffs[i])))
-	runtime.KeepAlive(t)
+	if t.guard(func() { name = string(trimVersion(cBytes(t.data, t.nameOffs[i]))) }) != nil {
+		return ""
+	}
 	return name
 }
 
@@ -537,30 +530,19 @@ func (t *SymbolTable) lookupELF(addr uint64) (sym Symbol, ok bool) {
 
 // lineOf reads DWARF from the file mapping, guarded like lookupGo.
 func (t *SymbolTable) lineOf(addr uint64) (file string, line int) {
-	defer func() {
-		if recover() != nil {
-			file, line = "", 0
-		}
-	}()
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	file, line = t.lines.line(addr)
-	runtime.KeepAlive(t)
+	if t.guard(func() { file, line = t.lines.line(addr) }) != nil {
+		return "", 0
+	}
 	return file, line
 }
 
 // lookupGo reads the file mapping; a file truncated under us faults, and the
 // fault becomes "unresolved" instead of killing the process.
 func (t *SymbolTable) lookupGo(addr uint64, out []Symbol) (res []Symbol) {
-	n := len(out)
-	defer func() {
-		if recover() != nil {
-			res = out[:n]
-		}
-	}()
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	return t.gopc.lookup(addr, out)
+	if t.guard(func() { res = t.gopc.lookup(addr, out) }) != nil {
+		return out
+	}
+	return res
 }
 
 // Size is the table's heap footprint in bytes (the Go pclntab mapping is
@@ -596,15 +578,14 @@ func (t *SymbolTable) ReturnAddressAtSP(addr uint64) (atSP, known bool) {
 	if !t.amd64 {
 		return false, false
 	}
-	defer func() {
-		// A file truncated under us faults; that is "unknown", not a crash.
-		if recover() != nil {
-			atSP, known = false, false
-		}
-	}()
-	old := debug.SetPanicOnFault(true)
-	defer debug.SetPanicOnFault(old)
-	defer runtime.KeepAlive(t)
+	// A file truncated under us faults; that is "unknown", not a crash.
+	if t.guard(func() { atSP, known = t.returnAddressAtSP(addr) }) != nil {
+		return false, false
+	}
+	return atSP, known
+}
+
+func (t *SymbolTable) returnAddressAtSP(addr uint64) (atSP, known bool) {
 	if t.gopc != nil {
 		if lo, hi := t.gopc.Range(); addr >= lo && addr < hi {
 			d, ok := t.gopc.spDelta(addr)
@@ -645,14 +626,32 @@ func (t *SymbolTable) UnwindTable() (ut *unwindtable.Table, err error) {
 	if t.ehFrame == nil {
 		return nil, unwindtable.ErrNoUnwindInfo
 	}
+	// A file truncated under us faults: an error, not a crash.
+	if gerr := t.guard(func() { ut, err = unwindtable.Build(t.ehFrame, t.ehAddr) }); gerr != nil {
+		return nil, fmt.Errorf("unwind table: malformed or truncated file: %v", gerr)
+	}
+	return ut, err
+}
+
+// faultGuard runs fn, which reads a file mapping, and turns a fault (the
+// file was truncated under us) or a panic of a reader given a malformed
+// image into an error instead of a crash of the agent.
+func faultGuard(fn func()) (err error) {
 	defer func() {
-		// A file truncated under us faults: an error, not a crash.
 		if r := recover(); r != nil {
-			ut, err = nil, fmt.Errorf("unwind table: malformed or truncated file: %v", r)
+			err = fmt.Errorf("%v", r)
 		}
 	}()
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
-	defer runtime.KeepAlive(t)
-	return unwindtable.Build(t.ehFrame, t.ehAddr)
+	fn()
+	return nil
+}
+
+// guard is faultGuard for reads of t's mapping, which must stay mapped
+// (t alive) until fn returns.
+func (t *SymbolTable) guard(fn func()) error {
+	err := faultGuard(fn)
+	runtime.KeepAlive(t)
+	return err
 }
