@@ -400,10 +400,6 @@ func (t *Table) Rows(fn func(lo, hi uint64, rows []Row)) (bad int) {
 			if loc >= f.hi {
 				return
 			}
-			if n := len(rows); n > 0 && rows[n-1].PC == loc {
-				rows[n-1].State = s // several rows at one PC: the last wins
-				return
-			}
 			rows = append(rows, Row{PC: loc, State: s})
 		})
 		if err != nil {

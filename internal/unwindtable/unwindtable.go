@@ -129,22 +129,12 @@ func Build(section []byte, addr uint64) (*Table, error) {
 	return t, nil
 }
 
-// add appends r unless it repeats the previous rule; a row at the same PC
-// as the previous one replaces it.
+// add appends r unless it repeats the previous rule. PCs arrive strictly
+// increasing: ehframe emits a row only when the location moves up, and
+// Build skips overlapping functions.
 func (t *Table) add(r Row) {
-	n := len(t.Rows)
-	if n > 0 {
-		last := &t.Rows[n-1]
-		if last.PC == r.PC {
-			*last = r
-			if n > 1 && sameRule(t.Rows[n-2], r) {
-				t.Rows = t.Rows[:n-1]
-			}
-			return
-		}
-		if sameRule(*last, r) {
-			return
-		}
+	if n := len(t.Rows); n > 0 && sameRule(t.Rows[n-1], r) {
+		return
 	}
 	t.Rows = append(t.Rows, r)
 }

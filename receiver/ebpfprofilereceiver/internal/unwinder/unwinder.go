@@ -67,17 +67,15 @@ type Unwinder struct {
 
 // binary is what is known about one file.
 type binary struct {
-	id        fileid.ID
-	path      string
-	analysed  bool
-	needs     bool // built without frame pointers: needs a table
-	table     sampler.UnwindTable
-	loaded    bool
-	users     int
-	lruElem   *list.Element
-	lastError string
-	pending   []unwindtable.Row // compiled while analysing, until loaded
+	path    string
+	needs   bool                // built without frame pointers: needs a table
+	table   sampler.UnwindTable // ID 0 while not loaded
+	users   int
+	lruElem *list.Element
+	pending []unwindtable.Row // compiled while analysing, until loaded
 }
+
+func (b *binary) loaded() bool { return b.table.ID != 0 }
 
 // New returns an Unwinder that keeps at most maxBytes of tables loaded.
 func New(kernel Kernel, sym *symbolize.Symbolizer, maxBytes uint64, log *zap.Logger) *Unwinder {
@@ -191,20 +189,15 @@ func (u *Unwinder) Stats() Stats {
 // binaryLocked returns the binary of a mapping, deciding on first sight
 // whether it has frame pointers.
 func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable) *binary {
-	b, ok := u.binaries[m.ID]
-	if !ok {
-		b = &binary{id: m.ID, path: m.Path}
-		u.binaries[m.ID] = b
-	}
-	if b.analysed {
+	if b, ok := u.binaries[m.ID]; ok {
 		return b
 	}
-	b.analysed = true
+	b := &binary{path: m.Path}
+	u.binaries[m.ID] = b
 	ut, err := t.UnwindTable()
 	if err != nil {
 		if !errors.Is(err, unwindtable.ErrNoUnwindInfo) {
 			u.buildErrs++
-			b.lastError = err.Error()
 			u.log.Debug("no unwind table; frame pointers only", zap.String("binary", m.Path), zap.Error(err))
 		}
 		return b
@@ -218,7 +211,7 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable) 
 
 // loadLocked makes sure b's table is in the kernel.
 func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable) error {
-	if b.loaded {
+	if b.loaded() {
 		return nil
 	}
 	rows := b.pending
@@ -243,7 +236,7 @@ func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable) error {
 	if err != nil {
 		return fmt.Errorf("unwind table of %s: %w", b.path, err)
 	}
-	b.table, b.loaded = lt, true
+	b.table = lt
 	u.bytes += lt.Bytes
 	u.tables++
 	b.lruElem = u.lru.PushBack(b) // unused until useLocked
@@ -261,7 +254,7 @@ func (u *Unwinder) useLocked(b *binary) {
 func (u *Unwinder) releaseLocked(bs []*binary) {
 	for _, b := range bs {
 		b.users--
-		if b.users == 0 && b.loaded {
+		if b.users == 0 && b.loaded() {
 			b.lruElem = u.lru.PushBack(b)
 		}
 	}
@@ -282,6 +275,6 @@ func (u *Unwinder) evictOneLocked() bool {
 	u.bytes -= b.table.Bytes
 	u.tables--
 	u.evicted++
-	b.loaded, b.table = false, sampler.UnwindTable{}
+	b.table = sampler.UnwindTable{}
 	return true
 }
