@@ -230,6 +230,11 @@ func (t *processTable) read(pid int) *processEntry {
 	for i, m := range snap.Mappings {
 		e.mappings[i] = profilebuilder.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path}
 	}
+	// At exec too, not only at the first sample: a short CPU-bound process
+	// (a compiler run) would otherwise spend its first tens of milliseconds
+	// — a large share of its samples — on frame-pointer stacks. Tables are
+	// per binary and cached, so a process whose binaries are known costs
+	// one map update here.
 	t.attachUnwind(e)
 	return e
 }
