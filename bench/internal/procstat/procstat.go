@@ -151,23 +151,10 @@ func ReadBPFMaps(pid int) (BPFMaps, error) {
 
 // parseMapFdinfo returns map_id and memlock when the fdinfo is a BPF map's.
 func parseMapFdinfo(raw []byte) (id, memlock uint64, ok bool) {
-	var isMap, haveID, haveMemlock bool
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		key, val, found := strings.Cut(sc.Text(), ":")
-		if !found {
-			continue
-		}
-		val = strings.TrimSpace(val)
-		switch key {
-		case "map_type":
-			isMap = true
-		case "map_id":
-			id, haveID = parseUint(val)
-		case "memlock":
-			memlock, haveMemlock = parseUint(val)
-		}
-	}
+	f := fdinfoNumbers(raw)
+	_, isMap := f["map_type"]
+	id, haveID := f["map_id"]
+	memlock, haveMemlock := f["memlock"]
 	return id, memlock, isMap && haveID && haveMemlock
 }
 
@@ -210,27 +197,26 @@ func ReadBPFPrograms(pid int) ([]BPFProgram, error) {
 // parseProgFdinfo reads a BPF program's fdinfo; run_time_ns and run_cnt
 // are missing before Linux 5.8 and read as 0.
 func parseProgFdinfo(raw []byte) (BPFProgram, bool) {
-	var p BPFProgram
-	var isProg, haveID bool
+	f := fdinfoNumbers(raw)
+	typ, isProg := f["prog_type"]
+	id, haveID := f["prog_id"]
+	return BPFProgram{ID: id, Type: typ, RunTimeNs: f["run_time_ns"], RunCount: f["run_cnt"]}, isProg && haveID
+}
+
+// fdinfoNumbers returns the numeric "key:\tvalue" lines of an fdinfo file.
+func fdinfoNumbers(raw []byte) map[string]uint64 {
+	out := map[string]uint64{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		key, val, found := strings.Cut(sc.Text(), ":")
 		if !found {
 			continue
 		}
-		val = strings.TrimSpace(val)
-		switch key {
-		case "prog_type":
-			p.Type, isProg = parseUint(val)
-		case "prog_id":
-			p.ID, haveID = parseUint(val)
-		case "run_time_ns":
-			p.RunTimeNs, _ = parseUint(val)
-		case "run_cnt":
-			p.RunCount, _ = parseUint(val)
+		if v, ok := parseUint(strings.TrimSpace(val)); ok {
+			out[key] = v
 		}
 	}
-	return p, isProg && haveID
+	return out
 }
 
 func parseUint(s string) (uint64, bool) {
