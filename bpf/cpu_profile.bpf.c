@@ -316,13 +316,15 @@ static __always_inline __u64 user_sp_word(void)
 	return word;
 }
 
-// unwind_state is the register state of the frame being unwound, shared
-// with the bpf_loop callback.
+// user_unwind is the register state of the frame being unwound, shared
+// with the bpf_loop callback, and what the walk fills and reads (looked up
+// once per stack, not per frame).
 struct user_unwind {
+	struct stack_trace *t;   // the per-CPU scratch stack being filled
+	struct proc_unwind *pu;  // the process's mappings
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
-	__u32 pid;
 	__u32 n;
 	__u8 end;
 	__u8 leaf_cfi;
@@ -394,9 +396,9 @@ static long unwind_step(__u64 i, void *ctx)
 	// One frame per iteration, so the frame index is the loop index. It
 	// must not come from s: a value stored there is tracked exactly, and
 	// the verifier then re-checks this callback for every depth (127x).
-	__u32 zero = 0, n = i;
-	struct stack_trace *t = bpf_map_lookup_elem(&stack_scratch, &zero);
-	struct proc_unwind *pu = bpf_map_lookup_elem(&proc_unwinds, &s->pid);
+	__u32 n = i;
+	struct stack_trace *t = s->t;
+	struct proc_unwind *pu = s->pu;
 	struct unwind_row *r;
 	__u64 cfa, ra = 0, bp = s->bp;
 	__u8 kind = CFA_NONE;
@@ -501,10 +503,13 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!regs)
 		return 0;
+	s.t = t;
+	s.pu = bpf_map_lookup_elem(&proc_unwinds, &pid);
+	if (!s.pu)
+		return 0;
 	s.pc = regs->ip;
 	s.sp = regs->sp;
 	s.bp = regs->bp;
-	s.pid = pid;
 	if (!s.pc)
 		return 0;
 	bpf_loop(MAX_STACK_DEPTH + 1, unwind_step, &s, 0);
