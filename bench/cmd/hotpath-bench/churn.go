@@ -107,6 +107,7 @@ type leafShare struct {
 	Function string  `json:"function"`
 	Want     float64 `json:"want_percent"`
 	Got      float64 `json:"got_percent"`
+	Samples  float64 `json:"of_samples"` // the workload's samples the share is of
 }
 
 var frequencyRe = regexp.MustCompile(`(?m)^\s*frequency_hz:\s*(\d+)`)
@@ -486,6 +487,7 @@ GROUP BY service_id`, ts(run.WindowEnd.Add(-interval)), ts(run.WindowStart), ts(
 		if total > 0 {
 			l.Got = 100 * got[l.Function] / total
 		}
+		l.Samples = total
 		run.Leaves = append(run.Leaves, l)
 	}
 	return nil
@@ -507,25 +509,25 @@ func number(v any) float64 {
 	return 0
 }
 
-// hzRange is the lowest and highest frequency the receiver reported.
+// hzRange is the frequency the receiver reported, as steps: "19 Hz from
+// +22 s, 9 Hz from +43 s" ("19 Hz throughout" when it never changed).
 func hzRange(r *churnRun) string {
-	lo, hi := -1.0, -1.0
+	var steps []string
+	last := -1.0
 	for _, p := range r.Timeline {
-		if p.Hz < 0 {
+		if p.Hz < 0 || p.Hz == last {
 			continue
 		}
-		if lo < 0 || p.Hz < lo {
-			lo = p.Hz
-		}
-		hi = max(hi, p.Hz)
+		last = p.Hz
+		steps = append(steps, fmt.Sprintf("%.0f Hz from +%.0f s", p.Hz, p.T))
 	}
-	if lo < 0 {
+	switch len(steps) {
+	case 0:
 		return "not reported"
+	case 1:
+		return fmt.Sprintf("%.0f Hz throughout", last)
 	}
-	if lo == hi {
-		return fmt.Sprintf("%.0f Hz throughout", lo)
-	}
-	return fmt.Sprintf("%.0f–%.0f Hz", lo, hi)
+	return strings.Join(steps, ", ")
 }
 
 func steadyString(r *churnRun) string {

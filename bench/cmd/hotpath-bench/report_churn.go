@@ -57,6 +57,20 @@ func leavesOK(r *churnRun) bool {
 	return true
 }
 
+// leafNoise is the leaf shares' sampling noise: the samples they are of
+// and one binomial standard deviation of the larger share.
+func leafNoise(r *churnRun) string {
+	if len(r.Leaves) == 0 || r.Leaves[0].Samples == 0 {
+		return "no samples"
+	}
+	n, p := r.Leaves[0].Samples, r.Leaves[0].Want/100
+	var other float64 = 100
+	for _, l := range r.Leaves {
+		other -= l.Got
+	}
+	return fmt.Sprintf("other leaves %.1f %%; of %.0f samples, ±%.1f pp (1 σ)", other, n, 100*math.Sqrt(p*(1-p)/n))
+}
+
 func pass(ok bool) string {
 	if ok {
 		return "PASS"
@@ -89,6 +103,7 @@ func churnRows(res *churnResult) []row {
 		for _, l := range r.Leaves {
 			leaves = append(leaves, fmt.Sprintf("%s %.1f %% (designed %.0f %%)", l.Function, l.Got, l.Want))
 		}
+		leaves = append(leaves, leafNoise(r))
 		rows = append(rows, row{tag + ": C leaf shares", "—", fmt.Sprintf("within %.0f pp of the design", churnLeafPP), strings.Join(leaves, ", "),
 			pass(leavesOK(r)), "top_functions(service, window) of the agent's local DuckDB"})
 		rss, anon := benchfmt.Summarize(r.RSS), benchfmt.Summarize(r.Anon)
@@ -173,7 +188,9 @@ func churnSection(res *churnResult) string {
 		}
 		b.WriteString("\n")
 	}
-	line("agent flags", func(r *churnRun) string { return "`" + strings.Join(append([]string{"--config", res.AgentConfig}, r.AgentArgs...), " ") + "`" })
+	line("agent flags", func(r *churnRun) string {
+		return "`" + strings.Join(append([]string{"--config", res.AgentConfig}, r.AgentArgs...), " ") + "`"
+	})
 	line("window (UTC)", func(r *churnRun) string {
 		return r.WindowStart.Format("15:04:05") + "–" + r.WindowEnd.Format("15:04:05")
 	})
@@ -202,7 +219,7 @@ func churnSection(res *churnResult) string {
 		for _, l := range r.Leaves {
 			parts = append(parts, fmt.Sprintf("%.1f %%", l.Got))
 		}
-		return strings.Join(parts, " / ")
+		return strings.Join(parts, " / ") + "; " + leafNoise(r)
 	})
 	line("samples kept, all processes", func(r *churnRun) string { return fmt.Sprintf("%.0f", r.SamplesKept) })
 	line("process starts /s (churn) ", func(r *churnRun) string { return fmt.Sprintf("%.1f (%s)", startsPerSecond(r), startsString(r)) })
