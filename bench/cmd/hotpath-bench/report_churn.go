@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	"github.com/hotpath-dev/hotpath/bench/internal/benchfmt"
@@ -133,18 +132,7 @@ func startsPerSecond(r *churnRun) float64 {
 	return float64(n) / r.Seconds
 }
 
-func startsString(r *churnRun) string {
-	kinds := make([]string, 0, len(r.Starts))
-	for k := range r.Starts {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
-	var parts []string
-	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%s %d", k, r.Starts[k]))
-	}
-	return strings.Join(parts, ", ")
-}
+func startsString(r *churnRun) string { return countsString(r.Starts) }
 
 func binaryWorkString(r *churnRun) string {
 	if r.BinaryWork == nil {
@@ -152,19 +140,11 @@ func binaryWorkString(r *churnRun) string {
 	}
 	var parts []string
 	for _, outcome := range []string{"done", "deferred", "skipped"} {
-		byKind := r.BinaryWork[outcome]
 		var total float64
-		var kinds []string
-		for k := range byKind {
-			kinds = append(kinds, k)
+		for _, v := range r.BinaryWork[outcome] {
+			total += v
 		}
-		slices.Sort(kinds)
-		var detail []string
-		for _, k := range kinds {
-			total += byKind[k]
-			detail = append(detail, fmt.Sprintf("%s %.0f", k, byKind[k]))
-		}
-		parts = append(parts, fmt.Sprintf("%s %.0f (%s)", outcome, total, strings.Join(detail, ", ")))
+		parts = append(parts, fmt.Sprintf("%s %.0f (%s)", outcome, total, countsString(r.BinaryWork[outcome])))
 	}
 	return strings.Join(parts, "; ")
 }
