@@ -208,44 +208,39 @@ func (l *churnLoad) startSteady(service, name string, args ...string) (*exec.Cmd
 	return c, nil
 }
 
-// startChurn starts the short-lived processes: every second (a tick that
-// runs late is dropped, not queued) a gcc build of a new C file and its
-// run, python3 and /bin/true twice; every goEvery a go build and its run.
+// startChurn starts the short-lived processes, in three loops so a slow
+// build does not hold up the others: every second a gcc build of a new C
+// file and its run; every second python3 and /bin/true twice; every
+// goEvery a go build and its run. A tick that comes while the loop is
+// still busy is dropped, not queued.
 func (l *churnLoad) startChurn(goEvery time.Duration) {
-	l.wg.Add(2)
-	go func() {
-		defer l.wg.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for n := 1; ; n++ {
-			l.cTick(n)
-			for _, c := range []*exec.Cmd{l.command(nil, l.python, "-B", "-c", churnPython), l.command(nil, "/bin/true"), l.command(nil, "/bin/true")} {
-				kind := startTrue
-				if c.Path == l.python {
-					kind = startPython
-				}
-				_, _ = l.run(kind, c)
-			}
-			select {
-			case <-l.stop:
-				return
-			case <-t.C:
-			}
+	l.every(time.Second, l.cTick)
+	l.every(time.Second, func(int) {
+		_, _ = l.run(startPython, l.command(nil, l.python, "-B", "-c", churnPython))
+		_, _ = l.run(startTrue, l.command(nil, "/bin/true"))
+		_, _ = l.run(startTrue, l.command(nil, "/bin/true"))
+	})
+	l.every(goEvery, func(n int) {
+		if bin, err := l.goBuild(startGoBuild, n); err == nil {
+			_, _ = l.run(startBuiltGo, l.command(nil, bin))
+			_ = os.Remove(bin)
 		}
-	}()
+	})
+}
+
+// every runs f(1), f(2) ... once per period until the load stops.
+func (l *churnLoad) every(period time.Duration, f func(n int)) {
+	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		t := time.NewTicker(goEvery)
+		t := time.NewTicker(period)
 		defer t.Stop()
 		for n := 1; ; n++ {
+			f(n)
 			select {
 			case <-l.stop:
 				return
 			case <-t.C:
-			}
-			if bin, err := l.goBuild(startGoBuild, n); err == nil {
-				_, _ = l.run(startBuiltGo, l.command(nil, bin))
-				_ = os.Remove(bin)
 			}
 		}
 	}()

@@ -44,16 +44,27 @@ func (s *steadyFigure) percent() float64 {
 	return 100 * s.Samples / s.Expected
 }
 
-func leavesOK(r *churnRun) bool {
-	if len(r.Leaves) == 0 {
-		return false
+// leavesVerdict is PASS when every leaf share is within churnLeafPP of
+// its design, NOISY when one is not but within two binomial standard
+// deviations (too few samples to tell: the guard lowered the rate), FAIL
+// otherwise.
+func leavesVerdict(r *churnRun) string {
+	if len(r.Leaves) == 0 || r.Leaves[0].Samples == 0 {
+		return "FAIL"
 	}
+	status := "PASS"
 	for _, l := range r.Leaves {
-		if math.Abs(l.Got-l.Want) > churnLeafPP {
-			return false
+		d := math.Abs(l.Got - l.Want)
+		sigma := 100 * math.Sqrt(l.Want/100*(1-l.Want/100)/l.Samples)
+		switch {
+		case d <= churnLeafPP:
+		case d <= 2*sigma:
+			status = "NOISY"
+		default:
+			return "FAIL"
 		}
 	}
-	return true
+	return status
 }
 
 // leafNoise is the leaf shares' sampling noise: the samples they are of
@@ -104,7 +115,7 @@ func churnRows(res *churnResult) []row {
 		}
 		leaves = append(leaves, leafNoise(r))
 		rows = append(rows, row{tag + ": C leaf shares", "—", fmt.Sprintf("within %.0f pp of the design", churnLeafPP), strings.Join(leaves, ", "),
-			pass(leavesOK(r)), "top_functions(service, window) of the agent's local DuckDB"})
+			leavesVerdict(r), "top_functions(service, window) of the agent's local DuckDB; NOISY: off by more than 3 pp but within 2 binomial σ of its samples"})
 		rss, anon := benchfmt.Summarize(r.RSS), benchfmt.Summarize(r.Anon)
 		rows = append(rows,
 			row{tag + ": agent RSS, median / max", "—", "≤ 60 MB", fmt.Sprintf("%.1f / %.1f MB", rss.Median, rss.Max),
@@ -113,7 +124,7 @@ func churnRows(res *churnResult) []row {
 				verdict(r.PeakRSSMB, churnPeakGoal, true), "VmHWM from /proc/PID/status at the window's end"},
 			row{tag + ": agent anonymous memory, median / max", "—", "≤ 30 MB", fmt.Sprintf("%.1f / %.1f MB", anon.Median, anon.Max),
 				verdict(anon.Max, churnAnonGoal, true), "RssAnon from /proc/PID/status once a second in the window"},
-			row{tag + ": process starts per second (the churn's own)", "—", "≥ 5 /s", fmt.Sprintf("%.1f /s (%s); machine: %.1f processes created /s", startsPerSecond(r), startsString(r), r.MachineForks),
+			row{tag + ": process starts per second (the churn's own; the workload's definition)", "—", "≥ 5 /s", fmt.Sprintf("%.1f /s (%s); machine: %.1f processes created /s", startsPerSecond(r), startsString(r), r.MachineForks),
 				verdict(-startsPerSecond(r), -5, true), "start times of the churn's children in the window; /proc/stat processes for the machine"},
 			row{tag + ": per-binary work done / deferred / skipped", "—", "—", binaryWorkString(r), "info", "hotpath_receiver_binary_work{outcome,kind} deltas over the window"},
 		)
