@@ -78,7 +78,6 @@ type lifecycleObjects struct {
 	ProcExit *ebpf.Program `ebpf:"proc_exit"`
 }
 
-
 // mapSet is one of the two counts+stacks pairs; stats index = set number.
 type mapSet struct {
 	counts *ebpf.Map

@@ -69,16 +69,16 @@ type Unwinder struct {
 
 // binary is what is known about one file.
 type binary struct {
-	path    string
+	path string
 	// id and textVaddr let the kernel give a process that execs this
 	// file its table at exec (Kernel.SetExeUnwind).
 	id        fileid.ID
 	textVaddr uint64
-	needs   bool                // built without frame pointers: needs a table
-	table   sampler.UnwindTable // ID 0 while not loaded
-	users   int
-	lruElem *list.Element
-	pending []unwindtable.Row // compiled while analysing, until loaded
+	needs     bool                // built without frame pointers: needs a table
+	table     sampler.UnwindTable // ID 0 while not loaded
+	users     int
+	lruElem   *list.Element
+	pending   []unwindtable.Row // compiled while analysing, until loaded
 }
 
 func (b *binary) loaded() bool { return b.table.ID != 0 }
