@@ -3,6 +3,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"time"
 
 	"github.com/hotpath-dev/hotpath/distributions/otelcol-hotpath/selfmem"
@@ -27,6 +28,10 @@ func init() {
 		for {
 			// A failure (no /proc) only means the pages stay resident.
 			_, _ = selfmem.ReleaseExecutablePages()
+			// One-time work (a new binary's symbols and unwind rows)
+			// leaves heap the runtime would return to the system only
+			// slowly; a collection every interval costs a few ms.
+			debug.FreeOSMemory()
 			time.Sleep(releaseEvery)
 		}
 	}()
