@@ -2,6 +2,7 @@ package ebpfprofilereceiver
 
 import (
 	"context"
+	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"os/exec"
 	"testing"
 	"time"
@@ -28,6 +29,18 @@ func startReceiver(t testing.TB, cfg *Config) (*profileReceiver, *consumertest.P
 		t.Fatalf("start receiver (these tests need root): %v", err)
 	}
 	return r, sink
+}
+
+// waitFor polls cond (every 20 ms) until it holds, failing the test with what
+// it waited for after timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func testConfig() *Config {
@@ -111,8 +124,9 @@ func TestExcludeFilter(t *testing.T) {
 	}
 }
 
-// A process that exits long before the interval ends keeps its symbols: the
-// receiver read its mappings when the kernel first reported it.
+// A process that exits long before the interval ends keeps its symbols and
+// its build ID: the receiver read its mappings and identified its executable
+// when the kernel first reported it.
 func TestShortLivedProcessKeepsFrames(t *testing.T) {
 	cBin := testworkload.BuildC(t)
 	cfg := testConfig()
@@ -133,5 +147,12 @@ func TestShortLivedProcessKeepsFrames(t *testing.T) {
 	}
 	if st.Exe != "spin_c" {
 		t.Errorf("process.executable.name = %q, want spin_c", st.Exe)
+	}
+	want, err := buildid.Read(cBin)
+	if err != nil || want.Canonical() == "" {
+		t.Fatalf("build ID of %s: %+v, %v", cBin, want, err)
+	}
+	if len(st.BuildIDs) != 1 || st.BuildIDs[want.Canonical()] != st.Total {
+		t.Errorf("samples by build ID %v, want all %d under %s", st.BuildIDs, st.Total, want.Canonical())
 	}
 }

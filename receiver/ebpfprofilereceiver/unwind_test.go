@@ -65,10 +65,12 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-	double end = now() + atof(argv[1]);
+	double end;
+
 	printf("ready\n");
 	fflush(stdout);
 	SETTLE();
+	end = now() + atof(argv[1]);
 	while (now() < end)
 		for (int i = 0; i < 100; i++)
 			sink += level1(sink);
@@ -107,23 +109,60 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-	double end = now() + atof(argv[1]);
+	double end;
+
 	printf("ready\n");
 	fflush(stdout);
 	SETTLE();
+	end = now() + atof(argv[1]);
 	for (unsigned s = 1; now() < end; s++)
 		sort_batch(s);
 	return 0;
 }
 `
 
-// settle is what SETTLE() does in the C programs: sleep 300 ms before
-// burning CPU. Tables are loaded lazily — when the agent reads a new process
-// (at exec, and again 50 ms later once its libraries are mapped) — and the
-// samples before that are frame-pointer stacks. That start-up window is by
-// design and not what these tests measure; on a loaded CI machine it could
-// otherwise eat into the 95 % thresholds.
-const settle = "#include <unistd.h>\n#define SETTLE() usleep(300000)\n"
+// settle is what SETTLE() does in the C programs: spin (so the agent samples
+// the process and reads it, attaching its libraries' tables) until a line
+// arrives on standard input, then start the measured work. The test sends
+// the line once the receivers have read the process (startSettled), however
+// long that takes on a loaded machine. Samples before that are frame-pointer
+// stacks (except in the code of a binary whose table the agent already has:
+// the kernel attaches it at exec; TestUnwindTablesAtExec).
+// HOTPATH_TEST_NO_SETTLE=1, or standard input at end of file, skips it.
+const settle = `#include <poll.h>
+#include <stdlib.h>
+#include <unistd.h>
+static void settle(void)
+{
+	struct pollfd in = { .fd = 0, .events = POLLIN };
+	char line[8];
+
+	if (getenv("HOTPATH_TEST_NO_SETTLE"))
+		return;
+	while (poll(&in, 1, 0) == 0)
+		;
+	if (read(0, line, sizeof line) < 0)
+		return;
+}
+#define SETTLE() settle()
+`
+
+// startSettled starts a settling workload and lets it burn once every
+// receiver has read it (and, with unwinding: auto, attached its tables).
+func startSettled(t *testing.T, bin, seconds string, rs ...*profileReceiver) *exec.Cmd {
+	t.Helper()
+	return testworkload.StartGated(t, bin, seconds, func(pid int) bool {
+		for _, r := range rs {
+			r.procs.mu.Lock()
+			e := r.procs.entries[pid]
+			r.procs.mu.Unlock()
+			if e == nil || e.snapshot == nil || (r.cfg.Unwinding == UnwindingAuto && !e.dwarf.Load()) {
+				return false
+			}
+		}
+		return true
+	})
+}
 
 // buildNoFP compiles src with -O2 -fomit-frame-pointer and checks that no
 // function of fns sets up a frame pointer (else the test proves nothing).
@@ -199,8 +238,8 @@ func TestDWARFUnwindingWithoutFramePointers(t *testing.T) {
 	fp, fpSink := startReceiver(t, fpCfg)
 	auto, autoSink := startReceiver(t, autoCfg)
 
-	c := testworkload.Start(t, chain, "3")
-	q := testworkload.Start(t, qs, "3")
+	c := startSettled(t, chain, "3", fp, auto)
+	q := startSettled(t, qs, "3", fp, auto)
 	_ = c.Wait()
 	_ = q.Wait()
 	for _, r := range []*profileReceiver{fp, auto} {
@@ -320,6 +359,42 @@ int main(int argc, char **argv) {
 }
 `
 
+// TestUnwindTablesAtExec: once the agent has loaded a binary's table, a new
+// process of that binary is unwound with it from its very first samples —
+// the kernel attaches the table at exec, before the agent reads the process
+// — with no settling time (HOTPATH_TEST_NO_SETTLE), and nothing read per
+// process start.
+func TestUnwindTablesAtExec(t *testing.T) {
+	chain := buildNoFP(t, "chain", chainC, "main", "level1", "level2", "level3", "level4", "level5", "level6")
+	cfg := testConfig()
+	cfg.Unwinding = UnwindingAuto
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiver(t, cfg)
+
+	first := testworkload.Start(t, chain, "0.3")
+	_ = first.Wait()
+	waitFor(t, 10*time.Second, "the chain binary's unwind table loaded", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.unwind != nil && r.unwind.Stats().Tables > 0
+	})
+	second := testworkload.Start(t, chain, "2", "HOTPATH_TEST_NO_SETTLE=1")
+	_ = second.Wait()
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"main", "level1", "level2", "level3", "level4", "level5", "level6"}
+	tl := testworkload.TallyProcess(sink.AllProfiles(), second.Process.Pid)
+	share, n := chainShare(tl, want)
+	t.Logf("full chain above level6 in a process started after the table was loaded, with no settling: %.3f of %d samples", share, n)
+	if minSamples := int64(0.25 * testworkload.ExpectedSamples(second, cfg.FrequencyHz)); n < minSamples {
+		t.Fatalf("too few level6 samples (%d; want ≥ %d); top:%s", n, minSamples, tl.Top(5))
+	}
+	if share < 0.97 {
+		t.Errorf("full chain in %.3f of level6 samples, want ≥ 0.97; top:%s", share, tl.Top(5))
+	}
+}
+
 // TestStacksEndedEarlyPerProcess: a recursion 300 deep fills every stack
 // (the unwinder stops at 127 frames); the agent says so per process, as the
 // control endpoint's /v1/targets shows it, and in its counters.
@@ -421,16 +496,22 @@ unsigned long burn(unsigned long x) { return burn_mid(x) + 1; }
 import "C"
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
 func main() {
 	secs, _ := strconv.ParseFloat(os.Args[1], 64)
 	fmt.Println("ready")
-	time.Sleep(300 * time.Millisecond) // see settle
+	// See settle: spin (outside burn_leaf) until the test says go.
+	var started atomic.Bool
+	go func() { bufio.NewReader(os.Stdin).ReadString('\n'); started.Store(true) }()
+	for !started.Load() {
+	}
 	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	var x C.ulong
 	for time.Now().Before(end) {
@@ -460,7 +541,7 @@ func TestCgoBinary(t *testing.T) {
 	fpCfg.TraceContext.Enabled, autoCfg.TraceContext.Enabled = false, false
 	fp, fpSink := startReceiver(t, fpCfg)
 	auto, autoSink := startReceiver(t, autoCfg)
-	cmd := testworkload.Start(t, bin, "3")
+	cmd := startSettled(t, bin, "3", fp, auto)
 	_ = cmd.Wait()
 	for _, r := range []*profileReceiver{fp, auto} {
 		if err := r.Shutdown(context.Background()); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -156,30 +157,86 @@ func TestDrainNoDoubleCount(t *testing.T) {
 	expectSamples(t, fmt.Sprintf("sum of drains %v", counts), counts[0]+counts[1]+counts[2], hz, cpu)
 }
 
+// The kernel reports only processes it has sampled: a process that burns
+// CPU is announced (seen); its exec, a sample after it mapped new code and its
+// exit follow. No exec, exit or maps event ever comes for a pid that was not
+// announced first — so a process that is never sampled (a /bin/true in a
+// shell loop) causes none.
 func TestLifecycleEvents(t *testing.T) {
 	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second})
 	if err := s.LifecycleErr(); err != nil {
 		t.Fatalf("lifecycle programs not attached: %v", err)
 	}
-	cmd := startBurner(t, 300*time.Millisecond, 1)
-	pid := uint32(cmd.Process.Pid)
-	waitBurner(t, cmd)
-
-	got := map[EventKind]bool{}
-	timeout := time.After(5 * time.Second)
-	for !got[EventSeen] || !got[EventExit] || !got[EventExec] {
-		select {
-		case ev, ok := <-s.Events():
-			if !ok {
-				t.Fatal("events channel closed early")
+	events := map[uint32]map[EventKind]int{}
+	announced := map[uint32]bool{}
+	// waitFor reads events until pid has every kind in want, checking on
+	// the way that no pid has an event before it was announced.
+	waitFor := func(pid uint32, want ...EventKind) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			done := true
+			for _, k := range want {
+				if events[pid][k] == 0 {
+					done = false
+				}
 			}
-			if ev.PID == pid {
-				got[ev.Kind] = true
+			if done {
+				return
 			}
-		case <-timeout:
-			t.Fatalf("events for pid %d: got %v, want seen, exec and exit", pid, got)
+			select {
+			case ev, ok := <-s.Events():
+				if !ok {
+					t.Fatal("events channel closed early")
+				}
+				if events[ev.PID] == nil {
+					events[ev.PID] = map[EventKind]int{}
+				}
+				events[ev.PID][ev.Kind]++
+				switch ev.Kind {
+				case EventSeen:
+					announced[ev.PID] = true
+				case EventExec, EventExit, EventMapsChanged:
+					if !announced[ev.PID] {
+						t.Errorf("%s event for pid %d, which was never announced (sampled)", ev.Kind, ev.PID)
+					}
+					if ev.Kind != EventMapsChanged {
+						announced[ev.PID] = false // a new image is announced anew
+					}
+				}
+			case <-timeout:
+				t.Fatalf("events for pid %d: got %v, want %v", pid, events[pid], want)
+			}
 		}
 	}
+
+	// Short and mostly never sampled: what they cause is checked by the
+	// rule above.
+	for range 20 {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	burner := startBurner(t, 300*time.Millisecond, 1)
+	waitBurner(t, burner)
+	waitFor(uint32(burner.Process.Pid), EventSeen, EventExit)
+
+	// Sampled, then maps a library executable (dlopen), then execs.
+	script := `import time, ctypes
+def burn(s):
+    end = time.process_time() + s
+    while time.process_time() < end: pass
+burn(0.3)
+import _ctypes, _decimal
+burn(0.3)
+import os
+os.execv("/bin/true", ["true"])`
+	py := exec.Command("python3", "-c", script)
+	if out, err := py.CombinedOutput(); err != nil {
+		t.Fatalf("python3: %v: %s", err, out)
+	}
+	waitFor(uint32(py.Process.Pid), EventSeen, EventMapsChanged, EventExec)
 }
 
 func TestMapFullIsCounted(t *testing.T) {

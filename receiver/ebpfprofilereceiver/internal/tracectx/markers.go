@@ -3,10 +3,12 @@
 package tracectx
 
 import (
+	"bytes"
 	"debug/elf"
 	"debug/gosym"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -48,6 +50,12 @@ func FindMarkers(path string) ([]Marker, error) {
 		return nil, fmt.Errorf("open ELF %s: %w", path, err)
 	}
 	defer f.Close()
+	// Decoding every symbol of a large binary allocates tens of MB (the
+	// collector's own: ~1 M symbols); most binaries have no markers, and
+	// their names are not even in the string tables.
+	if mentioned, err := mentionsMarkers(path, f); err == nil && !mentioned {
+		return nil, nil
+	}
 	want := map[string]uint64{GoSetSymbol: 0, GoClearSymbol: 0, CSetSymbol: 0, CClearSymbol: 0}
 	found := 0
 	scan := func(syms []elf.Symbol, err error) error {
@@ -141,4 +149,59 @@ func findGoFuncs(f *elf.File, want map[string]uint64) error {
 		want[name] = off
 	}
 	return nil
+}
+
+// markerNameParts are substrings of every marker function's name as it
+// appears in .strtab, .dynstr (C and Go symbols) or .gopclntab (Go function
+// names, also in stripped binaries).
+var markerNameParts = [][]byte{[]byte("hotpathTraceSet"), []byte("hotpath_tracectx_set")}
+
+// scanChunk is how much of a string table mentionsMarkers reads at a time.
+var scanChunk = 256 << 10
+
+// mentionsMarkers reports whether a string table of f (opened from path)
+// holds a marker name. It reads the sections in chunks through a small
+// buffer rather than decoding symbols onto the heap or mapping the file: a
+// mapping of a large binary's tables would count tens of MB in the agent's
+// resident size while it is scanned.
+func mentionsMarkers(path string, f *elf.File) (bool, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer file.Close()
+	longest := 0
+	for _, name := range markerNameParts {
+		longest = max(longest, len(name))
+	}
+	buf := make([]byte, max(scanChunk, longest))
+	for _, sec := range f.Sections {
+		switch sec.Name {
+		case ".strtab", ".dynstr", ".gopclntab":
+		default:
+			continue
+		}
+		if sec.Type == elf.SHT_NOBITS || sec.Flags&elf.SHF_COMPRESSED != 0 {
+			return true, nil // cannot scan as stored: let the full reader decide
+		}
+		// Consecutive chunks overlap by longest-1 bytes, so a name across
+		// a chunk boundary is seen whole in one of them.
+		for off := uint64(0); off < sec.FileSize; {
+			n := min(uint64(len(buf)), sec.FileSize-off)
+			got, err := file.ReadAt(buf[:n], int64(sec.Offset+off))
+			if err != nil && got < int(n) {
+				return false, fmt.Errorf("read %s of %s: %w", sec.Name, path, err)
+			}
+			for _, name := range markerNameParts {
+				if bytes.Contains(buf[:got], name) {
+					return true, nil
+				}
+			}
+			if off+n >= sec.FileSize {
+				break
+			}
+			off += n - uint64(longest-1)
+		}
+	}
+	return false, nil
 }
