@@ -74,6 +74,7 @@ type churnRun struct {
 	// not reported by this build), samples kept, gauges at the end.
 	BinaryWork     map[string]map[string]float64 `json:"binary_work"`
 	BinaryWorkName string                        `json:"binary_work_metric"`
+	BinaryWorkCPU  float64                       `json:"binary_work_cpu_seconds"` // -1: not reported
 	SamplesKept    float64                       `json:"samples_kept"`
 	SymbolTables   float64                       `json:"symbol_tables"`
 	Processes      float64                       `json:"processes_tracked"`
@@ -407,6 +408,7 @@ func churnSelfMetrics(run *churnRun, m0, m1 collectorproc.Metrics) {
 		}
 		break
 	}
+	run.BinaryWorkCPU, _ = metricDelta(m0, m1, collectorproc.ReceiverNames("binary_work_cpu", "_seconds_total", "_total", "_seconds"))
 	var name string
 	if run.SamplesKept, name = metricDelta(m0, m1, collectorproc.ReceiverNames("samples", counterSuffixes...), `outcome="kept"`); name != "" {
 		run.MetricNames = append(run.MetricNames, name)

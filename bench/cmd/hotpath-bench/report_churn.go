@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/hotpath-dev/hotpath/bench/internal/benchfmt"
@@ -149,15 +151,25 @@ func binaryWorkString(r *churnRun) string {
 	if r.BinaryWork == nil {
 		return "not reported by this build"
 	}
+	outcomes := []string{"done", "deferred", "skipped"}
+	for _, o := range slices.Sorted(maps.Keys(r.BinaryWork)) {
+		if !slices.Contains(outcomes, o) {
+			outcomes = append(outcomes, o)
+		}
+	}
 	var parts []string
-	for _, outcome := range []string{"done", "deferred", "skipped"} {
+	for _, outcome := range outcomes {
 		var total float64
 		for _, v := range r.BinaryWork[outcome] {
 			total += v
 		}
 		parts = append(parts, fmt.Sprintf("%s %.0f (%s)", outcome, total, countsString(r.BinaryWork[outcome])))
 	}
-	return strings.Join(parts, "; ")
+	s := strings.Join(parts, "; ")
+	if r.BinaryWorkCPU >= 0 {
+		s += fmt.Sprintf("; %.2f s CPU", r.BinaryWorkCPU)
+	}
+	return s
 }
 
 // churnSection is the phase's part of the results file: the workload, a

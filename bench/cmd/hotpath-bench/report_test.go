@@ -205,7 +205,9 @@ func TestReportChurn(t *testing.T) {
 	on := run("guard on", []float64{-1, 19, 9, 4}, 500, 60)
 	on.GuardLines = []string{"+40s overhead guard: sampling frequency changed"}
 	off := run("guard off", []float64{-1, 19, 19, 19}, 1120, 70.5)
+	on.BinaryWorkCPU = -1
 	off.BinaryWork = map[string]map[string]float64{"done": {"symbols": 12}, "deferred": {"symbols": 3}}
+	off.BinaryWorkCPU = 0.25
 	res := churnResult{CPUs: 2, ConfiguredHz: 19, AlignSeconds: 15, AgentConfig: "agent.yaml", Runs: []churnRun{on, off}}
 	dir := t.TempDir()
 	if err := writeJSON(filepath.Join(dir, "churn.json"), res); err != nil {
@@ -230,7 +232,7 @@ func TestReportChurn(t *testing.T) {
 		"| churn, guard off: agent CPU, % of one core | < 1 % | ≤ 1 % | 0.50 % (0.60 s CPU in 120 s) | PASS |",
 		"| churn, guard off: process starts per second (the churn's own; the workload's definition) | — | ≥ 5 /s |",
 		"| churn, guard on: per-binary work done / deferred / skipped | — | — | not reported by this build | info |",
-		"| churn, guard off: per-binary work done / deferred / skipped | — | — | done 12 (symbols 12); deferred 3 (symbols 3); skipped 0 () | info |",
+		"| churn, guard off: per-binary work done / deferred / skipped | — | — | done 12 (symbols 12); deferred 3 (symbols 3); skipped 0 (); 0.25 s CPU | info |",
 		"## Churn: a CI node (guard on and off)",
 		"- agent: not run (-phases \"churn\")",
 	} {
