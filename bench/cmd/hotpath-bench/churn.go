@@ -398,7 +398,10 @@ func churnSelfMetrics(run *churnRun, m0, m1 collectorproc.Metrics) {
 		for outcome := range m1.ByLabel(n, "outcome") {
 			for kind := range kinds {
 				sel := []string{`outcome="` + outcome + `"`, `kind="` + kind + `"`}
-				v1, _ := m1.Sum(n, sel...)
+				v1, ok := m1.Sum(n, sel...)
+				if !ok {
+					continue // no series for this pair
+				}
 				v0, _ := m0.Sum(n, sel...)
 				if run.BinaryWork[outcome] == nil {
 					run.BinaryWork[outcome] = map[string]float64{}

@@ -157,7 +157,10 @@ func newChurnLoad(dir, goCache, python string) (*churnLoad, error) {
 // build into an empty cache compiles the standard library, later ones
 // only the changed package, then link.
 func (l *churnLoad) warmGo() error {
-	_, err := l.goBuild(startGoPrewar, 0)
+	bin, err := l.goBuild(startGoPrewar, 0)
+	if err == nil {
+		_ = os.Remove(bin)
+	}
 	return err
 }
 
