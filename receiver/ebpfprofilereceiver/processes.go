@@ -176,15 +176,22 @@ func (t *processTable) store(pid int, e *processEntry) {
 // new one with its next sample. (Samples of the old image still in this
 // interval's counts are read against the new one, as before.)
 func (t *processTable) execed(pid int) {
+	t.drop(pid)
+}
+
+// drop forgets pid: its entry, open files and unwind tables. It returns the
+// entry dropped, or nil.
+func (t *processTable) drop(pid int) *processEntry {
 	t.mu.Lock()
 	e, ok := t.entries[pid]
 	delete(t.entries, pid)
 	t.mu.Unlock()
 	if !ok {
-		return
+		return nil
 	}
 	e.close()
 	t.detachUnwind(pid)
+	return e
 }
 
 // mapsChanged notes that pid's executable memory changed since its last
@@ -312,16 +319,8 @@ func (t *processTable) forgetExitedBefore(drain time.Time, interval time.Duratio
 	}
 	forget := t.forget.Load()
 	for _, pid := range drop {
-		t.mu.Lock()
-		e, ok := t.entries[pid]
-		delete(t.entries, pid)
-		t.mu.Unlock()
-		if !ok {
-			continue
-		}
-		e.close()
-		t.detachUnwind(pid)
-		if forget != nil && e.exitedAt.IsZero() {
+		e := t.drop(pid)
+		if e != nil && forget != nil && e.exitedAt.IsZero() {
 			if err := (*forget)(pid); err != nil {
 				t.logger.Debug("forget idle process", zap.Int("pid", pid), zap.Error(err))
 			}

@@ -30,7 +30,7 @@ func newTestTable(t *testing.T, work *binaryWork, dwarf bool) (*processTable, *s
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		table.unwind.Store(unwinder.New(s, sym, 64<<20, zap.NewNop()))
+		table.unwind.Store(unwinder.New(s, sym, 64<<20, nil, zap.NewNop()))
 	}
 	t.Cleanup(table.closeAll)
 	return table, sym
