@@ -36,6 +36,8 @@ type processEntry struct {
 	// endedEarly counts its user stacks (in samples) that ended before the
 	// outermost frame, by reason; guarded by processTable.mu.
 	endedEarly map[sampler.StackEnd]uint64
+	// jit: its perf map, opened when first needed (jit.go).
+	jit atomic.Pointer[jitSymbols]
 }
 
 type processTable struct {
@@ -93,6 +95,9 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	if e.snapshot == nil {
 		e.close()
 		return old // gone meanwhile: keep what we had
+	}
+	if old != nil {
+		e.jit.Store(old.jit.Load()) // same program: its perf map read so far
 	}
 	t.mu.Lock()
 	if t.closed {

@@ -22,6 +22,8 @@ const (
 	Native FrameKind = iota
 	Go
 	Kernel
+	JIT // generated at run time, named from the runtime's perf map
+	numFrameKinds
 )
 
 func (k FrameKind) attr() string {
@@ -30,6 +32,8 @@ func (k FrameKind) attr() string {
 		return profileschema.FrameTypeGo
 	case Kernel:
 		return profileschema.FrameTypeKernel
+	case JIT:
+		return profileschema.FrameTypeJIT
 	default:
 		return profileschema.FrameTypeNative
 	}
@@ -76,7 +80,7 @@ type Builder struct {
 	profiles pprofile.Profiles
 	dict     *pdict.Builder
 	procs    map[uint32]*processSamples
-	kindAttr [3]int32
+	kindAttr [numFrameKinds]int32
 	locs     []int32
 }
 
@@ -98,7 +102,7 @@ func New(start time.Time, interval, period time.Duration) *Builder {
 		dict:     pdict.New(p.Dictionary()),
 		procs:    map[uint32]*processSamples{},
 	}
-	for _, k := range []FrameKind{Native, Go, Kernel} {
+	for k := range numFrameKinds {
 		b.kindAttr[k] = b.dict.Attribute(profileschema.AttrFrameType, k.attr())
 	}
 	return b
