@@ -247,7 +247,7 @@ func (s jitSplit) check(t *testing.T, measured map[string]float64, minSamples in
 		t.Fatalf("only %d samples in the three functions (want ≥ %d); top:%s", named, minSamples, tl.Top(8))
 	}
 	share := float64(named) / float64(named+s.unnamed)
-	t.Logf("hot functions named in %.3f of JIT samples (%d named, %d unnamed)", share, named, s.unnamed)
+	t.Logf("hot functions named in %.3f of JIT samples (%d named, %d unnamed); top:%s", share, named, s.unnamed, tl.Top(3))
 	if share < 0.95 {
 		t.Errorf("hot functions named in %.3f of JIT samples (%d named, %d unnamed), want ≥ 0.95; top:%s", share, named, s.unnamed, tl.Top(8))
 	}
