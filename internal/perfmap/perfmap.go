@@ -9,6 +9,7 @@ package perfmap
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -167,15 +168,7 @@ func (t table) merge(newer []Symbol, max int) (table, int) {
 	}
 	// Older entries in t have lower seq than every newer one; among t,
 	// which never overlaps, the order does not matter.
-	slices.SortStableFunc(all, func(a, b seqSym) int {
-		switch {
-		case a.Start < b.Start:
-			return -1
-		case a.Start > b.Start:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(all, func(a, b seqSym) int { return cmp.Compare(a.Start, b.Start) })
 	kept := make([]seqSym, 0, len(all))
 	for _, s := range all {
 		drop := false

@@ -269,22 +269,28 @@ func TestNodeJITFramesNamedFromPerfMap(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
 	}
-	script := filepath.Join(t.TempDir(), "split.js")
-	if err := os.WriteFile(script, []byte(splitJS), 0o644); err != nil {
+	checkScriptSplit(t, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
+}
+
+// checkScriptSplit writes a designed-split script, runs it for 8 s with
+// the interpreter argv while a receiver samples, and checks the split and
+// hotA's source file.
+func checkScriptSplit(t *testing.T, name, source string, argv ...string) {
+	script := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(script, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
 	r, sink := startReceiver(t, cfg)
-	run := startRuntime(t, node, "--perf-basic-prof", "--no-turbo-inlining", script, "8")
+	run := startRuntime(t, append(argv, script, "8")...)
 	measured := run.measured(t)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
-	split := tallyJITSplit(tl)
 	minSamples := int64(0.25 * testworkload.ExpectedSamples(run.cmd, cfg.FrequencyHz))
-	split.check(t, measured, minSamples, tl)
+	tallyJITSplit(tl).check(t, measured, minSamples, tl)
 	assertJITFileLine(t, sink.AllProfiles(), run.cmd.Process.Pid, "hotA", script)
 }
 
@@ -326,32 +332,14 @@ func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
-	split := tallyJITSplit(tl)
-	split.check(t, measured, 100, tl)
+	tallyJITSplit(tl).check(t, measured, 100, tl)
 }
 
 // TestPythonPerfTrampolinesNamed: CPython ≥ 3.12 with -X perf names each
 // Python function's trampoline in its perf map. Not part of Debian 12, so
 // it runs only where such a Python is installed.
 func TestPythonPerfTrampolinesNamed(t *testing.T) {
-	py := python312(t)
-	script := filepath.Join(t.TempDir(), "split.py")
-	if err := os.WriteFile(script, []byte(splitPy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig()
-	cfg.TraceContext.Enabled = false
-	r, sink := startReceiver(t, cfg)
-	run := startRuntime(t, py, "-X", "perf", script, "8")
-	measured := run.measured(t)
-	if err := r.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
-	split := tallyJITSplit(tl)
-	minSamples := int64(0.25 * testworkload.ExpectedSamples(run.cmd, cfg.FrequencyHz))
-	split.check(t, measured, minSamples, tl)
-	assertJITFileLine(t, sink.AllProfiles(), run.cmd.Process.Pid, "hotA", script)
+	checkScriptSplit(t, "split.py", splitPy, python312(t), "-X", "perf")
 }
 
 // python312 finds a CPython ≥ 3.12 (on PATH, or a pyenv build), or skips.
