@@ -33,6 +33,22 @@ type cpuProfileProcUnwind struct {
 	M   [64]cpuProfileUnwindMapping
 }
 
+type cpuProfilePyProc struct {
+	_                  structs.HostLayout
+	Runtime            uint64
+	RuntimeInterpHead  uint16
+	InterpThreadsHead  uint16
+	TstateNext         uint16
+	TstateThreadId     uint16
+	TstateCframe       uint16
+	CframeCurrentFrame uint16
+	FrameCode          uint16
+	FramePrevious      uint16
+	FramePrevInstr     uint16
+	FrameIsEntry       uint16
+	Pad                [2]uint16
+}
+
 type cpuProfileSampleKey struct {
 	_           structs.HostLayout
 	Pid         uint32
@@ -103,6 +119,7 @@ const (
 	cpuProfileMapEvents               = "events"
 	cpuProfileMapGoTraces             = "go_traces"
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
+	cpuProfileMapPyProcs              = "py_procs"
 	cpuProfileMapSeenPids             = "seen_pids"
 	cpuProfileMapStackScratch         = "stack_scratch"
 	cpuProfileMapStacks0              = "stacks_0"
@@ -116,9 +133,11 @@ const (
 	cpuProfileProgProcExit            = "proc_exit"
 	cpuProfileVarActiveSet            = "active_set"
 	cpuProfileVarDwarfUnwind          = "dwarf_unwind"
+	cpuProfileVarPythonWalk           = "python_walk"
 	cpuProfileVarTraceLookup          = "trace_lookup"
 	cpuProfileVarUnusedLifecycleEvent = "unused_lifecycle_event"
 	cpuProfileVarUnusedProcUnwind     = "unused_proc_unwind"
+	cpuProfileVarUnusedPyProc         = "unused_py_proc"
 	cpuProfileVarUnusedSampleKey      = "unused_sample_key"
 	cpuProfileVarUnusedSampleStats    = "unused_sample_stats"
 	cpuProfileVarUnusedStackTrace     = "unused_stack_trace"
@@ -187,6 +206,7 @@ type cpuProfileMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	GoTraces      *ebpf.MapSpec `ebpf:"go_traces"`
 	ProcUnwinds   *ebpf.MapSpec `ebpf:"proc_unwinds"`
+	PyProcs       *ebpf.MapSpec `ebpf:"py_procs"`
 	SeenPids      *ebpf.MapSpec `ebpf:"seen_pids"`
 	StackScratch  *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stacks0       *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -202,9 +222,11 @@ type cpuProfileMapSpecs struct {
 type cpuProfileVariableSpecs struct {
 	ActiveSet            *ebpf.VariableSpec `ebpf:"active_set"`
 	DwarfUnwind          *ebpf.VariableSpec `ebpf:"dwarf_unwind"`
+	PythonWalk           *ebpf.VariableSpec `ebpf:"python_walk"`
 	TraceLookup          *ebpf.VariableSpec `ebpf:"trace_lookup"`
 	UnusedLifecycleEvent *ebpf.VariableSpec `ebpf:"unused_lifecycle_event"`
 	UnusedProcUnwind     *ebpf.VariableSpec `ebpf:"unused_proc_unwind"`
+	UnusedPyProc         *ebpf.VariableSpec `ebpf:"unused_py_proc"`
 	UnusedSampleKey      *ebpf.VariableSpec `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.VariableSpec `ebpf:"unused_sample_stats"`
 	UnusedStackTrace     *ebpf.VariableSpec `ebpf:"unused_stack_trace"`
@@ -241,6 +263,7 @@ type cpuProfileMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
 	GoTraces      *ebpf.Map `ebpf:"go_traces"`
 	ProcUnwinds   *ebpf.Map `ebpf:"proc_unwinds"`
+	PyProcs       *ebpf.Map `ebpf:"py_procs"`
 	SeenPids      *ebpf.Map `ebpf:"seen_pids"`
 	StackScratch  *ebpf.Map `ebpf:"stack_scratch"`
 	Stacks0       *ebpf.Map `ebpf:"stacks_0"`
@@ -261,6 +284,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.Events,
 		m.GoTraces,
 		m.ProcUnwinds,
+		m.PyProcs,
 		m.SeenPids,
 		m.StackScratch,
 		m.Stacks0,
@@ -277,9 +301,11 @@ func (m *cpuProfileMaps) Close() error {
 type cpuProfileVariables struct {
 	ActiveSet            *ebpf.Variable `ebpf:"active_set"`
 	DwarfUnwind          *ebpf.Variable `ebpf:"dwarf_unwind"`
+	PythonWalk           *ebpf.Variable `ebpf:"python_walk"`
 	TraceLookup          *ebpf.Variable `ebpf:"trace_lookup"`
 	UnusedLifecycleEvent *ebpf.Variable `ebpf:"unused_lifecycle_event"`
 	UnusedProcUnwind     *ebpf.Variable `ebpf:"unused_proc_unwind"`
+	UnusedPyProc         *ebpf.Variable `ebpf:"unused_py_proc"`
 	UnusedSampleKey      *ebpf.Variable `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.Variable `ebpf:"unused_sample_stats"`
 	UnusedStackTrace     *ebpf.Variable `ebpf:"unused_stack_trace"`
