@@ -48,13 +48,16 @@ const (
 
 // Location attribute: what kind of code a frame is (semantic convention
 // profile.frame.type). FrameTypeJIT is code a runtime generated at run time
-// (V8, HotSpot, .NET, CPython's perf trampolines), named from its perf map.
+// (V8, HotSpot, .NET, CPython's perf trampolines), named from its perf map;
+// FrameTypePython a CPython interpreter frame (function, file, line), named
+// like any other function.
 const (
 	AttrFrameType   = "profile.frame.type"
 	FrameTypeKernel = "kernel"
 	FrameTypeNative = "native"
 	FrameTypeGo     = "go"
 	FrameTypeJIT    = "jit"
+	FrameTypePython = "python"
 )
 
 // Suffixes FrameName gives a frame's name by its type, flamegraph.pl's

@@ -232,16 +232,12 @@ func tallyJITSplit(tl testworkload.Tally) jitSplit {
 }
 
 // check holds the split to the targets: each function named in
-// ≥ 95 % of the samples in JIT code, and each function's share of the
-// three within ±3 percentage points of the program's own measurement, or
-// 4 binomial standard deviations where fewer samples make that wider.
+// ≥ 95 % of the samples in JIT code, and the shares (checkShares).
 func (s jitSplit) check(t *testing.T, measured map[string]float64, minSamples int64, tl testworkload.Tally) {
 	t.Helper()
 	var named int64
-	var cpu float64
 	for _, fn := range designedSplit {
 		named += s.inFunc[fn]
-		cpu += measured[fn]
 	}
 	if named < minSamples {
 		t.Fatalf("only %d samples in the three functions (want ≥ %d); top:%s", named, minSamples, tl.Top(8))
@@ -251,11 +247,25 @@ func (s jitSplit) check(t *testing.T, measured map[string]float64, minSamples in
 	if share < 0.95 {
 		t.Errorf("hot functions named in %.3f of JIT samples (%d named, %d unnamed), want ≥ 0.95; top:%s", share, named, s.unnamed, tl.Top(8))
 	}
+	checkShares(t, s.inFunc, measured, tl)
+}
+
+// checkShares: each function's share of the three's samples is within
+// ±3 percentage points of the program's own measurement, or 4 binomial
+// standard deviations where fewer samples make that wider.
+func checkShares(t *testing.T, inFunc map[string]int64, measured map[string]float64, tl testworkload.Tally) {
+	t.Helper()
+	var named int64
+	var cpu float64
+	for _, fn := range designedSplit {
+		named += inFunc[fn]
+		cpu += measured[fn]
+	}
 	for _, fn := range designedSplit {
 		want := measured[fn] / cpu
-		got := float64(s.inFunc[fn]) / float64(named)
+		got := float64(inFunc[fn]) / float64(named)
 		tol := math.Max(0.03, 4*math.Sqrt(want*(1-want)/float64(named)))
-		t.Logf("%s: agent %.3f (%d samples), program %.3f, Δ %+.1f pp (tolerance %.1f pp)", fn, got, s.inFunc[fn], want, 100*(got-want), 100*tol)
+		t.Logf("%s: agent %.3f (%d samples), program %.3f, Δ %+.1f pp (tolerance %.1f pp)", fn, got, inFunc[fn], want, 100*(got-want), 100*tol)
 		if math.Abs(got-want) > tol {
 			t.Errorf("%s share %.3f, program measured %.3f (± %.3f); top:%s", fn, got, want, tol, tl.Top(8))
 		}
@@ -272,26 +282,42 @@ func TestNodeJITFramesNamedFromPerfMap(t *testing.T) {
 	checkScriptSplit(t, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
 }
 
-// checkScriptSplit writes a designed-split script, runs it for 8 s with
-// the interpreter argv while a receiver samples, and checks the split and
-// hotA's source file.
+// checkScriptSplit runs a designed-split script (runSplit) and checks
+// the split and hotA's source file.
 func checkScriptSplit(t *testing.T, name, source string, argv ...string) {
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	res := runSplit(t, cfg, name, source, argv...)
+	minSamples := int64(0.25 * testworkload.ExpectedSamples(res.cmd, cfg.FrequencyHz))
+	tallyJITSplit(res.tally).check(t, res.measured, minSamples, res.tally)
+	assertFrameFileLine(t, res.profiles, "hotA", res.script, 0, profileschema.FrameTypeJIT)
+}
+
+// splitRun is one designed-split workload sampled by a receiver.
+type splitRun struct {
+	cmd      *exec.Cmd
+	script   string
+	measured map[string]float64
+	profiles []pprofile.Profiles
+	tally    testworkload.Tally
+}
+
+// runSplit writes source as name, runs it for 8 s with the interpreter
+// argv while a receiver samples, and collects both sides' figures.
+func runSplit(t *testing.T, cfg *Config, name, source string, argv ...string) splitRun {
+	t.Helper()
 	script := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(script, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig()
-	cfg.TraceContext.Enabled = false
 	r, sink := startReceiver(t, cfg)
 	run := startRuntime(t, append(argv, script, "8")...)
 	measured := run.measured(t)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
-	minSamples := int64(0.25 * testworkload.ExpectedSamples(run.cmd, cfg.FrequencyHz))
-	tallyJITSplit(tl).check(t, measured, minSamples, tl)
-	assertJITFileLine(t, sink.AllProfiles(), run.cmd.Process.Pid, "hotA", script)
+	all := sink.AllProfiles()
+	return splitRun{cmd: run.cmd, script: script, measured: measured, profiles: all, tally: testworkload.TallyProcess(all, run.cmd.Process.Pid)}
 }
 
 // TestJavaJITFramesNamedFromPerfMap: HotSpot writes its perf map on
@@ -363,10 +389,10 @@ func python312(t *testing.T) string {
 	return ""
 }
 
-// assertJITFileLine checks that the perf-map name was split into function
-// and source file (what JSON and pprof output show as file:line), with the
-// frame type jit.
-func assertJITFileLine(t *testing.T, all []pprofile.Profiles, pid int, fn, file string) {
+// assertFrameFileLine checks that fn's location has the frame type typ,
+// source file file and, when line > 0, a line within 3 of it (what JSON
+// and pprof output show as file:line).
+func assertFrameFileLine(t *testing.T, all []pprofile.Profiles, fn, file string, line int64, typ string) {
 	t.Helper()
 	for _, pd := range all {
 		dict := pd.Dictionary()
@@ -376,21 +402,24 @@ func assertJITFileLine(t *testing.T, all []pprofile.Profiles, pid int, fn, file 
 			if loc.Lines().Len() == 0 {
 				continue
 			}
-			line := loc.Lines().At(0)
-			f := dict.FunctionTable().At(int(line.FunctionIndex()))
+			ln := loc.Lines().At(0)
+			f := dict.FunctionTable().At(int(ln.FunctionIndex()))
 			if profileschema.Str(dict, f.NameStrindex()) != fn {
 				continue
 			}
-			if typ := profileschema.FrameType(dict, loc); typ != profileschema.FrameTypeJIT {
-				t.Errorf("%s has frame type %q, want jit", fn, typ)
+			if got := profileschema.FrameType(dict, loc); got != typ {
+				t.Errorf("%s has frame type %q, want %q", fn, got, typ)
 			}
 			if got := profileschema.Str(dict, f.FilenameStrindex()); got != file {
 				t.Errorf("%s is in file %q, want %q", fn, got, file)
 			}
+			if line > 0 && (ln.Line() < line-3 || ln.Line() > line+3) {
+				t.Errorf("%s at line %d, want %d ± 3", fn, ln.Line(), line)
+			}
 			return
 		}
 	}
-	t.Errorf("no location of %s (pid %d)", fn, pid)
+	t.Errorf("no location of %s", fn)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -49,6 +49,9 @@ type processTable struct {
 	// unwind, when set (unwinding: auto, sampler open), decides for each
 	// snapshot whether the kernel unwinds it with tables.
 	unwind atomic.Pointer[unwinder.Unwinder]
+	// python, when set (unwinding: auto), gives CPython processes Python
+	// frames (python.go).
+	python atomic.Pointer[pythonFrames]
 
 	mu      sync.Mutex
 	entries map[int]*processEntry
@@ -155,6 +158,9 @@ func (t *processTable) forgetExitedBefore(drain time.Time) {
 					t.logger.Debug("drop unwind tables of exited process", zap.Int("pid", pid), zap.Error(err))
 				}
 			}
+			if py := t.python.Load(); py != nil {
+				py.detach(pid)
+			}
 		}
 	}
 }
@@ -241,6 +247,9 @@ func (t *processTable) read(pid int) *processEntry {
 	// per binary and cached, so a process whose binaries are known costs
 	// one map update here.
 	t.attachUnwind(e)
+	if py := t.python.Load(); py != nil && e.snapshot != nil {
+		py.attach(e.snapshot)
+	}
 	return e
 }
 

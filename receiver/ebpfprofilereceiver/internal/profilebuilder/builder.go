@@ -22,7 +22,8 @@ const (
 	Native FrameKind = iota
 	Go
 	Kernel
-	JIT // generated at run time, named from the runtime's perf map
+	JIT    // generated at run time, named from the runtime's perf map
+	Python // a CPython interpreter frame
 	numFrameKinds
 )
 
@@ -34,6 +35,8 @@ func (k FrameKind) attr() string {
 		return profileschema.FrameTypeKernel
 	case JIT:
 		return profileschema.FrameTypeJIT
+	case Python:
+		return profileschema.FrameTypePython
 	default:
 		return profileschema.FrameTypeNative
 	}

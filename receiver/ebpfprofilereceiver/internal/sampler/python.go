@@ -3,6 +3,7 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -88,4 +89,28 @@ func (s *Sampler) DeletePythonProcess(pid uint32) error {
 		return fmt.Errorf("python frames of pid %d: delete: %w", pid, err)
 	}
 	return nil
+}
+
+// PythonFrame is one interpreter frame the kernel recorded: the code
+// object it runs and its last executed instruction. Entry marks the first
+// frame of a _PyEval_EvalFrameDefault call: the frames after it belong to
+// the next eval frame of the native stack.
+type PythonFrame struct {
+	Code, Instr uint64
+	Entry       bool
+}
+
+// SplitPythonFrames separates a user stack into its native frames and the
+// Python frames the kernel appended after PythonMarker (leaf first), which
+// it appends to py.
+func SplitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFrame) {
+	i := slices.Index(stack, PythonMarker)
+	if i < 0 {
+		return stack, py
+	}
+	rest := stack[i+1:]
+	for j := 0; j+1 < len(rest); j += 2 {
+		py = append(py, PythonFrame{Code: rest[j] &^ 1, Instr: rest[j+1], Entry: rest[j]&1 == 1})
+	}
+	return stack[:i], py
 }
