@@ -39,6 +39,10 @@ type pythonBinary struct {
 	err error
 }
 
+// inspectPython is python.Inspect; tests replace it to play a CPython
+// version the agent does not know.
+var inspectPython = python.Inspect
+
 // maxPythonBinaries bounds the per-binary results kept (a host has a few
 // interpreters; every other binary whose name starts with "python" costs
 // one entry).
@@ -142,7 +146,7 @@ func (p *pythonFrames) inspect(snap *symbolize.Process, i int) pythonBinary {
 	if err != nil {
 		return pythonBinary{err: python.ErrNotPython}
 	}
-	in, err := python.Inspect(ef)
+	in, err := inspectPython(ef)
 	return pythonBinary{in: in, err: err}
 }
 

@@ -1,11 +1,27 @@
 package ebpfprofilereceiver
 
 import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/python"
 )
 
 // splitPyZlib: the designed 60/30/10 split for an interpreter without
@@ -109,4 +125,83 @@ func TestPython311FramesWithoutHelp(t *testing.T) {
 		t.Errorf("only %d of hotC's %d samples reach zlib's deflate; top:%s", withZlib, inFunc["hotC"], tl.Top(8))
 	}
 	assertFrameFileLine(t, res.profiles, "hotA", res.script, 5, "python")
+}
+
+// A CPython the agent has no offsets for stays native-only: no Python
+// frame (right or wrong) in its stacks, one log line, and the
+// hotpath_receiver_python_processes{outcome=unknown_version} counter.
+func TestUnknownPythonStaysNative(t *testing.T) {
+	real := inspectPython
+	defer func() { inspectPython = real }()
+	inspectPython = func(f *elf.File) (*python.Interpreter, error) {
+		in, err := real(f)
+		if err != nil {
+			return in, err
+		}
+		return nil, fmt.Errorf("%w: %s (played by the test)", python.ErrUnknownVersion, in)
+	}
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	core, logs := observer.New(zap.InfoLevel)
+	reader := sdkmetric.NewManualReader()
+	set := receivertest.NewNopSettings(typeStr)
+	set.Logger = zap.New(core)
+	set.TelemetrySettings.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	sink := new(consumertest.ProfilesSink)
+	r, err := newReceiver(set, cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "split.py")
+	if err := os.WriteFile(script, []byte(splitPyZlib), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := startRuntime(t, "/usr/bin/python3.11", script, "2")
+	run.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
+	if tl.Total < 20 {
+		t.Fatalf("only %d samples; top:%s", tl.Total, tl.Top(5))
+	}
+	for stack := range tl.Folded {
+		for _, fn := range append([]string{"dispatch", "timed", "<module>"}, designedSplit...) {
+			if slices.Contains(strings.Split(stack, ";"), fn) {
+				t.Fatalf("Python frame %s in a native-only stack: %s", fn, stack)
+			}
+		}
+	}
+	if n := logs.FilterMessageSnippet("frames are not walked").Len(); n == 0 {
+		t.Errorf("no log line about the unknown CPython; logs: %v", logs.All())
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if got := counterValue(rm, "hotpath_receiver_python_processes", "outcome", "unknown_version"); got < 1 {
+		t.Errorf("unknown_version counter = %d, want ≥ 1", got)
+	}
+}
+
+// counterValue sums an Int64 counter's points with attribute key=value.
+func counterValue(rm metricdata.ResourceMetrics, name, key, value string) int64 {
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != name || !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				if v, ok := dp.Attributes.Value(attribute.Key(key)); ok && v.AsString() == value {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
 }
