@@ -189,11 +189,11 @@ func dwarfStruct(d *dwarf.Data, name string) (*dwarf.StructType, error) {
 func TestLineOf(t *testing.T) {
 	table := []byte{
 		0x80 | 13<<3 | 1, 2, // no-column form, 2 units, line +1 → 11
-		0x80 | 0<<3 | 0, 0x11, // short form, 1 unit, same line → 11
+		0x80 | 0<<3, 0x11, // short form, 1 unit, same line → 11
 		0x80 | 12<<3 | 2, 4, 9, // one-line form, 3 units, line +2 → 13
-		0x80 | 15<<3 | 0, // no location, 1 unit
+		0x80 | 15<<3,                 // no location, 1 unit
 		0x80 | 14<<3 | 3, 3, 0, 1, 1, // long form, 4 units, line -1 → 12
-		0x80 | 13<<3 | 0, 0x40, 0x01, // no-column, 1 unit, svarint 64 (0 | 1<<6) = +32 → 44
+		0x80 | 13<<3, 0x40, 0x01, // no-column, 1 unit, svarint 64 (0 | 1<<6) = +32 → 44
 	}
 	for idx, want := range map[int]int{0: 11, 1: 11, 2: 11, 3: 13, 5: 13, 7: 12, 10: 12, 11: 44} {
 		if got, ok := lineOf(table, 10, idx); !ok || got != want {
