@@ -69,14 +69,23 @@ struct py_walk {
 	__u32 frames; // frames recorded
 };
 
+// PY_FRAME_WINDOW: the bytes of an interpreter frame read at once, from
+// f_code on; user space checks that previous, prev_instr and is_entry lie
+// in it. One read per frame instead of four: each bpf_probe_read_user
+// costs more than the rest of the step.
+#define PY_FRAME_WINDOW 40
+
 // py_frame_step records one interpreter frame and moves to its caller.
 static long py_frame_step(__u64 i, void *ctx)
 {
 	struct py_walk *w = ctx;
 	struct stack_trace *t = w->t;
 	struct py_proc *pp = w->pp;
-	__u64 code = 0, instr = 0, prev = 0;
-	__u8 entry = 0;
+	// One word more than is read: the verifier bounds a computed index by
+	// its maximum (39 for the byte index), not by the word it rounds to.
+	__u64 win[PY_FRAME_WINDOW / 8 + 1] = {};
+	__u32 prev_at, instr_at, entry_at;
+	__u8 entry;
 	// The slot comes from the loop index, never from a count kept in w:
 	// a value stored there is tracked exactly and the verifier would
 	// re-check this callback for every frame (see unwind_step).
@@ -87,15 +96,20 @@ static long py_frame_step(__u64 i, void *ctx)
 	asm volatile("" : "+r"(n)); // one register for check and stores (see python_stack)
 	if (n >= MAX_STACK_DEPTH - 1)
 		return 1;
-	if (read_word(w->frame + pp->frame_code, &code) != 0 ||
-	    read_word(w->frame + pp->frame_prev_instr, &instr) != 0 ||
-	    read_word(w->frame + pp->frame_previous, &prev) != 0 ||
-	    bpf_probe_read_user(&entry, 1, (void *)(w->frame + pp->frame_is_entry)) != 0)
+	if (bpf_probe_read_user(win, PY_FRAME_WINDOW, (void *)(w->frame + pp->frame_code)) != 0)
 		return 1;
-	t->ips[n] = code | (entry ? 1 : 0);
-	t->ips[n + 1] = instr;
+	// Word indices into the window (user space guarantees they are in
+	// it; the checks are for the verifier).
+	prev_at = (__u32)(pp->frame_previous - pp->frame_code) / 8;
+	instr_at = (__u32)(pp->frame_prev_instr - pp->frame_code) / 8;
+	entry_at = (__u32)(pp->frame_is_entry - pp->frame_code);
+	if (prev_at >= PY_FRAME_WINDOW / 8 || instr_at >= PY_FRAME_WINDOW / 8 || entry_at >= PY_FRAME_WINDOW)
+		return 1;
+	entry = (win[entry_at / 8] >> (8 * (entry_at % 8))) & 0xff;
+	t->ips[n] = win[0] | (entry ? 1 : 0); // win[0]: f_code
+	t->ips[n + 1] = win[instr_at];
 	w->frames = i + 1;
-	w->frame = prev;
+	w->frame = win[prev_at];
 	return 0;
 }
 

@@ -48,6 +48,15 @@ func enablePythonWalk(spec *ebpf.CollectionSpec) error {
 // SetPythonProcess makes the sampler append pid's Python frames to its
 // user stacks.
 func (s *Sampler) SetPythonProcess(pid uint32, p PythonProcess) error {
+	// The kernel reads a frame's fields in one window from f_code on
+	// (PY_FRAME_WINDOW in bpf/python_walk.h).
+	const window = 40
+	inWindow := func(off uint16, align uint16) bool {
+		return off >= p.FrameCode && off < p.FrameCode+window && (off-p.FrameCode)%align == 0
+	}
+	if !inWindow(p.FramePrevious, 8) || !inWindow(p.FramePrevInstr, 8) || !inWindow(p.FrameIsEntry, 1) {
+		return fmt.Errorf("python frames of pid %d: frame offsets %+v do not fit the kernel's %d-byte window from f_code", pid, p, window)
+	}
 	v := cpuProfilePyProc{
 		Runtime:            p.Runtime,
 		RuntimeInterpHead:  p.RuntimeInterpHead,
