@@ -134,6 +134,7 @@ enum event_kind {
 	EVENT_SEEN = 1,
 	EVENT_EXEC = 2,
 	EVENT_EXIT = 3,
+	EVENT_MAPS_CHANGED = 4,
 };
 
 struct lifecycle_event {
@@ -230,13 +231,52 @@ struct {
 	__type(value, struct proc_unwind);
 } proc_unwinds SEC(".maps");
 
+// Binaries whose unwind table user space has loaded, by file (the kernel's
+// device number, inode and modification time: an inode number is reused once
+// a deleted binary's file is gone, the time tells the new file apart): a process that execs one gets the table for its
+// own code at exec, so its stacks are whole from its first sample on, before
+// user space has read the process (the libraries come when it does).
+struct exe_key {
+	__u64 dev;
+	__u64 ino;
+	__s64 mtime_ns;
+};
+
+struct exe_unwind {
+	__u64 text_vaddr; // lowest ELF address of the executable segments
+	__u32 table;
+	__u32 rows;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct exe_key);
+	__type(value, struct exe_unwind);
+} exe_unwinds SEC(".maps");
+
+// Room to build a proc_unwind (too large for the BPF stack).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct proc_unwind);
+} proc_unwind_scratch SEC(".maps");
+
 // Processes already announced with EVENT_SEEN. LRU: a forgotten pid only
-// costs a second EVENT_SEEN, which user space ignores.
+// costs a second EVENT_SEEN, which user space ignores. Only processes in
+// this map cause exec, exit and mmap events: a process that is never
+// sampled (a /bin/true in a shell loop) costs user space nothing.
+// The value is the process's executable memory (mm->exec_vm, in pages) when
+// last sampled: when it changes, the process mapped or unmapped code (the
+// dynamic loader after start, dlopen) and user space reads its mappings
+// again — found by the samples themselves, so it costs nothing between them.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u32);
-	__type(value, __u8);
+	__type(value, __u64);
 } seen_pids SEC(".maps");
 
 struct {
@@ -264,6 +304,8 @@ const struct lifecycle_event *unused_lifecycle_event __attribute__((unused));
 const struct unwind_row *unused_unwind_row __attribute__((unused));
 const struct unwind_mapping *unused_unwind_mapping __attribute__((unused));
 const struct proc_unwind *unused_proc_unwind __attribute__((unused));
+const struct exe_key *unused_exe_key __attribute__((unused));
+const struct exe_unwind *unused_exe_unwind __attribute__((unused));
 
 static __always_inline struct sample_stats *stats_for(__u32 set)
 {
@@ -624,7 +666,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	__u32 set = active_set & 1;
 	struct sample_key key;
 	struct sample_stats *st;
-	__u8 one = 1;
+	__u64 exec_vm, *known_vm;
 
 	st = stats_for(set);
 	if (!st)
@@ -659,9 +701,16 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	// Look up first: an LRU update takes a free node (maybe evicting) even
 	// when the key exists. BPF_NOEXIST: only the CPU that inserts the pid
 	// announces it.
-	if (!bpf_map_lookup_elem(&seen_pids, &pid) &&
-	    bpf_map_update_elem(&seen_pids, &pid, &one, BPF_NOEXIST) == 0)
-		emit(st, EVENT_SEEN, pid);
+	exec_vm = bpf_get_current_task_btf()->mm->exec_vm;
+	known_vm = bpf_map_lookup_elem(&seen_pids, &pid);
+	if (!known_vm) {
+		if (bpf_map_update_elem(&seen_pids, &pid, &exec_vm, BPF_NOEXIST) == 0)
+			emit(st, EVENT_SEEN, pid);
+	} else if (*known_vm != exec_vm &&
+		   __sync_lock_test_and_set(known_vm, exec_vm) != exec_vm) {
+		// Only the CPU that stores the new size reports it.
+		emit(st, EVENT_MAPS_CHANGED, pid);
+	}
 	return 0;
 }
 
@@ -691,14 +740,60 @@ int capture_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+// exe_unwind_at_exec gives a process that has just exec'd a known binary the
+// table of that binary's code: the mapping is [start_code, end_code), which
+// the ELF loader sets from the executable segments.
+static __always_inline void exe_unwind_at_exec(struct task_struct *p, __u32 pid)
+{
+	struct mm_struct *mm = p->mm;
+	struct exe_key key = {};
+	struct exe_unwind *eu;
+	struct proc_unwind *pu;
+	struct file *exe;
+	__u32 zero = 0;
+
+	if (!mm)
+		return;
+	exe = mm->exe_file;
+	if (!exe)
+		return;
+	key.dev = exe->f_inode->i_sb->s_dev;
+	key.ino = exe->f_inode->i_ino;
+	key.mtime_ns = exe->f_inode->i_mtime_sec * 1000000000LL + exe->f_inode->i_mtime_nsec;
+	eu = bpf_map_lookup_elem(&exe_unwinds, &key);
+	if (!eu)
+		return;
+	pu = bpf_map_lookup_elem(&proc_unwind_scratch, &zero);
+	if (!pu)
+		return;
+	pu->n = 1;
+	pu->m[0].start = mm->start_code;
+	pu->m[0].end = mm->end_code;
+	pu->m[0].bias = mm->start_code - eu->text_vaddr;
+	pu->m[0].table = eu->table;
+	pu->m[0].rows = eu->rows;
+	bpf_map_update_elem(&proc_unwinds, &pid, pu, BPF_ANY);
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(proc_exec, struct task_struct *p)
 {
-	struct sample_stats *st = stats_for(active_set & 1);
+	__u32 pid = p->tgid;
+	struct sample_stats *st;
 
+	if (dwarf_unwind) {
+		// The old image's tables describe mappings that are gone.
+		bpf_map_delete_elem(&proc_unwinds, &pid);
+		exe_unwind_at_exec(p, pid);
+	}
+	// Only a process user space knows needs telling: it drops what it read
+	// of the old image, and the next sample announces the new one.
+	if (bpf_map_delete_elem(&seen_pids, &pid) != 0)
+		return 0;
+	st = stats_for(active_set & 1);
 	if (!st)
 		return 0;
-	emit(st, EVENT_EXEC, p->tgid);
+	emit(st, EVENT_EXEC, pid);
 	return 0;
 }
 
@@ -718,10 +813,13 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	}
 	if (p->pid != p->tgid)
 		return 0; // a thread, not the thread-group leader
+	if (dwarf_unwind)
+		bpf_map_delete_elem(&proc_unwinds, &pid);
+	if (bpf_map_delete_elem(&seen_pids, &pid) != 0)
+		return 0; // never sampled: user space has nothing to forget
 	st = stats_for(active_set & 1);
 	if (!st)
 		return 0;
-	bpf_map_delete_elem(&seen_pids, &pid);
 	emit(st, EVENT_EXIT, pid);
 	return 0;
 }

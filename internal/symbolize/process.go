@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
@@ -36,6 +37,10 @@ type Process struct {
 	PID      int
 	ExePath  string    // readlink /proc/PID/exe
 	Mappings []Mapping // sorted by Start
+	// DeferLoads, when set, leaves addresses in binaries whose symbol table
+	// is not cached yet unresolved instead of reading the table now (the
+	// agent's per-binary work is over budget and this process is small).
+	DeferLoads atomic.Bool
 
 	mu    sync.Mutex
 	files []*procFile
@@ -87,7 +92,10 @@ func (p *Process) find(addr uint64) int {
 // resolve in the process's own mount namespace (containers); a deleted or
 // since-replaced file is opened through procRoot/PID/map_files, which names
 // exactly the mapped inode.
-func snapshotProcess(procRoot string, pid int) (*Process, error) {
+//
+// A file whose table is already cached (cached reports it; nil: none is) is
+// only stat'ed, not opened: the tenth process of a binary costs a stat.
+func snapshotProcess(procRoot string, pid int, cached func(fileid.ID) bool) (*Process, error) {
 	dir := filepath.Join(procRoot, strconv.Itoa(pid))
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -122,6 +130,15 @@ func snapshotProcess(procRoot string, pid int) (*Process, error) {
 		if fi, ok := byInode[key]; ok {
 			m.file, m.ID = fi, p.files[fi].id
 			continue
+		}
+		if cached != nil && !m.Deleted {
+			if id, err := fileid.Of(filepath.Join(dir, "root", m.Path)); err == nil && id.Inode == m.Inode && cached(id) {
+				m.ID = id
+				m.file = len(p.files)
+				byInode[key] = m.file
+				p.files = append(p.files, &procFile{id: id})
+				continue
+			}
 		}
 		f, err := openMapped(dir, m)
 		if err != nil {

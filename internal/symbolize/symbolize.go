@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 )
 
@@ -43,14 +45,22 @@ type Options struct {
 	// still referenced by live Process snapshots stay alive beyond the bound
 	// until those snapshots are dropped.
 	MaxTableBytes int
+	// OnTableLoad, when set, is told the CPU time each table read from its
+	// file took (on the calling thread), so the caller can account for this
+	// one-time work. It must not call back into the Symbolizer.
+	OnTableLoad func(cpu time.Duration)
 }
 
 // Symbolizer resolves stacks. It is safe for concurrent use.
 type Symbolizer struct {
 	procRoot string
+	onLoad   func(time.Duration)
 
-	mu    sync.Mutex
-	cache *tableCache
+	mu       sync.Mutex
+	cache    *tableCache
+	loads    uint64
+	deferred uint64
+	loadTime time.Duration
 
 	vdsoOnce sync.Once
 	vdso     *SymbolTable
@@ -74,6 +84,7 @@ func New(opts Options) *Symbolizer {
 	}
 	return &Symbolizer{
 		procRoot: opts.ProcRoot,
+		onLoad:   opts.OnTableLoad,
 		cache:    newTableCache(opts.MaxTables, opts.MaxTableBytes),
 	}
 }
@@ -82,7 +93,7 @@ func New(opts Options) *Symbolizer {
 // so its stacks can be symbolized even after it exits. The error says so
 // plainly when the process no longer exists. Close the Process when done.
 func (s *Symbolizer) Snapshot(pid int) (*Process, error) {
-	p, err := snapshotProcess(s.procRoot, pid)
+	p, err := snapshotProcess(s.procRoot, pid, s.cached)
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +103,24 @@ func (s *Symbolizer) Snapshot(pid int) (*Process, error) {
 	for _, pf := range p.files {
 		if e, ok := s.cache.get(pf.id); ok {
 			pf.table, pf.err, pf.loaded = e.table, e.err, true
-			pf.f.Close()
-			pf.f = nil
+			if pf.f != nil {
+				pf.f.Close()
+				pf.f = nil
+			}
 		}
+		// A table evicted between the stat and here leaves pf without a
+		// file: its frames stay addresses until the process is read again.
 	}
 	return p, nil
+}
+
+// cached reports whether the table of the file with identity id is cached:
+// a snapshot then need not open that file.
+func (s *Symbolizer) cached(id fileid.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.cache.byID[id]
+	return ok
 }
 
 // User appends the frames of a user stack (leaf first) to out: one per
@@ -160,9 +184,23 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 		if pf.f == nil {
 			return nil // closed before it was ever needed
 		}
-		t, err := newSymbolTable(pf.f)
+		if p.DeferLoads.Load() {
+			// Over the agent's budget for per-binary work: the frame keeps
+			// its address and mapping (and so its build ID); the file stays
+			// open for a later interval.
+			s.deferred++
+			return nil
+		}
+		var t *SymbolTable
+		var err error
+		cpu := cputime.Measure(func() { t, err = newSymbolTable(pf.f) })
 		if err != nil {
 			err = fmt.Errorf("symbol table of %s (pid %d): %w", m.Path, p.PID, err)
+		}
+		s.loads++
+		s.loadTime += cpu
+		if s.onLoad != nil {
+			s.onLoad(cpu)
 		}
 		e = s.cache.add(pf.id, t, err)
 	}
@@ -234,6 +272,11 @@ type Stats struct {
 	HeapBytes    int // heap bytes of cached tables
 	Hits, Misses uint64
 	KernelBytes  int // heap bytes of the kallsyms table, 0 when not loaded
+	// Loads counts tables read from their files, LoadTime the CPU time
+	// spent reading them; Deferred counts lookups left unresolved because their
+	// process asked to defer loads (Process.DeferLoads).
+	Loads, Deferred uint64
+	LoadTime        time.Duration
 }
 
 // Trim releases the file pages of every cached table from the process's
@@ -251,7 +294,8 @@ func (s *Symbolizer) Trim() {
 // Stats returns cache figures, for the agent's own telemetry.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
-	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Hits: s.cache.hits, Misses: s.cache.misses}
+	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Hits: s.cache.hits, Misses: s.cache.misses,
+		Loads: s.loads, Deferred: s.deferred, LoadTime: s.loadTime}
 	s.mu.Unlock()
 	s.kmu.Lock()
 	if s.kernel != nil {

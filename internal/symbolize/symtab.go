@@ -40,6 +40,9 @@ type Symbol struct {
 // when the table becomes unreachable.
 type SymbolTable struct {
 	loads []loadSegment // PT_LOAD segments, executable ones first
+	// textVaddr is the lowest ELF address of the executable segments (0
+	// with none): where the kernel's ELF loader puts start_code.
+	textVaddr uint64
 
 	addrs    []uint64 // sorted symbol start addresses
 	sizes    []uint32 // 0: size unknown, the symbol extends to the next one
@@ -156,6 +159,9 @@ func parseImage(data []byte) (t *SymbolTable, err error) {
 		}
 		seg := loadSegment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz}
 		if p.Flags&elf.PF_X != 0 {
+			if len(t.loads) == 0 || p.Vaddr < t.textVaddr {
+				t.textVaddr = p.Vaddr
+			}
 			t.loads = append(t.loads, seg)
 		} else {
 			other = append(other, seg)
@@ -472,6 +478,9 @@ func (t *SymbolTable) FileAddr(fileOffset uint64) (uint64, bool) {
 	}
 	return 0, false
 }
+
+// TextVaddr is the lowest ELF address of the binary's executable segments.
+func (t *SymbolTable) TextVaddr() uint64 { return t.textVaddr }
 
 // Lookup resolves an ELF virtual address (as nm prints it) to the innermost
 // function there (for Go code inlined at addr, the inlined function; see

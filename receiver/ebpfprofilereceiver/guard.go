@@ -5,59 +5,71 @@ import (
 	"time"
 )
 
-// overheadGuard keeps the agent under its CPU budget: when the whole process
-// used more than maxPercent of the machine over an interval, it halves the
-// sampling rate (down to 1 Hz); after calmIntervals in a row under a quarter
-// of the budget it doubles it again, up to the configured rate. The wide gap
-// between the two thresholds keeps it from oscillating.
+// overheadGuard keeps what sampling costs under the agent's CPU budget. It
+// watches the per-sample cost alone — the CPU time of draining, symbolizing
+// and building an interval's profiles, which a lower rate reduces — smoothed
+// over intervals. One-time work (a new process read, a new binary's tables)
+// is not answered with a lower rate: it does not shrink with the rate, and is
+// kept in check by deferring it (binaryWork). When the smoothed per-sample
+// cost is over the budget the rate halves (down to 1 Hz); after calmIntervals
+// in a row under a quarter of the budget it doubles again, up to the
+// configured rate. The wide gap between the two thresholds keeps it from
+// oscillating.
 type overheadGuard struct {
 	maxPercent   float64 // of the whole machine; 0 turns the guard off
 	configuredHz int
 	ncpu         int
 	calm         int
-	warmup       int // intervals still to ignore
+	smoothed     float64 // per-sample cost, % of the machine; < 0 until the first interval
 }
 
 const (
 	calmIntervals = 3
-	// warmupIntervals are not judged: the first ones read every running
-	// process's binaries and the kernel's symbols once, a cost that says
-	// nothing about the steady state (measured: 6 % of a 2-core machine in
-	// the first 15 s, which would otherwise take the rate from 19 Hz to 2 Hz
-	// for minutes).
-	warmupIntervals = 2
+	// smoothing is the weight of the newest interval: one expensive
+	// interval (a burst of unique stacks) does not halve the rate alone.
+	smoothing = 0.5
 )
 
 func newOverheadGuard(maxPercent float64, configuredHz int) *overheadGuard {
-	return &overheadGuard{maxPercent: maxPercent, configuredHz: configuredHz, ncpu: runtime.NumCPU(), warmup: warmupIntervals}
+	return &overheadGuard{maxPercent: maxPercent, configuredHz: configuredHz, ncpu: runtime.NumCPU(), smoothed: -1}
 }
 
-// next returns the process's CPU use as a percentage of the machine over one
-// interval (cpu seconds used in wall seconds), and the rate to sample at next.
-func (g *overheadGuard) next(hz int, cpu, wall time.Duration) (percent float64, nextHz int) {
+// machinePercent is cpu used over wall as a percentage of the whole machine.
+func machinePercent(cpu, wall time.Duration) float64 {
 	if wall <= 0 {
-		return 0, hz
+		return 0
 	}
-	percent = 100 * cpu.Seconds() / (wall.Seconds() * float64(g.ncpu))
+	return 100 * cpu.Seconds() / (wall.Seconds() * float64(runtime.NumCPU()))
+}
+
+// next takes one interval's per-sample CPU time over its wall time and
+// returns the smoothed per-sample cost (% of the machine) and the rate to
+// sample at next.
+func (g *overheadGuard) next(hz int, perSample, wall time.Duration) (smoothed float64, nextHz int) {
+	if wall <= 0 {
+		return max(g.smoothed, 0), hz
+	}
+	percent := 100 * perSample.Seconds() / (wall.Seconds() * float64(g.ncpu))
+	if g.smoothed < 0 {
+		g.smoothed = percent
+	} else {
+		g.smoothed = smoothing*percent + (1-smoothing)*g.smoothed
+	}
 	if g.maxPercent <= 0 {
-		return percent, hz
-	}
-	if g.warmup > 0 {
-		g.warmup--
-		return percent, hz
+		return g.smoothed, hz
 	}
 	switch {
-	case percent > g.maxPercent:
+	case g.smoothed > g.maxPercent:
 		g.calm = 0
-		return percent, max(1, hz/2)
-	case percent < g.maxPercent/4 && hz < g.configuredHz:
+		return g.smoothed, max(1, hz/2)
+	case g.smoothed < g.maxPercent/4 && hz < g.configuredHz:
 		g.calm++
 		if g.calm >= calmIntervals {
 			g.calm = 0
-			return percent, min(g.configuredHz, hz*2)
+			return g.smoothed, min(g.configuredHz, hz*2)
 		}
 	default:
 		g.calm = 0
 	}
-	return percent, hz
+	return g.smoothed, hz
 }

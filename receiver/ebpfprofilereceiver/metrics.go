@@ -32,12 +32,15 @@ type selfMetrics struct {
 	unwBytes    metric.Int64Gauge
 	unwProcs    metric.Int64Gauge
 	unwOver     metric.Int64Gauge
+	sampleCost  metric.Float64Gauge
+	work        metric.Int64Counter
+	workCPU     metric.Float64Counter
 }
 
 func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 	m := mp.Meter("github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver")
 	var s selfMetrics
-	var errs [16]error
+	var errs [19]error
 	s.samples, errs[0] = m.Int64Counter("hotpath_receiver_samples",
 		metric.WithDescription("CPU samples taken, by outcome (kept, filtered, idle)."), metric.WithUnit("{sample}"))
 	s.lost, errs[1] = m.Int64Counter("hotpath_receiver_samples_lost",
@@ -73,7 +76,24 @@ func newSelfMetrics(mp metric.MeterProvider) (*selfMetrics, error) {
 		metric.WithDescription("Processes the kernel unwinds with tables."), metric.WithUnit("{process}"))
 	s.unwOver, errs[15] = m.Int64Gauge("hotpath_receiver_unwind_tables_over_budget",
 		metric.WithDescription("Times since start a binary's unwind table did not fit in max_unwind_table_mib (it unwinds with frame pointers)."), metric.WithUnit("{table}"))
+	s.sampleCost, errs[16] = m.Float64Gauge("hotpath_receiver_sample_cpu_percent",
+		metric.WithDescription("CPU the receiver spends per interval on its samples (drain, symbolize, build), smoothed, as % of the machine: what the overhead guard holds under max_cpu_percent by lowering the rate."), metric.WithUnit("%"))
+	s.work, errs[17] = m.Int64Counter("hotpath_receiver_binary_work",
+		metric.WithDescription("One-time work per process or binary, by kind (process_read, symbol_table, unwind_table) and outcome: done, or deferred because the interval's budget for it was spent and the process had few samples."), metric.WithUnit("{item}"))
+	s.workCPU, errs[18] = m.Float64Counter("hotpath_receiver_binary_work_cpu",
+		metric.WithDescription("CPU time spent on one-time work per process or binary."), metric.WithUnit("s"))
 	return &s, errors.Join(errs[:]...)
+}
+
+func (m *selfMetrics) recordSampleCost(ctx context.Context, percent float64) {
+	m.sampleCost.Record(ctx, percent)
+}
+
+func (m *selfMetrics) recordWork(ctx context.Context, counts map[workCount]uint64, cpu time.Duration) {
+	for k, n := range counts {
+		m.work.Add(ctx, int64(n), metric.WithAttributes(attribute.String("kind", string(k.kind)), attribute.String("outcome", string(k.outcome))))
+	}
+	m.workCPU.Add(ctx, cpu.Seconds())
 }
 
 func (m *selfMetrics) recordSymbolizer(ctx context.Context, st symbolize.Stats) {

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
@@ -22,15 +25,26 @@ import (
 )
 
 // processEntry is what the receiver knows about one sampled process. It is
-// created when the kernel first reports the process and dropped after the
-// interval in which it exited, never by scanning /proc.
+// created when the kernel first reports the process sampled (or when a drain
+// meets a pid it never heard of) and dropped after the interval in which it
+// exited or went idle, never by scanning /proc. A process that is never
+// sampled costs nothing here.
 type processEntry struct {
-	resource profilebuilder.Process
-	keep     bool
-	snapshot *symbolize.Process // nil when the process was gone before it could be read
-	mappings []profilebuilder.Mapping
-	readAt   time.Time
-	exitedAt time.Time
+	resource  profilebuilder.Process
+	keep      bool
+	startTime uint64             // clock ticks after boot; tells a reused pid apart
+	snapshot  *symbolize.Process // nil when the process was gone before it could be read
+	mappings  []profilebuilder.Mapping
+	readAt    time.Time
+	exitedAt  time.Time
+	// sampledAt is the last drain that had samples of this process;
+	// mapsReadAt the last re-read for a change of its executable memory.
+	// Guarded by processTable.mu.
+	sampledAt, mapsReadAt time.Time
+	// unwindDeferred: attaching unwind tables would have needed one-time
+	// work while the budget was spent; retried when the process has many
+	// samples. Guarded by processTable.mu.
+	unwindDeferred bool
 	// dwarf: the kernel unwinds its user stacks with unwind tables.
 	dwarf atomic.Bool
 	// endedEarly counts its user stacks (in samples) that ended before the
@@ -45,6 +59,8 @@ type processTable struct {
 	hostName   string
 	logger     *zap.Logger
 	symbolizer *symbolize.Symbolizer
+	work       *binaryWork
+	procRoot   string
 
 	// unwind, when set (unwinding: auto, sampler open), decides for each
 	// snapshot whether the kernel unwinds it with tables.
@@ -52,26 +68,45 @@ type processTable struct {
 	// python, when set (unwinding: auto), gives CPython processes Python
 	// frames (python.go).
 	python atomic.Pointer[pythonFrames]
+	// forget, when set (sampler open), makes the kernel announce a pid
+	// again at its next sample.
+	forget atomic.Pointer[func(pid int) error]
+	// onRead, when set, is told the files of each process read (trace
+	// context markers are looked up per binary from them).
+	onRead func(pid int, snap *symbolize.Process)
 
 	mu      sync.Mutex
 	entries map[int]*processEntry
 	closed  bool // after closeAll: late lifecycle work must not reopen files
+	// refreshDue: processes whose executable memory changed, re-read
+	// together once the burst (a dynamic loader at work) settles.
+	refreshDue   map[int]struct{}
+	refreshTimer *time.Timer
 }
 
-func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer) *processTable {
-	return &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, entries: map[int]*processEntry{}}
+func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer, work *binaryWork) *processTable {
+	return &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, work: work,
+		procRoot: "/proc", entries: map[int]*processEntry{}, refreshDue: map[int]struct{}{}}
 }
 
-// observe reads a process now; exec replaces what was known (same pid, new
-// program).
-func (t *processTable) observe(pid int, exec bool) {
+// seen handles the kernel's first sample of pid (since it started, exec'd,
+// or was forgotten): read it, unless it is the process already known — the
+// kernel forgot it (LRU) or an idle process woke up — rather than a new
+// process that reused the pid of one whose exit was missed.
+func (t *processTable) seen(pid int) {
 	t.mu.Lock()
-	_, known := t.entries[pid]
+	known, ok := t.entries[pid]
 	t.mu.Unlock()
-	if known && !exec {
-		return
+	if ok && known.exitedAt.IsZero() && known.startTime != 0 {
+		if _, start, err := procinfo.ReadStat(t.procRoot, pid); err == nil && start == known.startTime {
+			return
+		}
 	}
-	e := t.read(pid)
+	t.store(pid, t.read(pid))
+}
+
+// store makes e the entry of pid, releasing the one it replaces.
+func (t *processTable) store(pid int, e *processEntry) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -81,12 +116,64 @@ func (t *processTable) observe(pid int, exec bool) {
 	prev := t.entries[pid]
 	t.entries[pid] = e
 	t.mu.Unlock()
-	prev.close()
+	if prev != nil && prev != e {
+		prev.close()
+	}
+}
+
+// execed drops what was read of pid's old image: the kernel announces the
+// new one with its next sample. (Samples of the old image still in this
+// interval's counts are read against the new one, as before.)
+func (t *processTable) execed(pid int) {
+	t.mu.Lock()
+	e, ok := t.entries[pid]
+	delete(t.entries, pid)
+	t.mu.Unlock()
+	if !ok {
+		return
+	}
+	e.close()
+	t.detachUnwind(pid)
+}
+
+// mapsChanged notes that pid's executable memory changed since its last
+// sample; it is re-read once the burst settles (a dynamic loader maps several
+// libraries in a row), and at most once per mapsRereadEvery.
+func (t *processTable) mapsChanged(pid int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.entries[pid]; !ok || t.closed {
+		return // not read yet: its first read will see the new mapping
+	}
+	t.refreshDue[pid] = struct{}{}
+	if t.refreshTimer == nil {
+		t.refreshTimer = time.AfterFunc(mapsSettleDelay, t.refreshChanged)
+	}
+}
+
+func (t *processTable) refreshChanged() {
+	t.mu.Lock()
+	due := t.refreshDue
+	t.refreshDue, t.refreshTimer = map[int]struct{}{}, nil
+	t.mu.Unlock()
+	now := time.Now()
+	for pid := range due {
+		t.mu.Lock()
+		e := t.entries[pid]
+		due := e != nil && now.Sub(e.mapsReadAt) >= mapsRereadEvery
+		if due {
+			e.mapsReadAt = now
+		}
+		t.mu.Unlock()
+		if due {
+			t.refresh(pid, now)
+		}
+	}
 }
 
 // refresh re-reads a live process whose stacks hit addresses outside its
-// snapshot (libraries the dynamic loader or dlopen mapped after it was read),
-// at most once per interval: readBefore is the interval's drain time.
+// snapshot (libraries mapped after it was read), at most once per interval:
+// readBefore is the interval's drain time.
 func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	t.mu.Lock()
 	old := t.entries[pid]
@@ -95,18 +182,22 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 		return old
 	}
 	e := t.read(pid)
-	if e.snapshot == nil {
+	if e.snapshot == nil || (old != nil && e.startTime != old.startTime) {
 		e.close()
-		return old // gone meanwhile: keep what we had
+		return old // gone meanwhile (or the pid is another process's now): keep what we had
 	}
 	if old != nil {
 		e.jit.Store(old.jit.Load()) // same program: its perf map read so far
 	}
 	t.mu.Lock()
-	if t.closed {
+	if t.closed || t.entries[pid] != old {
 		t.mu.Unlock()
 		e.close()
 		return old
+	}
+	if old != nil {
+		e.sampledAt, e.mapsReadAt = old.sampledAt, old.mapsReadAt
+		e.endedEarly = old.endedEarly
 	}
 	t.entries[pid] = e
 	t.mu.Unlock()
@@ -115,7 +206,7 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 }
 
 // lookup returns the entry for pid, reading the process if it was never
-// observed (its first-sample event may still be queued).
+// observed: its first-sample event may still be queued, or was lost.
 func (t *processTable) lookup(pid int) *processEntry {
 	t.mu.Lock()
 	e, ok := t.entries[pid]
@@ -144,23 +235,80 @@ func (t *processTable) exited(pid int, at time.Time) {
 	}
 }
 
-// forgetExitedBefore drops processes that exited before a drain began: all
-// their samples were in that drain.
-func (t *processTable) forgetExitedBefore(drain time.Time) {
+// forgetExitedBefore drops processes that exited before a drain began (all
+// their samples were in that drain) and processes with no samples for
+// idleIntervals: the kernel announces those again when they next run. A
+// process not sampled in this drain is checked for life (one stat), which
+// catches exits the kernel could not report.
+func (t *processTable) forgetExitedBefore(drain time.Time, interval time.Duration) {
+	idleSince := drain.Add(-idleIntervals * interval)
+	t.mu.Lock()
+	var drop []int
+	var check []int
+	for pid, e := range t.entries {
+		switch {
+		case !e.exitedAt.IsZero() && e.exitedAt.Before(drain):
+			drop = append(drop, pid)
+		case !e.exitedAt.IsZero():
+		case e.readAt.Before(idleSince) && e.sampledAt.Before(idleSince):
+			drop = append(drop, pid)
+		case e.sampledAt.Before(drain.Add(-interval / 2)):
+			check = append(check, pid)
+		}
+	}
+	t.mu.Unlock()
+	for _, pid := range check {
+		if _, err := os.Stat(filepath.Join(t.procRoot, strconv.Itoa(pid))); errors.Is(err, os.ErrNotExist) {
+			drop = append(drop, pid)
+		}
+	}
+	forget := t.forget.Load()
+	for _, pid := range drop {
+		t.mu.Lock()
+		e, ok := t.entries[pid]
+		delete(t.entries, pid)
+		t.mu.Unlock()
+		if !ok {
+			continue
+		}
+		e.close()
+		t.detachUnwind(pid)
+		if py := t.python.Load(); py != nil {
+			py.detach(pid)
+		}
+		if forget != nil && e.exitedAt.IsZero() {
+			if err := (*forget)(pid); err != nil {
+				t.logger.Debug("forget idle process", zap.Int("pid", pid), zap.Error(err))
+			}
+		}
+	}
+}
+
+// tracked reports whether pid is a live process the table follows.
+func (t *processTable) tracked(pid int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for pid, e := range t.entries {
-		if !e.exitedAt.IsZero() && e.exitedAt.Before(drain) {
-			delete(t.entries, pid)
-			e.close()
-			if u := t.unwind.Load(); u != nil {
-				if err := u.Detach(pid); err != nil {
-					t.logger.Debug("drop unwind tables of exited process", zap.Int("pid", pid), zap.Error(err))
-				}
-			}
-			if py := t.python.Load(); py != nil {
-				py.detach(pid)
-			}
+	e, ok := t.entries[pid]
+	return ok && e.exitedAt.IsZero()
+}
+
+// markSampled records that e had samples in the drain at drainedAt.
+func (t *processTable) markSampled(e *processEntry, drainedAt time.Time) {
+	t.mu.Lock()
+	e.sampledAt = drainedAt
+	t.mu.Unlock()
+}
+
+func (t *processTable) isUnwindDeferred(e *processEntry) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return e.unwindDeferred
+}
+
+func (t *processTable) detachUnwind(pid int) {
+	if u := t.unwind.Load(); u != nil {
+		if err := u.Detach(pid); err != nil {
+			t.logger.Debug("drop unwind tables of process", zap.Int("pid", pid), zap.Error(err))
 		}
 	}
 }
@@ -214,14 +362,33 @@ func (t *processTable) len() int {
 }
 
 func (t *processTable) read(pid int) *processEntry {
+	var e *processEntry
+	cpu := cputime.Measure(func() { e = t.readProcess(pid) })
+	t.work.charge(workProcessRead, 1, cpu)
+	// At first sight too, not only when a stack needs it: a short
+	// CPU-bound process (a compiler run) would otherwise spend its first
+	// tens of milliseconds on frame-pointer stacks. Binaries already known
+	// cost a map update here; new ones are one-time work under the budget.
+	t.attachUnwind(e, false)
+	if t.onRead != nil && e.snapshot != nil {
+		t.onRead(pid, e.snapshot)
+	}
+	if py := t.python.Load(); py != nil && e.snapshot != nil {
+		py.attach(e.snapshot)
+	}
+	return e
+}
+
+func (t *processTable) readProcess(pid int) *processEntry {
 	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}, readAt: time.Now()}
-	info, err := procinfo.Read("/proc", pid)
+	info, err := procinfo.Read(t.procRoot, pid)
 	if err != nil {
 		// Exited before we could look: its frames stay as raw addresses.
 		e.resource.ServiceName = profileschema.UnknownService
 		e.keep = t.cfg.Include.empty() && !t.cfg.Exclude.matches(pid, "", "", e.resource.ServiceName)
 		return e
 	}
+	e.startTime = info.StartTime
 	e.resource.ExeName = info.ExeName
 	e.resource.ExePath = info.ExePath
 	e.resource.ContainerID = info.ContainerID
@@ -241,26 +408,42 @@ func (t *processTable) read(pid int) *processEntry {
 	for i, m := range snap.Mappings {
 		e.mappings[i] = profilebuilder.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path}
 	}
-	// At exec too, not only at the first sample: a short CPU-bound process
-	// (a compiler run) would otherwise spend its first tens of milliseconds
-	// — a large share of its samples — on frame-pointer stacks. Tables are
-	// per binary and cached, so a process whose binaries are known costs
-	// one map update here.
-	t.attachUnwind(e)
-	if py := t.python.Load(); py != nil && e.snapshot != nil {
-		py.attach(e.snapshot)
-	}
 	return e
 }
 
-// attachUnwind gives the process unwind tables when it needs them.
-func (t *processTable) attachUnwind(e *processEntry) {
+// attachUnwind gives the process unwind tables when it needs them. Tables
+// of binaries not analysed yet are one-time work: with the budget spent they
+// wait, unless the process is heavy (many samples in the last interval).
+func (t *processTable) attachUnwind(e *processEntry, heavy bool) {
 	u := t.unwind.Load()
 	if u == nil || e.snapshot == nil {
 		return
 	}
-	dwarf, err := u.Attach(e.snapshot)
+	needsWork := u.NeedsWork(e.snapshot)
+	if !heavy && needsWork && t.work.overBudget() {
+		t.mu.Lock()
+		e.unwindDeferred = true
+		t.mu.Unlock()
+		t.work.deferred(workUnwindTable, 1)
+		return
+	}
+	var dwarf bool
+	var err error
+	runtime.LockOSThread() // the charges below are per thread
+	defer runtime.UnlockOSThread()
+	tablesBefore := t.work.chargedOnThread()
+	cpu := cputime.Measure(func() { dwarf, err = u.Attach(e.snapshot) })
+	// Symbol tables read on the way were charged as such already.
+	cpu -= t.work.chargedOnThread() - tablesBefore
+	var n uint64
+	if needsWork {
+		n = 1
+	}
+	t.work.charge(workUnwindTable, n, cpu)
 	e.dwarf.Store(dwarf)
+	t.mu.Lock()
+	e.unwindDeferred = false
+	t.mu.Unlock()
 	if err != nil {
 		t.logger.Info("unwind tables: some binaries of this process unwind with frame pointers only",
 			zap.Int("pid", e.snapshot.PID), zap.Error(err))
@@ -282,7 +465,7 @@ func (t *processTable) setUnwinder(u *unwinder.Unwinder) {
 	t.mu.Unlock()
 	for _, e := range live {
 		e.dwarf.Store(false)
-		t.attachUnwind(e)
+		t.attachUnwind(e, true)
 	}
 }
 

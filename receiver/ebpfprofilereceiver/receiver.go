@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/receiver"
 	"go.uber.org/zap"
 
+	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
@@ -32,6 +34,7 @@ type profileReceiver struct {
 	metrics    *selfMetrics
 	traceCtx   *traceContext // nil: trace context off
 	guard      *overheadGuard
+	work       *binaryWork
 	control    *controlServer
 
 	// mu guards the sampler and everything that symbolizes (the frame
@@ -80,6 +83,7 @@ func newReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*
 		hz:       cfg.FrequencyHz,
 		metrics:  m,
 		guard:    newOverheadGuard(cfg.MaxCPUPercent, cfg.FrequencyHz),
+		work:     newBinaryWork(cfg.MaxCPUPercent, cfg.Interval),
 	}, nil
 }
 
@@ -87,14 +91,20 @@ func newReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*
 // process cannot load BPF programs or open perf events. With enabled: false
 // it loads nothing and waits for the control endpoint to turn sampling on.
 func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
-	r.symbolizer = symbolize.New(symbolize.Options{})
-	r.procs = newProcessTable(r.cfg, r.hostName, r.set.Logger, r.symbolizer)
+	r.symbolizer = symbolize.New(symbolize.Options{
+		OnTableLoad: func(cpu time.Duration) { r.work.charge(workSymbolTable, 1, cpu) },
+	})
+	r.procs = newProcessTable(r.cfg, r.hostName, r.set.Logger, r.symbolizer, r.work)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if r.cfg.Enabled {
 		if err := sampler.CheckPrivileges(); err != nil {
 			return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
 		}
 		r.traceCtx = openTraceContext(r.cfg.TraceContext, r.set.Logger)
+		if r.traceCtx != nil {
+			r.procs.onRead = r.traceCtx.processRead
+			r.traceCtx.tracked = r.procs.tracked
+		}
 		r.mu.Lock()
 		err := r.startSamplingLocked()
 		r.mu.Unlock()
@@ -150,6 +160,8 @@ func (r *profileReceiver) startSamplingLocked() error {
 		return err
 	}
 	r.sampler = s
+	forget := func(pid int) error { return s.ForgetProcess(uint32(pid)) }
+	r.procs.forget.Store(&forget)
 	if scfg.DWARFUnwind {
 		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.set.Logger)
 		r.procs.setUnwinder(r.unwind)
@@ -183,6 +195,7 @@ func (r *profileReceiver) setSampling(ctx context.Context, on bool) error {
 		pd, err := r.drainLocked(ctx, alignedStart(time.Now(), r.cfg.Interval))
 		r.procs.setUnwinder(nil)
 		r.procs.setPython(nil)
+		r.procs.forget.Store(nil)
 		err = errors.Join(err, r.sampler.Close())
 		r.sampler, r.unwind = nil, nil
 		r.metrics.recordFrequency(ctx, 0)
@@ -225,6 +238,7 @@ func (r *profileReceiver) stopAll() error {
 	if r.sampler != nil {
 		r.procs.setUnwinder(nil)
 		r.procs.setPython(nil)
+		r.procs.forget.Store(nil)
 		err = r.sampler.Close()
 		r.sampler, r.unwind = nil, nil
 	}
@@ -234,23 +248,29 @@ func (r *profileReceiver) stopAll() error {
 	return errors.Join(err, r.traceCtx.close())
 }
 
-// watchProcesses snapshots a process's mappings as soon as the kernel reports
-// it sampled or exec'd, so a process that exits before the interval ends keeps
-// its frames. It ends when the sampler closes its events.
+// watchProcesses follows the kernel's process events. The kernel reports
+// only processes it has sampled: the first sample (read the process now, so
+// one that exits before the interval ends keeps its frames), an exec (the old
+// image is gone), a sample that found its executable memory changed (read
+// its mappings again) and the exit.
+// It ends when the sampler closes its events.
 func (r *profileReceiver) watchProcesses(events <-chan sampler.ProcEvent) {
+	// One thread, so the CPU time of each process read is measured on it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	for ev := range events {
-		r.traceCtx.event(ev)
+		pid := int(ev.PID)
 		switch ev.Kind {
 		case sampler.EventSeen:
-			r.procs.observe(int(ev.PID), false)
+			r.procs.seen(pid)
 		case sampler.EventExec:
-			// Read the new program at once (it may exit soon), and again
-			// once the dynamic loader has mapped its libraries.
-			pid := int(ev.PID)
-			r.procs.observe(pid, true)
-			time.AfterFunc(execSettleDelay, func() { r.procs.refresh(pid, time.Now()) })
+			r.procs.execed(pid)
+			r.traceCtx.event(ev)
+		case sampler.EventMapsChanged:
+			r.procs.mapsChanged(pid)
 		case sampler.EventExit:
-			r.procs.exited(int(ev.PID), time.Now())
+			r.procs.exited(pid, time.Now())
+			r.traceCtx.event(ev)
 		}
 	}
 }
@@ -269,11 +289,12 @@ func (r *profileReceiver) emitEveryInterval(ctx context.Context) {
 		r.mu.Lock()
 		var pd pprofile.Profiles
 		var err error
+		var perSample time.Duration
 		if r.sampler != nil {
-			pd, err = r.drainLocked(ctx, next.Add(-r.cfg.Interval))
+			pd, perSample, err = r.drainMeasuredLocked(ctx, next.Add(-r.cfg.Interval))
 		}
 		cpu, wall := processCPU(), time.Now()
-		r.adjustFrequencyLocked(ctx, cpu-cpuAt, wall.Sub(wallAt))
+		r.adjustFrequencyLocked(ctx, perSample, cpu-cpuAt, wall.Sub(wallAt))
 		r.mu.Unlock()
 		// Hand over outside the lock: a slow exporter must not hold up
 		// the control endpoint (kill switch, status) or a capture.
@@ -284,12 +305,28 @@ func (r *profileReceiver) emitEveryInterval(ctx context.Context) {
 	}
 }
 
+// drainMeasuredLocked is drainLocked on one OS thread, returning also the CPU
+// time the interval's samples cost: draining, symbolizing and building, less
+// the one-time work done on the way (processes read, symbol and unwind tables
+// loaded), which the overhead guard does not answer with a lower rate.
+func (r *profileReceiver) drainMeasuredLocked(ctx context.Context, start time.Time) (pprofile.Profiles, time.Duration, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu0, work0 := cputime.Thread(), r.work.chargedOnThread()
+	pd, err := r.drainLocked(ctx, start)
+	perSample := cputime.Thread() - cpu0 - (r.work.chargedOnThread() - work0)
+	return pd, max(perSample, 0), err
+}
+
 // adjustFrequencyLocked applies the overhead guard's verdict on the last
-// interval's CPU use of this whole process. r.mu must be held.
-func (r *profileReceiver) adjustFrequencyLocked(ctx context.Context, cpu, wall time.Duration) {
-	percent, hz := r.guard.next(r.hz, cpu, wall)
-	r.lastCPUPercent = percent
-	r.metrics.recordOverhead(ctx, percent)
+// interval: the per-sample cost decides the rate; the whole process's CPU
+// use is reported beside it. r.mu must be held.
+func (r *profileReceiver) adjustFrequencyLocked(ctx context.Context, perSample, processCPU, wall time.Duration) {
+	r.lastCPUPercent = machinePercent(processCPU, wall)
+	r.metrics.recordOverhead(ctx, r.lastCPUPercent)
+	smoothed, hz := r.guard.next(r.hz, perSample, wall)
+	r.metrics.recordSampleCost(ctx, smoothed)
+	r.recordWorkLocked(ctx)
 	if r.sampler == nil {
 		return
 	}
@@ -305,11 +342,31 @@ func (r *profileReceiver) adjustFrequencyLocked(ctx context.Context, cpu, wall t
 	if hz < r.hz {
 		level = r.set.Logger.Warn
 	}
-	level("overhead guard: sampling frequency changed",
+	level("overhead guard: sampling frequency changed: the per-sample cost (draining, symbolizing, building profiles) is what the rate answers for",
 		zap.Int("from_hz", r.hz), zap.Int("to_hz", hz),
-		zap.Float64("cpu_percent_of_machine", percent), zap.Float64("max_cpu_percent", r.cfg.MaxCPUPercent))
+		zap.Float64("per_sample_cpu_percent_of_machine", smoothed),
+		zap.Float64("agent_cpu_percent_of_machine", r.lastCPUPercent),
+		zap.Float64("max_cpu_percent", r.cfg.MaxCPUPercent))
 	r.hz = hz
 	r.metrics.recordFrequency(ctx, hz)
+}
+
+// recordWorkLocked reports the interval's one-time work and starts the next
+// budget interval; deferrals are logged, so a user sees why some frames stay
+// addresses.
+func (r *profileReceiver) recordWorkLocked(ctx context.Context) {
+	counts, cpu := r.work.endInterval()
+	r.metrics.recordWork(ctx, counts, cpu)
+	var deferred uint64
+	for k, n := range counts {
+		if k.outcome == workDeferred {
+			deferred += n
+		}
+	}
+	if deferred > 0 {
+		r.set.Logger.Info("one-time work deferred: the budget for reading new binaries was spent; small processes keep raw addresses (with build IDs) until it frees up",
+			zap.Uint64("deferred", deferred), zap.Duration("work_cpu", cpu), zap.Duration("budget", r.work.budget))
+	}
 }
 
 // processCPU is the CPU time this process (the whole collector) has used.
@@ -347,10 +404,15 @@ func (r *profileReceiver) drainLocked(ctx context.Context, start time.Time) (ppr
 	symStart := time.Now()
 	b := profilebuilder.New(start, r.cfg.Interval, time.Second/time.Duration(r.hz))
 	leafBefore, endedBefore := r.leaf, r.endedEarly
+	symBefore := r.symbolizer.Stats()
+	r.planOneTimeWorkLocked(batch.Samples, drainedAt)
 	kept, filtered := r.addSamplesLocked(b, batch.Samples, drainedAt, true)
 	symDur := time.Since(symStart)
+	if symAfter := r.symbolizer.Stats(); symAfter.Deferred > symBefore.Deferred {
+		r.work.deferred(workSymbolTable, symAfter.Deferred-symBefore.Deferred)
+	}
 	r.symbolizer.Trim() // file pages back to the page cache until the next interval
-	r.procs.forgetExitedBefore(drainedAt)
+	r.procs.forgetExitedBefore(drainedAt, r.cfg.Interval)
 	r.metrics.record(ctx, batch.Stats, kept, filtered, symDur, r.procs.len(), r.sampler.MapMemoryBytes())
 	r.metrics.recordLeaf(ctx, r.leaf.sub(leafBefore))
 	r.metrics.recordUnwind(ctx, batch.Stats, r.endedEarly.sub(endedBefore), r.unwind)
@@ -368,6 +430,34 @@ func (r *profileReceiver) drainLocked(ctx context.Context, start time.Time) (ppr
 		return pprofile.Profiles{}, nil
 	}
 	return b.Profiles(), nil
+}
+
+// planOneTimeWorkLocked decides, before symbolizing an interval, which
+// processes may have one-time work done for them: all of them while the
+// budget lasts; once it is spent, only heavy ones (at least heavySamples
+// samples, or a hundredth of the interval's), whose deferred unwind tables
+// are attached now. The others' frames in binaries not read yet keep their
+// addresses. r.mu must be held.
+func (r *profileReceiver) planOneTimeWorkLocked(samples []sampler.Sample, drainedAt time.Time) {
+	perPID := map[uint32]uint64{}
+	var total uint64
+	for i := range samples {
+		perPID[samples[i].PID] += samples[i].Count
+		total += samples[i].Count
+	}
+	heavy := max(heavySamples, total/100)
+	over := r.work.overBudget()
+	for pid, n := range perPID {
+		e := r.procs.lookup(int(pid))
+		r.procs.markSampled(e, drainedAt)
+		if e.snapshot == nil {
+			continue
+		}
+		e.snapshot.DeferLoads.Store(over && n < heavy)
+		if n >= heavy && r.procs.isUnwindDeferred(e) {
+			r.procs.attachUnwind(e, true)
+		}
+	}
 }
 
 // addSamplesLocked symbolizes samples into b, dropping processes the
@@ -453,9 +543,21 @@ func (r *profileReceiver) symbolizeSample(proc *processEntry, s *sampler.Sample)
 
 var kernelMapping = &profilebuilder.Mapping{File: "[kernel.kallsyms]"}
 
-// execSettleDelay is how long after exec a process is read again: by then the
-// dynamic loader has mapped its shared libraries.
-const execSettleDelay = 50 * time.Millisecond
+const (
+	// heavySamples: a process with this many samples in an interval (one
+	// CPU-second at 19 Hz) always gets its binaries read.
+	heavySamples = 19
+	// mapsSettleDelay is how long after a process's executable memory
+	// changed it is read again: the dynamic loader maps several libraries in
+	// a row, and one read serves the burst.
+	mapsSettleDelay = 20 * time.Millisecond
+	// mapsRereadEvery bounds how often a process whose code keeps changing
+	// (a JIT) is read again.
+	mapsRereadEvery = time.Second
+	// idleIntervals without samples make a process's entry go; the kernel
+	// announces it again when it next runs.
+	idleIntervals = 4
+)
 
 func hasUnmappedUserFrame(frames []profilebuilder.Frame) bool {
 	for i := range frames {

@@ -30,6 +30,18 @@ func startReceiver(t testing.TB, cfg *Config) (*profileReceiver, *consumertest.P
 	return r, sink
 }
 
+// waitFor polls cond (every 20 ms) until it holds, failing the test with what
+// it waited for after timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func testConfig() *Config {
 	cfg := createDefaultConfig()
 	// 99 Hz for a few seconds gives a few hundred samples, enough to check

@@ -3,10 +3,15 @@ package ebpfprofilereceiver
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/tracectx"
 )
@@ -20,7 +25,17 @@ type traceContext struct {
 	interval time.Duration
 	maps     *tracectx.Maps
 	probes   *tracectx.Probes
-	events   chan sampler.ProcEvent
+	events   chan procChange
+	// tracked, when set, names the pids the receiver follows through the
+	// kernel's events; the periodic rescan leaves them out.
+	tracked func(pid int) bool
+}
+
+// procChange is a process event, or (files != nil) the files a process read
+// by the receiver maps.
+type procChange struct {
+	ev    sampler.ProcEvent
+	files []tracectx.File
 }
 
 // openTraceContext returns nil when disabled or when the maps cannot be set
@@ -46,7 +61,7 @@ func openTraceContext(cfg TraceContextConfig, log *zap.Logger) *traceContext {
 		interval: cfg.RescanInterval,
 		maps:     maps,
 		probes:   probes,
-		events:   make(chan sampler.ProcEvent, 1024),
+		events:   make(chan procChange, 1024),
 	}
 }
 
@@ -62,11 +77,35 @@ func (t *traceContext) samplerMaps() *sampler.TraceMaps {
 // process's binaries can take milliseconds. When the queue is full the event
 // is dropped; the next rescan catches up.
 func (t *traceContext) event(ev sampler.ProcEvent) {
+	t.send(procChange{ev: ev})
+}
+
+// processRead passes on the files of a process the receiver has just read,
+// so markers are looked up per binary without reading its mappings again.
+func (t *traceContext) processRead(pid int, snap *symbolize.Process) {
+	if t == nil {
+		return
+	}
+	files := make([]tracectx.File, 0, 8)
+	for i := range snap.Mappings {
+		m := &snap.Mappings[i]
+		if m.Deleted || m.ID == (fileid.ID{}) || !strings.HasPrefix(m.Path, "/") {
+			continue // anonymous, unreadable, or replaced on disk: nothing to attach to
+		}
+		if len(files) > 0 && files[len(files)-1].ID == m.ID {
+			continue // the next segment of the same file
+		}
+		files = append(files, tracectx.File{Path: filepath.Join("/proc", strconv.Itoa(pid), "root", m.Path), ID: m.ID})
+	}
+	t.send(procChange{ev: sampler.ProcEvent{Kind: sampler.EventSeen, PID: uint32(pid)}, files: files})
+}
+
+func (t *traceContext) send(c procChange) {
 	if t == nil {
 		return
 	}
 	select {
-	case t.events <- ev:
+	case t.events <- c:
 	default:
 	}
 }
@@ -86,12 +125,15 @@ func (t *traceContext) run(ctx context.Context) {
 			return
 		case <-tick.C:
 			t.rescan()
-		case ev := <-t.events:
+		case c := <-t.events:
+			ev := c.ev
 			var err error
-			switch ev.Kind {
-			case sampler.EventSeen, sampler.EventExec:
-				err = t.probes.Observe(int(ev.PID))
-			case sampler.EventExit:
+			switch {
+			case c.files != nil:
+				err = t.probes.ObserveFiles(int(ev.PID), c.files)
+			case ev.Kind == sampler.EventExec, ev.Kind == sampler.EventExit:
+				// The image is gone: its binaries lose this process; the
+				// new image is observed when the receiver reads it.
 				err = t.probes.Exit(int(ev.PID))
 			}
 			if err != nil {
@@ -102,7 +144,7 @@ func (t *traceContext) run(ctx context.Context) {
 }
 
 func (t *traceContext) rescan() {
-	if err := t.probes.Rescan(); err != nil {
+	if err := t.probes.Rescan(t.tracked); err != nil {
 		t.log.Debug("trace context rescan", zap.Error(err))
 	}
 }

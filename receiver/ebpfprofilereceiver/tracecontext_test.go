@@ -97,14 +97,9 @@ func waitAttached(t *testing.T, r *profileReceiver, bin string) {
 	if r.traceCtx == nil {
 		t.Fatal("trace context did not start (see the receiver's warning)")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if slices.ContainsFunc(r.traceCtx.probes.Attached(), func(p string) bool { return strings.HasSuffix(p, bin) }) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s not attached after 10 s; attached: %v", bin, r.traceCtx.probes.Attached())
+	waitFor(t, 10*time.Second, bin+" attached", func() bool {
+		return slices.ContainsFunc(r.traceCtx.probes.Attached(), func(p string) bool { return strings.HasSuffix(p, bin) })
+	})
 }
 
 func newTraceID(t *testing.T) string {

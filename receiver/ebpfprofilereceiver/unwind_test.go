@@ -117,13 +117,32 @@ int main(int argc, char **argv) {
 }
 `
 
-// settle is what SETTLE() does in the C programs: sleep 300 ms before
-// burning CPU. Tables are loaded lazily — when the agent reads a new process
-// (at exec, and again 50 ms later once its libraries are mapped) — and the
-// samples before that are frame-pointer stacks. That start-up window is by
-// design and not what these tests measure; on a loaded CI machine it could
-// otherwise eat into the 95 % thresholds.
-const settle = "#include <unistd.h>\n#define SETTLE() usleep(300000)\n"
+// settle is what SETTLE() does in the C programs: burn 100 ms of CPU, then
+// sleep 300 ms before the measured work. The agent reads a process (and
+// attaches the tables of its libraries) at its first sample; the samples
+// before that are frame-pointer stacks, except in the code of a binary the
+// agent already has a table for, which the kernel unwinds with it from exec
+// on. That start-up window is by design and not what these tests measure
+// (TestUnwindTablesAtExec does): the burn gets the process sampled, the
+// sleep lets the read finish even on a loaded CI machine.
+// HOTPATH_TEST_NO_SETTLE=1 skips both.
+const settle = `#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static void settle(void)
+{
+	struct timespec a, b;
+
+	if (getenv("HOTPATH_TEST_NO_SETTLE"))
+		return;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+	do
+		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+	while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 100000000L);
+	usleep(300000);
+}
+#define SETTLE() settle()
+`
 
 // buildNoFP compiles src with -O2 -fomit-frame-pointer and checks that no
 // function of fns sets up a frame pointer (else the test proves nothing).
@@ -320,6 +339,42 @@ int main(int argc, char **argv) {
 }
 `
 
+// TestUnwindTablesAtExec: once the agent has loaded a binary's table, a new
+// process of that binary is unwound with it from its very first samples —
+// the kernel attaches the table at exec, before the agent reads the process
+// — with no settling time (HOTPATH_TEST_NO_SETTLE), and nothing read per
+// process start.
+func TestUnwindTablesAtExec(t *testing.T) {
+	chain := buildNoFP(t, "chain", chainC, "main", "level1", "level2", "level3", "level4", "level5", "level6")
+	cfg := testConfig()
+	cfg.Unwinding = UnwindingAuto
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiver(t, cfg)
+
+	first := testworkload.Start(t, chain, "0.3")
+	_ = first.Wait()
+	waitFor(t, 10*time.Second, "the chain binary's unwind table loaded", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.unwind != nil && r.unwind.Stats().Tables > 0
+	})
+	second := testworkload.Start(t, chain, "2", "HOTPATH_TEST_NO_SETTLE=1")
+	_ = second.Wait()
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"main", "level1", "level2", "level3", "level4", "level5", "level6"}
+	tl := testworkload.TallyProcess(sink.AllProfiles(), second.Process.Pid)
+	share, n := chainShare(tl, want)
+	t.Logf("full chain above level6 in a process started after the table was loaded, with no settling: %.3f of %d samples", share, n)
+	if minSamples := int64(0.25 * testworkload.ExpectedSamples(second, cfg.FrequencyHz)); n < minSamples {
+		t.Fatalf("too few level6 samples (%d; want ≥ %d); top:%s", n, minSamples, tl.Top(5))
+	}
+	if share < 0.97 {
+		t.Errorf("full chain in %.3f of level6 samples, want ≥ 0.97; top:%s", share, tl.Top(5))
+	}
+}
+
 // TestStacksEndedEarlyPerProcess: a recursion 300 deep fills every stack
 // (the unwinder stops at 127 frames); the agent says so per process, as the
 // control endpoint's /v1/targets shows it, and in its counters.
@@ -430,7 +485,10 @@ import (
 func main() {
 	secs, _ := strconv.ParseFloat(os.Args[1], 64)
 	fmt.Println("ready")
-	time.Sleep(300 * time.Millisecond) // see settle
+	// See settle: burn 100 ms (outside burn_leaf), then sleep 300 ms.
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+	}
+	time.Sleep(300 * time.Millisecond)
 	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	var x C.ulong
 	for time.Now().Before(end) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +20,10 @@ type Info struct {
 	Comm        string
 	EnvService  string // OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES
 	ContainerID string
+	// StartTime is when the process started, in clock ticks after boot
+	// (field 22 of /proc/PID/stat): with the PID it names one process, so
+	// a reused PID is told apart from the process that had it before.
+	StartTime uint64
 }
 
 // Read collects Info for pid below procRoot ("/proc" in production). A
@@ -27,11 +32,11 @@ type Info struct {
 func Read(procRoot string, pid int) (Info, error) {
 	dir := filepath.Join(procRoot, fmt.Sprint(pid))
 	info := Info{PID: pid}
-	comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+	comm, start, err := ReadStat(procRoot, pid)
 	if err != nil {
-		return info, fmt.Errorf("read process %d: %w", pid, err)
+		return info, err
 	}
-	info.Comm = strings.TrimSpace(string(comm))
+	info.Comm, info.StartTime = comm, start
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		info.ExePath = strings.TrimSuffix(exe, " (deleted)")
 		info.ExeName = filepath.Base(info.ExePath)
@@ -46,6 +51,31 @@ func Read(procRoot string, pid int) (Info, error) {
 		info.ContainerID = ContainerID(string(cg))
 	}
 	return info, nil
+}
+
+// ReadStat returns the command name and start time of pid from
+// procRoot/PID/stat; an error when the process is gone.
+func ReadStat(procRoot string, pid int) (comm string, startTime uint64, err error) {
+	raw, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return "", 0, fmt.Errorf("read process %d: %w", pid, err)
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses,
+	// so it ends at the last ')'.
+	open, end := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
+	if open < 0 || end < open {
+		return "", 0, fmt.Errorf("read process %d: malformed stat %q", pid, raw)
+	}
+	fields := strings.Fields(string(raw[end+1:]))
+	// fields[0] is field 3 (state); start time is field 22.
+	if len(fields) < 20 {
+		return "", 0, fmt.Errorf("read process %d: stat has %d fields after comm, want at least 20", pid, len(fields))
+	}
+	startTime, err = strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("read process %d: start time: %w", pid, err)
+	}
+	return string(raw[open+1 : end]), startTime, nil
 }
 
 func serviceFromEnviron(env []byte) string {

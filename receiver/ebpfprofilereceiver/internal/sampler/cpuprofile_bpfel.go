@@ -13,6 +13,20 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type cpuProfileExeKey struct {
+	_       structs.HostLayout
+	Dev     uint64
+	Ino     uint64
+	MtimeNs int64
+}
+
+type cpuProfileExeUnwind struct {
+	_         structs.HostLayout
+	TextVaddr uint64
+	Table     uint32
+	Rows      uint32
+}
+
 type cpuProfileGoTraceKey struct {
 	_    structs.HostLayout
 	Tgid uint32
@@ -117,7 +131,9 @@ const (
 	cpuProfileMapCounts0              = "counts_0"
 	cpuProfileMapCounts1              = "counts_1"
 	cpuProfileMapEvents               = "events"
+	cpuProfileMapExeUnwinds           = "exe_unwinds"
 	cpuProfileMapGoTraces             = "go_traces"
+	cpuProfileMapProcUnwindScratch    = "proc_unwind_scratch"
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
 	cpuProfileMapPyProcs              = "py_procs"
 	cpuProfileMapSeenPids             = "seen_pids"
@@ -135,6 +151,8 @@ const (
 	cpuProfileVarDwarfUnwind          = "dwarf_unwind"
 	cpuProfileVarPythonWalk           = "python_walk"
 	cpuProfileVarTraceLookup          = "trace_lookup"
+	cpuProfileVarUnusedExeKey         = "unused_exe_key"
+	cpuProfileVarUnusedExeUnwind      = "unused_exe_unwind"
 	cpuProfileVarUnusedLifecycleEvent = "unused_lifecycle_event"
 	cpuProfileVarUnusedProcUnwind     = "unused_proc_unwind"
 	cpuProfileVarUnusedPyProc         = "unused_py_proc"
@@ -197,23 +215,25 @@ type cpuProfileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cpuProfileMapSpecs struct {
-	CaptureCounts *ebpf.MapSpec `ebpf:"capture_counts"`
-	CapturePids   *ebpf.MapSpec `ebpf:"capture_pids"`
-	CaptureStacks *ebpf.MapSpec `ebpf:"capture_stacks"`
-	CaptureStats  *ebpf.MapSpec `ebpf:"capture_stats"`
-	Counts0       *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1       *ebpf.MapSpec `ebpf:"counts_1"`
-	Events        *ebpf.MapSpec `ebpf:"events"`
-	GoTraces      *ebpf.MapSpec `ebpf:"go_traces"`
-	ProcUnwinds   *ebpf.MapSpec `ebpf:"proc_unwinds"`
-	PyProcs       *ebpf.MapSpec `ebpf:"py_procs"`
-	SeenPids      *ebpf.MapSpec `ebpf:"seen_pids"`
-	StackScratch  *ebpf.MapSpec `ebpf:"stack_scratch"`
-	Stacks0       *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1       *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats         *ebpf.MapSpec `ebpf:"stats"`
-	TracesCtxV1   *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
-	UnwindTables  *ebpf.MapSpec `ebpf:"unwind_tables"`
+	CaptureCounts     *ebpf.MapSpec `ebpf:"capture_counts"`
+	CapturePids       *ebpf.MapSpec `ebpf:"capture_pids"`
+	CaptureStacks     *ebpf.MapSpec `ebpf:"capture_stacks"`
+	CaptureStats      *ebpf.MapSpec `ebpf:"capture_stats"`
+	Counts0           *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1           *ebpf.MapSpec `ebpf:"counts_1"`
+	Events            *ebpf.MapSpec `ebpf:"events"`
+	ExeUnwinds        *ebpf.MapSpec `ebpf:"exe_unwinds"`
+	GoTraces          *ebpf.MapSpec `ebpf:"go_traces"`
+	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
+	ProcUnwinds       *ebpf.MapSpec `ebpf:"proc_unwinds"`
+	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
+	SeenPids          *ebpf.MapSpec `ebpf:"seen_pids"`
+	StackScratch      *ebpf.MapSpec `ebpf:"stack_scratch"`
+	Stacks0           *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1           *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats             *ebpf.MapSpec `ebpf:"stats"`
+	TracesCtxV1       *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
+	UnwindTables      *ebpf.MapSpec `ebpf:"unwind_tables"`
 }
 
 // cpuProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -224,6 +244,8 @@ type cpuProfileVariableSpecs struct {
 	DwarfUnwind          *ebpf.VariableSpec `ebpf:"dwarf_unwind"`
 	PythonWalk           *ebpf.VariableSpec `ebpf:"python_walk"`
 	TraceLookup          *ebpf.VariableSpec `ebpf:"trace_lookup"`
+	UnusedExeKey         *ebpf.VariableSpec `ebpf:"unused_exe_key"`
+	UnusedExeUnwind      *ebpf.VariableSpec `ebpf:"unused_exe_unwind"`
 	UnusedLifecycleEvent *ebpf.VariableSpec `ebpf:"unused_lifecycle_event"`
 	UnusedProcUnwind     *ebpf.VariableSpec `ebpf:"unused_proc_unwind"`
 	UnusedPyProc         *ebpf.VariableSpec `ebpf:"unused_py_proc"`
@@ -254,23 +276,25 @@ func (o *cpuProfileObjects) Close() error {
 //
 // It can be passed to loadCpuProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cpuProfileMaps struct {
-	CaptureCounts *ebpf.Map `ebpf:"capture_counts"`
-	CapturePids   *ebpf.Map `ebpf:"capture_pids"`
-	CaptureStacks *ebpf.Map `ebpf:"capture_stacks"`
-	CaptureStats  *ebpf.Map `ebpf:"capture_stats"`
-	Counts0       *ebpf.Map `ebpf:"counts_0"`
-	Counts1       *ebpf.Map `ebpf:"counts_1"`
-	Events        *ebpf.Map `ebpf:"events"`
-	GoTraces      *ebpf.Map `ebpf:"go_traces"`
-	ProcUnwinds   *ebpf.Map `ebpf:"proc_unwinds"`
-	PyProcs       *ebpf.Map `ebpf:"py_procs"`
-	SeenPids      *ebpf.Map `ebpf:"seen_pids"`
-	StackScratch  *ebpf.Map `ebpf:"stack_scratch"`
-	Stacks0       *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1       *ebpf.Map `ebpf:"stacks_1"`
-	Stats         *ebpf.Map `ebpf:"stats"`
-	TracesCtxV1   *ebpf.Map `ebpf:"traces_ctx_v1"`
-	UnwindTables  *ebpf.Map `ebpf:"unwind_tables"`
+	CaptureCounts     *ebpf.Map `ebpf:"capture_counts"`
+	CapturePids       *ebpf.Map `ebpf:"capture_pids"`
+	CaptureStacks     *ebpf.Map `ebpf:"capture_stacks"`
+	CaptureStats      *ebpf.Map `ebpf:"capture_stats"`
+	Counts0           *ebpf.Map `ebpf:"counts_0"`
+	Counts1           *ebpf.Map `ebpf:"counts_1"`
+	Events            *ebpf.Map `ebpf:"events"`
+	ExeUnwinds        *ebpf.Map `ebpf:"exe_unwinds"`
+	GoTraces          *ebpf.Map `ebpf:"go_traces"`
+	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
+	ProcUnwinds       *ebpf.Map `ebpf:"proc_unwinds"`
+	PyProcs           *ebpf.Map `ebpf:"py_procs"`
+	SeenPids          *ebpf.Map `ebpf:"seen_pids"`
+	StackScratch      *ebpf.Map `ebpf:"stack_scratch"`
+	Stacks0           *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1           *ebpf.Map `ebpf:"stacks_1"`
+	Stats             *ebpf.Map `ebpf:"stats"`
+	TracesCtxV1       *ebpf.Map `ebpf:"traces_ctx_v1"`
+	UnwindTables      *ebpf.Map `ebpf:"unwind_tables"`
 }
 
 func (m *cpuProfileMaps) Close() error {
@@ -282,7 +306,9 @@ func (m *cpuProfileMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.Events,
+		m.ExeUnwinds,
 		m.GoTraces,
+		m.ProcUnwindScratch,
 		m.ProcUnwinds,
 		m.PyProcs,
 		m.SeenPids,
@@ -303,6 +329,8 @@ type cpuProfileVariables struct {
 	DwarfUnwind          *ebpf.Variable `ebpf:"dwarf_unwind"`
 	PythonWalk           *ebpf.Variable `ebpf:"python_walk"`
 	TraceLookup          *ebpf.Variable `ebpf:"trace_lookup"`
+	UnusedExeKey         *ebpf.Variable `ebpf:"unused_exe_key"`
+	UnusedExeUnwind      *ebpf.Variable `ebpf:"unused_exe_unwind"`
 	UnusedLifecycleEvent *ebpf.Variable `ebpf:"unused_lifecycle_event"`
 	UnusedProcUnwind     *ebpf.Variable `ebpf:"unused_proc_unwind"`
 	UnusedPyProc         *ebpf.Variable `ebpf:"unused_py_proc"`

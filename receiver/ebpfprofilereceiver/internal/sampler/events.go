@@ -15,13 +15,19 @@ type EventKind uint8
 
 // Values match enum event_kind in cpu_profile.bpf.c.
 const (
-	// EventSeen: the process was sampled for the first time (or again after
-	// the BPF side forgot it); a good moment to read /proc/PID/maps.
+	// EventSeen: the process was sampled for the first time (again after
+	// an exec, or after the BPF side forgot it); a good moment to read
+	// /proc/PID/maps. Exec, exit and maps-changed events come only for
+	// processes announced this way.
 	EventSeen EventKind = 1
 	// EventExec: the process replaced its image; its mappings changed.
 	EventExec EventKind = 2
 	// EventExit: the thread-group leader exited; per-process state can go.
 	EventExit EventKind = 3
+	// EventMapsChanged: a sampled process's executable memory changed
+	// since its last sample (the dynamic loader at start, dlopen, unloaded
+	// code); its mappings are worth reading again.
+	EventMapsChanged EventKind = 4
 )
 
 func (k EventKind) String() string {
@@ -32,6 +38,8 @@ func (k EventKind) String() string {
 		return "exec"
 	case EventExit:
 		return "exit"
+	case EventMapsChanged:
+		return "maps_changed"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }

@@ -9,7 +9,7 @@
 // caller can read /proc/PID/maps while a process is still alive.
 package sampler
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind -type py_proc cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind -type exe_key -type exe_unwind -type py_proc cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
 
 import (
 	"errors"
@@ -133,6 +133,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		}
 		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses)
 		spec.Maps[cpuProfileMapUnwindTables].MaxEntries = uint32(cfg.MaxUnwindTables)
+		spec.Maps[cpuProfileMapExeUnwinds].MaxEntries = uint32(cfg.MaxUnwindTables)
 		s.dwarf = true
 		if err := enablePythonWalk(spec); err != nil {
 			return nil, err
@@ -223,6 +224,11 @@ func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) e
 		cpuProfileMapSeenPids: s.objs.SeenPids,
 		cpuProfileMapStats:    s.objs.Stats,
 		".bss":                s.objs.Bss,
+		// The exec program gives known binaries their tables.
+		cpuProfileMapProcUnwinds:       s.objs.ProcUnwinds,
+		cpuProfileMapExeUnwinds:        s.objs.ExeUnwinds,
+		cpuProfileMapProcUnwindScratch: s.objs.ProcUnwindScratch,
+		cpuProfileMapUnwindTables:      s.objs.UnwindTables,
 	}
 	// The exit program drops an exiting thread's trace context, so it must
 	// see the same maps as the sampler (or the sampler's placeholders).
@@ -241,14 +247,14 @@ func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) e
 	for _, p := range []struct {
 		name string
 		prog *ebpf.Program
-	}{{"sched_process_exec", lc.ProcExec}, {"sched_process_exit", lc.ProcExit}} {
+	}{{"tp_btf/sched_process_exec", lc.ProcExec}, {"tp_btf/sched_process_exit", lc.ProcExit}} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p.prog})
 		if err != nil {
 			for _, l := range s.lifecycle {
 				l.Close()
 			}
 			s.lifecycle = nil
-			return fmt.Errorf("attach tp_btf/%s: %w", p.name, err)
+			return fmt.Errorf("attach %s: %w", p.name, err)
 		}
 		s.lifecycle = append(s.lifecycle, l)
 	}
@@ -300,6 +306,16 @@ func (s *Sampler) MaxUniqueKeys() int { return int(s.sizes.keys) }
 // MapMemoryBytes is the kernel memory charged for the sampler's BPF maps
 // (both map sets, stats, seen pids, ring buffer), as the kernel reports it.
 func (s *Sampler) MapMemoryBytes() uint64 { return s.mapBytes }
+
+// ForgetProcess makes the kernel announce pid again (EventSeen) at its next
+// sample, and stops its exec, exit and maps-changed events until then: user space
+// dropped what it knew of an idle process.
+func (s *Sampler) ForgetProcess(pid uint32) error {
+	if err := s.objs.SeenPids.Delete(&pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("forget process %d: %w", pid, err)
+	}
+	return nil
+}
 
 // Events delivers process lifecycle events. It is buffered; when the reader
 // falls behind the BPF ring buffer fills and BPF counts the drops in

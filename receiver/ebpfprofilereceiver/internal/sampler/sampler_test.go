@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -156,29 +157,73 @@ func TestDrainNoDoubleCount(t *testing.T) {
 	expectSamples(t, fmt.Sprintf("sum of drains %v", counts), counts[0]+counts[1]+counts[2], hz, cpu)
 }
 
+// The kernel reports only processes it has sampled: a process that burns
+// CPU is announced (seen); its exec, a sample after it mapped new code and its
+// exit follow; a process never sampled (a /bin/true in a shell loop) causes no
+// event.
 func TestLifecycleEvents(t *testing.T) {
 	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second})
 	if err := s.LifecycleErr(); err != nil {
 		t.Fatalf("lifecycle programs not attached: %v", err)
 	}
-	cmd := startBurner(t, 300*time.Millisecond, 1)
-	pid := uint32(cmd.Process.Pid)
-	waitBurner(t, cmd)
-
-	got := map[EventKind]bool{}
-	timeout := time.After(5 * time.Second)
-	for !got[EventSeen] || !got[EventExit] || !got[EventExec] {
-		select {
-		case ev, ok := <-s.Events():
-			if !ok {
-				t.Fatal("events channel closed early")
+	events := map[uint32]map[EventKind]int{}
+	// waitFor reads events until pid has every kind in want.
+	waitFor := func(pid uint32, want ...EventKind) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			done := true
+			for _, k := range want {
+				if events[pid][k] == 0 {
+					done = false
+				}
 			}
-			if ev.PID == pid {
-				got[ev.Kind] = true
+			if done {
+				return
 			}
-		case <-timeout:
-			t.Fatalf("events for pid %d: got %v, want seen, exec and exit", pid, got)
+			select {
+			case ev, ok := <-s.Events():
+				if !ok {
+					t.Fatal("events channel closed early")
+				}
+				if events[ev.PID] == nil {
+					events[ev.PID] = map[EventKind]int{}
+				}
+				events[ev.PID][ev.Kind]++
+			case <-timeout:
+				t.Fatalf("events for pid %d: got %v, want %v", pid, events[pid], want)
+			}
 		}
+	}
+
+	// Never sampled: no event at all (checked below, once later events
+	// have arrived: the ring buffer keeps their order).
+	quiet := exec.Command("/bin/true")
+	if err := quiet.Run(); err != nil {
+		t.Fatal(err)
+	}
+
+	burner := startBurner(t, 300*time.Millisecond, 1)
+	waitBurner(t, burner)
+	waitFor(uint32(burner.Process.Pid), EventSeen, EventExit)
+
+	// Sampled, then maps a library executable (dlopen), then execs.
+	script := `import time, ctypes
+def burn(s):
+    end = time.process_time() + s
+    while time.process_time() < end: pass
+burn(0.3)
+import _ctypes, _decimal
+burn(0.3)
+import os
+os.execv("/bin/true", ["true"])`
+	py := exec.Command("python3", "-c", script)
+	if out, err := py.CombinedOutput(); err != nil {
+		t.Fatalf("python3: %v: %s", err, out)
+	}
+	waitFor(uint32(py.Process.Pid), EventSeen, EventMapsChanged, EventExec)
+	if n := len(events[uint32(quiet.Process.Pid)]); n != 0 {
+		t.Errorf("a process that was never sampled caused events: %v", events[uint32(quiet.Process.Pid)])
 	}
 }
 

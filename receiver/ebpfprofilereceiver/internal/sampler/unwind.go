@@ -5,6 +5,7 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"slices"
 	"time"
 
@@ -207,6 +208,53 @@ func (s *Sampler) SetProcessUnwind(pid uint32, ms []UnwindMapping) error {
 		return fmt.Errorf("unwind tables of pid %d: %w", pid, err)
 	}
 	return nil
+}
+
+// SetExeUnwind makes every process that execs the file id unwind its own
+// code with table t from its first sample on; textVaddr is the lowest ELF
+// address of the file's executable segments.
+func (s *Sampler) SetExeUnwind(id fileid.ID, textVaddr uint64, t UnwindTable) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("unwind tables: sampler is closed")
+	}
+	if !s.dwarf {
+		return errNoDWARF
+	}
+	k := exeKey(id)
+	v := cpuProfileExeUnwind{TextVaddr: textVaddr, Table: t.ID, Rows: t.Rows}
+	if err := s.objs.ExeUnwinds.Update(&k, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("exec-time unwind table of %s: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteExeUnwind undoes SetExeUnwind (the table is being unloaded).
+func (s *Sampler) DeleteExeUnwind(id fileid.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.dwarf {
+		return nil
+	}
+	k := exeKey(id)
+	if err := s.objs.ExeUnwinds.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("exec-time unwind table of %s: delete: %w", id, err)
+	}
+	return nil
+}
+
+func exeKey(id fileid.ID) cpuProfileExeKey {
+	return cpuProfileExeKey{Dev: kernelDev(id.Dev), Ino: id.Inode, MtimeNs: id.Mtime}
+}
+
+// kernelDev turns a device number as stat and /proc/PID/maps give it (the
+// userspace encoding) into the kernel's internal dev_t (major << 20 | minor),
+// which is what the exec program reads from the superblock.
+func kernelDev(dev uint64) uint64 {
+	major := (dev>>8)&0xfff | (dev>>32)&^0xfff
+	minor := dev&0xff | (dev>>12)&^0xff
+	return major<<20 | minor
 }
 
 // DeleteProcessUnwind returns pid to frame-pointer unwinding.

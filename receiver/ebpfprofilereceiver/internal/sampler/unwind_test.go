@@ -3,6 +3,13 @@
 package sampler
 
 import (
+	"bufio"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +18,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 )
 
@@ -139,4 +147,139 @@ func TestVerifierWork(t *testing.T) {
 			t.Errorf("dwarf_unwind=%d: the verifier processed %d instructions (budget %d): load time grows with it", tc.dwarf, n, tc.max)
 		}
 	}
+}
+
+// TestExeUnwindAtExec: a process that execs a file with a registered table
+// gets that table for its own code at exec, in the kernel, before it was ever
+// sampled or read by user space: the mapping is the executable segment where
+// the ELF loader put it, biased to the file's ELF addresses. The same path
+// with another modification time (a rebuilt binary that reused the inode) gets
+// nothing, and the entry goes when the process exits.
+func TestExeUnwindAtExec(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
+	bin := sleeperBinary(t)
+	id, err := fileid.Of(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	textVaddr, textEnd := elfText(t, bin)
+	tab, err := s.LoadUnwindTable([]unwindtable.Row{{PC: uint32(textVaddr), Kind: unwindtable.RSP, CFAOffset: 8}, {PC: uint32(textEnd)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetExeUnwind(id, textVaddr, tab); err != nil {
+		t.Fatal(err)
+	}
+	stale := id
+	stale.Mtime++
+	if err := s.SetExeUnwind(stale, textVaddr, tab); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteExeUnwind(stale); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(bin)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// It prints once it is running, then sleeps: never sampled.
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	var got cpuProfileProcUnwind
+	if err := s.objs.ProcUnwinds.Lookup(pid, &got); err != nil {
+		t.Fatalf("no unwind entry for pid %d after exec: %v", pid, err)
+	}
+	start, end := execText(t, int(pid), bin)
+	m := got.M[0]
+	if got.N != 1 || m.Table != tab.ID || m.Rows != tab.Rows || m.Start != start || m.End > end || m.End <= m.Start || m.Start-m.Bias != textVaddr {
+		t.Fatalf("entry at exec %+v (n %d); want [%#x, ≤%#x) with ELF text at %#x, table %d", m, got.N, start, end, textVaddr, tab.ID)
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if err := s.objs.ProcUnwinds.Lookup(pid, &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("unwind entry of exited pid %d: %v, want gone", pid, err)
+	}
+
+	// A binary with no registered table: nothing at exec.
+	if err := os.Chtimes(bin, time.Now(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command(bin)
+	stdout, _ = other.StdoutPipe()
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.objs.ProcUnwinds.Lookup(uint32(other.Process.Pid), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("a binary whose modification time changed got the old table at exec (%v)", err)
+	}
+}
+
+// sleeperBinary builds a C program that prints a line and sleeps.
+func sleeperBinary(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "sleeper.c")
+	if err := os.WriteFile(src, []byte("#include <stdio.h>\n#include <unistd.h>\nint main(void){puts(\"up\");fflush(stdout);sleep(60);return 0;}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sleeper")
+	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// elfText is the lowest and highest ELF address of bin's executable segments.
+func elfText(t *testing.T, bin string) (lo, hi uint64) {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lo = ^uint64(0)
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			lo, hi = min(lo, p.Vaddr), max(hi, p.Vaddr+p.Filesz)
+		}
+	}
+	if hi == 0 {
+		t.Fatalf("%s has no executable segment", bin)
+	}
+	return lo, hi
+}
+
+// execText is the runtime range of the executable mapping of bin in pid.
+func execText(t *testing.T, pid int, bin string) (start, end uint64) {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && f[5] == bin && strings.Contains(f[1], "x") {
+			lo, hi, _ := strings.Cut(f[0], "-")
+			s, _ := strconv.ParseUint(lo, 16, 64)
+			e, _ := strconv.ParseUint(hi, 16, 64)
+			return s, e
+		}
+	}
+	t.Fatalf("no executable mapping of %s in pid %d:\n%s", bin, pid, raw)
+	return 0, 0
 }

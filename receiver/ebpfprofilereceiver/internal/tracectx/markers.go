@@ -3,11 +3,14 @@
 package tracectx
 
 import (
+	"bytes"
 	"debug/elf"
 	"debug/gosym"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 )
 
 // Flavor says which SDK a binary's markers come from; it picks the uprobe
@@ -48,6 +51,12 @@ func FindMarkers(path string) ([]Marker, error) {
 		return nil, fmt.Errorf("open ELF %s: %w", path, err)
 	}
 	defer f.Close()
+	// Decoding every symbol of a large binary allocates tens of MB (the
+	// collector's own: ~1 M symbols); most binaries have no markers, and
+	// their names are not even in the string tables.
+	if mentioned, err := mentionsMarkers(path, f); err == nil && !mentioned {
+		return nil, nil
+	}
 	want := map[string]uint64{GoSetSymbol: 0, GoClearSymbol: 0, CSetSymbol: 0, CClearSymbol: 0}
 	found := 0
 	scan := func(syms []elf.Symbol, err error) error {
@@ -141,4 +150,49 @@ func findGoFuncs(f *elf.File, want map[string]uint64) error {
 		want[name] = off
 	}
 	return nil
+}
+
+// markerNameParts are substrings of every marker function's name as it
+// appears in .strtab, .dynstr (C and Go symbols) or .gopclntab (Go function
+// names, also in stripped binaries).
+var markerNameParts = [][]byte{[]byte("hotpathTraceSet"), []byte("hotpath_tracectx_set")}
+
+// mentionsMarkers reports whether a string table of f (opened from path)
+// holds a marker name, scanning the file's pages in place (mapped, then
+// unmapped) instead of decoding symbols onto the heap.
+func mentionsMarkers(path string, f *elf.File) (bool, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return false, err
+	}
+	if st.Size() == 0 {
+		return false, nil
+	}
+	data, err := syscall.Mmap(int(file.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return false, err
+	}
+	defer syscall.Munmap(data)
+	for _, sec := range f.Sections {
+		switch sec.Name {
+		case ".strtab", ".dynstr", ".gopclntab":
+		default:
+			continue
+		}
+		if sec.Type == elf.SHT_NOBITS || sec.Offset+sec.FileSize > uint64(len(data)) || sec.Flags&elf.SHF_COMPRESSED != 0 {
+			return true, nil // cannot scan in place: let the full reader decide
+		}
+		b := data[sec.Offset : sec.Offset+sec.FileSize]
+		for _, name := range markerNameParts {
+			if bytes.Contains(b, name) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }

@@ -91,6 +91,14 @@ func newProbes(maps *Maps, procRoot string) (*Probes, error) {
 	return p, nil
 }
 
+// File is one file a process maps executable: the path to open it by (for a
+// process in another mount namespace, through /proc/PID/root) and its
+// identity, which keys what is known about it.
+type File struct {
+	Path string
+	ID   fileid.ID
+}
+
 // Observe looks at the binaries pid maps and attaches to those with
 // markers. Call it when a process is first seen and after exec (its image
 // changed). A process that is gone already is not an error.
@@ -102,21 +110,32 @@ func (p *Probes) Observe(pid int) error {
 		}
 		return err
 	}
-	var ids []fileid.ID
-	var errs []error
+	files := make([]File, 0, len(paths))
 	for _, path := range paths {
 		full := filepath.Join(p.procRoot, strconv.Itoa(pid), "root", path)
 		id, err := fileid.Of(full)
 		if err != nil {
 			continue // gone or replaced since mapped: nothing to attach to
 		}
-		ok, err := p.ensureAttached(id, full)
+		files = append(files, File{Path: full, ID: id})
+	}
+	return p.ObserveFiles(pid, files)
+}
+
+// ObserveFiles is Observe with the process's files already read (the
+// receiver reads every sampled process's mappings anyway): a binary already
+// known, with or without markers, costs a map lookup.
+func (p *Probes) ObserveFiles(pid int, files []File) error {
+	var ids []fileid.ID
+	var errs []error
+	for _, f := range files {
+		ok, err := p.ensureAttached(f.ID, f.Path)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pid %d: %w", pid, err))
 			continue
 		}
 		if ok {
-			ids = append(ids, id)
+			ids = append(ids, f.ID)
 		}
 	}
 	p.mu.Lock()
@@ -259,11 +278,12 @@ func (p *Probes) purgeGoroutines(tgid uint32) error {
 	return nil
 }
 
-// Rescan observes every process under /proc and forgets the ones that are
-// gone. It catches what events cannot: processes that started before the
-// agent, processes never sampled (idle servers), missed exit events and
-// libraries loaded (dlopen) after the process was first observed.
-func (p *Probes) Rescan() error {
+// Rescan observes every process under /proc except those skip names (the
+// receiver tracks the sampled ones through their events and mappings), and
+// forgets the ones that are gone. It catches what events cannot: processes
+// that started before the agent, processes never sampled (idle servers) and
+// missed exit events. skip may be nil.
+func (p *Probes) Rescan(skip func(pid int) bool) error {
 	entries, err := os.ReadDir(p.procRoot)
 	if err != nil {
 		return fmt.Errorf("rescan: list %s: %w", p.procRoot, err)
@@ -276,6 +296,9 @@ func (p *Probes) Rescan() error {
 			continue
 		}
 		live[pid] = struct{}{}
+		if skip != nil && skip(pid) {
+			continue
+		}
 		if err := p.Observe(pid); err != nil {
 			errs = append(errs, err)
 		}

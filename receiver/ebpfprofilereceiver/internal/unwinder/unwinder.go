@@ -32,6 +32,8 @@ import (
 type Kernel interface {
 	LoadUnwindTable(rows []unwindtable.Row) (sampler.UnwindTable, error)
 	DeleteUnwindTable(id uint32) error
+	SetExeUnwind(id fileid.ID, textVaddr uint64, t sampler.UnwindTable) error
+	DeleteExeUnwind(id fileid.ID) error
 	SetProcessUnwind(pid uint32, ms []sampler.UnwindMapping) error
 	DeleteProcessUnwind(pid uint32) error
 }
@@ -67,12 +69,16 @@ type Unwinder struct {
 
 // binary is what is known about one file.
 type binary struct {
-	path    string
-	needs   bool                // built without frame pointers: needs a table
-	table   sampler.UnwindTable // ID 0 while not loaded
-	users   int
-	lruElem *list.Element
-	pending []unwindtable.Row // compiled while analysing, until loaded
+	path string
+	// id and textVaddr let the kernel give a process that execs this
+	// file its table at exec (Kernel.SetExeUnwind).
+	id        fileid.ID
+	textVaddr uint64
+	needs     bool                // built without frame pointers: needs a table
+	table     sampler.UnwindTable // ID 0 while not loaded
+	users     int
+	lruElem   *list.Element
+	pending   []unwindtable.Row // compiled while analysing, until loaded
 }
 
 func (b *binary) loaded() bool { return b.table.ID != 0 }
@@ -102,8 +108,17 @@ func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
 	var cands []candidate
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
-		if m.Path != "[vdso]" && (m.Path == "" || m.Path[0] != '/') {
-			continue // anonymous memory (JIT code): frame pointers
+		if !unwindable(m) {
+			continue
+		}
+		// A binary already analysed and found to keep frame pointers needs
+		// nothing, not even its symbol table: the tenth process of a
+		// binary costs a map lookup.
+		u.mu.Lock()
+		b, known := u.binaries[m.ID]
+		u.mu.Unlock()
+		if known && !b.needs {
+			continue
 		}
 		// Go code keeps frame pointers on amd64 and has no FDEs; a Go
 		// binary with cgo has them for its C and C++ (DuckDB, SQLite…),
@@ -162,6 +177,30 @@ func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
 	return true, errors.Join(errs...)
 }
 
+// NeedsWork reports whether attaching p would analyse a binary not seen yet
+// or load a table into the kernel: one-time work the caller may defer.
+func (u *Unwinder) NeedsWork(p *symbolize.Process) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if !unwindable(m) {
+			continue
+		}
+		b, known := u.binaries[m.ID]
+		if !known || (b.needs && !b.loaded()) {
+			return true
+		}
+	}
+	return false
+}
+
+// unwindable: file-backed code (and the vdso); anonymous memory (JIT code)
+// is walked with frame pointers.
+func unwindable(m *symbolize.Mapping) bool {
+	return m.Path == "[vdso]" || (m.Path != "" && m.Path[0] == '/')
+}
+
 // Detach forgets an exited process; its tables stay loaded (another
 // process may map the same files soon) until the budget needs the room.
 func (u *Unwinder) Detach(pid int) error {
@@ -192,7 +231,7 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable) 
 	if b, ok := u.binaries[m.ID]; ok {
 		return b
 	}
-	b := &binary{path: m.Path}
+	b := &binary{path: m.Path, id: m.ID, textVaddr: t.TextVaddr()}
 	u.binaries[m.ID] = b
 	ut, err := t.UnwindTable()
 	if err != nil {
@@ -239,6 +278,11 @@ func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable) error {
 	b.table = lt
 	u.bytes += lt.Bytes
 	u.tables++
+	if b.id.Inode != 0 {
+		if err := u.kernel.SetExeUnwind(b.id, b.textVaddr, lt); err != nil {
+			u.log.Debug("exec-time unwind table", zap.String("binary", b.path), zap.Error(err))
+		}
+	}
 	b.lruElem = u.lru.PushBack(b) // unused until useLocked
 	return nil
 }
@@ -269,6 +313,11 @@ func (u *Unwinder) evictOneLocked() bool {
 	b := e.Value.(*binary)
 	u.lru.Remove(e)
 	b.lruElem = nil
+	if b.id.Inode != 0 {
+		if err := u.kernel.DeleteExeUnwind(b.id); err != nil {
+			u.log.Warn("unload exec-time unwind table", zap.String("binary", b.path), zap.Error(err))
+		}
+	}
 	if err := u.kernel.DeleteUnwindTable(b.table.ID); err != nil {
 		u.log.Warn("unload unwind table", zap.String("binary", b.path), zap.Error(err))
 	}

@@ -1,0 +1,200 @@
+package ebpfprofilereceiver
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/unwinder"
+)
+
+// newTestTable is a process table over a real symbolizer and, when dwarf is
+// set, a real unwinder on a real sampler.
+func newTestTable(t *testing.T, work *binaryWork, dwarf bool) (*processTable, *symbolize.Symbolizer) {
+	t.Helper()
+	sym := symbolize.New(symbolize.Options{
+		OnTableLoad: func(cpu time.Duration) { work.charge(workSymbolTable, 1, cpu) },
+	})
+	table := newProcessTable(testConfig(), "test-host", zap.NewNop(), sym, work)
+	if dwarf {
+		s, err := sampler.Open(sampler.Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		table.unwind.Store(unwinder.New(s, sym, 64<<20, zap.NewNop()))
+	}
+	t.Cleanup(table.closeAll)
+	return table, sym
+}
+
+// spentBudget is a work budget already used up for this interval.
+func spentBudget() *binaryWork {
+	w := newBinaryWork(1, time.Second)
+	w.charge(workProcessRead, 0, time.Hour)
+	return w
+}
+
+// With the one-time budget spent, a small process's new binaries wait: no
+// unwind tables attached, no symbol table read (its frames keep address and
+// mapping); a heavy process is served all the same, and the deferred work is
+// counted.
+func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
+	bin := buildNoFP(t, "chain", chainC, "main", "level1", "level2", "level3", "level4", "level5", "level6")
+	work := spentBudget()
+	if !work.overBudget() {
+		t.Fatal("budget not spent")
+	}
+	table, sym := newTestTable(t, work, true)
+	cmd := testworkload.Start(t, bin, "5")
+	pid := cmd.Process.Pid
+
+	e := table.read(pid)
+	if e.snapshot == nil {
+		t.Fatalf("pid %d not read", pid)
+	}
+	if !table.isUnwindDeferred(e) || e.dwarf.Load() {
+		t.Fatalf("over budget, a small process got its tables (deferred %v, dwarf %v)", table.isUnwindDeferred(e), e.dwarf.Load())
+	}
+	// Symbols: an address in level3, resolved only once loads are allowed.
+	addr := symbolAddress(t, e.snapshot, bin, "level3")
+	e.snapshot.DeferLoads.Store(true)
+	frames := sym.User(e.snapshot, []uint64{addr}, nil)
+	if len(frames) != 1 || frames[0].Function != "" || frames[0].Mapping < 0 {
+		t.Fatalf("deferred load: frames %+v, want one unresolved frame with its mapping", frames)
+	}
+	if sym.Stats().Deferred == 0 {
+		t.Error("deferred symbol load not counted")
+	}
+	e.snapshot.DeferLoads.Store(false)
+	if frames = sym.User(e.snapshot, []uint64{addr}, nil); len(frames) == 0 || frames[0].Function != "level3" {
+		t.Fatalf("after the deferral: frames %+v, want level3", frames)
+	}
+
+	table.attachUnwind(e, true)
+	if table.isUnwindDeferred(e) || !e.dwarf.Load() {
+		t.Fatalf("a heavy process was not served (deferred %v, dwarf %v)", table.isUnwindDeferred(e), e.dwarf.Load())
+	}
+	counts, _ := work.endInterval()
+	if counts[workCount{workUnwindTable, workDeferred}] == 0 || counts[workCount{workProcessRead, workDone}] != 1 {
+		t.Errorf("work counts %v: want a deferred unwind table and one process read", counts)
+	}
+}
+
+// symbolAddress is the runtime address of function name of bin in p.
+func symbolAddress(t *testing.T, p *symbolize.Process, bin, name string) uint64 {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var value uint64
+	for _, s := range syms {
+		if s.Name == name {
+			value = s.Value
+		}
+	}
+	for _, seg := range f.Progs {
+		if seg.Type != elf.PT_LOAD || value < seg.Vaddr || value >= seg.Vaddr+seg.Filesz {
+			continue
+		}
+		off := value - seg.Vaddr + seg.Off
+		for _, m := range p.Mappings {
+			if m.Path == bin && off >= m.Offset && off < m.Offset+(m.Limit-m.Start) {
+				return m.Start + off - m.Offset + 1 // inside the function, past its first byte
+			}
+		}
+	}
+	t.Fatalf("%s (%#x) is in no mapping of %s: %+v", name, value, bin, p.Mappings)
+	return 0
+}
+
+// A first-sample event for a pid already known is ignored when it is the same
+// process (the kernel forgot and re-announced it), and read anew when the
+// pid now belongs to another process (its predecessor's exit was missed).
+func TestSeenTellsReusedPIDApart(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	waitFor(t, 5*time.Second, "sleep to exec", func() bool {
+		exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+		return err == nil && exe != "" && exe != mustExecutable(t)
+	})
+
+	table.seen(pid)
+	first := table.lookup(pid)
+	if first.startTime == 0 || first.resource.ExeName != "sleep" {
+		t.Fatalf("entry %+v", first.resource)
+	}
+	table.seen(pid)
+	if table.lookup(pid) != first {
+		t.Error("the same process announced again was read again")
+	}
+	// Pretend the entry belonged to an earlier process with this pid.
+	table.mu.Lock()
+	first.startTime--
+	table.mu.Unlock()
+	table.seen(pid)
+	if again := table.lookup(pid); again == first || again.startTime != first.startTime+1 {
+		t.Error("a reused pid kept the previous process's entry")
+	}
+}
+
+// A process that exits between its event and its read leaves an entry
+// without a snapshot (its frames stay addresses, never another process's
+// names); one whose exit was never reported is found gone by the drain's
+// liveness check and dropped.
+func TestExitedProcessesAreHandled(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	table.seen(gone.Process.Pid)
+	e := table.lookup(gone.Process.Pid)
+	if e.snapshot != nil || e.resource.ServiceName == "" {
+		t.Fatalf("exited process: snapshot %v, service %q", e.snapshot, e.resource.ServiceName)
+	}
+
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	table.seen(pid)
+	if !table.tracked(pid) {
+		t.Fatal("live process not tracked")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait() // reaped: /proc/PID is gone; no exit event was delivered
+	table.forgetExitedBefore(time.Now(), time.Second)
+	if table.tracked(pid) {
+		t.Error("a process that exited unreported is still tracked after a drain")
+	}
+}
+
+func mustExecutable(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
