@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"bufio"
 	"debug/elf"
 	"os/exec"
 	"slices"
@@ -23,18 +24,29 @@ def spin(n):
     return x
 def down(d):
     return down(d - 1) if d else spin(100000)
+print("ready", flush=True)
 while True:
     down(8)
 `
 
-// startPython runs Debian's python3.11 on src and makes s walk its frames.
+// startPython runs Debian's python3.11 on src, makes s walk its frames
+// and waits for src's "ready" line (interpreter start-up is over).
 func startPython(t testing.TB, s *Sampler, src string) int {
 	t.Helper()
 	cmd := exec.Command("/usr/bin/python3.11", "-c", src)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start python3.11: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	defer func() {
+		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+			t.Fatalf("python3.11 did not start: %q %v", line, err)
+		}
+	}()
 	pid := cmd.Process.Pid
 	// Wait until the interpreter is mapped (it is, right after exec) and
 	// running: its maps list python3.11.
@@ -148,6 +160,7 @@ func BenchmarkPythonWalk(b *testing.B) {
 func TestPythonWalkRecordsFrames(t *testing.T) {
 	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
 	pid := startPython(t, s, pythonDepth10)
+	drain(t, s) // start-up (imports) is over: count from here
 	var samples, deep uint64
 	deadline := time.Now().Add(20 * time.Second)
 	for samples < 100 && time.Now().Before(deadline) {
