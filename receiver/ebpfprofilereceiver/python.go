@@ -72,9 +72,7 @@ func (p *pythonFrames) attach(snap *symbolize.Process) {
 			continue
 		}
 		if b.in == nil {
-			p.count("unknown_version")
-			p.logger.Info("python: this CPython's frames are not walked; its processes show native frames only",
-				zap.Int("pid", pid), zap.String("binary", m.Path), zap.Error(b.err))
+			p.count("unknown_version") // logged once per binary (binary)
 			break
 		}
 		bias, ok := b.in.Bias(m.Start, m.Offset)
@@ -127,6 +125,10 @@ func (p *pythonFrames) binary(snap *symbolize.Process, i int) pythonBinary {
 		return b
 	}
 	b = p.inspect(snap, i)
+	if b.in == nil && !errors.Is(b.err, python.ErrNotPython) {
+		p.logger.Info("python: this CPython's frames are not walked; its processes show native frames only",
+			zap.Int("pid", snap.PID), zap.String("binary", snap.Mappings[i].Path), zap.Error(b.err))
+	}
 	p.mu.Lock()
 	if len(p.binaries) >= maxPythonBinaries {
 		clear(p.binaries)
