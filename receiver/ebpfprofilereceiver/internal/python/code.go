@@ -23,6 +23,7 @@ const (
 	maxNameChars      = 1024
 	maxLineTableBytes = 64 << 10
 	maxCachedCodes    = 16384
+	maxCachedBytes    = 4 << 20 // line tables and names of one process's cached code objects
 )
 
 // Process resolves one CPython process's code objects by reading its
@@ -36,6 +37,7 @@ type Process struct {
 	codeType uint64 // run-time address of PyCode_Type
 	mem      *os.File
 	codes    map[uint64]*codeInfo
+	bytes    int // held by codes
 }
 
 type codeInfo struct {
@@ -80,7 +82,7 @@ func (p *Process) Resolve(code, instr uint64, notBefore time.Time) (Frame, error
 		return ci.frameAt(code, instr, &p.in.Offsets), nil
 	}
 	if err != nil {
-		delete(p.codes, code)
+		p.forget(code)
 		return Frame{}, err
 	}
 	if ok && header == ci.header {
@@ -89,14 +91,29 @@ func (p *Process) Resolve(code, instr uint64, notBefore time.Time) (Frame, error
 	}
 	ci, err = p.readCode(header, first)
 	if err != nil {
-		delete(p.codes, code)
+		p.forget(code)
 		return Frame{}, err
 	}
-	if len(p.codes) >= maxCachedCodes {
+	p.forget(code)
+	if len(p.codes) >= maxCachedCodes || p.bytes+ci.size() > maxCachedBytes {
 		clear(p.codes) // rare: a process creating code objects without end
+		p.bytes = 0
 	}
 	p.codes[code] = ci
+	p.bytes += ci.size()
 	return ci.frameAt(code, instr, &p.in.Offsets), nil
+}
+
+// forget drops code's cache entry.
+func (p *Process) forget(code uint64) {
+	if ci := p.codes[code]; ci != nil {
+		p.bytes -= ci.size()
+		delete(p.codes, code)
+	}
+}
+
+func (ci *codeInfo) size() int {
+	return len(ci.lineTable) + len(ci.frame.Function) + len(ci.frame.File) + 96
 }
 
 // frameAt is the frame with the line of instruction instr.
