@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -13,7 +14,12 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
@@ -423,3 +429,72 @@ func assertFrameFileLine(t *testing.T, all []pprofile.Profiles, fn, file string,
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A perf map is the application's word: an agent must not follow it out of
+// the process's files. Two Node.js processes without --perf-basic-prof get
+// a /tmp/perf-PID.map planted for them that names all of user space: for
+// one it is a regular file (so its JIT frames take that name: the agent
+// reads the right path), for the other a symlink to that content elsewhere
+// (refused: no frame takes the name, one log line says why).
+func TestPerfMapSymlinkRefused(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
+	}
+	script := filepath.Join(t.TempDir(), "burn.js")
+	if err := os.WriteFile(script, []byte(splitJS), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "elsewhere.map")
+	if err := os.WriteFile(secret, []byte("0 7fffffffffff FOLLOWED_A_SYMLINK\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	core, logs := observer.New(zap.InfoLevel)
+	set := receivertest.NewNopSettings(typeStr)
+	set.Logger = zap.New(core)
+	sink := new(consumertest.ProfilesSink)
+	r, err := newReceiver(set, cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	planted := startRuntime(t, node, "--no-turbo-inlining", script, "3")
+	linked := startRuntime(t, node, "--no-turbo-inlining", script, "3")
+	plantedMap := fmt.Sprintf("/tmp/perf-%d.map", planted.cmd.Process.Pid)
+	linkedMap := fmt.Sprintf("/tmp/perf-%d.map", linked.cmd.Process.Pid)
+	if err := os.WriteFile(plantedMap, []byte("0 7fffffffffff PLANTED\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, linkedMap); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(plantedMap); os.Remove(linkedMap) })
+	planted.measured(t)
+	linked.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	count := func(run *runtimeRun, name string) (named, total int64) {
+		tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
+		for stack, n := range tl.Folded {
+			total += n
+			if strings.Contains(stack, name) {
+				named += n
+			}
+		}
+		return named, total
+	}
+	if n, total := count(planted, "PLANTED"+profileschema.JITSuffix); n == 0 {
+		t.Errorf("the planted regular file named none of %d samples: the agent does not read the process's perf map", total)
+	}
+	if n, total := count(linked, "FOLLOWED_A_SYMLINK"); n != 0 || total == 0 {
+		t.Errorf("%d of %d samples named through a symlinked perf map", n, total)
+	}
+	if logs.FilterMessageSnippet("perf map").FilterFieldKey("error").Len() == 0 {
+		t.Errorf("no log line about the refused perf map; logs: %v", logs.All())
+	}
+}
