@@ -9,10 +9,11 @@
 //
 //   ips[0..n)       native frames, leaf first (as without Python)
 //   ips[n]          PY_MARKER (never a user-space address)
-//   ips[n+1+2k]     code object of Python frame k (leaf first), bit 0 set
+//   ips[n+1+2k]     code object of Python frame k (leaf first); bit 0 set
 //                   when the frame is the entry frame of its
-//                   _PyEval_EvalFrameDefault call (the first Python frame
-//                   of the next native eval frame follows it)
+//                   _PyEval_EvalFrameDefault call (3.11: the first Python
+//                   frame of the next native eval frame follows it); bit 1
+//                   set for 3.12's shim frame between two eval calls
 //   ips[n+2+2k]     the frame's last executed instruction (prev_instr)
 //
 // User space resolves code objects (name, file, line) and splices each
@@ -43,9 +44,16 @@ struct py_proc {
 	__u16 frame_code;           // _PyInterpreterFrame.f_code
 	__u16 frame_previous;       // _PyInterpreterFrame.previous
 	__u16 frame_prev_instr;     // _PyInterpreterFrame.prev_instr
-	__u16 frame_is_entry;       // _PyInterpreterFrame.is_entry (a bool)
-	__u16 _pad[2];
+	__u16 frame_is_entry;       // _PyInterpreterFrame.is_entry (a bool; 3.11), or PY_NO_FIELD
+	__u16 frame_owner;          // _PyInterpreterFrame.owner (a char)
+	__u16 frame_window;         // bytes of a frame read from f_code on: covers the fields above
 };
+
+#define PY_NO_FIELD 0xffff
+// _PyInterpreterFrame.owner of the shim frame CPython 3.12 pushes at each
+// _PyEval_EvalFrameDefault entry (FRAME_OWNED_BY_CSTACK); 3.11 has no such
+// owner value and marks the entry frame itself (is_entry).
+#define PY_OWNED_BY_CSTACK 3
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -69,11 +77,11 @@ struct py_walk {
 	__u32 frames; // frames recorded
 };
 
-// PY_FRAME_WINDOW: the bytes of an interpreter frame read at once, from
-// f_code on; user space checks that previous, prev_instr and is_entry lie
-// in it. One read per frame instead of four: each bpf_probe_read_user
-// costs more than the rest of the step.
-#define PY_FRAME_WINDOW 40
+// PY_FRAME_WINDOW: at most this many bytes of an interpreter frame are
+// read at once, from f_code on (py_proc.frame_window: user space checks the
+// fields it needs lie in it). One read per frame instead of four: each
+// bpf_probe_read_user costs more than the rest of the step.
+#define PY_FRAME_WINDOW 72
 
 // py_frame_step records one interpreter frame and moves to its caller.
 static long py_frame_step(__u64 i, void *ctx)
@@ -82,10 +90,11 @@ static long py_frame_step(__u64 i, void *ctx)
 	struct stack_trace *t = w->t;
 	struct py_proc *pp = w->pp;
 	// One word more than is read: the verifier bounds a computed index by
-	// its maximum (39 for the byte index), not by the word it rounds to.
+	// its maximum (71 for a byte index), not by the word it rounds to.
 	__u64 win[PY_FRAME_WINDOW / 8 + 1] = {};
-	__u32 prev_at, instr_at, entry_at;
-	__u8 entry;
+	__u32 prev_at, instr_at, at;
+	__u64 size; // 64-bit: a 32-bit one is checked on a zero-extended copy
+	__u64 flags = 0;
 	// The slot comes from the loop index, never from a count kept in w:
 	// a value stored there is tracked exactly and the verifier would
 	// re-check this callback for every frame (see unwind_step).
@@ -96,17 +105,34 @@ static long py_frame_step(__u64 i, void *ctx)
 	asm volatile("" : "+r"(n)); // one register for check and stores (see python_stack)
 	if (n >= MAX_STACK_DEPTH - 1)
 		return 1;
-	if (bpf_probe_read_user(win, PY_FRAME_WINDOW, (void *)(w->frame + pp->frame_code)) != 0)
+	// One comparison on the register passed as the size: a two-sided
+	// range check becomes a subtraction on a copy the verifier cannot
+	// relate to it.
+	size = pp->frame_window;
+	asm volatile("" : "+r"(size));
+	if (size > PY_FRAME_WINDOW)
 		return 1;
-	// Word indices into the window (user space guarantees they are in
-	// it; the checks are for the verifier).
+	if (bpf_probe_read_user(win, size, (void *)(w->frame + pp->frame_code)) != 0)
+		return 1;
+	// Word and byte indices into the window (user space guarantees they
+	// are in it; the checks are for the verifier).
 	prev_at = (__u32)(pp->frame_previous - pp->frame_code) / 8;
 	instr_at = (__u32)(pp->frame_prev_instr - pp->frame_code) / 8;
-	entry_at = (__u32)(pp->frame_is_entry - pp->frame_code);
-	if (prev_at >= PY_FRAME_WINDOW / 8 || instr_at >= PY_FRAME_WINDOW / 8 || entry_at >= PY_FRAME_WINDOW)
+	if (prev_at >= PY_FRAME_WINDOW / 8 || instr_at >= PY_FRAME_WINDOW / 8)
 		return 1;
-	entry = (win[entry_at / 8] >> (8 * (entry_at % 8))) & 0xff;
-	t->ips[n] = win[0] | (entry ? 1 : 0); // win[0]: f_code
+	if (pp->frame_is_entry != PY_NO_FIELD) {
+		at = (__u32)(pp->frame_is_entry - pp->frame_code);
+		if (at >= PY_FRAME_WINDOW)
+			return 1;
+		if ((win[at / 8] >> (8 * (at % 8))) & 0xff)
+			flags |= 1;
+	}
+	at = (__u32)(pp->frame_owner - pp->frame_code);
+	if (at >= PY_FRAME_WINDOW)
+		return 1;
+	if (((win[at / 8] >> (8 * (at % 8))) & 0xff) == PY_OWNED_BY_CSTACK)
+		flags |= 2;
+	t->ips[n] = win[0] | flags; // win[0]: f_code
 	t->ips[n + 1] = win[instr_at];
 	w->frames = i + 1;
 	w->frame = win[prev_at];

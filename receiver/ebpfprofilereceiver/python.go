@@ -79,20 +79,7 @@ func (p *pythonFrames) attach(snap *symbolize.Process) {
 		if !ok {
 			continue
 		}
-		o := b.in.Offsets
-		err := p.sampler.SetPythonProcess(uint32(pid), sampler.PythonProcess{
-			Runtime:            b.in.RuntimeVA + bias,
-			RuntimeInterpHead:  o.RuntimeInterpHead,
-			InterpThreadsHead:  o.InterpThreadsHead,
-			TStateNext:         o.TStateNext,
-			TStateThreadID:     o.TStateThreadID,
-			TStateCFrame:       o.TStateCFrame,
-			CFrameCurrentFrame: o.CFrameCurrentFrame,
-			FrameCode:          o.FrameCode,
-			FramePrevious:      o.FramePrevious,
-			FramePrevInstr:     o.FramePrevInstr,
-			FrameIsEntry:       o.FrameIsEntry,
-		})
+		err := p.sampler.SetPythonProcess(uint32(pid), sampler.NewPythonProcess(b.in.RuntimeVA+bias, b.in.Offsets))
 		if err != nil {
 			p.logger.Info("python: cannot walk this process's frames", zap.Int("pid", pid), zap.Error(err))
 			break
@@ -179,7 +166,8 @@ func (p *pythonFrames) close() {
 
 // interleave inserts the Python frames py (leaf first) into frames (leaf
 // first, kernel frames, then user frames) where they ran: each run of
-// Python frames up to an entry frame goes just leafward of the matching
+// Python frames up to an entry frame (3.11) or a shim frame (3.12, not
+// shown) goes just leafward of the matching
 // _PyEval_EvalFrameDefault native frame, innermost first. Runs the native
 // stack has no eval frame for (it ended early) go at the root end. A frame
 // whose code object cannot be read stays out: no frame rather than a wrong
@@ -197,6 +185,9 @@ func (p *pythonFrames) interleave(pid int, frames []profilebuilder.Frame, py []s
 		for next < len(py) {
 			f := py[next]
 			next++
+			if f.Shim {
+				return // 3.12: the frames before it were this eval call's
+			}
 			if pf, err := proc.Resolve(f.Code, f.Instr, notBefore); err == nil {
 				out = append(out, profilebuilder.Frame{Function: pf.Function, File: pf.File, Line: int64(pf.Line), Kind: profilebuilder.Python})
 			}

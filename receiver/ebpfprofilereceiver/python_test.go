@@ -79,6 +79,18 @@ func TestPython311FramesWithoutHelp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Debian's python3.11 is needed: %v", err)
 	}
+	checkPythonFrames(t, py)
+}
+
+// TestPython312FramesWithoutHelp: the same with CPython 3.12 (its frames
+// mark eval entries with shim frames), where one is installed (pyenv).
+func TestPython312FramesWithoutHelp(t *testing.T) {
+	checkPythonFrames(t, pythonVersion(t, 3, 12))
+}
+
+// checkPythonFrames runs splitPyZlib on the interpreter py and checks the
+// targets.
+func checkPythonFrames(t *testing.T, py string) {
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
 	res := runSplit(t, cfg, "split.py", splitPyZlib, py)

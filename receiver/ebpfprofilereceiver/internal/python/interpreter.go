@@ -31,7 +31,9 @@ type Offsets struct {
 	FrameCode          uint16 // _PyInterpreterFrame.f_code
 	FramePrevious      uint16 // _PyInterpreterFrame.previous
 	FramePrevInstr     uint16 // _PyInterpreterFrame.prev_instr
-	FrameIsEntry       uint16 // _PyInterpreterFrame.is_entry
+	FrameIsEntry       uint16 // _PyInterpreterFrame.is_entry (3.11; see HasIsEntry)
+	HasIsEntry         bool   // 3.12 marks eval entries with a shim frame instead
+	FrameOwner         uint16 // _PyInterpreterFrame.owner
 
 	// Read in user space.
 	ObjectType       uint16 // PyObject.ob_type
@@ -48,9 +50,10 @@ type Offsets struct {
 	UnicodeData      uint16 // sizeof(PyCompactUnicodeObject): data of another compact string
 }
 
-// knownOffsets by (major, minor). 3.11: Include/cpython/pystate.h,
-// Include/internal/pycore_frame.h, Include/cpython/code.h of 3.11, x86-64;
-// TestOffsetsMatchDWARF checks them against a build's debug info.
+// knownOffsets by (major, minor), x86-64, from Include/cpython/pystate.h,
+// Include/internal/pycore_frame.h, Include/cpython/code.h and
+// Include/cpython/unicodeobject.h of each version; TestOffsetsMatchDWARF
+// checks them against builds' debug info.
 var knownOffsets = map[[2]int]Offsets{
 	{3, 11}: {
 		RuntimeInterpHead:  40,
@@ -63,6 +66,8 @@ var knownOffsets = map[[2]int]Offsets{
 		FramePrevious:      48,
 		FramePrevInstr:     56,
 		FrameIsEntry:       68,
+		HasIsEntry:         true,
+		FrameOwner:         69,
 		ObjectType:         8,
 		VarObjectSize:      16,
 		CodeFirstLineNo:    72,
@@ -75,6 +80,33 @@ var knownOffsets = map[[2]int]Offsets{
 		UnicodeState:       32,
 		UnicodeASCIIData:   48,
 		UnicodeData:        72,
+	},
+	// 3.12: the frame starts with f_code, has no is_entry (a shim frame
+	// owned by the C stack marks each eval entry instead), and str lost
+	// its wstr fields.
+	{3, 12}: {
+		RuntimeInterpHead:  40,
+		InterpThreadsHead:  72,
+		TStateNext:         8,
+		TStateThreadID:     136,
+		TStateCFrame:       56,
+		CFrameCurrentFrame: 0,
+		FrameCode:          0,
+		FramePrevious:      8,
+		FramePrevInstr:     56,
+		FrameOwner:         70,
+		ObjectType:         8,
+		VarObjectSize:      16,
+		CodeFirstLineNo:    68,
+		CodeFilename:       112,
+		CodeQualName:       128,
+		CodeLineTable:      136,
+		CodeAdaptive:       192,
+		BytesData:          32,
+		UnicodeLength:      16,
+		UnicodeState:       32,
+		UnicodeASCIIData:   40,
+		UnicodeData:        56,
 	},
 }
 

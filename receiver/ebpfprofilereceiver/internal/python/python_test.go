@@ -4,6 +4,7 @@ import (
 	"debug/dwarf"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -50,7 +51,7 @@ func TestInspectUnknownVersion(t *testing.T) {
 	}
 	defer f.Close()
 	saved := knownOffsets
-	knownOffsets = map[[2]int]Offsets{{3, 12}: saved[[2]int{3, 11}]}
+	knownOffsets = map[[2]int]Offsets{{3, 13}: saved[[2]int{3, 11}]}
 	defer func() { knownOffsets = saved }()
 	if in, err := Inspect(f); !errors.Is(err, ErrUnknownVersion) {
 		t.Fatalf("Inspect = %v, %v; want ErrUnknownVersion", in, err)
@@ -66,16 +67,29 @@ func TestInspectUnknownVersion(t *testing.T) {
 	}
 }
 
-// TestOffsetsMatchDWARF checks the table against the debug info of a
-// CPython build of the same minor version (pyenv builds keep -g; Debian's
-// own are stripped, and its -dbg package is a different build).
+// TestOffsetsMatchDWARF checks the table against the debug info of CPython
+// builds of each version (pyenv builds keep -g; Debian's own interpreter is
+// stripped, and its -dbg package is a different build).
 func TestOffsetsMatchDWARF(t *testing.T) {
 	home, _ := os.UserHomeDir()
-	libs, _ := filepath.Glob(filepath.Join(home, ".pyenv/versions/3.11.*/lib/libpython3.11.so.1.0"))
-	if len(libs) == 0 {
-		t.Skip("no CPython 3.11 build with debug info here (pyenv); TestPython311FramesWithoutHelp checks the offsets against Debian's interpreter")
+	checked := 0
+	for version := range knownOffsets {
+		minor := fmt.Sprintf("%d.%d", version[0], version[1])
+		libs, _ := filepath.Glob(filepath.Join(home, ".pyenv/versions/"+minor+".*/lib/libpython"+minor+".so.1.0"))
+		if len(libs) == 0 {
+			t.Logf("no CPython %s build with debug info here (pyenv)", minor)
+			continue
+		}
+		checked++
+		t.Run(minor, func(t *testing.T) { checkOffsets(t, libs[0], knownOffsets[version]) })
 	}
-	f, err := elf.Open(libs[0])
+	if checked == 0 {
+		t.Skip("no CPython build with debug info here; TestPython311FramesWithoutHelp checks the 3.11 offsets against Debian's interpreter")
+	}
+}
+
+func checkOffsets(t *testing.T, lib string, o Offsets) {
+	f, err := elf.Open(lib)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,11 +98,11 @@ func TestOffsetsMatchDWARF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := knownOffsets[[2]int{3, 11}]
-	for _, c := range []struct {
+	type member struct {
 		path []string
 		want uint16
-	}{
+	}
+	members := []member{
 		{[]string{"pyruntimestate", "interpreters", "head"}, o.RuntimeInterpHead},
 		{[]string{"_is", "threads", "head"}, o.InterpThreadsHead},
 		{[]string{"_ts", "next"}, o.TStateNext},
@@ -98,7 +112,7 @@ func TestOffsetsMatchDWARF(t *testing.T) {
 		{[]string{"_PyInterpreterFrame", "f_code"}, o.FrameCode},
 		{[]string{"_PyInterpreterFrame", "previous"}, o.FramePrevious},
 		{[]string{"_PyInterpreterFrame", "prev_instr"}, o.FramePrevInstr},
-		{[]string{"_PyInterpreterFrame", "is_entry"}, o.FrameIsEntry},
+		{[]string{"_PyInterpreterFrame", "owner"}, o.FrameOwner},
 		{[]string{"_object", "ob_type"}, o.ObjectType},
 		{[]string{"PyVarObject", "ob_size"}, o.VarObjectSize},
 		{[]string{"PyCodeObject", "co_firstlineno"}, o.CodeFirstLineNo},
@@ -109,14 +123,20 @@ func TestOffsetsMatchDWARF(t *testing.T) {
 		{[]string{"PyBytesObject", "ob_sval"}, o.BytesData},
 		{[]string{"PyASCIIObject", "length"}, o.UnicodeLength},
 		{[]string{"PyASCIIObject", "state"}, o.UnicodeState},
-	} {
+	}
+	if o.HasIsEntry {
+		members = append(members, member{[]string{"_PyInterpreterFrame", "is_entry"}, o.FrameIsEntry})
+	} else if _, err := dwarfOffset(d, []string{"_PyInterpreterFrame", "is_entry"}); err == nil {
+		t.Errorf("%s's frames have is_entry; the table says they do not", lib)
+	}
+	for _, c := range members {
 		got, err := dwarfOffset(d, c.path)
 		if err != nil {
 			t.Errorf("%v: %v", c.path, err)
 			continue
 		}
 		if got != int64(c.want) {
-			t.Errorf("%v = %d in %s, the table says %d", c.path, got, libs[0], c.want)
+			t.Errorf("%v = %d in %s, the table says %d", c.path, got, lib, c.want)
 		}
 	}
 	for name, want := range map[string]uint16{"PyASCIIObject": o.UnicodeASCIIData, "PyCompactUnicodeObject": o.UnicodeData} {

@@ -60,7 +60,8 @@ type cpuProfilePyProc struct {
 	FramePrevious      uint16
 	FramePrevInstr     uint16
 	FrameIsEntry       uint16
-	Pad                [2]uint16
+	FrameOwner         uint16
+	FrameWindow        uint16
 }
 
 type cpuProfileSampleKey struct {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/python"
 )
 
 // MaxPythonProcesses bounds the CPython processes whose interpreter frames
@@ -27,13 +29,40 @@ type PythonProcess struct {
 	FrameCode          uint16
 	FramePrevious      uint16
 	FramePrevInstr     uint16
-	FrameIsEntry       uint16
+	FrameIsEntry       uint16 // NoField when the version has none (3.12)
+	FrameOwner         uint16
 }
+
+// NoField is an offset a CPython version does not have.
+const NoField = 0xffff
+
+// frameWindow is the most of a frame the kernel reads at once, from
+// f_code on (PY_FRAME_WINDOW in bpf/python_walk.h).
+const frameWindow = 72
 
 // PythonMarker separates a user stack's native frames from the Python
 // frames the kernel appended (code object | entry bit, last instruction
 // pairs, leaf first). No user-space address has it.
 const PythonMarker = 0xfffffffffffffffe
+
+// frameWindow is how many bytes from f_code cover the frame fields the
+// kernel reads; an error when they do not fit its window.
+func (p PythonProcess) frameWindow() (uint16, error) {
+	type field struct{ off, size uint16 }
+	fields := []field{{p.FramePrevious, 8}, {p.FramePrevInstr, 8}, {p.FrameOwner, 1}}
+	if p.FrameIsEntry != NoField {
+		fields = append(fields, field{p.FrameIsEntry, 1})
+	}
+	end := p.FrameCode + 8
+	for _, f := range fields {
+		// Pointers are read as whole words of the window.
+		if f.off < p.FrameCode || (f.off-p.FrameCode)%f.size != 0 || f.off+f.size > p.FrameCode+frameWindow {
+			return 0, fmt.Errorf("frame field at %d does not fit the kernel's %d-byte window from f_code at %d", f.off, frameWindow, p.FrameCode)
+		}
+		end = max(end, f.off+f.size)
+	}
+	return end - p.FrameCode, nil
+}
 
 // enablePythonWalk turns the CPython frame walk on; it rides on the DWARF
 // unwinder's kernel requirements (bpf_loop).
@@ -48,14 +77,11 @@ func enablePythonWalk(spec *ebpf.CollectionSpec) error {
 // SetPythonProcess makes the sampler append pid's Python frames to its
 // user stacks.
 func (s *Sampler) SetPythonProcess(pid uint32, p PythonProcess) error {
-	// The kernel reads a frame's fields in one window from f_code on
-	// (PY_FRAME_WINDOW in bpf/python_walk.h).
-	const window = 40
-	inWindow := func(off uint16, align uint16) bool {
-		return off >= p.FrameCode && off < p.FrameCode+window && (off-p.FrameCode)%align == 0
-	}
-	if !inWindow(p.FramePrevious, 8) || !inWindow(p.FramePrevInstr, 8) || !inWindow(p.FrameIsEntry, 1) {
-		return fmt.Errorf("python frames of pid %d: frame offsets %+v do not fit the kernel's %d-byte window from f_code", pid, p, window)
+	// The kernel reads a frame's fields in one window from f_code on,
+	// as few bytes as cover them.
+	window, err := p.frameWindow()
+	if err != nil {
+		return fmt.Errorf("python frames of pid %d: %w", pid, err)
 	}
 	v := cpuProfilePyProc{
 		Runtime:            p.Runtime,
@@ -69,6 +95,8 @@ func (s *Sampler) SetPythonProcess(pid uint32, p PythonProcess) error {
 		FramePrevious:      p.FramePrevious,
 		FramePrevInstr:     p.FramePrevInstr,
 		FrameIsEntry:       p.FrameIsEntry,
+		FrameOwner:         p.FrameOwner,
+		FrameWindow:        window,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,6 +135,9 @@ func (s *Sampler) DeletePythonProcess(pid uint32) error {
 type PythonFrame struct {
 	Code, Instr uint64
 	Entry       bool
+	// Shim is CPython 3.12's placeholder frame at each eval entry: not a
+	// Python function; the frames after it belong to the next eval frame.
+	Shim bool
 }
 
 // SplitPythonFrames separates a user stack into its native frames and the
@@ -119,7 +150,31 @@ func SplitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFram
 	}
 	rest := stack[i+1:]
 	for j := 0; j+1 < len(rest); j += 2 {
-		py = append(py, PythonFrame{Code: rest[j] &^ 1, Instr: rest[j+1], Entry: rest[j]&1 == 1})
+		py = append(py, PythonFrame{Code: rest[j] &^ 3, Instr: rest[j+1], Entry: rest[j]&1 == 1, Shim: rest[j]&2 == 2})
 	}
 	return stack[:i], py
+}
+
+// NewPythonProcess is what the kernel needs for a CPython whose
+// _PyRuntime is at runtime in the process and whose structures have
+// offsets o.
+func NewPythonProcess(runtime uint64, o python.Offsets) PythonProcess {
+	isEntry := uint16(NoField)
+	if o.HasIsEntry {
+		isEntry = o.FrameIsEntry
+	}
+	return PythonProcess{
+		Runtime:            runtime,
+		RuntimeInterpHead:  o.RuntimeInterpHead,
+		InterpThreadsHead:  o.InterpThreadsHead,
+		TStateNext:         o.TStateNext,
+		TStateThreadID:     o.TStateThreadID,
+		TStateCFrame:       o.TStateCFrame,
+		CFrameCurrentFrame: o.CFrameCurrentFrame,
+		FrameCode:          o.FrameCode,
+		FramePrevious:      o.FramePrevious,
+		FramePrevInstr:     o.FramePrevInstr,
+		FrameIsEntry:       isEntry,
+		FrameOwner:         o.FrameOwner,
+	}
 }

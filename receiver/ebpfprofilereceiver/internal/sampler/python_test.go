@@ -81,12 +81,7 @@ func startPython(t testing.TB, s *Sampler, src string) int {
 		if !ok {
 			t.Fatalf("no bias for %s at %#x", m.Path, m.Start)
 		}
-		o := in.Offsets
-		if err := s.SetPythonProcess(uint32(pid), PythonProcess{Runtime: in.RuntimeVA + bias,
-			RuntimeInterpHead: o.RuntimeInterpHead, InterpThreadsHead: o.InterpThreadsHead, TStateNext: o.TStateNext,
-			TStateThreadID: o.TStateThreadID, TStateCFrame: o.TStateCFrame, CFrameCurrentFrame: o.CFrameCurrentFrame,
-			FrameCode: o.FrameCode, FramePrevious: o.FramePrevious, FramePrevInstr: o.FramePrevInstr, FrameIsEntry: o.FrameIsEntry,
-		}); err != nil {
+		if err := s.SetPythonProcess(uint32(pid), NewPythonProcess(in.RuntimeVA+bias, in.Offsets)); err != nil {
 			t.Fatal(err)
 		}
 		return pid
