@@ -488,7 +488,7 @@ func TestPerfMapSymlinkRefused(t *testing.T) {
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	count := func(run *runtimeRun, name string) (named, total int64) {
+	count := func(run *runtimeRun, name string) (named, total int64, top string) {
 		tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
 		for stack, n := range tl.Folded {
 			total += n
@@ -496,13 +496,13 @@ func TestPerfMapSymlinkRefused(t *testing.T) {
 				named += n
 			}
 		}
-		return named, total
+		return named, total, tl.Top(5)
 	}
-	if n, total := count(planted, "PLANTED"+profileschema.JITSuffix); n == 0 {
-		t.Errorf("the planted regular file named none of %d samples: the agent does not read the process's perf map", total)
+	if n, total, top := count(planted, "PLANTED"+profileschema.JITSuffix); n == 0 {
+		t.Errorf("the planted regular file named none of %d samples: the agent does not read the process's perf map; top:%s", total, top)
 	}
-	if n, total := count(linked, "FOLLOWED_A_SYMLINK"); n != 0 || total == 0 {
-		t.Errorf("%d of %d samples named through a symlinked perf map", n, total)
+	if n, total, top := count(linked, "FOLLOWED_A_SYMLINK"); n != 0 || total == 0 {
+		t.Errorf("%d of %d samples named through a symlinked perf map; top:%s", n, total, top)
 	}
 	if logs.FilterMessageSnippet("perf map").FilterFieldKey("error").Len() == 0 {
 		t.Errorf("no log line about the refused perf map; logs: %v", logs.All())
