@@ -44,7 +44,7 @@ build: collector $(BIN)/hotpath
 collector: deps
 	mkdir -p build
 	builder --config=builder-config.yaml --skip-compilation
-	cp distributions/otelcol-hotpath/profiles_gate.go build/otelcol-hotpath/
+	cp distributions/otelcol-hotpath/*.go build/otelcol-hotpath/
 	cd build/otelcol-hotpath && CGO_ENABLED=1 $(GO) build -tags hotpath_dist -trimpath -o ../../$(COLLECTOR) .
 
 $(BIN)/hotpath: deps FORCE

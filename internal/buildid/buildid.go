@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
 // Info is what is known about one binary's build.
@@ -36,6 +37,24 @@ type Info struct {
 	// IsELF is false for files debug/elf cannot open (scripts, truncated
 	// files): they are identified by SHA256 alone.
 	IsELF bool
+}
+
+// Attributes are the build-ID attribute keys and values to set for i on a
+// resource or mapping: each kind present, and the canonical ID; empty ones
+// are left out.
+func (i Info) Attributes() [][2]string {
+	var out [][2]string
+	for _, kv := range [][2]string{
+		{profileschema.AttrBuildIDGNU, i.GNU},
+		{profileschema.AttrBuildIDGo, i.Go},
+		{profileschema.AttrBuildIDSHA256, i.SHA256},
+		{profileschema.AttrBuildID, i.Canonical()},
+	} {
+		if kv[1] != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // SHA256Prefix marks a canonical ID that is a file hash rather than a note.

@@ -229,7 +229,10 @@ func (p *Process) TableErr(i int) error {
 func (s *Symbolizer) Kernel(stack []uint64, out []Frame) []Frame {
 	s.kmu.Lock()
 	if !s.kernelSet {
-		s.loadKernelLocked()
+		cpu := cputime.Measure(func() { s.loadKernelLocked() })
+		if s.onLoad != nil {
+			s.onLoad(cpu)
+		}
 	}
 	k := s.kernel
 	s.kmu.Unlock()

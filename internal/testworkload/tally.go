@@ -21,11 +21,14 @@ type Tally struct {
 	Folded  map[string]int64
 	Service string
 	Exe     string
+	// BuildIDs counts samples by their resource's canonical build ID (""
+	// for none).
+	BuildIDs map[string]int64
 }
 
 // TallyProcess tallies the samples of pid across all batches.
 func TallyProcess(all []pprofile.Profiles, pid int) Tally {
-	t := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+	t := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}, BuildIDs: map[string]int64{}}
 	for _, pd := range all {
 		dict := pd.Dictionary()
 		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
@@ -36,6 +39,8 @@ func TallyProcess(all []pprofile.Profiles, pid int) Tally {
 			if v, ok := res.Attributes().Get(profileschema.AttrProcessExeName); ok {
 				t.Exe = v.Str()
 			}
+			build, _ := res.Attributes().Get(profileschema.AttrBuildID)
+			t.BuildIDs[build.Str()] += profileschema.SampleCount(s)
 			t.Add(profileschema.FoldedStack(dict, s), profileschema.SampleCount(s))
 		})
 	}

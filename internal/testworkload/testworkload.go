@@ -6,10 +6,12 @@ package testworkload
 import (
 	"bufio"
 	_ "embed"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 //go:embed src/spin.c
@@ -66,6 +68,41 @@ func BuildGo(t testing.TB, ldflags string) string {
 func ExpectedSamples(cmd *exec.Cmd, hz int) float64 {
 	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return cpu.Seconds() * float64(hz)
+}
+
+// StartGated is Start for workloads that, once ready, wait for a line on
+// standard input before their measured work (the unwind tests' settle): it
+// sends that line only once gate(pid) holds — say, once the agent has read
+// the process — polling it for up to 30 s. Tests then measure steady state
+// however loaded the machine is, without sleeping a guessed time.
+func StartGated(t testing.TB, bin string, seconds string, gate func(pid int) bool, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, seconds)
+	cmd.Env = append(os.Environ(), env...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("%s did not start: %q %v", bin, line, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !gate(cmd.Process.Pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d): the gate did not open in 30 s", bin, cmd.Process.Pid)
+		}
+	}
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		t.Fatalf("%s: start the measured work: %v", bin, err)
+	}
+	return cmd
 }
 
 // Start runs bin for seconds, waits until it is running its loop, and kills

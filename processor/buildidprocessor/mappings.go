@@ -52,7 +52,7 @@ func (p *buildIDProcessor) annotateMappings(ctx context.Context, pd pprofile.Pro
 		if info == nil {
 			continue
 		}
-		for _, kv := range buildIDAttrs(*info) {
+		for _, kv := range info.Attributes() {
 			m.AttributeIndices().Append(w.index(kv[0], kv[1]))
 		}
 	}

@@ -120,14 +120,17 @@ func pidOf(attrs pcommon.Map) int64 {
 	return 0
 }
 
+// thisHost reports whether a resource says it was profiled on this host.
+func (p *buildIDProcessor) thisHost(attrs pcommon.Map) bool {
+	v, ok := attrs.Get(profileschema.AttrHostName)
+	return ok && v.Str() == p.host
+}
+
 // local decides whether a resource's binaries can be read here, and how. A
-// resource already carrying a build ID, naming another host, or naming a
-// pid that is gone or runs another executable is left alone: its binaries
-// are not (or no longer) the ones on this host.
+// resource naming another host, or naming a pid that is gone or runs another
+// executable, is left alone: its binaries are not (or no longer) the ones on
+// this host.
 func (p *buildIDProcessor) local(ctx context.Context, attrs pcommon.Map) *process {
-	if _, ok := attrs.Get(profileschema.AttrBuildID); ok {
-		return nil
-	}
 	host := ""
 	if v, ok := attrs.Get(profileschema.AttrHostName); ok {
 		host = v.Str()
@@ -165,6 +168,20 @@ func (p *buildIDProcessor) local(ctx context.Context, attrs pcommon.Map) *proces
 }
 
 func (p *buildIDProcessor) annotateResource(ctx context.Context, attrs pcommon.Map, now time.Time) *process {
+	if id, ok := attrs.Get(profileschema.AttrBuildID); ok {
+		// The producer identified the executable already: our receiver does
+		// when it reads a process, so a process gone by now (a short-lived
+		// one, or a pid reused since) keeps its build ID. A resource of
+		// another host, or one annotated before, is left alone; a local one
+		// gets its first/last seen and, while it runs, its mappings' IDs.
+		if _, done := attrs.Get(profileschema.AttrBinaryFirstSeen); done || !p.thisHost(attrs) {
+			return nil
+		}
+		seen := p.sawBuild(id.AsString(), now)
+		attrs.PutInt(profileschema.AttrBinaryFirstSeen, seen.first.UnixNano())
+		attrs.PutInt(profileschema.AttrBinaryLastSeen, seen.last.UnixNano())
+		return p.local(ctx, attrs)
+	}
 	proc := p.local(ctx, attrs)
 	if proc == nil || proc.exePath == "" {
 		return proc
@@ -181,7 +198,7 @@ func (p *buildIDProcessor) annotateResource(ctx context.Context, attrs pcommon.M
 		return proc
 	}
 	proc.exe = &info
-	for _, kv := range buildIDAttrs(info) {
+	for _, kv := range info.Attributes() {
 		attrs.PutStr(kv[0], kv[1])
 	}
 	attrs.PutBool(profileschema.AttrBinaryHasDebugInfo, info.HasDebugInfo)
@@ -189,22 +206,6 @@ func (p *buildIDProcessor) annotateResource(ctx context.Context, attrs pcommon.M
 	attrs.PutInt(profileschema.AttrBinaryFirstSeen, seen.first.UnixNano())
 	attrs.PutInt(profileschema.AttrBinaryLastSeen, seen.last.UnixNano())
 	return proc
-}
-
-// buildIDAttrs are the build-ID keys to set for info, empty ones left out.
-func buildIDAttrs(info buildid.Info) [][2]string {
-	var out [][2]string
-	for _, kv := range [][2]string{
-		{profileschema.AttrBuildIDGNU, info.GNU},
-		{profileschema.AttrBuildIDGo, info.Go},
-		{profileschema.AttrBuildIDSHA256, info.SHA256},
-		{profileschema.AttrBuildID, info.Canonical()},
-	} {
-		if kv[1] != "" {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 func (p *buildIDProcessor) lookup(ctx context.Context, file string) (buildid.Info, bool) {

@@ -305,6 +305,43 @@ func TestGoProcess(t *testing.T) {
 	}
 }
 
+// The receiver identifies a process's executable when it reads the process:
+// that build ID is kept even when the process is gone by the time the
+// interval is processed (a short-lived one), and gets its seen times; a live
+// process's mappings are still resolved.
+func TestReceiverBuildIDIsKept(t *testing.T) {
+	cmd, bin := startC(t)
+	maps := mapsOf(t, cmd.Process.Pid)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for name, pid := range map[string]int{"gone": gone.Process.Pid, "running": cmd.Process.Pid} {
+		t.Run(name, func(t *testing.T) {
+			pd := profileOf(pid, bin, testHost, maps)
+			pd.ResourceProfiles().At(0).Resource().Attributes().PutStr(profileschema.AttrBuildID, "from-the-receiver")
+			h := newHarness(t)
+			out := h.run(t, pd)
+			res := out.ResourceProfiles().At(0).Resource().Attributes()
+			if got := str(res, profileschema.AttrBuildID); got != "from-the-receiver" {
+				t.Errorf("build ID %q, want the receiver's", got)
+			}
+			if _, ok := res.Get(profileschema.AttrBinaryFirstSeen); !ok {
+				t.Error("no first-seen time")
+			}
+			resolved := 0
+			for i := 1; i < out.Dictionary().MappingTable().Len(); i++ {
+				if len(mappingAttrs(out, i)) != 0 {
+					resolved++
+				}
+			}
+			if name == "running" && resolved == 0 {
+				t.Error("the running process's mappings got no build IDs")
+			}
+		})
+	}
+}
+
 func TestForeignOrGoneProcessesPassThroughUntouched(t *testing.T) {
 	cmd, bin := startC(t)
 	maps := mapsOf(t, cmd.Process.Pid)
@@ -313,8 +350,11 @@ func TestForeignOrGoneProcessesPassThroughUntouched(t *testing.T) {
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
+	// Processed once already (by an agent's processor): build ID and seen
+	// times are there.
 	annotated := profileOf(cmd.Process.Pid, bin, testHost, maps)
 	annotated.ResourceProfiles().At(0).Resource().Attributes().PutStr(profileschema.AttrBuildID, "from-the-agent")
+	annotated.ResourceProfiles().At(0).Resource().Attributes().PutInt(profileschema.AttrBinaryFirstSeen, 1)
 
 	for name, tc := range map[string]struct {
 		pd         pprofile.Profiles

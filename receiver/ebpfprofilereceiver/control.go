@@ -143,6 +143,16 @@ func (r *profileReceiver) capture(ctx context.Context, req controlapi.CaptureReq
 	for i, t := range targets {
 		pids[i] = uint32(t.PID)
 	}
+	// A capture is asked for by name: its processes get their symbols and
+	// tables whatever the one-time work budget says, before sampling starts.
+	for _, pid := range pids {
+		if e := r.procs.lookup(int(pid)); e.snapshot != nil {
+			e.snapshot.DeferLoads.Store(false)
+			if r.procs.isUnwindDeferred(e) {
+				r.procs.attachUnwind(e, true)
+			}
+		}
+	}
 
 	r.mu.Lock()
 	s := r.sampler

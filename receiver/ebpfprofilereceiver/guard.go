@@ -20,18 +20,23 @@ type overheadGuard struct {
 	configuredHz int
 	ncpu         int
 	calm         int
-	smoothed     float64 // per-sample cost, % of the machine; < 0 until the first interval
+	smoothed     float64 // per-sample cost, % of the machine; < 0 until the first judged interval
+	warmup       int     // intervals still to ignore
 }
 
 const (
 	calmIntervals = 3
+	// warmupIntervals are not judged: the first symbolizes every running
+	// process's first stacks (DWARF line tables, the kernel's symbols),
+	// which says nothing about the steady state.
+	warmupIntervals = 1
 	// smoothing is the weight of the newest interval: one expensive
 	// interval (a burst of unique stacks) does not halve the rate alone.
 	smoothing = 0.5
 )
 
 func newOverheadGuard(maxPercent float64, configuredHz int) *overheadGuard {
-	return &overheadGuard{maxPercent: maxPercent, configuredHz: configuredHz, ncpu: runtime.NumCPU(), smoothed: -1}
+	return &overheadGuard{maxPercent: maxPercent, configuredHz: configuredHz, ncpu: runtime.NumCPU(), smoothed: -1, warmup: warmupIntervals}
 }
 
 // machinePercent is cpu used over wall as a percentage of the whole machine.
@@ -50,6 +55,10 @@ func (g *overheadGuard) next(hz int, perSample, wall time.Duration) (smoothed fl
 		return max(g.smoothed, 0), hz
 	}
 	percent := 100 * perSample.Seconds() / (wall.Seconds() * float64(g.ncpu))
+	if g.warmup > 0 {
+		g.warmup--
+		return percent, hz
+	}
 	if g.smoothed < 0 {
 		g.smoothed = percent
 	} else {

@@ -7,7 +7,7 @@ import (
 
 func TestOverheadGuardStepsDownAndBackUp(t *testing.T) {
 	g := newOverheadGuard(1, 19)
-	g.ncpu = 2
+	g.ncpu, g.warmup = 2, 0
 	wall := 15 * time.Second
 	over := 400 * time.Millisecond // 0.4 s of 30 CPU-seconds: 1.33 % of the machine
 	under := 30 * time.Millisecond // 0.1 %
@@ -48,7 +48,7 @@ func TestOverheadGuardStepsDownAndBackUp(t *testing.T) {
 // its own: the guard judges the smoothed cost.
 func TestOverheadGuardSmoothsOneSpike(t *testing.T) {
 	g := newOverheadGuard(1, 19)
-	g.ncpu = 2
+	g.ncpu, g.warmup = 2, 0
 	wall := 15 * time.Second
 	for range 5 {
 		if _, hz := g.next(19, 30*time.Millisecond, wall); hz != 19 {
@@ -64,9 +64,21 @@ func TestOverheadGuardSmoothsOneSpike(t *testing.T) {
 	}
 }
 
+// The first interval (start-up) is not judged.
+func TestOverheadGuardWarmup(t *testing.T) {
+	g := newOverheadGuard(1, 19)
+	g.ncpu = 2
+	if _, hz := g.next(19, 30*time.Second, 15*time.Second); hz != 19 {
+		t.Fatalf("warm-up interval: hz = %d, want 19", hz)
+	}
+	if _, hz := g.next(19, 30*time.Second, 15*time.Second); hz != 9 {
+		t.Errorf("after warm-up: hz = %d, want 9", hz)
+	}
+}
+
 func TestOverheadGuardOff(t *testing.T) {
 	g := newOverheadGuard(0, 19)
-	g.ncpu = 2
+	g.ncpu, g.warmup = 2, 0
 	if p, hz := g.next(19, 30*time.Second, 15*time.Second); hz != 19 || p != 100 {
 		t.Errorf("guard off: (%.1f %%, %d Hz), want (100 %%, 19 Hz)", p, hz)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
@@ -61,6 +62,10 @@ type processTable struct {
 	symbolizer *symbolize.Symbolizer
 	work       *binaryWork
 	procRoot   string
+	// buildIDs: each executable's build ID, read once per file identity,
+	// so every sample of a process carries it from its first interval on,
+	// even when the process is gone by the time the interval is processed.
+	buildIDs *buildid.Cache
 
 	// unwind, when set (unwinding: auto, sampler open), decides for each
 	// snapshot whether the kernel unwinds it with tables.
@@ -84,9 +89,13 @@ type processTable struct {
 	refreshTimer *time.Timer
 }
 
+// buildIDCacheSize bounds the executables whose build IDs are remembered.
+const buildIDCacheSize = 1024
+
 func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer, work *binaryWork) *processTable {
 	return &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, work: work,
-		procRoot: "/proc", entries: map[int]*processEntry{}, refreshDue: map[int]struct{}{}}
+		procRoot: "/proc", entries: map[int]*processEntry{}, refreshDue: map[int]struct{}{},
+		buildIDs: buildid.NewCache(buildIDCacheSize)}
 }
 
 // seen handles the kernel's first sample of pid (since it started, exec'd,
@@ -397,6 +406,9 @@ func (t *processTable) readProcess(pid int) *processEntry {
 		!t.cfg.Exclude.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)
 	if !e.keep || info.ExePath == "" {
 		return e // filtered out, or a kernel thread: nothing to symbolize in user space
+	}
+	if b, _, _, err := t.buildIDs.Lookup(filepath.Join(t.procRoot, strconv.Itoa(pid), "exe")); err == nil {
+		e.resource.Build = b
 	}
 	snap, err := t.symbolizer.Snapshot(pid)
 	if err != nil {

@@ -2,6 +2,7 @@ package ebpfprofilereceiver
 
 import (
 	"context"
+	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"os/exec"
 	"testing"
 	"time"
@@ -123,8 +124,9 @@ func TestExcludeFilter(t *testing.T) {
 	}
 }
 
-// A process that exits long before the interval ends keeps its symbols: the
-// receiver read its mappings when the kernel first reported it.
+// A process that exits long before the interval ends keeps its symbols and
+// its build ID: the receiver read its mappings and identified its executable
+// when the kernel first reported it.
 func TestShortLivedProcessKeepsFrames(t *testing.T) {
 	cBin := testworkload.BuildC(t)
 	cfg := testConfig()
@@ -145,5 +147,12 @@ func TestShortLivedProcessKeepsFrames(t *testing.T) {
 	}
 	if st.Exe != "spin_c" {
 		t.Errorf("process.executable.name = %q, want spin_c", st.Exe)
+	}
+	want, err := buildid.Read(cBin)
+	if err != nil || want.Canonical() == "" {
+		t.Fatalf("build ID of %s: %+v, %v", cBin, want, err)
+	}
+	if len(st.BuildIDs) != 1 || st.BuildIDs[want.Canonical()] != st.Total {
+		t.Errorf("samples by build ID %v, want all %d under %s", st.BuildIDs, st.Total, want.Canonical())
 	}
 }

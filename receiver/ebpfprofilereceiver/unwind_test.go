@@ -117,32 +117,48 @@ int main(int argc, char **argv) {
 }
 `
 
-// settle is what SETTLE() does in the C programs: burn 100 ms of CPU, then
-// sleep 300 ms before the measured work. The agent reads a process (and
-// attaches the tables of its libraries) at its first sample; the samples
-// before that are frame-pointer stacks, except in the code of a binary the
-// agent already has a table for, which the kernel unwinds with it from exec
-// on. That start-up window is by design and not what these tests measure
-// (TestUnwindTablesAtExec does): the burn gets the process sampled, the
-// sleep lets the read finish even on a loaded CI machine.
-// HOTPATH_TEST_NO_SETTLE=1 skips both.
-const settle = `#include <stdlib.h>
-#include <time.h>
+// settle is what SETTLE() does in the C programs: spin (so the agent samples
+// the process and reads it, attaching its libraries' tables) until a line
+// arrives on standard input, then start the measured work. The test sends
+// the line once the receivers have read the process (startSettled), however
+// long that takes on a loaded machine. Samples before that are frame-pointer
+// stacks (except in the code of a binary whose table the agent already has:
+// the kernel attaches it at exec; TestUnwindTablesAtExec).
+// HOTPATH_TEST_NO_SETTLE=1, or standard input at end of file, skips it.
+const settle = `#include <poll.h>
+#include <stdlib.h>
 #include <unistd.h>
 static void settle(void)
 {
-	struct timespec a, b;
+	struct pollfd in = { .fd = 0, .events = POLLIN };
+	char line[8];
 
 	if (getenv("HOTPATH_TEST_NO_SETTLE"))
 		return;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
-	do
-		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
-	while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 100000000L);
-	usleep(300000);
+	while (poll(&in, 1, 0) == 0)
+		;
+	if (read(0, line, sizeof line) < 0)
+		return;
 }
 #define SETTLE() settle()
 `
+
+// startSettled starts a settling workload and lets it burn once every
+// receiver has read it (and, with unwinding: auto, attached its tables).
+func startSettled(t *testing.T, bin, seconds string, rs ...*profileReceiver) *exec.Cmd {
+	t.Helper()
+	return testworkload.StartGated(t, bin, seconds, func(pid int) bool {
+		for _, r := range rs {
+			r.procs.mu.Lock()
+			e := r.procs.entries[pid]
+			r.procs.mu.Unlock()
+			if e == nil || e.snapshot == nil || (r.cfg.Unwinding == UnwindingAuto && !e.dwarf.Load()) {
+				return false
+			}
+		}
+		return true
+	})
+}
 
 // buildNoFP compiles src with -O2 -fomit-frame-pointer and checks that no
 // function of fns sets up a frame pointer (else the test proves nothing).
@@ -218,8 +234,8 @@ func TestDWARFUnwindingWithoutFramePointers(t *testing.T) {
 	fp, fpSink := startReceiver(t, fpCfg)
 	auto, autoSink := startReceiver(t, autoCfg)
 
-	c := testworkload.Start(t, chain, "3")
-	q := testworkload.Start(t, qs, "3")
+	c := startSettled(t, chain, "3", fp, auto)
+	q := startSettled(t, qs, "3", fp, auto)
 	_ = c.Wait()
 	_ = q.Wait()
 	for _, r := range []*profileReceiver{fp, auto} {
@@ -476,19 +492,22 @@ unsigned long burn(unsigned long x) { return burn_mid(x) + 1; }
 import "C"
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
 func main() {
 	secs, _ := strconv.ParseFloat(os.Args[1], 64)
 	fmt.Println("ready")
-	// See settle: burn 100 ms (outside burn_leaf), then sleep 300 ms.
-	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+	// See settle: spin (outside burn_leaf) until the test says go.
+	var started atomic.Bool
+	go func() { bufio.NewReader(os.Stdin).ReadString('\n'); started.Store(true) }()
+	for !started.Load() {
 	}
-	time.Sleep(300 * time.Millisecond)
 	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	var x C.ulong
 	for time.Now().Before(end) {
@@ -518,7 +537,7 @@ func TestCgoBinary(t *testing.T) {
 	fpCfg.TraceContext.Enabled, autoCfg.TraceContext.Enabled = false, false
 	fp, fpSink := startReceiver(t, fpCfg)
 	auto, autoSink := startReceiver(t, autoCfg)
-	cmd := testworkload.Start(t, bin, "3")
+	cmd := startSettled(t, bin, "3", fp, auto)
 	_ = cmd.Wait()
 	for _, r := range []*profileReceiver{fp, auto} {
 		if err := r.Shutdown(context.Background()); err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/pdict"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
@@ -72,6 +73,9 @@ type Process struct {
 	ExePath     string
 	HostName    string
 	ContainerID string
+	// Build identifies the executable, read when the process was; zero
+	// when it could not be (the buildid processor then tries).
+	Build buildid.Info
 }
 
 // Builder collects one interval. It is not safe for concurrent use.
@@ -219,6 +223,12 @@ func setResource(attrs pcommon.Map, p Process) {
 	}
 	if p.ContainerID != "" {
 		attrs.PutStr(profileschema.AttrContainerID, p.ContainerID)
+	}
+	if p.Build.Canonical() != "" {
+		for _, kv := range p.Build.Attributes() {
+			attrs.PutStr(kv[0], kv[1])
+		}
+		attrs.PutBool(profileschema.AttrBinaryHasDebugInfo, p.Build.HasDebugInfo)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 )
 
 // Flavor says which SDK a binary's markers come from; it picks the uprobe
@@ -157,41 +156,51 @@ func findGoFuncs(f *elf.File, want map[string]uint64) error {
 // names, also in stripped binaries).
 var markerNameParts = [][]byte{[]byte("hotpathTraceSet"), []byte("hotpath_tracectx_set")}
 
+// scanChunk is how much of a string table mentionsMarkers reads at a time.
+var scanChunk = 256 << 10
+
 // mentionsMarkers reports whether a string table of f (opened from path)
-// holds a marker name, scanning the file's pages in place (mapped, then
-// unmapped) instead of decoding symbols onto the heap.
+// holds a marker name. It reads the sections in chunks through a small
+// buffer rather than decoding symbols onto the heap or mapping the file: a
+// mapping of a large binary's tables would count tens of MB in the agent's
+// resident size while it is scanned.
 func mentionsMarkers(path string, f *elf.File) (bool, error) {
 	file, err := os.Open(path)
 	if err != nil {
 		return false, err
 	}
 	defer file.Close()
-	st, err := file.Stat()
-	if err != nil {
-		return false, err
+	longest := 0
+	for _, name := range markerNameParts {
+		longest = max(longest, len(name))
 	}
-	if st.Size() == 0 {
-		return false, nil
-	}
-	data, err := syscall.Mmap(int(file.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		return false, err
-	}
-	defer syscall.Munmap(data)
+	buf := make([]byte, max(scanChunk, longest))
 	for _, sec := range f.Sections {
 		switch sec.Name {
 		case ".strtab", ".dynstr", ".gopclntab":
 		default:
 			continue
 		}
-		if sec.Type == elf.SHT_NOBITS || sec.Offset+sec.FileSize > uint64(len(data)) || sec.Flags&elf.SHF_COMPRESSED != 0 {
-			return true, nil // cannot scan in place: let the full reader decide
+		if sec.Type == elf.SHT_NOBITS || sec.Flags&elf.SHF_COMPRESSED != 0 {
+			return true, nil // cannot scan as stored: let the full reader decide
 		}
-		b := data[sec.Offset : sec.Offset+sec.FileSize]
-		for _, name := range markerNameParts {
-			if bytes.Contains(b, name) {
-				return true, nil
+		// Consecutive chunks overlap by longest-1 bytes, so a name across
+		// a chunk boundary is seen whole in one of them.
+		for off := uint64(0); off < sec.FileSize; {
+			n := min(uint64(len(buf)), sec.FileSize-off)
+			got, err := file.ReadAt(buf[:n], int64(sec.Offset+off))
+			if err != nil && got < int(n) {
+				return false, fmt.Errorf("read %s of %s: %w", sec.Name, path, err)
 			}
+			for _, name := range markerNameParts {
+				if bytes.Contains(buf[:got], name) {
+					return true, nil
+				}
+			}
+			if off+n >= sec.FileSize {
+				break
+			}
+			off += n - uint64(longest-1)
 		}
 	}
 	return false, nil

@@ -5,6 +5,7 @@ package tracectx
 import (
 	"bufio"
 	"context"
+	"debug/elf"
 	"errors"
 	"io"
 	"os"
@@ -298,6 +299,32 @@ func TestCMarkersWriteThreadMap(t *testing.T) {
 	expect("cleared")
 	if err := m.Threads.Lookup(key, &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("entry still there after clear: %+v, %v", got, err)
+	}
+}
+
+// The string-table scan that spares FindMarkers from decoding every symbol
+// finds a marker name wherever chunks split it, and nothing in a binary
+// without markers.
+func TestMentionsMarkersAcrossChunks(t *testing.T) {
+	marked := buildC(t, cProgram)
+	plain := buildC(t, "int main(void) { return 0; }\n")
+	defer func(n int) { scanChunk = n }(scanChunk)
+	for _, chunk := range []int{1, 7, 19, 64, 4096, 256 << 10} {
+		scanChunk = chunk
+		for bin, want := range map[string]bool{marked: true, plain: false} {
+			f, err := elf.Open(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := mentionsMarkers(bin, f)
+			f.Close()
+			if err != nil || got != want {
+				t.Errorf("chunk %d, %s: mentionsMarkers = %v, %v; want %v", chunk, filepath.Base(bin), got, err, want)
+			}
+		}
+	}
+	if ms, err := FindMarkers(marked); err != nil || len(ms) != 1 {
+		t.Errorf("FindMarkers after the scan: %+v, %v", ms, err)
 	}
 }
 
