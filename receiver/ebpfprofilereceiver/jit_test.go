@@ -109,48 +109,6 @@ public class Split {
 }
 `
 
-// splitPy: CPython ≥ 3.12 with -X perf (its trampolines are named in the
-// perf map; the interpreter's own frames are native).
-const splitPy = `
-import json, sys, time
-
-def hotA(n):
-    x = 1
-    for i in range(n):
-        x = (x * 1103515245 + 12345) & 0xffffffff
-    return x
-
-def hotB(n):
-    x = 2
-    for i in range(n):
-        x = (x * 1103515245 + 12345) & 0xffffffff
-    return x
-
-def hotC(n):
-    x = 3
-    for i in range(n):
-        x = (x * 1103515245 + 12345) & 0xffffffff
-    return x
-
-UNIT = 20000
-cpu = {"hotA": 0, "hotB": 0, "hotC": 0}
-
-def timed(name, fn, units):
-    t0 = time.thread_time_ns()
-    fn(units * UNIT)
-    cpu[name] += time.thread_time_ns() - t0
-
-seconds = float(sys.argv[1])
-print("ready", flush=True)
-time.sleep(0.3)
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    timed("hotA", hotA, 6)
-    timed("hotB", hotB, 3)
-    timed("hotC", hotC, 1)
-print(json.dumps(cpu), flush=True)
-`
-
 // runtimeRun is a workload process started for a runtime test.
 type runtimeRun struct {
 	cmd   *exec.Cmd
@@ -384,7 +342,8 @@ func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
 // Python function's trampoline in its perf map. Not part of Debian 12, so
 // it runs only where such a Python is installed.
 func TestPythonPerfTrampolinesNamed(t *testing.T) {
-	checkScriptSplit(t, "split.py", splitPy, python312(t), "-X", "perf")
+	// The same program as the frame walk's tests (python_test.go).
+	checkScriptSplit(t, "split.py", splitPyZlib, python312(t), "-X", "perf")
 }
 
 // python312 finds a CPython ≥ 3.12 (on PATH, or a pyenv build), or skips.

@@ -110,42 +110,24 @@ func BenchmarkPythonWalk(b *testing.B) {
 	time.Sleep(100 * time.Millisecond)
 	drain(b, off)
 	drain(b, on)
-	var rt [2]time.Duration
-	var runs [2]uint64
 	var pySamples, pyFrames uint64
-	for b.Loop() {
-		var rt0 [2]time.Duration
-		var n0 [2]uint64
-		for i, s := range []*Sampler{off, on} {
-			rt0[i], n0[i] = progStats(b, s)
-		}
-		time.Sleep(200 * time.Millisecond)
-		for i, s := range []*Sampler{off, on} {
-			r, n := progStats(b, s)
-			rt[i] += r - rt0[i]
-			runs[i] += n - n0[i]
-			batch := drain(b, s)
-			if s != on {
-				continue
-			}
-			for _, smp := range batch.Samples {
-				if smp.PID != uint32(pid) {
-					continue
-				}
+	rt, runs := sideBySide(b, off, on, func(batch Batch) {
+		for _, smp := range batch.Samples {
+			if smp.PID == uint32(pid) {
 				_, py := SplitPythonFrames(smp.UserStack, nil)
 				pySamples += smp.Count
 				pyFrames += smp.Count * uint64(len(py))
 			}
 		}
+	})
+	if pySamples == 0 {
+		b.Fatal("no samples of the Python process")
 	}
-	if runs[0] == 0 || runs[1] == 0 || pySamples == 0 {
-		b.Fatalf("programs ran %v times, %d samples of the Python process", runs, pySamples)
-	}
-	perOff := float64(rt[0].Nanoseconds()) / float64(runs[0])
-	perOn := float64(rt[1].Nanoseconds()) / float64(runs[1])
-	b.ReportMetric(perOff, "native-bpf-ns/sample")
-	b.ReportMetric(perOn, "python-bpf-ns/sample")
-	b.ReportMetric(float64(rt[1].Nanoseconds()-rt[0].Nanoseconds())/float64(pySamples), "walk-ns/python-sample")
+	b.ReportMetric(perSample(rt[0], runs[0]), "native-bpf-ns/sample")
+	b.ReportMetric(perSample(rt[1], runs[1]), "python-bpf-ns/sample")
+	// Both programs ran for every sample on the machine; the difference
+	// is the walk, spent on the Python process's samples only.
+	b.ReportMetric(float64((rt[1]-rt[0]).Nanoseconds())/float64(pySamples), "walk-ns/python-sample")
 	b.ReportMetric(float64(pyFrames)/float64(pySamples), "python-frames/sample")
 }
 
