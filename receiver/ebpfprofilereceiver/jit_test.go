@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
@@ -25,8 +26,9 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 
-// The runtime workloads below share one design: after "ready" and a short
-// idle (so the agent has read the process before it burns), a loop calls
+// The runtime workloads below share one design: after "ready" they wait
+// for a line on stdin, sent once the agent has read the process (runGated),
+// so they burn only then, however loaded the machine is; a loop calls
 // hotA, hotB and hotC with 6, 3 and 1 units of the same work, so they take
 // 60 / 30 / 10 % of the CPU. Each program measures the CPU time of its own
 // calls and prints it as JSON {"hotA": ns, ...} when it ends: that
@@ -52,7 +54,8 @@ function timed(name, fn, units) {
 }
 const seconds = Number(process.argv[2]);
 console.log("ready");
-setTimeout(() => {
+process.stdin.once("data", () => {
+	process.stdin.destroy();
 	const end = Date.now() + seconds * 1000;
 	let sink = 0;
 	while (Date.now() < end) {
@@ -62,7 +65,7 @@ setTimeout(() => {
 	}
 	console.log(JSON.stringify(cpu));
 	if (sink === 42) console.error(sink);
-}, 300);
+});
 `
 
 // splitJava: HotSpot; the perf map is written on request (jcmd PID
@@ -145,6 +148,32 @@ func startRuntime(t *testing.T, argv ...string) *runtimeRun {
 		t.Fatalf("%v did not start: %q %v", argv, line, err)
 	}
 	return r
+}
+
+// runGated lets the workload start its measured work once every receiver
+// has read the process (its entry has a snapshot), waiting up to 30 s.
+func (r *runtimeRun) runGated(t *testing.T, rs ...*profileReceiver) {
+	t.Helper()
+	pid := r.cmd.Process.Pid
+	read := func() bool {
+		for _, rc := range rs {
+			rc.procs.mu.Lock()
+			e := rc.procs.entries[pid]
+			rc.procs.mu.Unlock()
+			if e == nil || e.snapshot == nil {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !read(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: the receivers did not read it in 30 s", pid)
+		}
+	}
+	if _, err := io.WriteString(r.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // measured waits for the program to end and returns its own CPU
@@ -289,6 +318,7 @@ func runSplit(t *testing.T, cfg *Config, name, source string, argv ...string) sp
 	}
 	r, sink := startReceiver(t, cfg)
 	run := startRuntime(t, append(argv, script, "8")...)
+	run.runGated(t, r)
 	measured := run.measured(t)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -327,9 +357,7 @@ func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
 	r, sink := startReceiver(t, cfg)
-	if _, err := io.WriteString(run.stdin, "go\n"); err != nil {
-		t.Fatal(err)
-	}
+	run.runGated(t, r)
 	measured := run.measured(t)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -454,6 +482,8 @@ func TestPerfMapSymlinkRefused(t *testing.T) {
 	if err := os.Symlink(secret, linkedMap); err != nil {
 		t.Fatal(err)
 	}
+	planted.runGated(t, r)
+	linked.runGated(t, r)
 	planted.measured(t)
 	linked.measured(t)
 	if err := r.Shutdown(context.Background()); err != nil {

@@ -63,7 +63,7 @@ def dispatch():
 
 seconds = float(sys.argv[1])
 print("ready", flush=True)
-time.sleep(0.3)
+sys.stdin.readline()
 end = time.monotonic() + seconds
 while time.monotonic() < end:
     dispatch()
@@ -172,6 +172,7 @@ func TestUnknownPythonStaysNative(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := startRuntime(t, "/usr/bin/python3.11", script, "2")
+	run.runGated(t, r)
 	run.measured(t)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
