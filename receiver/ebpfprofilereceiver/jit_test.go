@@ -26,9 +26,10 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 
-// The runtime workloads below share one design: after "ready" they wait
-// for a line on stdin, sent once the agent has read the process (runGated),
-// so they burn only then, however loaded the machine is; a loop calls
+// The runtime workloads below share one design: after "ready" they spin
+// (an idle process is never sampled, so never read) until a line on stdin,
+// sent once the agent has read the process (runGated), so they burn only
+// then, however loaded the machine is; a loop calls
 // hotA, hotB and hotC with 6, 3 and 1 units of the same work, so they take
 // 60 / 30 / 10 % of the CPU. Each program measures the CPU time of its own
 // calls and prints it as JSON {"hotA": ns, ...} when it ends: that
@@ -53,9 +54,7 @@ function timed(name, fn, units) {
 	return r;
 }
 const seconds = Number(process.argv[2]);
-console.log("ready");
-process.stdin.once("data", () => {
-	process.stdin.destroy();
+function burn() {
 	const end = Date.now() + seconds * 1000;
 	let sink = 0;
 	while (Date.now() < end) {
@@ -65,7 +64,19 @@ process.stdin.once("data", () => {
 	}
 	console.log(JSON.stringify(cpu));
 	if (sink === 42) console.error(sink);
-});
+}
+// Spin until told to go: an idle process is never sampled, so the agent
+// would never read it.
+let go = false;
+process.stdin.once("data", () => { go = true; process.stdin.destroy(); });
+function waitForGo() {
+	if (go) return burn();
+	const t = Date.now();
+	while (Date.now() - t < 5) {}
+	setImmediate(waitForGo);
+}
+console.log("ready");
+waitForGo();
 `
 
 // splitJava: HotSpot; the perf map is written on request (jcmd PID
