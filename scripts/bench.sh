@@ -9,10 +9,11 @@
 #   BENCH_PAIRS=4        A/B pairs for the workload slowdown
 #   BENCH_ARM=15s        workload run per arm (covers one 15 s interval)
 #   BENCH_UNWIND_STEADY=45s  steady window per agent run of the unwinding phase (4 runs)
+#   BENCH_CHURN_SECONDS=120  window per agent run of the churn phase (2 runs: guard on, guard off)
 #   BENCH_SPAN=24h       simulated time written to the gateway's summary tier
 #   BENCH_LOCAL_SPAN=3h  the last part of it also written to the agent's local tier
 #   BENCH_DAYS=30        days stored for the long query
-#   BENCH_ONLY="agent unwinding symbolize micro storage"  phases to run (a subset
+#   BENCH_ONLY="agent unwinding churn symbolize micro storage"  phases to run (a subset
 #                        writes bench/results/<date>-<host>-<phases>.md)
 #   BENCH_KEEP=1         keep the work directory (JSON, logs, DuckDB files)
 set -euo pipefail
@@ -25,10 +26,11 @@ BENCH_STEADY=${BENCH_STEADY:-60s}
 BENCH_PAIRS=${BENCH_PAIRS:-4}
 BENCH_ARM=${BENCH_ARM:-15s}
 BENCH_UNWIND_STEADY=${BENCH_UNWIND_STEADY:-45s}
+BENCH_CHURN_SECONDS=${BENCH_CHURN_SECONDS:-120}
 BENCH_SPAN=${BENCH_SPAN:-24h}
 BENCH_LOCAL_SPAN=${BENCH_LOCAL_SPAN:-3h}
 BENCH_DAYS=${BENCH_DAYS:-30}
-all_phases="agent unwinding symbolize micro storage"
+all_phases="agent unwinding churn symbolize micro storage"
 BENCH_ONLY=${BENCH_ONLY:-$all_phases}
 
 work=$(mktemp -d /tmp/hotpath-bench.XXXXXX)
@@ -64,7 +66,7 @@ fi
 	echo "loadavg:  $(cat /proc/loadavg)   (at start; the machine may be shared)"
 	echo "commit:   $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' + uncommitted changes')"
 	echo "go:       $(go version)"
-	echo "settings: BENCH_COUNT=$BENCH_COUNT BENCH_STEADY=$BENCH_STEADY BENCH_PAIRS=$BENCH_PAIRS BENCH_ARM=$BENCH_ARM BENCH_UNWIND_STEADY=$BENCH_UNWIND_STEADY BENCH_SPAN=$BENCH_SPAN BENCH_LOCAL_SPAN=$BENCH_LOCAL_SPAN BENCH_DAYS=$BENCH_DAYS"
+	echo "settings: BENCH_COUNT=$BENCH_COUNT BENCH_STEADY=$BENCH_STEADY BENCH_PAIRS=$BENCH_PAIRS BENCH_ARM=$BENCH_ARM BENCH_UNWIND_STEADY=$BENCH_UNWIND_STEADY BENCH_CHURN_SECONDS=$BENCH_CHURN_SECONDS BENCH_SPAN=$BENCH_SPAN BENCH_LOCAL_SPAN=$BENCH_LOCAL_SPAN BENCH_DAYS=$BENCH_DAYS"
 } >"$work/env.txt"
 cat "$work/env.txt"
 
@@ -78,6 +80,12 @@ if wants unwinding; then
 	echo "== unwinding: the agent with unwinding: frame_pointer vs auto (interleaved, 4 runs) on code without frame pointers"
 	run ./bin/hotpath-bench unwinding -out "$work/unwinding.json" -dir "$work/unwinding" \
 		-steady "$BENCH_UNWIND_STEADY"
+fi
+
+if wants churn; then
+	echo "== churn: the agent on a CI node (steady C and Go, >= 5 process starts/s, a new binary every second), guard on and off"
+	run ./bin/hotpath-bench churn -out "$work/churn.json" -dir "$work/churn" \
+		-window "${BENCH_CHURN_SECONDS}s"
 fi
 
 if wants symbolize; then

@@ -49,11 +49,12 @@ type Process struct {
 // procFile is one distinct mapped file: an open handle until its table is
 // loaded, then the table (whose file mapping outlives the handle).
 type procFile struct {
-	id     fileid.ID
-	f      *os.File
-	table  *SymbolTable
-	err    error
-	loaded bool
+	id       fileid.ID
+	f        *os.File
+	table    *SymbolTable
+	err      error
+	loaded   bool
+	deferred bool // its load was deferred once (counted in Stats.Deferred)
 }
 
 // Close releases the open file handles. Tables already loaded keep working.

@@ -187,8 +187,11 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 		if p.DeferLoads.Load() {
 			// Over the agent's budget for per-binary work: the frame keeps
 			// its address and mapping (and so its build ID); the file stays
-			// open for a later interval.
-			s.deferred++
+			// open for a later interval. Counted once per process and file.
+			if !pf.deferred {
+				pf.deferred = true
+				s.deferred++
+			}
 			return nil
 		}
 		var t *SymbolTable
@@ -276,8 +279,9 @@ type Stats struct {
 	Hits, Misses uint64
 	KernelBytes  int // heap bytes of the kallsyms table, 0 when not loaded
 	// Loads counts tables read from their files, LoadTime the CPU time
-	// spent reading them; Deferred counts lookups left unresolved because their
-	// process asked to defer loads (Process.DeferLoads).
+	// spent reading them; Deferred counts files (per process) whose table
+	// was not read because their process asked to defer loads
+	// (Process.DeferLoads).
 	Loads, Deferred uint64
 	LoadTime        time.Duration
 }

@@ -78,22 +78,11 @@ func ExpectedSamples(cmd *exec.Cmd, hz int) float64 {
 func StartGated(t testing.TB, bin string, seconds string, gate func(pid int) bool, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, seconds)
-	cmd.Env = append(os.Environ(), env...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("%s did not start: %q %v", bin, line, err)
-	}
+	start(t, cmd, env)
 	for deadline := time.Now().Add(30 * time.Second); !gate(cmd.Process.Pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s (pid %d): the gate did not open in 30 s", bin, cmd.Process.Pid)
@@ -110,6 +99,14 @@ func StartGated(t testing.TB, bin string, seconds string, gate func(pid int) boo
 func Start(t testing.TB, bin string, seconds string, env ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, seconds)
+	start(t, cmd, env)
+	return cmd
+}
+
+// start runs cmd with env added, kills it at the end of the test, and waits
+// for its "ready" line.
+func start(t testing.TB, cmd *exec.Cmd, env []string) {
+	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -120,7 +117,6 @@ func Start(t testing.TB, bin string, seconds string, env ...string) *exec.Cmd {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("%s did not start: %q %v", bin, line, err)
+		t.Fatalf("%s did not start: %q %v", cmd.Path, line, err)
 	}
-	return cmd
 }

@@ -66,6 +66,19 @@ type Config struct {
 	// (unwinding: auto). Binaries that do not fit unwind with frame
 	// pointers and are counted.
 	MaxUnwindTableMiB int `mapstructure:"max_unwind_table_mib"`
+	// BinaryCache keeps what is derived from each binary (frame-pointer
+	// verdict, unwind rows) on disk, so a restart does not compute it all
+	// again. Off when Directory is empty.
+	BinaryCache BinaryCacheConfig `mapstructure:"binary_cache"`
+}
+
+// BinaryCacheConfig places the per-binary disk cache.
+type BinaryCacheConfig struct {
+	// Directory holds the entries (created if missing); "" turns the
+	// cache off.
+	Directory string `mapstructure:"directory"`
+	// MaxMiB bounds the directory; least recently used entries go first.
+	MaxMiB int `mapstructure:"max_mib"`
 }
 
 // Bounds of MaxUnwindTableMiB.
@@ -132,6 +145,7 @@ func createDefaultConfig() *Config {
 		Unwinding:       UnwindingAuto,
 		// glibc is 0.2 MiB of rows, a large C++ service a few MiB.
 		MaxUnwindTableMiB: 64,
+		BinaryCache:       BinaryCacheConfig{MaxMiB: 64},
 		TraceContext: TraceContextConfig{
 			Enabled:        true,
 			BPFFS:          "/sys/fs/bpf",
@@ -186,6 +200,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxUnwindTableMiB < MinUnwindTableMiB || c.MaxUnwindTableMiB > MaxUnwindTableMiB {
 		errs = append(errs, fmt.Errorf("max_unwind_table_mib must be between %d and %d (got %d)", MinUnwindTableMiB, MaxUnwindTableMiB, c.MaxUnwindTableMiB))
+	}
+	if bc := c.BinaryCache; bc.Directory != "" && (!filepath.IsAbs(bc.Directory) || bc.MaxMiB < 1 || bc.MaxMiB > 4096) {
+		errs = append(errs, fmt.Errorf("binary_cache needs an absolute directory and max_mib between 1 and 4096 (got %q, %d)", bc.Directory, bc.MaxMiB))
 	}
 	if tc := c.TraceContext; tc.Enabled {
 		if !filepath.IsAbs(tc.BPFFS) {

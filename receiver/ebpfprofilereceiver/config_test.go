@@ -31,6 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		{"unwind table budget zero", func(c *Config) { c.MaxUnwindTableMiB = 0 }, "max_unwind_table_mib must be between 1 and 1024"},
 		{"unwind table budget huge", func(c *Config) { c.MaxUnwindTableMiB = 4096 }, "max_unwind_table_mib must be between 1 and 1024"},
 		{"rescan too often", func(c *Config) { c.TraceContext.RescanInterval = time.Millisecond }, "trace_context.rescan_interval"},
+		{"relative binary cache", func(c *Config) { c.BinaryCache.Directory = "cache" }, "binary_cache needs an absolute directory"},
+		{"binary cache without room", func(c *Config) { c.BinaryCache = BinaryCacheConfig{Directory: "/var/cache/x", MaxMiB: 0} }, "max_mib between 1 and 4096"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := createDefaultConfig()

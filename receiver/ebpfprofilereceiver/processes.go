@@ -44,8 +44,9 @@ type processEntry struct {
 	sampledAt, mapsReadAt time.Time
 	// unwindDeferred: attaching unwind tables would have needed one-time
 	// work while the budget was spent; retried when the process has many
-	// samples. Guarded by processTable.mu.
-	unwindDeferred bool
+	// samples. attachQueued: that work goes to the worker once the entry is
+	// installed. Guarded by processTable.mu.
+	unwindDeferred, attachQueued bool
 	// dwarf: the kernel unwinds its user stacks with unwind tables.
 	dwarf atomic.Bool
 	// endedEarly counts its user stacks (in samples) that ended before the
@@ -80,6 +81,11 @@ type processTable struct {
 	// context markers are looked up per binary from them).
 	onRead func(pid int, snap *symbolize.Process)
 
+	// attachQueue feeds the worker that attaches unwind tables needing
+	// one-time work (attachWorker).
+	attachQueue chan *processEntry
+	workerDone  chan struct{}
+
 	mu      sync.Mutex
 	entries map[int]*processEntry
 	closed  bool // after closeAll: late lifecycle work must not reopen files
@@ -93,9 +99,50 @@ type processTable struct {
 const buildIDCacheSize = 1024
 
 func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer, work *binaryWork) *processTable {
-	return &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, work: work,
+	t := &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, work: work,
 		procRoot: "/proc", entries: map[int]*processEntry{}, refreshDue: map[int]struct{}{},
-		buildIDs: buildid.NewCache(buildIDCacheSize)}
+		buildIDs:    buildid.NewCache(buildIDCacheSize),
+		attachQueue: make(chan *processEntry, attachQueueLen),
+		workerDone:  make(chan struct{}),
+	}
+	go t.attachWorker()
+	return t
+}
+
+// attachQueueLen bounds the processes waiting for their unwind tables; past
+// it a process is marked deferred (its tables come when it is heavy).
+const attachQueueLen = 256
+
+// installLocked makes e the entry of pid and hands it to the unwind worker
+// when its tables need one-time work (or marks it deferred when the queue is
+// full). t.mu must be held and t not closed.
+func (t *processTable) installLocked(pid int, e *processEntry) {
+	t.entries[pid] = e
+	if !e.attachQueued {
+		return
+	}
+	select {
+	case t.attachQueue <- e:
+	default:
+		e.unwindDeferred = true
+		t.work.deferred(workUnwindTable, 1)
+	}
+}
+
+// attachWorker attaches the unwind tables of queued processes that are
+// still current (not exited, not replaced by a later read), one at a time,
+// until closeAll.
+func (t *processTable) attachWorker() {
+	defer close(t.workerDone)
+	for e := range t.attachQueue {
+		pid := int(e.resource.PID)
+		t.mu.Lock()
+		current := t.entries[pid] == e && e.exitedAt.IsZero()
+		t.mu.Unlock()
+		if current {
+			t.attachUnwind(e, false)
+		}
+	}
 }
 
 // seen handles the kernel's first sample of pid (since it started, exec'd,
@@ -123,7 +170,7 @@ func (t *processTable) store(pid int, e *processEntry) {
 		return
 	}
 	prev := t.entries[pid]
-	t.entries[pid] = e
+	t.installLocked(pid, e)
 	t.mu.Unlock()
 	if prev != nil && prev != e {
 		prev.close()
@@ -134,15 +181,25 @@ func (t *processTable) store(pid int, e *processEntry) {
 // new one with its next sample. (Samples of the old image still in this
 // interval's counts are read against the new one, as before.)
 func (t *processTable) execed(pid int) {
+	t.drop(pid)
+}
+
+// drop forgets pid: its entry, open files and unwind tables. It returns the
+// entry dropped, or nil.
+func (t *processTable) drop(pid int) *processEntry {
 	t.mu.Lock()
 	e, ok := t.entries[pid]
 	delete(t.entries, pid)
 	t.mu.Unlock()
 	if !ok {
-		return
+		return nil
 	}
 	e.close()
 	t.detachUnwind(pid)
+	if py := t.python.Load(); py != nil {
+		py.detach(pid)
+	}
+	return e
 }
 
 // mapsChanged notes that pid's executable memory changed since its last
@@ -208,7 +265,7 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 		e.sampledAt, e.mapsReadAt = old.sampledAt, old.mapsReadAt
 		e.endedEarly = old.endedEarly
 	}
-	t.entries[pid] = e
+	t.installLocked(pid, e)
 	t.mu.Unlock()
 	old.close()
 	return e
@@ -229,8 +286,8 @@ func (t *processTable) lookup(pid int) *processEntry {
 		// Read concurrently by the lifecycle watcher; keep one.
 		e.close()
 		e = prev
-	} else {
-		t.entries[pid] = e
+	} else if !t.closed {
+		t.installLocked(pid, e)
 	}
 	t.mu.Unlock()
 	return e
@@ -273,19 +330,8 @@ func (t *processTable) forgetExitedBefore(drain time.Time, interval time.Duratio
 	}
 	forget := t.forget.Load()
 	for _, pid := range drop {
-		t.mu.Lock()
-		e, ok := t.entries[pid]
-		delete(t.entries, pid)
-		t.mu.Unlock()
-		if !ok {
-			continue
-		}
-		e.close()
-		t.detachUnwind(pid)
-		if py := t.python.Load(); py != nil {
-			py.detach(pid)
-		}
-		if forget != nil && e.exitedAt.IsZero() {
+		e := t.drop(pid)
+		if e != nil && forget != nil && e.exitedAt.IsZero() {
 			if err := (*forget)(pid); err != nil {
 				t.logger.Debug("forget idle process", zap.Int("pid", pid), zap.Error(err))
 			}
@@ -325,12 +371,16 @@ func (t *processTable) detachUnwind(pid int) {
 // closeAll releases every snapshot's open files.
 func (t *processTable) closeAll() {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.closed = true
+	if !t.closed {
+		t.closed = true
+		close(t.attachQueue)
+	}
 	for pid, e := range t.entries {
 		delete(t.entries, pid)
 		e.close()
 	}
+	t.mu.Unlock()
+	<-t.workerDone
 }
 
 // countEndedEarly adds n samples whose user stack ended early for reason.
@@ -377,8 +427,16 @@ func (t *processTable) read(pid int) *processEntry {
 	// At first sight too, not only when a stack needs it: a short
 	// CPU-bound process (a compiler run) would otherwise spend its first
 	// tens of milliseconds on frame-pointer stacks. Binaries already known
-	// cost a map update here; new ones are one-time work under the budget.
-	t.attachUnwind(e, false)
+	// cost a map update here; new ones are one-time work under the budget,
+	// done by the worker so that analysing one binary does not hold up
+	// reading the next new processes before they exit.
+	if u := t.unwind.Load(); u != nil && e.snapshot != nil {
+		if u.NeedsWork(e.snapshot) {
+			e.attachQueued = true // queued once installed (installLocked)
+		} else {
+			t.attachUnwind(e, false)
+		}
+	}
 	if t.onRead != nil && e.snapshot != nil {
 		t.onRead(pid, e.snapshot)
 	}

@@ -30,7 +30,7 @@ func newTestTable(t *testing.T, work *binaryWork, dwarf bool) (*processTable, *s
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		table.unwind.Store(unwinder.New(s, sym, 64<<20, zap.NewNop()))
+		table.unwind.Store(unwinder.New(s, sym, 64<<20, nil, zap.NewNop()))
 	}
 	t.Cleanup(table.closeAll)
 	return table, sym
@@ -57,11 +57,15 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	cmd := testworkload.Start(t, bin, "5")
 	pid := cmd.Process.Pid
 
-	e := table.read(pid)
+	table.seen(pid)
+	e := table.lookup(pid)
 	if e.snapshot == nil {
 		t.Fatalf("pid %d not read", pid)
 	}
-	if !table.isUnwindDeferred(e) || e.dwarf.Load() {
+	// The unwind worker takes the new binary's table work, finds the
+	// budget spent and defers it.
+	waitFor(t, 10*time.Second, "the unwind worker to defer the process", func() bool { return table.isUnwindDeferred(e) })
+	if e.dwarf.Load() {
 		t.Fatalf("over budget, a small process got its tables (deferred %v, dwarf %v)", table.isUnwindDeferred(e), e.dwarf.Load())
 	}
 	// Symbols: an address in level3, resolved only once loads are allowed.

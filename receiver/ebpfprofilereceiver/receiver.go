@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/collector/receiver"
 	"go.uber.org/zap"
 
+	"github.com/hotpath-dev/hotpath/internal/binarycache"
 	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
@@ -29,13 +30,14 @@ type profileReceiver struct {
 	next     xconsumer.Profiles
 	hostName string
 
-	symbolizer *symbolize.Symbolizer
-	procs      *processTable
-	metrics    *selfMetrics
-	traceCtx   *traceContext // nil: trace context off
-	guard      *overheadGuard
-	work       *binaryWork
-	control    *controlServer
+	symbolizer  *symbolize.Symbolizer
+	binaryCache *binarycache.Cache // nil: off, or its directory unusable
+	procs       *processTable
+	metrics     *selfMetrics
+	traceCtx    *traceContext // nil: trace context off
+	guard       *overheadGuard
+	work        *binaryWork
+	control     *controlServer
 
 	// mu guards the sampler and everything that symbolizes (the frame
 	// buffers below are shared).
@@ -95,6 +97,16 @@ func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
 		OnTableLoad: func(cpu time.Duration) { r.work.charge(workSymbolTable, 1, cpu) },
 	})
 	r.procs = newProcessTable(r.cfg, r.hostName, r.set.Logger, r.symbolizer, r.work)
+	if bc := r.cfg.BinaryCache; bc.Directory != "" {
+		c, err := binarycache.Open(bc.Directory, int64(bc.MaxMiB)<<20, r.set.Logger)
+		if err != nil {
+			// The cache saves work at restart; without it the agent
+			// computes everything again, which is no reason not to run.
+			r.set.Logger.Warn("binary cache off", zap.Error(err))
+		} else {
+			r.binaryCache = c
+		}
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if r.cfg.Enabled {
 		if err := sampler.CheckPrivileges(); err != nil {
@@ -163,7 +175,7 @@ func (r *profileReceiver) startSamplingLocked() error {
 	forget := func(pid int) error { return s.ForgetProcess(uint32(pid)) }
 	r.procs.forget.Store(&forget)
 	if scfg.DWARFUnwind {
-		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.set.Logger)
+		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.binaryCache, r.set.Logger)
 		r.procs.setUnwinder(r.unwind)
 		r.procs.setPython(newPythonFrames(s, r.symbolizer, r.set.Logger, r.set.TelemetrySettings.MeterProvider))
 	}

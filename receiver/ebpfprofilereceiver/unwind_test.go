@@ -65,10 +65,12 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-	double end = now() + atof(argv[1]);
+	double end;
+
 	printf("ready\n");
 	fflush(stdout);
 	SETTLE();
+	end = now() + atof(argv[1]);
 	while (now() < end)
 		for (int i = 0; i < 100; i++)
 			sink += level1(sink);
@@ -107,10 +109,12 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-	double end = now() + atof(argv[1]);
+	double end;
+
 	printf("ready\n");
 	fflush(stdout);
 	SETTLE();
+	end = now() + atof(argv[1]);
 	for (unsigned s = 1; now() < end; s++)
 		sort_batch(s);
 	return 0;

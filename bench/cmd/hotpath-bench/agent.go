@@ -249,7 +249,8 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // memory from /proc, its BPF maps and programs, its self-metrics at both
 // ends, and the CPU of other processes watched over the same window.
 type steadyWindow struct {
-	WarmupCPU, WarmupSeconds float64 // agent CPU and wall time from exec to the window
+	Start                    time.Time // the window's start (the aligned boundary when aligned)
+	WarmupCPU, WarmupSeconds float64   // agent CPU and wall time from exec to the window
 	Seconds, CPUSeconds      float64
 	RSS, Anon, File          []float64 // MB, once a second
 	PeakRSSMB                float64   // VmHWM at the end
@@ -259,14 +260,27 @@ type steadyWindow struct {
 	WatchedCPU               []float64 // seconds, per watched pid
 }
 
+// steadyOptions are what a phase adds to a measured window.
+type steadyOptions struct {
+	// Watch are other pids whose CPU over the same window is recorded (0
+	// for one that exited).
+	Watch []int
+	// Align starts the window on the next multiple of Align on the wall
+	// clock (the agent's intervals and windows are aligned so), so that
+	// what the agent stored per interval covers the window exactly.
+	Align time.Duration
+}
+
 // measureSteady waits warmup and the agent's first emitted interval, then
-// samples the agent for window. watch are other pids whose CPU over the
-// same window is recorded (0 for one that exited).
-func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.Duration, watch ...int) (*steadyWindow, error) {
+// samples the agent for window.
+func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.Duration, opt steadyOptions) (*steadyWindow, error) {
 	pid := a.PID()
 	time.Sleep(warmup)
 	if err := r.waitFirstInterval(60 * time.Second); err != nil {
 		return nil, err
+	}
+	if opt.Align > 0 {
+		time.Sleep(time.Until(time.Now().Truncate(opt.Align).Add(opt.Align)))
 	}
 	cpuOf := func(pids []int) []time.Duration {
 		out := make([]time.Duration, len(pids))
@@ -280,16 +294,21 @@ func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.D
 	if sw.M0, err = collectorproc.Scrape(r.metricsURL); err != nil {
 		return nil, err
 	}
-	w0 := cpuOf(watch)
+	w0 := cpuOf(opt.Watch)
 	sw.Progs0, _ = procstat.ReadBPFPrograms(pid)
 	c0, err := procstat.CPUTime(pid)
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
+	sw.Start = t0
+	if opt.Align > 0 {
+		sw.Start = t0.Truncate(opt.Align)
+	}
+	end := sw.Start.Add(window)
 	sw.WarmupCPU, sw.WarmupSeconds = c0.Seconds(), t0.Sub(a.Started).Seconds()
-	for time.Since(t0) < window {
-		time.Sleep(time.Second)
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		time.Sleep(min(time.Second, end.Sub(now)))
 		mem, err := procstat.ReadMemory(pid)
 		if err != nil {
 			return nil, fmt.Errorf("agent died during the steady window: %w\n%s", err, a.Tail(15))
@@ -298,6 +317,10 @@ func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.D
 		sw.Anon = append(sw.Anon, float64(mem.Anon)/1e6)
 		sw.File = append(sw.File, float64(mem.File)/1e6)
 	}
+	// The window ends here: the watched processes first, as at its start.
+	for i, c := range cpuOf(opt.Watch) {
+		sw.WatchedCPU = append(sw.WatchedCPU, (c - w0[i]).Seconds())
+	}
 	c1, err := procstat.CPUTime(pid)
 	if err != nil {
 		return nil, err
@@ -305,9 +328,6 @@ func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.D
 	sw.Progs1, _ = procstat.ReadBPFPrograms(pid)
 	sw.Seconds = time.Since(t0).Seconds()
 	sw.CPUSeconds = (c1 - c0).Seconds()
-	for i, c := range cpuOf(watch) {
-		sw.WatchedCPU = append(sw.WatchedCPU, (c - w0[i]).Seconds())
-	}
 	if sw.M1, err = collectorproc.Scrape(r.metricsURL); err != nil {
 		return nil, err
 	}
@@ -344,7 +364,7 @@ func (r *agentRun) steady(res *agentResult, window, warmup time.Duration) error 
 		res.StartupCPU = cpu.Seconds()
 	}
 	logf("agent: ready after %.0f ms; steady window of %s under load", res.TTFSMillis[0], window)
-	sw, err := r.measureSteady(a, window, warmup)
+	sw, err := r.measureSteady(a, window, warmup, steadyOptions{})
 	if err != nil {
 		return err
 	}
@@ -406,6 +426,14 @@ func (r *agentRun) perfProfile(res *agentResult, pid int) error {
 // perfEventsRe is the report's total; for cpu-clock it is in nanoseconds.
 var perfEventsRe = regexp.MustCompile(`^# Event count \(approx\.\): (\d+)`)
 
+// Suffixes the Prometheus exporter may append to a receiver counter, and
+// to the count of the symbolization histogram (see
+// collectorproc.ReceiverNames).
+var (
+	counterSuffixes        = []string{"_total"}
+	symbolizeCountSuffixes = []string{"_seconds_count", "_count"}
+)
+
 // metricDelta is the growth of the first of names present in m1 (names
 // differ by exporter version in their unit and _total suffixes), or -1
 // when none is; name is the one read.
@@ -429,11 +457,11 @@ func (r *agentRun) selfMetrics(res *agentResult, m0, m1 collectorproc.Metrics) {
 		}
 		return d
 	}
-	res.SamplesKept = delta([]string{"hotpath_receiver_samples_total", "hotpath_receiver_samples"}, `outcome="kept"`)
-	res.SamplesLost = delta([]string{"hotpath_receiver_samples_lost_total", "hotpath_receiver_samples_lost"})
-	res.SymbolizeSum = delta([]string{"hotpath_receiver_symbolize_duration_seconds_sum", "hotpath_receiver_symbolize_duration_sum"})
-	res.SymbolizeCount = delta([]string{"hotpath_receiver_symbolize_duration_seconds_count", "hotpath_receiver_symbolize_duration_count"})
-	if v, name, ok := m1.First([]string{"hotpath_receiver_processes"}); ok {
+	res.SamplesKept = delta(collectorproc.ReceiverNames("samples", counterSuffixes...), `outcome="kept"`)
+	res.SamplesLost = delta(collectorproc.ReceiverNames("samples_lost", counterSuffixes...))
+	res.SymbolizeSum = delta(collectorproc.ReceiverNames("symbolize_duration", "_seconds_sum", "_sum"))
+	res.SymbolizeCount = delta(collectorproc.ReceiverNames("symbolize_duration", symbolizeCountSuffixes...))
+	if v, name, ok := m1.Receiver("processes", nil); ok {
 		res.Processes = v
 		res.MetricNames = append(res.MetricNames, name)
 	}
@@ -582,7 +610,7 @@ func envValue(env []string, key string) (string, bool) {
 // waitFirstInterval polls the agent's self-metrics until it has
 // symbolized (and so emitted) its first interval.
 func (r *agentRun) waitFirstInterval(timeout time.Duration) error {
-	names := []string{"hotpath_receiver_symbolize_duration_count", "hotpath_receiver_symbolize_duration_seconds_count"}
+	names := collectorproc.ReceiverNames("symbolize_duration", symbolizeCountSuffixes...)
 	deadline := time.Now().Add(timeout)
 	for {
 		if m, err := collectorproc.Scrape(r.metricsURL); err == nil {

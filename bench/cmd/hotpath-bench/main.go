@@ -7,6 +7,7 @@
 //	hotpath-bench symbolize -out symbolize.json  per-interval symbolization time, p50/p99
 //	hotpath-bench agent     -out agent.json      the real collector under load: CPU, memory, start, slowdown
 //	hotpath-bench unwinding -out unwinding.json  the agent with unwinding: auto vs frame_pointer on code without frame pointers
+//	hotpath-bench churn     -out churn.json      the agent on a node that keeps starting processes and building binaries, guard on and off
 //	hotpath-bench report    -dir DIR -results FILE
 package main
 
@@ -31,6 +32,8 @@ func main() {
 		err = agentCmd(os.Args[2:])
 	case "unwinding":
 		err = unwindingCmd(os.Args[2:])
+	case "churn":
+		err = churnCmd(os.Args[2:])
 	case "report":
 		err = reportCmd(os.Args[2:])
 	default:
@@ -43,7 +46,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: hotpath-bench storage|symbolize|agent|unwinding|report [flags] (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: hotpath-bench storage|symbolize|agent|unwinding|churn|report [flags] (-h for flags)")
 	os.Exit(2)
 }
 

@@ -36,7 +36,7 @@ func verdict(v, bound float64, haveBound bool) string {
 
 func reportCmd(args []string) error {
 	fset := flag.NewFlagSet("report", flag.ExitOnError)
-	dir := fset.String("dir", "", "directory with agent.json, unwinding.json, symbolize.json, storage.json, micro.txt, benchstat.txt")
+	dir := fset.String("dir", "", "directory with agent.json, unwinding.json, churn.json, symbolize.json, storage.json, micro.txt, benchstat.txt")
 	results := fset.String("results", "", "markdown file to write (bench/results/<date>-<host>.md)")
 	phases := fset.String("phases", "", "phases that were run (BENCH_ONLY, space or comma separated); the results of the others are not looked for (default: all of "+strings.Join(allPhases, " ")+")")
 	_ = fset.Parse(args)
@@ -77,6 +77,14 @@ func reportCmd(args []string) error {
 			rows = append(rows, unwindingRows(&unw)...)
 		}
 	}
+	var churn churnResult
+	if wanted("churn") {
+		if err := readJSON(filepath.Join(*dir, "churn.json"), &churn); err != nil {
+			missing("churn: a CI node, guard on and off", err)
+		} else {
+			rows = append(rows, churnRows(&churn)...)
+		}
+	}
 	var sym symbolizeResult
 	if wanted("symbolize") {
 		if err := readJSON(filepath.Join(*dir, "symbolize.json"), &sym); err != nil {
@@ -110,12 +118,17 @@ func reportCmd(args []string) error {
 	}
 
 	printTable(os.Stdout, rows)
-	var unwSection string
+	var sections []string
 	if len(unw.Runs) > 0 {
-		unwSection = unwindingSection(&unw)
-		fmt.Printf("\n%s", unwSection)
+		sections = append(sections, unwindingSection(&unw))
 	}
-	md := markdown(*dir, rows, notes, &ag, &st, unwSection)
+	if len(churn.Runs) > 0 {
+		sections = append(sections, churnSection(&churn))
+	}
+	for _, s := range sections {
+		fmt.Printf("\n%s", s)
+	}
+	md := markdown(*dir, rows, notes, &ag, &st, strings.Join(sections, "\n"))
 	if err := os.MkdirAll(filepath.Dir(*results), 0o755); err != nil {
 		return err
 	}
@@ -315,11 +328,11 @@ func printTable(w *os.File, rows []row) {
 }
 
 // allPhases are the phases of scripts/bench.sh whose results report reads.
-var allPhases = []string{"agent", "unwinding", "symbolize", "micro", "storage"}
+var allPhases = []string{"agent", "unwinding", "churn", "symbolize", "micro", "storage"}
 
-// markdown is the results file; unwinding is the unwinding phase's
-// section ("" when it did not run).
-func markdown(dir string, rows []row, notes []string, ag *agentResult, st *storebench.Result, unwinding string) string {
+// markdown is the results file; sections are the unwinding and churn
+// phases' sections ("" when neither ran).
+func markdown(dir string, rows []row, notes []string, ag *agentResult, st *storebench.Result, sections string) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "# hotpath bench: %s on %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), host)
@@ -344,8 +357,8 @@ func markdown(dir string, rows []row, notes []string, ag *agentResult, st *store
 	if len(notes) > 0 {
 		b.WriteString("\n## Not measured\n\n" + strings.Join(notes, "\n") + "\n")
 	}
-	if unwinding != "" {
-		b.WriteString("\n" + unwinding)
+	if sections != "" {
+		b.WriteString("\n" + sections)
 	}
 	if len(ag.Pairs) > 0 {
 		b.WriteString("\n## Slowdown pairs (hotpath-burn ops/s)\n\n| pair | without agent | with agent | ratio | agent CPU in the B arm |\n|---|---|---|---|---|\n")

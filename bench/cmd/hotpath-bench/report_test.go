@@ -186,3 +186,63 @@ func TestStateEnv(t *testing.T) {
 		t.Fatalf("state dir %q", d)
 	}
 }
+
+// TestReportChurn states issue 14's targets per run from fixture runs: a
+// guard that lowered the rate fails "19 Hz throughout", the samples and
+// leaf shares are judged against the design, and a build without the
+// per-binary work counters says so instead of failing.
+func TestReportChurn(t *testing.T) {
+	run := func(label string, hz []float64, samples float64, hot70 float64) churnRun {
+		r := churnRun{Label: label, Seconds: 120, CPUSeconds: 0.6, RSS: []float64{50, 55, 58}, Anon: []float64{20, 25, 28}, PeakRSSMB: 75,
+			Starts: map[string]int{startTrue: 240, startGCC: 120, startPython: 120, startBuiltC: 120}, MachineForks: 30,
+			Steady: []steadyFigure{{Name: "C", Service: "c", CPUSeconds: 60, Expected: 1140, Samples: samples}},
+			Leaves: []leafShare{{Function: "churn_hot70", Want: 70, Got: hot70, Samples: samples}, {Function: "churn_hot30", Want: 30, Got: 99 - hot70, Samples: samples}}}
+		for i, h := range hz {
+			r.Timeline = append(r.Timeline, churnPoint{T: float64(10 * i), Hz: h})
+		}
+		return r
+	}
+	on := run("guard on", []float64{-1, 19, 9, 4}, 500, 60)
+	on.GuardLines = []string{"+40s overhead guard: sampling frequency changed"}
+	off := run("guard off", []float64{-1, 19, 19, 19}, 1120, 70.5)
+	on.BinaryWorkCPU = -1
+	off.BinaryWork = map[string]map[string]float64{"done": {"symbols": 12}, "deferred": {"symbols": 3}}
+	off.BinaryWorkCPU = 0.25
+	res := churnResult{CPUs: 2, ConfiguredHz: 19, AlignSeconds: 15, AgentConfig: "agent.yaml", Runs: []churnRun{on, off}}
+	dir := t.TempDir()
+	if err := writeJSON(filepath.Join(dir, "churn.json"), res); err != nil {
+		t.Fatal(err)
+	}
+	results := filepath.Join(dir, "r.md")
+	if err := reportCmd([]string{"-dir", dir, "-results", results, "-phases", "churn"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(raw)
+	for _, want := range []string{
+		"| churn, guard on: sampling rate held | — | 19 Hz throughout | 19 Hz from +10 s, 9 Hz from +20 s, 4 Hz from +30 s; 1 overhead-guard lines | FAIL |",
+		"| churn, guard off: sampling rate held | — | 19 Hz throughout | 19 Hz throughout; 0 overhead-guard lines | PASS |",
+		"| churn, guard on: samples of the steady C | — | ≥ 97 % of expected | 43.9 % (500 of 1140 = 19 Hz × 60.0 s CPU; 0 without build ID) | FAIL |",
+		"| churn, guard off: samples of the steady C | — | ≥ 97 % of expected | 98.2 % (1120 of 1140 = 19 Hz × 60.0 s CPU; 0 without build ID) | PASS |",
+		"| churn, guard on: C leaf shares | — | within 3 pp of the design | churn_hot70 60.0 % (designed 70 %), churn_hot30 39.0 % (designed 30 %), other leaves 1.0 %; of 500 samples, ±2.0 pp (1 σ) | FAIL |",
+		"| churn, guard off: C leaf shares | — | within 3 pp of the design | churn_hot70 70.5 % (designed 70 %), churn_hot30 28.5 % (designed 30 %), other leaves 1.0 %; of 1120 samples, ±1.4 pp (1 σ) | PASS |",
+		"| churn, guard off: agent CPU, % of one core | < 1 % | ≤ 1 % | 0.50 % (0.60 s CPU in 120 s) | PASS |",
+		"| churn, guard off: process starts per second (the churn's own; the workload's definition) | — | ≥ 5 /s |",
+		"| churn, guard on: per-binary work done / deferred / skipped | — | — | not reported by this build | info |",
+		"| churn, guard off: per-binary work done / deferred / skipped | — | — | done 12 (symbols 12); deferred 3 (symbols 3); skipped 0 (); 0.25 s CPU | info |",
+		"## Churn: a CI node (guard on and off)",
+		"- agent: not run (-phases \"churn\")",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// 66 % against 70 % is 4 pp off, but 81 samples cannot tell (σ 5 pp).
+	few := run("guard on", nil, 81, 66)
+	if v := leavesVerdict(&few); v != "NOISY" {
+		t.Errorf("4 pp off on 81 samples: %s, want NOISY", v)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -168,15 +169,14 @@ func endedReasons(res *unwindingResult) []string {
 	return rs
 }
 
-func endedString(r *unwindRun) string {
-	keys := make([]string, 0, len(r.EndedEarly))
-	for k := range r.EndedEarly {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var parts []string
+func endedString(r *unwindRun) string { return countsString(r.EndedEarly) }
+
+// countsString is "a 1, b 2": counts by name, sorted by name.
+func countsString[V int | float64](m map[string]V) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.0f", k, r.EndedEarly[k]))
+		parts = append(parts, fmt.Sprintf("%s %v", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -164,7 +164,7 @@ func unwindingCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	native, err := buildNative(r.dir)
+	native, err := buildC(r.dir, "unwind-native", nativeSource, nil)
 	if err != nil {
 		return err
 	}
@@ -264,7 +264,7 @@ func (r *agentRun) unwindRun(mode, native, python string, window, warmup time.Du
 		return nil, nil, err
 	}
 	run.BPFProgID = progID
-	sw, err := r.measureSteady(a, window, warmup, pids...)
+	sw, err := r.measureSteady(a, window, warmup, steadyOptions{Watch: pids})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -300,30 +300,27 @@ func (r *agentRun) unwindRun(mode, native, python string, window, warmup time.Du
 // unwindSelfMetrics takes the receiver's counters (deltas over the window)
 // and gauges (at its end). A counter the agent does not export reads -1.
 func unwindSelfMetrics(run *unwindRun, m0, m1 collectorproc.Metrics) {
-	names := func(base string) []string {
-		return []string{base + "_total", base, "otelcol_" + base + "_total", "otelcol_" + base}
-	}
-	delta := func(base string, labels ...string) float64 {
-		d, name := metricDelta(m0, m1, names(base), labels...)
-		if name != "" {
-			run.MetricNames = append(run.MetricNames, name)
+	delta := func(name string, labels ...string) float64 {
+		d, found := metricDelta(m0, m1, collectorproc.ReceiverNames(name, counterSuffixes...), labels...)
+		if found != "" {
+			run.MetricNames = append(run.MetricNames, found)
 		}
 		return d
 	}
-	gauge := func(base string) float64 {
-		v, name, ok := m1.First([]string{base, "otelcol_" + base, base + "_bytes", "otelcol_" + base + "_bytes"})
+	gauge := func(name string) float64 {
+		v, found, ok := m1.Receiver(name, []string{"_bytes"})
 		if !ok {
 			return 0 // frame_pointer: the unwinder is not running and records nothing
 		}
-		run.MetricNames = append(run.MetricNames, name)
+		run.MetricNames = append(run.MetricNames, found)
 		return v
 	}
-	run.SamplesKept = delta("hotpath_receiver_samples", `outcome="kept"`)
-	run.SamplesIdle = delta("hotpath_receiver_samples", `outcome="idle"`)
-	run.SamplesLost = delta("hotpath_receiver_samples_lost")
-	run.DWARFUnwound = delta("hotpath_receiver_dwarf_unwound")
+	run.SamplesKept = delta("samples", `outcome="kept"`)
+	run.SamplesIdle = delta("samples", `outcome="idle"`)
+	run.SamplesLost = delta("samples_lost")
+	run.DWARFUnwound = delta("dwarf_unwound")
 	run.EndedEarly = map[string]float64{}
-	for _, n := range names("hotpath_receiver_stacks_ended_early") {
+	for _, n := range collectorproc.ReceiverNames("stacks_ended_early", counterSuffixes...) {
 		by1 := m1.ByLabel(n, "reason")
 		if len(by1) == 0 {
 			continue
@@ -335,12 +332,12 @@ func unwindSelfMetrics(run *unwindRun, m0, m1 collectorproc.Metrics) {
 		}
 		break
 	}
-	run.BPFMapMetric = gauge("hotpath_receiver_bpf_map_bytes")
-	run.UnwindTables = gauge("hotpath_receiver_unwind_tables")
-	run.UnwindTableBytes = gauge("hotpath_receiver_unwind_table_bytes")
-	run.UnwindProcesses = gauge("hotpath_receiver_unwind_processes")
-	run.UnwindOverBudget = gauge("hotpath_receiver_unwind_tables_over_budget")
-	run.ProcessesTracked = gauge("hotpath_receiver_processes")
+	run.BPFMapMetric = gauge("bpf_map_bytes")
+	run.UnwindTables = gauge("unwind_tables")
+	run.UnwindTableBytes = gauge("unwind_table_bytes")
+	run.UnwindProcesses = gauge("unwind_processes")
+	run.UnwindOverBudget = gauge("unwind_tables_over_budget")
+	run.ProcessesTracked = gauge("processes")
 }
 
 // nsPerRun is cpu_sample's mean run time per sample in the window.
@@ -460,15 +457,20 @@ func findPython(flagged string) (string, error) {
 	return p, nil
 }
 
-// buildNative compiles nativeSource without frame pointers into dir.
-func buildNative(dir string) (string, error) {
-	src := filepath.Join(dir, "unwind-native.c")
-	bin := filepath.Join(dir, "unwind-native")
-	if err := os.WriteFile(src, []byte(nativeSource), 0o644); err != nil {
+// buildC writes source to dir/name.c and compiles it with nativeCFlags
+// (no frame pointers) into dir/name; run runs the compiler (nil:
+// CombinedOutput).
+func buildC(dir, name, source string, run func(*exec.Cmd) ([]byte, error)) (string, error) {
+	src := filepath.Join(dir, name+".c")
+	bin := filepath.Join(dir, name)
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		return "", err
 	}
 	args := append(strings.Fields(nativeCFlags), "-o", bin, src)
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+	if run == nil {
+		run = (*exec.Cmd).CombinedOutput
+	}
+	if out, err := run(exec.Command("gcc", args...)); err != nil {
 		return "", fmt.Errorf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return bin, nil

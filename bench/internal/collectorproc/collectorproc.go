@@ -122,16 +122,19 @@ func (p *Process) Tail(n int) string {
 }
 
 // Count is how many log lines contain substr.
-func (p *Process) Count(substr string) int {
+func (p *Process) Count(substr string) int { return len(p.Lines(substr)) }
+
+// Lines are the log lines that contain substr, in order.
+func (p *Process) Lines(substr string) []Line {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
+	var out []Line
 	for _, l := range p.lines {
 		if strings.Contains(l.Text, substr) {
-			n++
+			out = append(out, l)
 		}
 	}
-	return n
+	return out
 }
 
 // Stop sends SIGTERM and waits for the collector to exit (it flushes and

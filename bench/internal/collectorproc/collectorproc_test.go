@@ -75,3 +75,29 @@ func TestWaitForTimesLines(t *testing.T) {
 		t.Fatalf("want an exit error quoting the log, got %v", err)
 	}
 }
+
+// TestReceiverNames finds a receiver metric under the name the receiver
+// declares and under the collector's component naming, with or without
+// the exporter's suffixes.
+func TestReceiverNames(t *testing.T) {
+	for _, text := range []string{
+		"hotpath_receiver_frequency 19\n",
+		"otelcol_receiver_ebpfprofile_frequency_hertz 19\n",
+		"otelcol_hotpath_receiver_frequency 19\n",
+	} {
+		m, err := ParseMetrics(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, name, ok := m.Receiver("frequency", []string{"_hertz"}); !ok || v != 19 || !strings.HasPrefix(text, name+" ") {
+			t.Errorf("%q: got %v %q %v", text, v, name, ok)
+		}
+	}
+	m, _ := ParseMetrics(strings.NewReader("otelcol_receiver_ebpfprofile_samples_total{outcome=\"kept\"} 7\nhotpath_receiver_samples_lost 1\n"))
+	if v, _, ok := m.Receiver("samples", []string{"_total"}, `outcome="kept"`); !ok || v != 7 {
+		t.Errorf("renamed counter: %v %v", v, ok)
+	}
+	if _, _, ok := m.Receiver("binary_work", []string{"_total"}); ok {
+		t.Error("a metric this build does not export was found")
+	}
+}

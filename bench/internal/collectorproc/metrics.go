@@ -150,3 +150,28 @@ func splitLabels(s string) []string {
 	}
 	return out
 }
+
+// ReceiverNames are the names the ebpfprofile receiver's self-metric name
+// ("samples", "frequency", …) may be exported under, in the order they are
+// tried: as the receiver declares it (hotpath_receiver_<name>), with the
+// collector's namespace in front (otelcol_hotpath_receiver_<name>), and
+// under the collector's naming convention for a component
+// (otelcol_receiver_ebpfprofile_<name>); each bare and with every one of
+// suffixes (the Prometheus exporter appends the unit, "_hertz", "_bytes",
+// "_seconds", and "_total" to counters, depending on its version).
+func ReceiverNames(name string, suffixes ...string) []string {
+	var out []string
+	for _, prefix := range []string{"hotpath_receiver_", "otelcol_hotpath_receiver_", "otelcol_receiver_ebpfprofile_"} {
+		out = append(out, prefix+name)
+		for _, s := range suffixes {
+			out = append(out, prefix+name+s)
+		}
+	}
+	return out
+}
+
+// Receiver is the receiver's self-metric name (see ReceiverNames) with
+// labels: its value, the name it was found under, and whether it was.
+func (m Metrics) Receiver(name string, suffixes []string, labels ...string) (float64, string, bool) {
+	return m.First(ReceiverNames(name, suffixes...), labels...)
+}

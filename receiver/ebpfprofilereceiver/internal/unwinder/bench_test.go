@@ -81,7 +81,7 @@ func BenchmarkUnwindCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	u := New(dw, sym, 64<<20, zap.NewNop())
+	u := New(dw, sym, 64<<20, nil, zap.NewNop())
 	if ok, err := u.Attach(p); !ok || err != nil {
 		b.Fatalf("Attach = %v, %v", ok, err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/hotpath-dev/hotpath/internal/binarycache"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
@@ -54,6 +55,7 @@ type Unwinder struct {
 	kernel   Kernel
 	sym      *symbolize.Symbolizer
 	maxBytes uint64
+	disk     *binarycache.Cache // nil: nothing kept across restarts
 	log      *zap.Logger
 
 	mu        sync.Mutex
@@ -83,13 +85,14 @@ type binary struct {
 
 func (b *binary) loaded() bool { return b.table.ID != 0 }
 
-// New returns an Unwinder that keeps at most maxBytes of tables loaded.
-func New(kernel Kernel, sym *symbolize.Symbolizer, maxBytes uint64, log *zap.Logger) *Unwinder {
+// New returns an Unwinder that keeps at most maxBytes of tables loaded. disk,
+// when not nil, keeps each binary's verdict and rows across restarts.
+func New(kernel Kernel, sym *symbolize.Symbolizer, maxBytes uint64, disk *binarycache.Cache, log *zap.Logger) *Unwinder {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	return &Unwinder{
-		kernel: kernel, sym: sym, maxBytes: maxBytes, log: log,
+		kernel: kernel, sym: sym, maxBytes: maxBytes, disk: disk, log: log,
 		binaries: map[fileid.ID]*binary{},
 		lru:      list.New(),
 		procs:    map[uint32][]*binary{},
@@ -113,9 +116,16 @@ func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
 		}
 		// A binary already analysed and found to keep frame pointers needs
 		// nothing, not even its symbol table: the tenth process of a
-		// binary costs a map lookup.
+		// binary costs a map lookup. After a restart the verdict comes
+		// from the disk cache.
 		u.mu.Lock()
 		b, known := u.binaries[m.ID]
+		if !known && m.ID != (fileid.ID{}) {
+			if c, ok := u.disk.GetUnwind(m.ID); ok && c.HasFramePointers {
+				b, known = &binary{path: m.Path, id: m.ID}, true
+				u.binaries[m.ID] = b
+			}
+		}
 		u.mu.Unlock()
 		if known && !b.needs {
 			continue
@@ -233,9 +243,19 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable) 
 	}
 	b := &binary{path: m.Path, id: m.ID, textVaddr: t.TextVaddr()}
 	u.binaries[m.ID] = b
+	if c, ok := u.disk.GetUnwind(m.ID); ok {
+		b.needs = !c.HasFramePointers
+		if b.needs {
+			b.pending = c.Rows
+		}
+		return b
+	}
 	ut, err := t.UnwindTable()
 	if err != nil {
-		if !errors.Is(err, unwindtable.ErrNoUnwindInfo) {
+		if errors.Is(err, unwindtable.ErrNoUnwindInfo) {
+			// Nothing to unwind with (Go code): frame pointers it is.
+			u.disk.PutUnwind(m.ID, binarycache.Unwind{HasFramePointers: true})
+		} else {
 			u.buildErrs++
 			u.log.Debug("no unwind table; frame pointers only", zap.String("binary", m.Path), zap.Error(err))
 		}
@@ -244,6 +264,9 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable) 
 	b.needs = !ut.HasFramePointers()
 	if b.needs {
 		b.pending = ut.Rows
+		u.disk.PutUnwind(m.ID, binarycache.Unwind{Rows: ut.Rows})
+	} else {
+		u.disk.PutUnwind(m.ID, binarycache.Unwind{HasFramePointers: true})
 	}
 	return b
 }

@@ -3,6 +3,7 @@
 package unwinder
 
 import (
+	"github.com/hotpath-dev/hotpath/internal/binarycache"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,7 +89,7 @@ func openSampler(t *testing.T) *sampler.Sampler {
 func TestAttachLoadsTablesOnlyForBinariesWithoutFramePointers(t *testing.T) {
 	s := openSampler(t)
 	sym := symbolize.New(symbolize.Options{})
-	u := New(s, sym, 64<<20, zaptest.NewLogger(t))
+	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
 
 	fp := start(t, sym, build(t, "fp", "-O2", "-fno-omit-frame-pointer"))
 	nofp := start(t, sym, build(t, "nofp", "-O2", "-fomit-frame-pointer"))
@@ -136,7 +137,7 @@ func TestBudget(t *testing.T) {
 	s := openSampler(t)
 	sym := symbolize.New(symbolize.Options{})
 
-	tiny := New(s, sym, 4<<10, zaptest.NewLogger(t))
+	tiny := New(s, sym, 4<<10, nil, zaptest.NewLogger(t))
 	p := start(t, sym, build(t, "fp", "-O2", "-fno-omit-frame-pointer"))
 	dwarf, err := tiny.Attach(p)
 	if dwarf || err == nil || !strings.Contains(err.Error(), "budget") {
@@ -148,7 +149,7 @@ func TestBudget(t *testing.T) {
 
 	// Room for glibc's and ld.so's tables plus a little: the second
 	// process's own table only fits once an unused one is evicted.
-	one := New(s, sym, 0, zaptest.NewLogger(t))
+	one := New(s, sym, 0, nil, zaptest.NewLogger(t))
 	one.maxBytes = 1 << 40
 	if _, err := one.Attach(p); err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestBudget(t *testing.T) {
 func TestGoProcessStaysOnFramePointers(t *testing.T) {
 	s := openSampler(t)
 	sym := symbolize.New(symbolize.Options{})
-	u := New(s, sym, 64<<20, zaptest.NewLogger(t))
+	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
 	dir := t.TempDir()
 	for name, text := range map[string]string{
 		"main.go": "package main\n\nimport \"time\"\n\nfunc main() { time.Sleep(time.Hour) }\n",
@@ -214,5 +215,57 @@ func TestGoProcessStaysOnFramePointers(t *testing.T) {
 	}
 	if st := u.Stats(); st.Tables != 0 || st.Processes != 0 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// After a restart, what was derived from each binary comes from the disk
+// cache: the frame-pointer verdict without reading the binary's symbols, the
+// rows of binaries without frame pointers without parsing .eh_frame again —
+// and the kernel gets the same tables.
+func TestDiskCacheAcrossRestart(t *testing.T) {
+	s := openSampler(t)
+	dir := t.TempDir()
+	fpBin := build(t, "fp", "-O2", "-fno-omit-frame-pointer")
+	nofpBin := build(t, "nofp", "-O2", "-fomit-frame-pointer")
+
+	attachBoth := func() (Stats, binarycache.Stats, symbolize.Stats) {
+		disk, err := binarycache.Open(dir, 64<<20, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sym := symbolize.New(symbolize.Options{})
+		u := New(s, sym, 64<<20, disk, zaptest.NewLogger(t))
+		for _, bin := range []string{fpBin, nofpBin} {
+			p := start(t, sym, bin)
+			if dwarf, err := u.Attach(p); err != nil || !dwarf {
+				t.Fatalf("Attach(%s) = %v, %v", bin, dwarf, err)
+			}
+			if err := u.Detach(p.PID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := u.Stats()
+		for _, b := range u.binaries { // unload, as a stopped agent would
+			if b.loaded() {
+				_ = s.DeleteUnwindTable(b.table.ID)
+			}
+		}
+		return st, disk.Stats(), sym.Stats()
+	}
+	first, firstDisk, firstSym := attachBoth()
+	second, secondDisk, secondSym := attachBoth()
+	t.Logf("first run: %+v, disk %+v, symbol tables read %d; after restart: %+v, disk %+v, symbol tables read %d",
+		first, firstDisk, firstSym.Loads, second, secondDisk, secondSym.Loads)
+	if firstDisk.Writes == 0 || firstDisk.Hits != 0 {
+		t.Fatalf("first run wrote nothing or hit an empty cache: %+v", firstDisk)
+	}
+	if secondDisk.Hits == 0 || secondDisk.Writes != 0 {
+		t.Fatalf("after restart: %+v, want hits and no writes", secondDisk)
+	}
+	if second.Tables != first.Tables || second.TableBytes != first.TableBytes {
+		t.Errorf("kernel tables after restart %d (%d bytes), first run %d (%d bytes)", second.Tables, second.TableBytes, first.Tables, first.TableBytes)
+	}
+	if secondSym.Loads >= firstSym.Loads {
+		t.Errorf("symbol tables read: %d after restart, %d before; the frame-pointer binary's verdict should come from disk", secondSym.Loads, firstSym.Loads)
 	}
 }
