@@ -47,6 +47,9 @@ type processEntry struct {
 	// samples. attachQueued: that work goes to the worker once the entry is
 	// installed. Guarded by processTable.mu.
 	unwindDeferred, attachQueued bool
+	// unsettled: read while the process was exec'ing (its executable was
+	// not mapped yet): read again at the next chance rather than trusted.
+	unsettled bool
 	// dwarf: the kernel unwinds its user stacks with unwind tables.
 	dwarf atomic.Bool
 	// endedEarly counts its user stacks (in samples) that ended before the
@@ -88,6 +91,10 @@ type processTable struct {
 
 	mu      sync.Mutex
 	entries map[int]*processEntry
+	// execs counts exec events per pid: a read that began before the
+	// process exec'd must not be installed after the exec dropped the old
+	// entry (it would describe a half-replaced image and stay).
+	execs map[int]uint64
 	closed  bool // after closeAll: late lifecycle work must not reopen files
 	// refreshDue: processes whose executable memory changed, re-read
 	// together once the burst (a dynamic loader at work) settles.
@@ -100,7 +107,7 @@ const buildIDCacheSize = 1024
 
 func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer, work *binaryWork) *processTable {
 	t := &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, work: work,
-		procRoot: "/proc", entries: map[int]*processEntry{}, refreshDue: map[int]struct{}{},
+		procRoot: "/proc", entries: map[int]*processEntry{}, execs: map[int]uint64{}, refreshDue: map[int]struct{}{},
 		buildIDs:    buildid.NewCache(buildIDCacheSize),
 		attachQueue: make(chan *processEntry, attachQueueLen),
 		workerDone:  make(chan struct{}),
@@ -152,19 +159,21 @@ func (t *processTable) attachWorker() {
 func (t *processTable) seen(pid int) {
 	t.mu.Lock()
 	known, ok := t.entries[pid]
+	execs := t.execs[pid]
 	t.mu.Unlock()
-	if ok && known.exitedAt.IsZero() && known.startTime != 0 {
+	if ok && known.exitedAt.IsZero() && known.startTime != 0 && !known.unsettled {
 		if _, start, err := procinfo.ReadStat(t.procRoot, pid); err == nil && start == known.startTime {
 			return
 		}
 	}
-	t.store(pid, t.read(pid))
+	t.store(pid, t.read(pid), execs)
 }
 
-// store makes e the entry of pid, releasing the one it replaces.
-func (t *processTable) store(pid int, e *processEntry) {
+// store makes e the entry of pid, releasing the one it replaces — unless
+// the process exec'd since the read began (execs was the count then).
+func (t *processTable) store(pid int, e *processEntry, execs uint64) {
 	t.mu.Lock()
-	if t.closed {
+	if t.closed || t.execs[pid] != execs {
 		t.mu.Unlock()
 		e.close()
 		return
@@ -181,6 +190,9 @@ func (t *processTable) store(pid int, e *processEntry) {
 // new one with its next sample. (Samples of the old image still in this
 // interval's counts are read against the new one, as before.)
 func (t *processTable) execed(pid int) {
+	t.mu.Lock()
+	t.execs[pid]++
+	t.mu.Unlock()
 	t.drop(pid)
 }
 
@@ -243,6 +255,7 @@ func (t *processTable) refreshChanged() {
 func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	t.mu.Lock()
 	old := t.entries[pid]
+	execs := t.execs[pid]
 	t.mu.Unlock()
 	if old != nil && (!old.readAt.Before(readBefore) || !old.exitedAt.IsZero()) {
 		return old
@@ -256,7 +269,7 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 		e.jit.Store(old.jit.Load()) // same program: its perf map read so far
 	}
 	t.mu.Lock()
-	if t.closed || t.entries[pid] != old {
+	if t.closed || t.entries[pid] != old || t.execs[pid] != execs {
 		t.mu.Unlock()
 		e.close()
 		return old
@@ -276,6 +289,7 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 func (t *processTable) lookup(pid int) *processEntry {
 	t.mu.Lock()
 	e, ok := t.entries[pid]
+	execs := t.execs[pid]
 	t.mu.Unlock()
 	if ok {
 		return e
@@ -286,7 +300,7 @@ func (t *processTable) lookup(pid int) *processEntry {
 		// Read concurrently by the lifecycle watcher; keep one.
 		e.close()
 		e = prev
-	} else if !t.closed {
+	} else if !t.closed && t.execs[pid] == execs {
 		t.installLocked(pid, e)
 	}
 	t.mu.Unlock()
@@ -328,6 +342,13 @@ func (t *processTable) forgetExitedBefore(drain time.Time, interval time.Duratio
 			drop = append(drop, pid)
 		}
 	}
+	t.mu.Lock()
+	for pid := range t.execs {
+		if _, ok := t.entries[pid]; !ok {
+			delete(t.execs, pid) // no entry to protect any more
+		}
+	}
+	t.mu.Unlock()
 	forget := t.forget.Load()
 	for _, pid := range drop {
 		e := t.drop(pid)
@@ -475,8 +496,12 @@ func (t *processTable) readProcess(pid int) *processEntry {
 	}
 	e.snapshot = snap
 	e.mappings = make([]profilebuilder.Mapping, len(snap.Mappings))
+	e.unsettled = true
 	for i, m := range snap.Mappings {
 		e.mappings[i] = profilebuilder.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path}
+		if m.Path == info.ExePath {
+			e.unsettled = false
+		}
 	}
 	return e
 }

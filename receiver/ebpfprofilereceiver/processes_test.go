@@ -202,3 +202,31 @@ func mustExecutable(t *testing.T) string {
 	}
 	return exe
 }
+
+// A read that began before the process exec'd is not installed after the
+// exec dropped the old entry: it may describe a half-replaced image (new
+// executable, no mappings or environment yet) and would stay, since the
+// new image's first sample finds the pid known.
+func TestReadAcrossExecIsNotInstalled(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+
+	table.mu.Lock()
+	before := table.execs[pid]
+	table.mu.Unlock()
+	e := table.read(pid) // the read in flight
+	table.execed(pid)    // the exec event arrives meanwhile
+	table.store(pid, e, before)
+	if table.tracked(pid) {
+		t.Fatal("a read from before the exec was installed after it")
+	}
+	table.seen(pid) // the new image's first sample
+	if !table.tracked(pid) {
+		t.Fatal("the new image was not read")
+	}
+}
