@@ -94,8 +94,8 @@ type processTable struct {
 	// execs counts exec events per pid: a read that began before the
 	// process exec'd must not be installed after the exec dropped the old
 	// entry (it would describe a half-replaced image and stay).
-	execs map[int]uint64
-	closed  bool // after closeAll: late lifecycle work must not reopen files
+	execs  map[int]uint64
+	closed bool // after closeAll: late lifecycle work must not reopen files
 	// refreshDue: processes whose executable memory changed, re-read
 	// together once the burst (a dynamic loader at work) settles.
 	refreshDue   map[int]struct{}
