@@ -114,6 +114,9 @@ public class Split {
 		while (System.nanoTime() < warm) round(false);
 		System.out.println("ready");
 		System.out.flush();
+		// Spin until told to go: an idle process is never sampled, so the
+		// agent would never read it.
+		while (System.in.available() == 0) round(false);
 		new BufferedReader(new InputStreamReader(System.in)).readLine();
 		long end = System.nanoTime() + (long) (seconds * 1e9);
 		while (System.nanoTime() < end) round(true);
