@@ -9,7 +9,7 @@ COLLECTOR := $(BIN)/otelcol-hotpath
 RUN_DIR ?= var/run
 DEPS_STAMP := .deps-installed
 
-APT_PACKAGES := clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium
+APT_PACKAGES := clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless
 
 .PHONY: all deps build collector generate check-generated run stop test test-unit lint bench soak clean
 

@@ -561,6 +561,8 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 	return s.n;
 }
 
+#include "python_walk.h"
+
 // take_stack stores the current user (BPF_F_USER_STACK) or kernel stack in
 // stacks and returns its hash, or 0 (counted) when there is none or no room.
 // A user stack of a process with unwind tables is unwound with them.
@@ -591,6 +593,8 @@ static __always_inline __u64 take_stack(void *ctx, void *stacks, __u64 flags, __
 		return 0;
 	}
 	t->len = n / sizeof(__u64);
+	if ((flags & BPF_F_USER_STACK) && python_walk)
+		t->len = python_stack(pid, t->len);
 	t->leaf_ret = 0;
 	// Leaf-caller recovery needs the word at SP, unless the unwinder
 	// already found frame 0's caller from its table row (keeping it would

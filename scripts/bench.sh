@@ -102,6 +102,8 @@ if wants micro; then
 			|| { echo "FAILED: go test -bench $1" >&2; failed+=("micro $1"); }
 	}
 	micro ./internal/symbolize '^BenchmarkSymbolizeInterval$' 50x
+	micro ./receiver/ebpfprofilereceiver/internal/sampler '^BenchmarkPythonWalk$' 20x
+	micro ./receiver/ebpfprofilereceiver/internal/sampler '^BenchmarkPythonResolve$' 2000x
 	micro ./processor/stackaggregatorprocessor '^(BenchmarkMerge|BenchmarkWindow)$' 0.5s
 	micro ./exporter/duckdbprofileexporter/internal/writer '^BenchmarkWrite$/^appender$' 5x
 	micro ./exporter/duckdbprofileexporter '^BenchmarkPush$' 20x

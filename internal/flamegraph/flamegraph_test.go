@@ -225,3 +225,35 @@ func BenchmarkWriteHTML(b *testing.B) {
 	}
 	b.ReportMetric(float64(buf.Len()), "bytes/graph")
 }
+
+// Frames are coloured by type: kernel orange, JIT (perf-map named) green,
+// native and Go in the warm palette.
+func TestColourByFrameType(t *testing.T) {
+	root := NewRoot()
+	root.Add([]string{"main", "uv_run", "hotA_[j]", "Builtins_StringAdd", "asm_sysvec_apic_timer_interrupt_[k]"}, 100, 0)
+	var buf bytes.Buffer
+	if err := WriteSVG(&buf, root, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(name string) (r, g, b int) {
+		m := regexp.MustCompile(`data-n="` + regexp.QuoteMeta(name) + `">.*?fill="rgb\((\d+),(\d+),(\d+)\)"`).FindStringSubmatch(buf.String())
+		if m == nil {
+			t.Fatalf("frame %s not drawn", name)
+		}
+		fmt.Sscan(m[1], &r)
+		fmt.Sscan(m[2], &g)
+		fmt.Sscan(m[3], &b)
+		return r, g, b
+	}
+	if r, g, b := fill("hotA_[j]"); !(g > r+50 && g > b+50) {
+		t.Errorf("JIT frame rgb(%d,%d,%d), want green", r, g, b)
+	}
+	if r, g, b := fill("asm_sysvec_apic_timer_interrupt_[k]"); !(r > 200 && g >= 130 && b < 70) {
+		t.Errorf("kernel frame rgb(%d,%d,%d), want orange", r, g, b)
+	}
+	for _, native := range []string{"uv_run", "Builtins_StringAdd"} {
+		if r, g, b := fill(native); !(r >= 205 && b < 60 && g < 235) {
+			t.Errorf("native frame %s rgb(%d,%d,%d), want the warm palette", native, r, g, b)
+		}
+	}
+}

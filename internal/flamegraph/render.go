@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
 // Options control rendering.
@@ -180,7 +182,9 @@ func num(v float64) string {
 }
 
 // colour picks flamegraph.pl's "hot" palette by a hash of the name (stable
-// across renders); kernel frames are orange, unresolved addresses grey,
+// across renders); kernel frames are orange, JIT frames (Node.js, Java,
+// named from perf maps) green as in flamegraph.pl's java palette,
+// unresolved addresses grey,
 // build-ID roots light blue. Diffs use red/blue by change.
 func (l *layout) colour(n *Node) string {
 	if l.opt.Diff {
@@ -205,8 +209,10 @@ func (l *layout) colour(n *Node) string {
 		return "rgb(200,200,200)"
 	case strings.HasPrefix(n.Name, "[build_id:") && !strings.Contains(n.Name, "] 0x"):
 		return fmt.Sprintf("rgb(%d,%d,%d)", 120+int(40*v1), 170+int(40*v2), 230)
-	case strings.HasSuffix(n.Name, "_[k]"):
+	case strings.HasSuffix(n.Name, profileschema.KernelSuffix):
 		return fmt.Sprintf("rgb(%d,%d,%d)", 220+int(30*v1), 130+int(60*v2), 40+int(20*v3))
+	case strings.HasSuffix(n.Name, profileschema.JITSuffix):
+		return fmt.Sprintf("rgb(%d,%d,%d)", 50+int(60*v1), 180+int(50*v2), 50+int(60*v3))
 	case strings.Contains(n.Name, "+0x") || strings.HasPrefix(n.Name, "0x") || strings.HasPrefix(n.Name, "[build_id:"):
 		g := 160 + int(50*v1)
 		return fmt.Sprintf("rgb(%d,%d,%d)", g, g, g)

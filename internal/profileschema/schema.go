@@ -47,12 +47,25 @@ const (
 )
 
 // Location attribute: what kind of code a frame is (semantic convention
-// profile.frame.type).
+// profile.frame.type). FrameTypeJIT is code a runtime generated at run time
+// (V8, HotSpot, .NET, CPython's perf trampolines), named from its perf map;
+// FrameTypePython a CPython interpreter frame (function, file, line), named
+// like any other function.
 const (
 	AttrFrameType   = "profile.frame.type"
 	FrameTypeKernel = "kernel"
 	FrameTypeNative = "native"
 	FrameTypeGo     = "go"
+	FrameTypeJIT    = "jit"
+	FrameTypePython = "python"
+)
+
+// Suffixes FrameName gives a frame's name by its type, flamegraph.pl's
+// convention (its java palette colours "_[k]" kernel and "_[j]" JIT
+// frames). They keep the type in folded stacks and in stored frame names.
+const (
+	KernelSuffix = "_[k]"
+	JITSuffix    = "_[j]"
 )
 
 // Sample and period types. A receiver emits, per process, one profile of
@@ -94,7 +107,7 @@ func SampleCount(s pprofile.Sample) int64 {
 }
 
 // FrameName is the display name of a location: its innermost function when it
-// has one (kernel frames get flamegraph.pl's "_[k]" suffix); else the mapping's file base name and the address, so an
+// has one (kernel frames get flamegraph.pl's "_[k]" suffix, JIT frames "_[j]"); else the mapping's file base name and the address, so an
 // unresolved frame stays distinguishable and can be symbolized later
 // ("libfoo.so+0x1a2b" with the file offset, the same in every process
 // whatever the load address, or "0x1a2b" with no mapping). Out-of-range indices
@@ -106,8 +119,11 @@ func FrameName(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
 		fi := lines.At(0).FunctionIndex()
 		if fi > 0 && int(fi) < dict.FunctionTable().Len() {
 			if name := str(dict, dict.FunctionTable().At(int(fi)).NameStrindex()); name != "" {
-				if IsKernelFrame(dict, loc) {
-					return name + "_[k]"
+				switch FrameType(dict, loc) {
+				case FrameTypeKernel:
+					return name + KernelSuffix
+				case FrameTypeJIT:
+					return name + JITSuffix
 				}
 				return name
 			}
@@ -136,6 +152,11 @@ func str(dict pprofile.ProfilesDictionary, i int32) string {
 
 // IsKernelFrame reports whether loc carries profile.frame.type=kernel.
 func IsKernelFrame(dict pprofile.ProfilesDictionary, loc pprofile.Location) bool {
+	return FrameType(dict, loc) == FrameTypeKernel
+}
+
+// FrameType is loc's profile.frame.type, "" when it has none.
+func FrameType(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
 	attrs := dict.AttributeTable()
 	idx := loc.AttributeIndices()
 	for i := 0; i < idx.Len(); i++ {
@@ -144,11 +165,11 @@ func IsKernelFrame(dict pprofile.ProfilesDictionary, loc pprofile.Location) bool
 			continue
 		}
 		kv := attrs.At(int(ai))
-		if str(dict, kv.KeyStrindex()) == AttrFrameType && kv.Value().Str() == FrameTypeKernel {
-			return true
+		if str(dict, kv.KeyStrindex()) == AttrFrameType {
+			return kv.Value().Str()
 		}
 	}
-	return false
+	return ""
 }
 
 // UnknownService is the service of a resource without service.name, as the

@@ -55,6 +55,8 @@ type processEntry struct {
 	// endedEarly counts its user stacks (in samples) that ended before the
 	// outermost frame, by reason; guarded by processTable.mu.
 	endedEarly map[sampler.StackEnd]uint64
+	// jit: its perf map, opened when first needed (jit.go).
+	jit atomic.Pointer[jitSymbols]
 }
 
 type processTable struct {
@@ -72,6 +74,9 @@ type processTable struct {
 	// unwind, when set (unwinding: auto, sampler open), decides for each
 	// snapshot whether the kernel unwinds it with tables.
 	unwind atomic.Pointer[unwinder.Unwinder]
+	// python, when set (unwinding: auto), gives CPython processes Python
+	// frames (python.go).
+	python atomic.Pointer[pythonFrames]
 	// forget, when set (sampler open), makes the kernel announce a pid
 	// again at its next sample.
 	forget atomic.Pointer[func(pid int) error]
@@ -89,8 +94,8 @@ type processTable struct {
 	// execs counts exec events per pid: a read that began before the
 	// process exec'd must not be installed after the exec dropped the old
 	// entry (it would describe a half-replaced image and stay).
-	execs map[int]uint64
-	closed  bool // after closeAll: late lifecycle work must not reopen files
+	execs  map[int]uint64
+	closed bool // after closeAll: late lifecycle work must not reopen files
 	// refreshDue: processes whose executable memory changed, re-read
 	// together once the burst (a dynamic loader at work) settles.
 	refreshDue   map[int]struct{}
@@ -203,6 +208,9 @@ func (t *processTable) drop(pid int) *processEntry {
 	}
 	e.close()
 	t.detachUnwind(pid)
+	if py := t.python.Load(); py != nil {
+		py.detach(pid)
+	}
 	return e
 }
 
@@ -256,6 +264,9 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	if e.snapshot == nil || (old != nil && e.startTime != old.startTime) {
 		e.close()
 		return old // gone meanwhile (or the pid is another process's now): keep what we had
+	}
+	if old != nil {
+		e.jit.Store(old.jit.Load()) // same program: its perf map read so far
 	}
 	t.mu.Lock()
 	if t.closed || t.entries[pid] != old || t.execs[pid] != execs {
@@ -449,6 +460,9 @@ func (t *processTable) read(pid int) *processEntry {
 	}
 	if t.onRead != nil && e.snapshot != nil {
 		t.onRead(pid, e.snapshot)
+	}
+	if py := t.python.Load(); py != nil && e.snapshot != nil {
+		py.attach(e.snapshot)
 	}
 	return e
 }

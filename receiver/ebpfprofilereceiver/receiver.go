@@ -177,6 +177,7 @@ func (r *profileReceiver) startSamplingLocked() error {
 	if scfg.DWARFUnwind {
 		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.binaryCache, r.set.Logger)
 		r.procs.setUnwinder(r.unwind)
+		r.procs.setPython(newPythonFrames(s, r.symbolizer, r.set.Logger, r.set.TelemetrySettings.MeterProvider))
 	}
 	if err := s.LifecycleErr(); err != nil {
 		r.set.Logger.Warn("process exec/exit events are off; short-lived processes may lose their symbols", zap.Error(err))
@@ -205,6 +206,7 @@ func (r *profileReceiver) setSampling(ctx context.Context, on bool) error {
 	case !on && r.sampler != nil:
 		pd, err := r.drainLocked(ctx, alignedStart(time.Now(), r.cfg.Interval))
 		r.procs.setUnwinder(nil)
+		r.procs.setPython(nil)
 		r.procs.forget.Store(nil)
 		err = errors.Join(err, r.sampler.Close())
 		r.sampler, r.unwind = nil, nil
@@ -247,6 +249,7 @@ func (r *profileReceiver) stopAll() error {
 	var err error
 	if r.sampler != nil {
 		r.procs.setUnwinder(nil)
+		r.procs.setPython(nil)
 		r.procs.forget.Store(nil)
 		err = r.sampler.Close()
 		r.sampler, r.unwind = nil, nil
@@ -481,6 +484,7 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 			continue
 		}
 		kept += s.Count
+		py := takePythonFrames(s)
 		frames := r.symbolizeSample(proc, s)
 		if proc.snapshot != nil && hasUnmappedUserFrame(frames) {
 			if fresh := r.procs.refresh(int(s.PID), readBefore); fresh != proc {
@@ -488,6 +492,8 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 				frames = r.symbolizeSample(proc, s)
 			}
 		}
+		r.nameJITFrames(proc, frames, readBefore)
+		frames = r.addPythonFrames(proc, frames, py, readBefore)
 		if proc.snapshot != nil && len(s.UserStack) > 0 && r.cfg.Unwinding == UnwindingAuto {
 			if s.UserUnwind.LeafFromTable {
 				r.leaf.Table += s.Count

@@ -23,6 +23,9 @@ const (
 	Native FrameKind = iota
 	Go
 	Kernel
+	JIT    // generated at run time, named from the runtime's perf map
+	Python // a CPython interpreter frame
+	numFrameKinds
 )
 
 func (k FrameKind) attr() string {
@@ -31,6 +34,10 @@ func (k FrameKind) attr() string {
 		return profileschema.FrameTypeGo
 	case Kernel:
 		return profileschema.FrameTypeKernel
+	case JIT:
+		return profileschema.FrameTypeJIT
+	case Python:
+		return profileschema.FrameTypePython
 	default:
 		return profileschema.FrameTypeNative
 	}
@@ -80,7 +87,7 @@ type Builder struct {
 	profiles pprofile.Profiles
 	dict     *pdict.Builder
 	procs    map[uint32]*processSamples
-	kindAttr [3]int32
+	kindAttr [numFrameKinds]int32
 	locs     []int32
 }
 
@@ -102,7 +109,7 @@ func New(start time.Time, interval, period time.Duration) *Builder {
 		dict:     pdict.New(p.Dictionary()),
 		procs:    map[uint32]*processSamples{},
 	}
-	for _, k := range []FrameKind{Native, Go, Kernel} {
+	for k := range numFrameKinds {
 		b.kindAttr[k] = b.dict.Attribute(profileschema.AttrFrameType, k.attr())
 	}
 	return b

@@ -47,6 +47,23 @@ type cpuProfileProcUnwind struct {
 	M   [64]cpuProfileUnwindMapping
 }
 
+type cpuProfilePyProc struct {
+	_                  structs.HostLayout
+	Runtime            uint64
+	RuntimeInterpHead  uint16
+	InterpThreadsHead  uint16
+	TstateNext         uint16
+	TstateThreadId     uint16
+	TstateCframe       uint16
+	CframeCurrentFrame uint16
+	FrameCode          uint16
+	FramePrevious      uint16
+	FramePrevInstr     uint16
+	FrameIsEntry       uint16
+	FrameOwner         uint16
+	FrameWindow        uint16
+}
+
 type cpuProfileSampleKey struct {
 	_           structs.HostLayout
 	Pid         uint32
@@ -119,6 +136,7 @@ const (
 	cpuProfileMapGoTraces             = "go_traces"
 	cpuProfileMapProcUnwindScratch    = "proc_unwind_scratch"
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
+	cpuProfileMapPyProcs              = "py_procs"
 	cpuProfileMapSeenPids             = "seen_pids"
 	cpuProfileMapStackScratch         = "stack_scratch"
 	cpuProfileMapStacks0              = "stacks_0"
@@ -132,11 +150,13 @@ const (
 	cpuProfileProgProcExit            = "proc_exit"
 	cpuProfileVarActiveSet            = "active_set"
 	cpuProfileVarDwarfUnwind          = "dwarf_unwind"
+	cpuProfileVarPythonWalk           = "python_walk"
 	cpuProfileVarTraceLookup          = "trace_lookup"
 	cpuProfileVarUnusedExeKey         = "unused_exe_key"
 	cpuProfileVarUnusedExeUnwind      = "unused_exe_unwind"
 	cpuProfileVarUnusedLifecycleEvent = "unused_lifecycle_event"
 	cpuProfileVarUnusedProcUnwind     = "unused_proc_unwind"
+	cpuProfileVarUnusedPyProc         = "unused_py_proc"
 	cpuProfileVarUnusedSampleKey      = "unused_sample_key"
 	cpuProfileVarUnusedSampleStats    = "unused_sample_stats"
 	cpuProfileVarUnusedStackTrace     = "unused_stack_trace"
@@ -207,6 +227,7 @@ type cpuProfileMapSpecs struct {
 	GoTraces          *ebpf.MapSpec `ebpf:"go_traces"`
 	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.MapSpec `ebpf:"proc_unwinds"`
+	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
 	SeenPids          *ebpf.MapSpec `ebpf:"seen_pids"`
 	StackScratch      *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stacks0           *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -222,11 +243,13 @@ type cpuProfileMapSpecs struct {
 type cpuProfileVariableSpecs struct {
 	ActiveSet            *ebpf.VariableSpec `ebpf:"active_set"`
 	DwarfUnwind          *ebpf.VariableSpec `ebpf:"dwarf_unwind"`
+	PythonWalk           *ebpf.VariableSpec `ebpf:"python_walk"`
 	TraceLookup          *ebpf.VariableSpec `ebpf:"trace_lookup"`
 	UnusedExeKey         *ebpf.VariableSpec `ebpf:"unused_exe_key"`
 	UnusedExeUnwind      *ebpf.VariableSpec `ebpf:"unused_exe_unwind"`
 	UnusedLifecycleEvent *ebpf.VariableSpec `ebpf:"unused_lifecycle_event"`
 	UnusedProcUnwind     *ebpf.VariableSpec `ebpf:"unused_proc_unwind"`
+	UnusedPyProc         *ebpf.VariableSpec `ebpf:"unused_py_proc"`
 	UnusedSampleKey      *ebpf.VariableSpec `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.VariableSpec `ebpf:"unused_sample_stats"`
 	UnusedStackTrace     *ebpf.VariableSpec `ebpf:"unused_stack_trace"`
@@ -265,6 +288,7 @@ type cpuProfileMaps struct {
 	GoTraces          *ebpf.Map `ebpf:"go_traces"`
 	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.Map `ebpf:"proc_unwinds"`
+	PyProcs           *ebpf.Map `ebpf:"py_procs"`
 	SeenPids          *ebpf.Map `ebpf:"seen_pids"`
 	StackScratch      *ebpf.Map `ebpf:"stack_scratch"`
 	Stacks0           *ebpf.Map `ebpf:"stacks_0"`
@@ -287,6 +311,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.GoTraces,
 		m.ProcUnwindScratch,
 		m.ProcUnwinds,
+		m.PyProcs,
 		m.SeenPids,
 		m.StackScratch,
 		m.Stacks0,
@@ -303,11 +328,13 @@ func (m *cpuProfileMaps) Close() error {
 type cpuProfileVariables struct {
 	ActiveSet            *ebpf.Variable `ebpf:"active_set"`
 	DwarfUnwind          *ebpf.Variable `ebpf:"dwarf_unwind"`
+	PythonWalk           *ebpf.Variable `ebpf:"python_walk"`
 	TraceLookup          *ebpf.Variable `ebpf:"trace_lookup"`
 	UnusedExeKey         *ebpf.Variable `ebpf:"unused_exe_key"`
 	UnusedExeUnwind      *ebpf.Variable `ebpf:"unused_exe_unwind"`
 	UnusedLifecycleEvent *ebpf.Variable `ebpf:"unused_lifecycle_event"`
 	UnusedProcUnwind     *ebpf.Variable `ebpf:"unused_proc_unwind"`
+	UnusedPyProc         *ebpf.Variable `ebpf:"unused_py_proc"`
 	UnusedSampleKey      *ebpf.Variable `ebpf:"unused_sample_key"`
 	UnusedSampleStats    *ebpf.Variable `ebpf:"unused_sample_stats"`
 	UnusedStackTrace     *ebpf.Variable `ebpf:"unused_stack_trace"`

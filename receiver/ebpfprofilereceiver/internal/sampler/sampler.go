@@ -9,7 +9,7 @@
 // caller can read /proc/PID/maps while a process is still alive.
 package sampler
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind -type exe_key -type exe_unwind cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind -type exe_key -type exe_unwind -type py_proc cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
 
 import (
 	"errors"
@@ -135,6 +135,9 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		spec.Maps[cpuProfileMapUnwindTables].MaxEntries = uint32(cfg.MaxUnwindTables)
 		spec.Maps[cpuProfileMapExeUnwinds].MaxEntries = uint32(cfg.MaxUnwindTables)
 		s.dwarf = true
+		if err := enablePythonWalk(spec); err != nil {
+			return nil, err
+		}
 	}
 	if editSpec != nil {
 		editSpec(spec)
@@ -150,6 +153,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	s.shared = map[string]*ebpf.Map{
 		cpuProfileMapProcUnwinds:  s.objs.ProcUnwinds,
 		cpuProfileMapUnwindTables: s.objs.UnwindTables,
+		cpuProfileMapPyProcs:      s.objs.PyProcs,
 	}
 	maps.Copy(s.shared, traceMaps)
 	s.sets = [2]mapSet{
@@ -161,7 +165,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		return nil, fmt.Errorf("set active map set: %w", err)
 	}
 	s.mapBytes, err = mapMemory(s.objs.Counts0, s.objs.Counts1, s.objs.Stacks0, s.objs.Stacks1,
-		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds)
+		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds, s.objs.PyProcs)
 	if err != nil {
 		s.closeObjects()
 		return nil, err

@@ -121,32 +121,45 @@ func BenchmarkSampleProgram(b *testing.B) {
 				}
 			}
 			time.Sleep(50 * time.Millisecond)
-			var rt [2]time.Duration
-			var runs [2]uint64
-			for b.Loop() {
-				var rt0 [2]time.Duration
-				var n0 [2]uint64
-				for i, s := range []*Sampler{off, on} {
-					rt0[i], n0[i] = progStats(b, s)
-				}
-				time.Sleep(200 * time.Millisecond)
-				for i, s := range []*Sampler{off, on} {
-					r, n := progStats(b, s)
-					rt[i] += r - rt0[i]
-					runs[i] += n - n0[i]
-					drain(b, s)
-				}
-			}
-			if runs[0] == 0 || runs[1] == 0 {
-				b.Fatal("a sampling program never ran")
-			}
-			perOff := float64(rt[0].Nanoseconds()) / float64(runs[0])
-			perOn := float64(rt[1].Nanoseconds()) / float64(runs[1])
+			rt, runs := sideBySide(b, off, on, nil)
+			perOff, perOn := perSample(rt[0], runs[0]), perSample(rt[1], runs[1])
 			b.ReportMetric(perOff, "off-bpf-ns/sample")
 			b.ReportMetric(perOn, "on-bpf-ns/sample")
 			b.ReportMetric(perOn-perOff, "lookup-ns/sample")
 		})
 	}
+}
+
+// sideBySide runs b's loop over 200 ms windows of two samplers sampling
+// the same machine, draining both after each window (seen, when set, gets
+// on's batches), and returns each program's total run time and runs.
+func sideBySide(b *testing.B, off, on *Sampler, seen func(Batch)) (rt [2]time.Duration, runs [2]uint64) {
+	for b.Loop() {
+		var rt0 [2]time.Duration
+		var n0 [2]uint64
+		for i, s := range []*Sampler{off, on} {
+			rt0[i], n0[i] = progStats(b, s)
+		}
+		time.Sleep(200 * time.Millisecond)
+		for i, s := range []*Sampler{off, on} {
+			r, n := progStats(b, s)
+			rt[i] += r - rt0[i]
+			runs[i] += n - n0[i]
+			batch := drain(b, s)
+			if s == on && seen != nil {
+				seen(batch)
+			}
+		}
+	}
+	if runs[0] == 0 || runs[1] == 0 {
+		b.Fatal("a sampling program never ran")
+	}
+	return rt, runs
+}
+
+// perSample is a program's mean run time per sample in ns.
+func perSample(rt time.Duration, runs uint64) float64 {
+	return float64(rt.Nanoseconds()) / float64(runs)
 }
 
 func progStats(b *testing.B, s *Sampler) (time.Duration, uint64) {

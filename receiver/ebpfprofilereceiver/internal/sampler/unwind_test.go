@@ -119,6 +119,12 @@ func TestVerifierWork(t *testing.T) {
 		if err := sp.Variables[cpuProfileVarDwarfUnwind].Set(tc.dwarf); err != nil {
 			t.Fatal(err)
 		}
+		if tc.dwarf == 1 {
+			// unwinding: auto walks Python frames too.
+			if err := enablePythonWalk(sp); err != nil {
+				t.Fatal(err)
+			}
+		}
 		for _, n := range []string{cpuProfileMapTracesCtxV1, cpuProfileMapGoTraces} {
 			sp.Maps[n].Pinning = ebpf.PinNone
 			sp.Maps[n].MaxEntries = 1
@@ -127,7 +133,7 @@ func TestVerifierWork(t *testing.T) {
 			CpuSample *ebpf.Program `ebpf:"cpu_sample"`
 		}
 		if err := sp.LoadAndAssign(&objs, &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%+v", err)
 		}
 		log := objs.CpuSample.VerifierLog
 		objs.CpuSample.Close()

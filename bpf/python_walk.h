@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+//
+// CPython frames for the CPU sampler (included by cpu_profile.bpf.c).
+//
+// For a process whose interpreter user space recognised (py_procs has an
+// entry: the address of _PyRuntime and the structure offsets of that
+// CPython version), the sampled thread's interpreter frames are appended
+// to its user stack, after the native frames:
+//
+//   ips[0..n)       native frames, leaf first (as without Python)
+//   ips[n]          PY_MARKER (never a user-space address)
+//   ips[n+1+2k]     code object of Python frame k (leaf first); bit 0 set
+//                   when the frame is the entry frame of its
+//                   _PyEval_EvalFrameDefault call (3.11: the first Python
+//                   frame of the next native eval frame follows it); bit 1
+//                   set for 3.12's shim frame between two eval calls
+//   ips[n+2+2k]     the frame's last executed instruction (prev_instr)
+//
+// User space resolves code objects (name, file, line) and splices each
+// run of Python frames in at the matching _PyEval_EvalFrameDefault native
+// frame. Nothing is resolved here: the walk reads a handful of pointers.
+//
+// Which thread state: CPython keeps one PyThreadState per thread in a list
+// per interpreter; its thread_id is pthread_self(), which on x86-64 glibc
+// is the thread's fsbase. The walk looks the sampled thread's up in that
+// list (rather than taking the GIL holder, which may be another thread),
+// so a thread running C code without the GIL still shows its Python
+// callers.
+
+#define PY_MARKER 0xfffffffffffffffeULL
+#define PY_MAX_THREADS 64 // threads searched for the sampled one
+#define PY_MAX_FRAMES 48  // Python frames recorded per sample
+
+// Offsets into CPython's structures, per version (user space fills them;
+// internal/python holds the table). All are byte offsets.
+struct py_proc {
+	__u64 runtime;              // address of _PyRuntime in the process
+	__u16 runtime_interp_head;  // _PyRuntimeState.interpreters.head
+	__u16 interp_threads_head;  // PyInterpreterState.threads.head
+	__u16 tstate_next;          // PyThreadState.next
+	__u16 tstate_thread_id;     // PyThreadState.thread_id
+	__u16 tstate_cframe;        // PyThreadState.cframe
+	__u16 cframe_current_frame; // _PyCFrame.current_frame
+	__u16 frame_code;           // _PyInterpreterFrame.f_code
+	__u16 frame_previous;       // _PyInterpreterFrame.previous
+	__u16 frame_prev_instr;     // _PyInterpreterFrame.prev_instr
+	__u16 frame_is_entry;       // _PyInterpreterFrame.is_entry (a bool; 3.11), or PY_NO_FIELD
+	__u16 frame_owner;          // _PyInterpreterFrame.owner (a char)
+	__u16 frame_window;         // bytes of a frame read from f_code on: covers the fields above
+};
+
+#define PY_NO_FIELD 0xffff
+// _PyInterpreterFrame.owner of the shim frame CPython 3.12 pushes at each
+// _PyEval_EvalFrameDefault entry (FRAME_OWNED_BY_CSTACK); 3.11 has no such
+// owner value and marks the entry frame itself (is_entry).
+#define PY_OWNED_BY_CSTACK 3
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32); // tgid
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
+
+// Set by the loader with unwinding: auto (it needs bpf_loop, as the DWARF
+// unwinder does); with 0 py_procs is never looked up.
+volatile const __u32 python_walk = 0;
+
+const struct py_proc *unused_py_proc __attribute__((unused));
+
+struct py_walk {
+	struct stack_trace *t;
+	struct py_proc *pp;
+	__u64 frame;  // the _PyInterpreterFrame to record next
+	__u32 base;   // slot of the first frame's code object
+	__u32 frames; // frames recorded
+};
+
+// PY_FRAME_WINDOW: at most this many bytes of an interpreter frame are
+// read at once, from f_code on (py_proc.frame_window: user space checks the
+// fields it needs lie in it). One read per frame instead of four: each
+// bpf_probe_read_user costs more than the rest of the step.
+#define PY_FRAME_WINDOW 72
+
+// py_frame_step records one interpreter frame and moves to its caller.
+static long py_frame_step(__u64 i, void *ctx)
+{
+	struct py_walk *w = ctx;
+	struct stack_trace *t = w->t;
+	struct py_proc *pp = w->pp;
+	// One word more than is read: the verifier bounds a computed index by
+	// its maximum (71 for a byte index), not by the word it rounds to.
+	__u64 win[PY_FRAME_WINDOW / 8 + 1] = {};
+	__u32 prev_at, instr_at, at;
+	__u64 size; // 64-bit: a 32-bit one is checked on a zero-extended copy
+	__u64 flags = 0;
+	// The slot comes from the loop index, never from a count kept in w:
+	// a value stored there is tracked exactly and the verifier would
+	// re-check this callback for every frame (see unwind_step).
+	__u64 n = w->base + 2 * i;
+
+	if (!t || !pp || !w->frame)
+		return 1;
+	asm volatile("" : "+r"(n)); // one register for check and stores (see python_stack)
+	if (n >= MAX_STACK_DEPTH - 1)
+		return 1;
+	// One comparison on the register passed as the size: a two-sided
+	// range check becomes a subtraction on a copy the verifier cannot
+	// relate to it.
+	size = pp->frame_window;
+	asm volatile("" : "+r"(size));
+	if (size > PY_FRAME_WINDOW)
+		return 1;
+	if (bpf_probe_read_user(win, size, (void *)(w->frame + pp->frame_code)) != 0)
+		return 1;
+	// Word and byte indices into the window (user space guarantees they
+	// are in it; the checks are for the verifier).
+	prev_at = (__u32)(pp->frame_previous - pp->frame_code) / 8;
+	instr_at = (__u32)(pp->frame_prev_instr - pp->frame_code) / 8;
+	if (prev_at >= PY_FRAME_WINDOW / 8 || instr_at >= PY_FRAME_WINDOW / 8)
+		return 1;
+	if (pp->frame_is_entry != PY_NO_FIELD) {
+		at = (__u32)(pp->frame_is_entry - pp->frame_code);
+		if (at >= PY_FRAME_WINDOW)
+			return 1;
+		if ((win[at / 8] >> (8 * (at % 8))) & 0xff)
+			flags |= 1;
+	}
+	at = (__u32)(pp->frame_owner - pp->frame_code);
+	if (at >= PY_FRAME_WINDOW)
+		return 1;
+	if (((win[at / 8] >> (8 * (at % 8))) & 0xff) == PY_OWNED_BY_CSTACK)
+		flags |= 2;
+	t->ips[n] = win[0] | flags; // win[0]: f_code
+	t->ips[n + 1] = win[instr_at];
+	w->frames = i + 1;
+	w->frame = win[prev_at];
+	return 0;
+}
+
+struct py_thread_search {
+	struct py_proc *pp;
+	__u64 tstate;  // the thread state to look at next
+	__u64 fsbase;  // the sampled thread's pthread_self()
+	__u64 found;   // its thread state, 0 until found
+};
+
+static long py_thread_step(__u64 i, void *ctx)
+{
+	struct py_thread_search *s = ctx;
+	__u64 tid = 0, next = 0;
+
+	if (!s->pp || !s->tstate)
+		return 1;
+	if (read_word(s->tstate + s->pp->tstate_thread_id, &tid) != 0)
+		return 1;
+	if (tid == s->fsbase) {
+		s->found = s->tstate;
+		return 1;
+	}
+	if (read_word(s->tstate + s->pp->tstate_next, &next) != 0)
+		return 1;
+	s->tstate = next;
+	return 0;
+}
+
+// python_stack appends the sampled thread's Python frames to the per-CPU
+// scratch stack holding n native frames, and returns the new length (n
+// when the process is not a known CPython or the thread has no frames).
+// A global function: verified once for all call sites.
+__attribute__((noinline)) int python_stack(__u32 pid, __u32 n)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct py_thread_search s = {};
+	struct py_walk w = {};
+	struct stack_trace *t;
+	__u64 interp = 0, cframe = 0, frame = 0, slot;
+	__u32 zero = 0;
+
+	t = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!t || !task)
+		return n;
+	s.pp = bpf_map_lookup_elem(&py_procs, &pid);
+	if (!s.pp)
+		return n;
+	s.fsbase = task->thread.fsbase;
+	if (read_word(s.pp->runtime + s.pp->runtime_interp_head, &interp) != 0 || !interp)
+		return n;
+	if (read_word(interp + s.pp->interp_threads_head, &s.tstate) != 0)
+		return n;
+	bpf_loop(PY_MAX_THREADS, py_thread_step, &s, 0);
+	if (!s.found)
+		return n;
+	if (read_word(s.found + s.pp->tstate_cframe, &cframe) != 0 || !cframe)
+		return n;
+	if (read_word(cframe + s.pp->cframe_current_frame, &frame) != 0 || !frame)
+		return n;
+	// The empty asm pins slot to one register for both the check and the
+	// store: otherwise clang checks one copy of n and indexes with another,
+	// whose bound the verifier does not know.
+	slot = n;
+	asm volatile("" : "+r"(slot));
+	if (slot >= MAX_STACK_DEPTH - 2)
+		return n;
+	t->ips[slot] = PY_MARKER;
+	w.t = t;
+	w.pp = s.pp;
+	w.frame = frame;
+	w.base = slot + 1;
+	bpf_loop(PY_MAX_FRAMES, py_frame_step, &w, 0);
+	if (!w.frames || w.frames > PY_MAX_FRAMES)
+		return n; // not one frame readable: no marker either
+	return n + 1 + 2 * w.frames;
+}

@@ -1,0 +1,266 @@
+package perfmap
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Map is one process's perf map, read incrementally as the runtime appends
+// to it. It is safe for concurrent use.
+type Map struct {
+	procRoot string
+	pid      int
+	limits   Limits
+
+	mu        sync.Mutex
+	ids       *processIDs // read once: the pid the process sees, its uid
+	file      [2]uint64   // device and inode of the file read so far
+	offset    int64       // bytes of it consumed (complete lines only)
+	syms      table
+	refreshed time.Time
+	stats     Stats
+	lastErr   error
+}
+
+// Stats says what a Map has read and refused.
+type Stats struct {
+	Present  bool   // the file existed at the last refresh
+	Symbols  int    // entries kept
+	Lines    uint64 // lines parsed
+	Rejected uint64 // lines refused (malformed, too long)
+	Dropped  uint64 // entries dropped past Limits.MaxSymbols
+	Skipped  int64  // bytes never read because the file grew past Limits.MaxReadBytes in one step
+}
+
+type processIDs struct {
+	nspid int    // the pid as the process sees it (innermost PID namespace)
+	uid   uint32 // effective uid
+}
+
+// New returns the perf map of process pid (as the agent sees it) below
+// procRoot ("/proc"). Nothing is read until the first Lookup or Refresh.
+func New(procRoot string, pid int, limits Limits) *Map {
+	return &Map{procRoot: procRoot, pid: pid, limits: limits}
+}
+
+// Lookup names addr. When addr is not among the entries read so far and
+// the file was last read before notBefore, the file is read again first:
+// the agent passes the time its interval was drained, so a process's map
+// is read at most once per interval, and only when it misses.
+func (m *Map) Lookup(addr uint64, notBefore time.Time) (Symbol, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.syms.lookup(addr); ok {
+		return s, true
+	}
+	if !m.refreshed.Before(notBefore) {
+		return Symbol{}, false
+	}
+	m.lastErr = m.refreshLocked()
+	return m.syms.lookup(addr)
+}
+
+// Refresh reads what the runtime appended since the last read.
+func (m *Map) Refresh() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lastErr = m.refreshLocked()
+	return m.lastErr
+}
+
+// Stats returns what has been read so far and the last refresh's error.
+func (m *Map) Stats() (Stats, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.stats
+	st.Symbols = len(m.syms)
+	return st, m.lastErr
+}
+
+// Path is where the map is looked for, as the process sees it ("" until
+// the process's own pid is known).
+func (m *Map) Path() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ids == nil {
+		return ""
+	}
+	return fmt.Sprintf("/tmp/perf-%d.map", m.ids.nspid)
+}
+
+func (m *Map) refreshLocked() error {
+	m.refreshed = time.Now()
+	if m.ids == nil {
+		ids, err := readProcessIDs(filepath.Join(m.procRoot, strconv.Itoa(m.pid), "status"))
+		if err != nil {
+			return fmt.Errorf("perf map of process %d: %w", m.pid, err)
+		}
+		m.ids = &ids
+	}
+	f, err := m.open()
+	if err != nil {
+		m.stats.Present = false
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // no JIT runtime writing one (yet): not an error
+		}
+		return fmt.Errorf("perf map of process %d: %w", m.pid, err)
+	}
+	defer f.Close()
+	m.stats.Present = true
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("perf map of process %d: %w", m.pid, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is not a regular file (mode %#o): refused", m.pid, m.ids.nspid, st.Mode)
+	}
+	// Only the process itself (or root) may speak for it: another user
+	// of a shared /tmp must not name a process's code.
+	if st.Uid != 0 && st.Uid != m.ids.uid {
+		return fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is owned by uid %d, the process runs as uid %d: refused", m.pid, m.ids.nspid, st.Uid, m.ids.uid)
+	}
+	id := [2]uint64{st.Dev, st.Ino}
+	if id != m.file || st.Size < m.offset {
+		// A new file (process restarted in another container, file
+		// recreated) or a truncated one: start over.
+		m.file, m.offset, m.syms = id, 0, nil
+	}
+	if st.Size == m.offset {
+		return nil
+	}
+	return m.readLocked(f, st.Size)
+}
+
+// open opens tmp/perf-NSPID.map inside the process's root. RESOLVE_IN_ROOT
+// treats that root as "/" for every component, so neither an absolute
+// symlink nor ".." leads to the agent's own files; O_NOFOLLOW refuses a
+// symlink as the file itself; O_NONBLOCK keeps a FIFO planted there from
+// blocking the open (it is then refused as not a regular file).
+func (m *Map) open() (*os.File, error) {
+	root, err := unix.Open(filepath.Join(m.procRoot, strconv.Itoa(m.pid), "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the process's root: %w", err)
+	}
+	defer unix.Close(root)
+	name := fmt.Sprintf("tmp/perf-%d.map", m.ids.nspid)
+	fd, err := unix.Openat2(root, name, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, fmt.Errorf("/%s is a symlink: refused", name)
+	case errors.Is(err, unix.ENOENT):
+		return nil, os.ErrNotExist
+	case err != nil:
+		return nil, fmt.Errorf("open /%s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), "/"+name), nil
+}
+
+// readLocked parses the file from m.offset to size, at most
+// Limits.MaxReadBytes of it, and merges the entries.
+func (m *Map) readLocked(f *os.File, size int64) error {
+	from, skipPartial := m.offset, false
+	if max := m.limits.MaxReadBytes; max > 0 && size-from > max {
+		m.stats.Skipped += size - max - from
+		from, skipPartial = size-max, true // mid-line, most likely
+	}
+	lineMax := max(m.limits.MaxLineBytes, 64)
+	r := bufio.NewReaderSize(io.NewSectionReader(f, from, size-from), lineMax)
+	var consumed int64
+	var syms []Symbol
+	for {
+		line, err := r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// Too long for an entry: refuse it and skip to its end.
+			n := int64(len(line))
+			for err == bufio.ErrBufferFull {
+				line, err = r.ReadSlice('\n')
+				n += int64(len(line))
+			}
+			consumed += n
+			if !skipPartial {
+				m.stats.Rejected++
+			}
+			skipPartial = false
+			if err != nil {
+				break
+			}
+			continue
+		}
+		if err != nil {
+			break // EOF: a partial last line is read when it is complete
+		}
+		consumed += int64(len(line))
+		if skipPartial {
+			skipPartial = false
+			continue
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		m.stats.Lines++
+		s, perr := ParseLine(line, m.limits.MaxNameBytes)
+		if perr != nil {
+			m.stats.Rejected++
+			continue
+		}
+		syms = append(syms, s)
+	}
+	m.offset = from + consumed
+	var dropped int
+	m.syms, dropped = m.syms.merge(syms, m.limits.MaxSymbols)
+	m.stats.Dropped += uint64(dropped)
+	return nil
+}
+
+// readProcessIDs reads the innermost-namespace pid (last NSpid field: the
+// pid a containerised runtime writes into the file name) and the effective
+// uid from /proc/PID/status.
+func readProcessIDs(path string) (processIDs, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return processIDs{}, err
+	}
+	var ids processIDs
+	var haveUID bool
+	for _, line := range bytes.Split(raw, []byte{'\n'}) {
+		key, val, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		fields := bytes.Fields(val)
+		switch string(key) {
+		case "NSpid":
+			if len(fields) > 0 {
+				ids.nspid, err = strconv.Atoi(string(fields[len(fields)-1]))
+				if err != nil {
+					return processIDs{}, fmt.Errorf("%s: NSpid: %w", path, err)
+				}
+			}
+		case "Uid":
+			if len(fields) >= 2 {
+				uid, err := strconv.ParseUint(string(fields[1]), 10, 32)
+				if err != nil {
+					return processIDs{}, fmt.Errorf("%s: Uid: %w", path, err)
+				}
+				ids.uid, haveUID = uint32(uid), true
+			}
+		}
+	}
+	if ids.nspid <= 0 || !haveUID {
+		return processIDs{}, fmt.Errorf("%s: no NSpid or Uid line", path)
+	}
+	return ids, nil
+}

@@ -1,0 +1,223 @@
+// Package python names CPython frames: it recognises a CPython interpreter
+// binary (the executable or libpython) and its version, gives the kernel
+// the structure offsets its frame walk needs (bpf/python_walk.h), and turns
+// the code objects that walk records into function, file and line by
+// reading the process's memory.
+//
+// Offsets come from a table keyed by minor version, checked against the
+// DWARF of a real build of that version in the tests. A CPython whose
+// version is not in the table is reported (ErrUnknownVersion) and stays
+// native-only: wrong offsets would give wrong frames.
+package python
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Offsets are byte offsets into one CPython version's structures.
+type Offsets struct {
+	// Read by the kernel's walk.
+	RuntimeInterpHead  uint16 // _PyRuntimeState.interpreters.head
+	InterpThreadsHead  uint16 // PyInterpreterState.threads.head
+	TStateNext         uint16 // PyThreadState.next
+	TStateThreadID     uint16 // PyThreadState.thread_id (pthread_self)
+	TStateCFrame       uint16 // PyThreadState.cframe
+	CFrameCurrentFrame uint16 // _PyCFrame.current_frame
+	FrameCode          uint16 // _PyInterpreterFrame.f_code
+	FramePrevious      uint16 // _PyInterpreterFrame.previous
+	FramePrevInstr     uint16 // _PyInterpreterFrame.prev_instr
+	FrameIsEntry       uint16 // _PyInterpreterFrame.is_entry (3.11; see HasIsEntry)
+	HasIsEntry         bool   // 3.12 marks eval entries with a shim frame instead
+	FrameOwner         uint16 // _PyInterpreterFrame.owner
+
+	// Read in user space.
+	ObjectType       uint16 // PyObject.ob_type
+	VarObjectSize    uint16 // PyVarObject.ob_size
+	CodeFirstLineNo  uint16 // PyCodeObject.co_firstlineno
+	CodeFilename     uint16 // PyCodeObject.co_filename
+	CodeQualName     uint16 // PyCodeObject.co_qualname
+	CodeLineTable    uint16 // PyCodeObject.co_linetable (bytes)
+	CodeAdaptive     uint16 // PyCodeObject.co_code_adaptive (the instructions)
+	BytesData        uint16 // PyBytesObject.ob_sval
+	UnicodeLength    uint16 // PyASCIIObject.length
+	UnicodeState     uint16 // PyASCIIObject.state
+	UnicodeASCIIData uint16 // sizeof(PyASCIIObject): data of a compact ASCII string
+	UnicodeData      uint16 // sizeof(PyCompactUnicodeObject): data of another compact string
+}
+
+// knownOffsets by (major, minor), x86-64, from Include/cpython/pystate.h,
+// Include/internal/pycore_frame.h, Include/cpython/code.h and
+// Include/cpython/unicodeobject.h of each version; TestOffsetsMatchDWARF
+// checks them against builds' debug info.
+var knownOffsets = map[[2]int]Offsets{
+	{3, 11}: {
+		RuntimeInterpHead:  40,
+		InterpThreadsHead:  16,
+		TStateNext:         8,
+		TStateThreadID:     152,
+		TStateCFrame:       56,
+		CFrameCurrentFrame: 8,
+		FrameCode:          32,
+		FramePrevious:      48,
+		FramePrevInstr:     56,
+		FrameIsEntry:       68,
+		HasIsEntry:         true,
+		FrameOwner:         69,
+		ObjectType:         8,
+		VarObjectSize:      16,
+		CodeFirstLineNo:    72,
+		CodeFilename:       112,
+		CodeQualName:       128,
+		CodeLineTable:      136,
+		CodeAdaptive:       184,
+		BytesData:          32,
+		UnicodeLength:      16,
+		UnicodeState:       32,
+		UnicodeASCIIData:   48,
+		UnicodeData:        72,
+	},
+	// 3.12: the frame starts with f_code, has no is_entry (a shim frame
+	// owned by the C stack marks each eval entry instead), and str lost
+	// its wstr fields.
+	{3, 12}: {
+		RuntimeInterpHead:  40,
+		InterpThreadsHead:  72,
+		TStateNext:         8,
+		TStateThreadID:     136,
+		TStateCFrame:       56,
+		CFrameCurrentFrame: 0,
+		FrameCode:          0,
+		FramePrevious:      8,
+		FramePrevInstr:     56,
+		FrameOwner:         70,
+		ObjectType:         8,
+		VarObjectSize:      16,
+		CodeFirstLineNo:    68,
+		CodeFilename:       112,
+		CodeQualName:       128,
+		CodeLineTable:      136,
+		CodeAdaptive:       192,
+		BytesData:          32,
+		UnicodeLength:      16,
+		UnicodeState:       32,
+		UnicodeASCIIData:   40,
+		UnicodeData:        56,
+	},
+}
+
+// Interpreter is what one CPython binary tells the agent; computed once per
+// file identity and shared by every process that maps it.
+type Interpreter struct {
+	Major, Minor, Micro int
+	RuntimeVA           uint64 // ELF address of _PyRuntime
+	CodeTypeVA          uint64 // ELF address of PyCode_Type
+	Offsets             Offsets
+	loads               []elf.ProgHeader // PT_LOAD segments, to place it in a process
+}
+
+func (in *Interpreter) String() string {
+	return fmt.Sprintf("CPython %d.%d.%d", in.Major, in.Minor, in.Micro)
+}
+
+// ErrNotPython: the binary holds no CPython runtime.
+var ErrNotPython = errors.New("not a CPython interpreter")
+
+// ErrUnknownVersion wraps the error for a CPython whose structure offsets
+// the agent does not know.
+var ErrUnknownVersion = errors.New("CPython version without known structure offsets")
+
+// MaybeInterpreter reports whether a mapped file's name can be a CPython
+// executable or library (python3.11, libpython3.11.so.1.0), so the agent
+// does not open every binary of every process to find out.
+func MaybeInterpreter(path string) bool {
+	base := filepath.Base(path)
+	return strings.HasPrefix(base, "python") || strings.HasPrefix(base, "libpython")
+}
+
+// Inspect recognises a CPython binary: the _PyRuntime and PyCode_Type
+// symbols, and the version from Py_Version (CPython ≥ 3.11 exports it).
+func Inspect(f *elf.File) (*Interpreter, error) {
+	syms := map[string]uint64{"_PyRuntime": 0, "PyCode_Type": 0, "Py_Version": 0}
+	findSymbols(f, syms)
+	if syms["_PyRuntime"] == 0 {
+		return nil, ErrNotPython
+	}
+	in := &Interpreter{RuntimeVA: syms["_PyRuntime"], CodeTypeVA: syms["PyCode_Type"]}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			in.loads = append(in.loads, p.ProgHeader)
+		}
+	}
+	if syms["Py_Version"] == 0 {
+		return nil, fmt.Errorf("%w: no Py_Version symbol (CPython before 3.11)", ErrUnknownVersion)
+	}
+	v, err := readUint32(f, syms["Py_Version"])
+	if err != nil {
+		return nil, fmt.Errorf("read Py_Version: %w", err)
+	}
+	in.Major, in.Minor, in.Micro = int(v>>24), int(v>>16&0xff), int(v>>8&0xff)
+	if in.CodeTypeVA == 0 {
+		return nil, fmt.Errorf("%s: no PyCode_Type symbol", in)
+	}
+	off, ok := knownOffsets[[2]int{in.Major, in.Minor}]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownVersion, in)
+	}
+	in.Offsets = off
+	return in, nil
+}
+
+// findSymbols fills the addresses of the wanted names from .dynsym, then
+// .symtab (a stripped binary has only the first; CPython exports these).
+func findSymbols(f *elf.File, want map[string]uint64) {
+	for _, list := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
+		syms, _ := list()
+		missing := 0
+		for _, s := range syms {
+			if v, ok := want[s.Name]; ok && v == 0 && s.Value != 0 {
+				want[s.Name] = s.Value
+			}
+		}
+		for _, v := range want {
+			if v == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+	}
+}
+
+// readUint32 reads the little-endian word at ELF address va from the file.
+func readUint32(f *elf.File, va uint64) (uint32, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || va < p.Vaddr || va+4 > p.Vaddr+p.Filesz {
+			continue
+		}
+		var b [4]byte
+		if _, err := p.ReadAt(b[:], int64(va-p.Vaddr)); err != nil {
+			return 0, err
+		}
+		return binary.LittleEndian.Uint32(b[:]), nil
+	}
+	return 0, fmt.Errorf("address %#x is in no loaded segment with file data", va)
+}
+
+// Bias is the difference between run-time and ELF addresses of the binary
+// when its executable segment at file offset fileOffset is mapped at start.
+func (in *Interpreter) Bias(start, fileOffset uint64) (uint64, bool) {
+	for _, p := range in.loads {
+		// The mapping starts at the page holding the segment's start.
+		if p.Flags&elf.PF_X == 0 || fileOffset < p.Off&^0xfff || fileOffset >= p.Off+p.Filesz {
+			continue
+		}
+		return start - (fileOffset - p.Off + p.Vaddr), true
+	}
+	return 0, false
+}

@@ -1,0 +1,180 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/python"
+)
+
+// MaxPythonProcesses bounds the CPython processes whose interpreter frames
+// the kernel walks at once.
+const MaxPythonProcesses = 4096
+
+// PythonProcess tells the kernel where a CPython process keeps its
+// interpreter state: the address of _PyRuntime and the structure offsets
+// of its version (see bpf/python_walk.h).
+type PythonProcess struct {
+	Runtime            uint64
+	RuntimeInterpHead  uint16
+	InterpThreadsHead  uint16
+	TStateNext         uint16
+	TStateThreadID     uint16
+	TStateCFrame       uint16
+	CFrameCurrentFrame uint16
+	FrameCode          uint16
+	FramePrevious      uint16
+	FramePrevInstr     uint16
+	FrameIsEntry       uint16 // NoField when the version has none (3.12)
+	FrameOwner         uint16
+}
+
+// NoField is an offset a CPython version does not have.
+const NoField = 0xffff
+
+// frameWindow is the most of a frame the kernel reads at once, from
+// f_code on (PY_FRAME_WINDOW in bpf/python_walk.h).
+const frameWindow = 72
+
+// PythonMarker separates a user stack's native frames from the Python
+// frames the kernel appended (code object | entry bit, last instruction
+// pairs, leaf first). No user-space address has it.
+const PythonMarker = 0xfffffffffffffffe
+
+// frameWindow is how many bytes from f_code cover the frame fields the
+// kernel reads; an error when they do not fit its window.
+func (p PythonProcess) frameWindow() (uint16, error) {
+	type field struct{ off, size uint16 }
+	fields := []field{{p.FramePrevious, 8}, {p.FramePrevInstr, 8}, {p.FrameOwner, 1}}
+	if p.FrameIsEntry != NoField {
+		fields = append(fields, field{p.FrameIsEntry, 1})
+	}
+	end := p.FrameCode + 8
+	for _, f := range fields {
+		// Pointers are read as whole words of the window.
+		if f.off < p.FrameCode || (f.off-p.FrameCode)%f.size != 0 || f.off+f.size > p.FrameCode+frameWindow {
+			return 0, fmt.Errorf("frame field at %d does not fit the kernel's %d-byte window from f_code at %d", f.off, frameWindow, p.FrameCode)
+		}
+		end = max(end, f.off+f.size)
+	}
+	return end - p.FrameCode, nil
+}
+
+// enablePythonWalk turns the CPython frame walk on; it rides on the DWARF
+// unwinder's kernel requirements (bpf_loop).
+func enablePythonWalk(spec *ebpf.CollectionSpec) error {
+	if err := spec.Variables[cpuProfileVarPythonWalk].Set(uint32(1)); err != nil {
+		return fmt.Errorf("enable the Python frame walk: %w", err)
+	}
+	spec.Maps[cpuProfileMapPyProcs].MaxEntries = MaxPythonProcesses
+	return nil
+}
+
+// SetPythonProcess makes the sampler append pid's Python frames to its
+// user stacks.
+func (s *Sampler) SetPythonProcess(pid uint32, p PythonProcess) error {
+	// The kernel reads a frame's fields in one window from f_code on,
+	// as few bytes as cover them.
+	window, err := p.frameWindow()
+	if err != nil {
+		return fmt.Errorf("python frames of pid %d: %w", pid, err)
+	}
+	v := cpuProfilePyProc{
+		Runtime:            p.Runtime,
+		RuntimeInterpHead:  p.RuntimeInterpHead,
+		InterpThreadsHead:  p.InterpThreadsHead,
+		TstateNext:         p.TStateNext,
+		TstateThreadId:     p.TStateThreadID,
+		TstateCframe:       p.TStateCFrame,
+		CframeCurrentFrame: p.CFrameCurrentFrame,
+		FrameCode:          p.FrameCode,
+		FramePrevious:      p.FramePrevious,
+		FramePrevInstr:     p.FramePrevInstr,
+		FrameIsEntry:       p.FrameIsEntry,
+		FrameOwner:         p.FrameOwner,
+		FrameWindow:        window,
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("python frames: sampler is closed")
+	}
+	if !s.dwarf {
+		return errNoDWARF
+	}
+	if err := s.objs.PyProcs.Update(pid, &v, ebpf.UpdateAny); err != nil {
+		if errors.Is(err, unix.E2BIG) {
+			return fmt.Errorf("python frames of pid %d: %d processes have them already (the limit)", pid, MaxPythonProcesses)
+		}
+		return fmt.Errorf("python frames of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// DeletePythonProcess stops the Python frame walk for pid.
+func (s *Sampler) DeletePythonProcess(pid uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.dwarf {
+		return nil
+	}
+	if err := s.objs.PyProcs.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("python frames of pid %d: delete: %w", pid, err)
+	}
+	return nil
+}
+
+// PythonFrame is one interpreter frame the kernel recorded: the code
+// object it runs and its last executed instruction. Entry marks the first
+// frame of a _PyEval_EvalFrameDefault call: the frames after it belong to
+// the next eval frame of the native stack.
+type PythonFrame struct {
+	Code, Instr uint64
+	Entry       bool
+	// Shim is CPython 3.12's placeholder frame at each eval entry: not a
+	// Python function; the frames after it belong to the next eval frame.
+	Shim bool
+}
+
+// SplitPythonFrames separates a user stack into its native frames and the
+// Python frames the kernel appended after PythonMarker (leaf first), which
+// it appends to py.
+func SplitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFrame) {
+	i := slices.Index(stack, PythonMarker)
+	if i < 0 {
+		return stack, py
+	}
+	rest := stack[i+1:]
+	for j := 0; j+1 < len(rest); j += 2 {
+		py = append(py, PythonFrame{Code: rest[j] &^ 3, Instr: rest[j+1], Entry: rest[j]&1 == 1, Shim: rest[j]&2 == 2})
+	}
+	return stack[:i], py
+}
+
+// NewPythonProcess is what the kernel needs for a CPython whose
+// _PyRuntime is at runtime in the process and whose structures have
+// offsets o.
+func NewPythonProcess(runtime uint64, o python.Offsets) PythonProcess {
+	isEntry := uint16(NoField)
+	if o.HasIsEntry {
+		isEntry = o.FrameIsEntry
+	}
+	return PythonProcess{
+		Runtime:            runtime,
+		RuntimeInterpHead:  o.RuntimeInterpHead,
+		InterpThreadsHead:  o.InterpThreadsHead,
+		TStateNext:         o.TStateNext,
+		TStateThreadID:     o.TStateThreadID,
+		TStateCFrame:       o.TStateCFrame,
+		CFrameCurrentFrame: o.CFrameCurrentFrame,
+		FrameCode:          o.FrameCode,
+		FramePrevious:      o.FramePrevious,
+		FramePrevInstr:     o.FramePrevInstr,
+		FrameIsEntry:       isEntry,
+		FrameOwner:         o.FrameOwner,
+	}
+}

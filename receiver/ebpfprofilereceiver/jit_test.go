@@ -1,0 +1,525 @@
+package ebpfprofilereceiver
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
+)
+
+// The runtime workloads below share one design: after "ready" they spin
+// (an idle process is never sampled, so never read) until a line on stdin,
+// sent once the agent has read the process (runGated), so they burn only
+// then, however loaded the machine is; a loop calls
+// hotA, hotB and hotC with 6, 3 and 1 units of the same work, so they take
+// 60 / 30 / 10 % of the CPU. Each program measures the CPU time of its own
+// calls and prints it as JSON {"hotA": ns, ...} when it ends: that
+// measurement, not the design, is what the agent's shares are held to.
+
+var designedSplit = []string{"hotA", "hotB", "hotC"}
+
+// splitJS: Node.js. --no-turbo-inlining keeps the three functions out of
+// their caller's optimized code (else the caller's name would hold their
+// samples, correctly but not what this test checks).
+const splitJS = `
+function hotA(n) { let x = 1; for (let i = 0; i < n; i++) x = (Math.imul(x, 1103515245) + 12345) | 0; return x; }
+function hotB(n) { let x = 2; for (let i = 0; i < n; i++) x = (Math.imul(x, 1103515245) + 12345) | 0; return x; }
+function hotC(n) { let x = 3; for (let i = 0; i < n; i++) x = (Math.imul(x, 1103515245) + 12345) | 0; return x; }
+const UNIT = 400000;
+const cpu = { hotA: 0, hotB: 0, hotC: 0 };
+function timed(name, fn, units) {
+	const t0 = process.cpuUsage();
+	const r = fn(units * UNIT);
+	const d = process.cpuUsage(t0);
+	cpu[name] += (d.user + d.system) * 1000;
+	return r;
+}
+const seconds = Number(process.argv[2]);
+function burn() {
+	const end = Date.now() + seconds * 1000;
+	let sink = 0;
+	while (Date.now() < end) {
+		sink ^= timed("hotA", hotA, 6);
+		sink ^= timed("hotB", hotB, 3);
+		sink ^= timed("hotC", hotC, 1);
+	}
+	console.log(JSON.stringify(cpu));
+	if (sink === 42) console.error(sink);
+}
+// Spin until told to go: an idle process is never sampled, so the agent
+// would never read it.
+let go = false;
+process.stdin.once("data", () => { go = true; process.stdin.destroy(); });
+function waitForGo() {
+	if (go) return burn();
+	const t = Date.now();
+	while (Date.now() - t < 5) {}
+	setImmediate(waitForGo);
+}
+console.log("ready");
+waitForGo();
+`
+
+// splitJava: HotSpot; the perf map is written on request (jcmd PID
+// Compiler.perfmap) once the methods are compiled, so the program warms up,
+// says "ready", and burns after a line on stdin.
+const splitJava = `
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+
+public class Split {
+	static int hotA(int n) { int x = 1; for (int i = 0; i < n; i++) x = x * 1103515245 + 12345; return x; }
+	static int hotB(int n) { int x = 2; for (int i = 0; i < n; i++) x = x * 1103515245 + 12345; return x; }
+	static int hotC(int n) { int x = 3; for (int i = 0; i < n; i++) x = x * 1103515245 + 12345; return x; }
+	static final int UNIT = 3000000;
+	static final ThreadMXBean TMX = ManagementFactory.getThreadMXBean();
+	static long a, b, c;
+	static int sink;
+
+	static void round(boolean measure) {
+		long t0 = TMX.getCurrentThreadCpuTime();
+		sink ^= hotA(6 * UNIT);
+		long t1 = TMX.getCurrentThreadCpuTime();
+		sink ^= hotB(3 * UNIT);
+		long t2 = TMX.getCurrentThreadCpuTime();
+		sink ^= hotC(UNIT);
+		long t3 = TMX.getCurrentThreadCpuTime();
+		if (measure) { a += t1 - t0; b += t2 - t1; c += t3 - t2; }
+	}
+
+	public static void main(String[] args) throws Exception {
+		double seconds = Double.parseDouble(args[0]);
+		long warm = System.nanoTime() + 1_500_000_000L;
+		while (System.nanoTime() < warm) round(false);
+		System.out.println("ready");
+		System.out.flush();
+		// Spin until told to go: an idle process is never sampled, so the
+		// agent would never read it.
+		while (System.in.available() == 0) round(false);
+		new BufferedReader(new InputStreamReader(System.in)).readLine();
+		long end = System.nanoTime() + (long) (seconds * 1e9);
+		while (System.nanoTime() < end) round(true);
+		System.out.println("{\"hotA\":" + a + ",\"hotB\":" + b + ",\"hotC\":" + c + "}");
+		if (sink == 42) System.err.println(sink);
+	}
+}
+`
+
+// runtimeRun is a workload process started for a runtime test.
+type runtimeRun struct {
+	cmd   *exec.Cmd
+	out   *bufio.Reader
+	stdin io.WriteCloser
+}
+
+// startRuntime starts argv in a temporary directory (V8 leaves its
+// isolate log there), waits for its "ready" line, and at the end of the test
+// kills it and removes the perf map it may have written.
+func startRuntime(t *testing.T, argv ...string) *runtimeRun {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = t.TempDir()
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %v: %v", argv, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = os.Remove(fmt.Sprintf("/tmp/perf-%d.map", cmd.Process.Pid))
+	})
+	r := &runtimeRun{cmd: cmd, out: bufio.NewReader(stdout), stdin: stdin}
+	if line, err := r.out.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("%v did not start: %q %v", argv, line, err)
+	}
+	return r
+}
+
+// runGated lets the workload start its measured work once every receiver
+// has read the process (its entry has a snapshot), waiting up to 30 s.
+func (r *runtimeRun) runGated(t *testing.T, rs ...*profileReceiver) {
+	t.Helper()
+	pid := r.cmd.Process.Pid
+	read := func() bool {
+		for _, rc := range rs {
+			rc.procs.mu.Lock()
+			e := rc.procs.entries[pid]
+			rc.procs.mu.Unlock()
+			if e == nil || e.snapshot == nil {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !read(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: the receivers did not read it in 30 s", pid)
+		}
+	}
+	if _, err := io.WriteString(r.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// measured waits for the program to end and returns its own CPU
+// measurement per function.
+func (r *runtimeRun) measured(t *testing.T) map[string]float64 {
+	t.Helper()
+	line, err := r.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("no measurement from the workload: %q %v", line, err)
+	}
+	_ = r.cmd.Wait()
+	var m map[string]float64
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatalf("workload measurement %q: %v", line, err)
+	}
+	return m
+}
+
+// jitSplit is what the agent saw of a designed-split workload: samples
+// whose stack holds each hot function (by its perf-map name, typed jit),
+// and samples whose stack has an unnamed frame in anonymous memory and no
+// hot function (JIT code the perf map did not name). Stacks with no
+// symbolized frame at all (the process itself could not be read: not
+// what the perf map decides) are counted apart.
+type jitSplit struct {
+	inFunc     map[string]int64
+	unnamed    int64
+	unresolved int64
+}
+
+func tallyJITSplit(tl testworkload.Tally) jitSplit {
+	s := jitSplit{inFunc: map[string]int64{}}
+	for stack, n := range tl.Folded {
+		frames := userFrames(stack)
+		found := ""
+		unnamed, symbolized := false, false
+		for _, f := range frames {
+			for _, fn := range designedSplit {
+				// HotSpot names methods "int Split.hotA(int)".
+				if name, ok := strings.CutSuffix(f, profileschema.JITSuffix); ok && (name == fn || strings.Contains(name, "."+fn+"(")) {
+					found = fn
+				}
+			}
+			// FrameName gives an unresolved frame in anonymous memory
+			// (no file) a bare address.
+			if strings.HasPrefix(f, "0x") {
+				unnamed = true
+			} else {
+				symbolized = true
+			}
+		}
+		switch {
+		case found != "":
+			s.inFunc[found] += n
+		case !symbolized:
+			s.unresolved += n
+		case unnamed:
+			s.unnamed += n
+		}
+	}
+	return s
+}
+
+// check holds the split to the issue's targets: each function named in
+// ≥ 95 % of the samples in JIT code, and the shares (checkShares).
+func (s jitSplit) check(t *testing.T, measured map[string]float64, minSamples int64, tl testworkload.Tally) {
+	t.Helper()
+	var named int64
+	for _, fn := range designedSplit {
+		named += s.inFunc[fn]
+	}
+	if named < minSamples {
+		t.Fatalf("only %d samples in the three functions (want ≥ %d); top:%s", named, minSamples, tl.Top(8))
+	}
+	share := float64(named) / float64(named+s.unnamed)
+	t.Logf("hot functions named in %.3f of JIT samples (%d named, %d unnamed; %d samples of the process unresolved altogether); top:%s", share, named, s.unnamed, s.unresolved, tl.Top(3))
+	if share < 0.95 {
+		t.Errorf("hot functions named in %.3f of JIT samples (%d named, %d unnamed), want ≥ 0.95; top:%s", share, named, s.unnamed, tl.Top(8))
+	}
+	checkShares(t, s.inFunc, measured, tl)
+}
+
+// checkShares: each function's share of the three's samples is within
+// ±3 percentage points of the program's own measurement, or 4 binomial
+// standard deviations where fewer samples make that wider.
+func checkShares(t *testing.T, inFunc map[string]int64, measured map[string]float64, tl testworkload.Tally) {
+	t.Helper()
+	var named int64
+	var cpu float64
+	for _, fn := range designedSplit {
+		named += inFunc[fn]
+		cpu += measured[fn]
+	}
+	for _, fn := range designedSplit {
+		want := measured[fn] / cpu
+		got := float64(inFunc[fn]) / float64(named)
+		tol := math.Max(0.03, 4*math.Sqrt(want*(1-want)/float64(named)))
+		t.Logf("%s: agent %.3f (%d samples), program %.3f, Δ %+.1f pp (tolerance %.1f pp)", fn, got, inFunc[fn], want, 100*(got-want), 100*tol)
+		if math.Abs(got-want) > tol {
+			t.Errorf("%s share %.3f, program measured %.3f (± %.3f); top:%s", fn, got, want, tol, tl.Top(8))
+		}
+	}
+}
+
+// TestNodeJITFramesNamedFromPerfMap: Node.js with --perf-basic-prof writes
+// /tmp/perf-PID.map; the agent names V8's optimized code from it.
+func TestNodeJITFramesNamedFromPerfMap(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
+	}
+	checkScriptSplit(t, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
+}
+
+// checkScriptSplit runs a designed-split script (runSplit) and checks
+// the split and hotA's source file.
+func checkScriptSplit(t *testing.T, name, source string, argv ...string) {
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	res := runSplit(t, cfg, name, source, argv...)
+	minSamples := int64(0.25 * testworkload.ExpectedSamples(res.cmd, cfg.FrequencyHz))
+	tallyJITSplit(res.tally).check(t, res.measured, minSamples, res.tally)
+	assertFrameFileLine(t, res.profiles, "hotA", res.script, 0, profileschema.FrameTypeJIT)
+}
+
+// splitRun is one designed-split workload sampled by a receiver.
+type splitRun struct {
+	cmd      *exec.Cmd
+	script   string
+	measured map[string]float64
+	profiles []pprofile.Profiles
+	tally    testworkload.Tally
+}
+
+// runSplit writes source as name, runs it for 8 s with the interpreter
+// argv while a receiver samples, and collects both sides' figures.
+func runSplit(t *testing.T, cfg *Config, name, source string, argv ...string) splitRun {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(script, []byte(source), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, sink := startReceiver(t, cfg)
+	run := startRuntime(t, append(argv, script, "8")...)
+	run.runGated(t, r)
+	measured := run.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := sink.AllProfiles()
+	return splitRun{cmd: run.cmd, script: script, measured: measured, profiles: all, tally: testworkload.TallyProcess(all, run.cmd.Process.Pid)}
+}
+
+// TestJavaJITFramesNamedFromPerfMap: HotSpot writes its perf map on
+// request (jcmd PID Compiler.perfmap, JDK 17); JIT-compiled methods are
+// named from it.
+func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
+	java, err := exec.LookPath("java")
+	if err != nil {
+		t.Fatalf("java is needed (make deps installs openjdk-17-jdk-headless): %v", err)
+	}
+	jcmd, err := exec.LookPath("jcmd")
+	if err != nil {
+		t.Fatalf("jcmd is needed (make deps installs openjdk-17-jdk-headless): %v", err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "Split.java")
+	if err := os.WriteFile(src, []byte(splitJava), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("javac", "-d", dir, src).CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, out)
+	}
+	run := startRuntime(t, java, "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Split::hot*", "-cp", dir, "Split", "6")
+	if out, err := exec.Command(jcmd, itoa(run.cmd.Process.Pid), "Compiler.perfmap").CombinedOutput(); err != nil {
+		t.Fatalf("jcmd Compiler.perfmap: %v\n%s", err, out)
+	}
+	// The map lists the code that exists when it is written: code the
+	// warm-up ran and HotSpot since replaced (lower tiers) is not in it.
+	// The agent starts now, as the measured phase does.
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiver(t, cfg)
+	run.runGated(t, r)
+	measured := run.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
+	tallyJITSplit(tl).check(t, measured, 100, tl)
+}
+
+// TestPythonPerfTrampolinesNamed: CPython ≥ 3.12 with -X perf names each
+// Python function's trampoline in its perf map. Not part of Debian 12, so
+// it runs only where such a Python is installed.
+func TestPythonPerfTrampolinesNamed(t *testing.T) {
+	// The same program as the frame walk's tests (python_test.go).
+	checkScriptSplit(t, "split.py", splitPyZlib, python312(t), "-X", "perf")
+}
+
+// python312 finds a CPython ≥ 3.12 (on PATH, or a pyenv build), or skips.
+func python312(t *testing.T) string {
+	return findPython(t, "3.12 or later", "sys.version_info >= (3, 12)", "python3.13", "python3.12", "python3")
+}
+
+// pythonVersion finds CPython major.minor (on PATH, or a pyenv build), or
+// skips.
+func pythonVersion(t *testing.T, major, minor int) string {
+	name := fmt.Sprintf("python%d.%d", major, minor)
+	return findPython(t, name[len("python"):], fmt.Sprintf("sys.version_info[:2] == (%d, %d)", major, minor), name)
+}
+
+func findPython(t *testing.T, what, cond string, names ...string) string {
+	var candidates []string
+	for _, name := range names {
+		if p, err := exec.LookPath(name); err == nil {
+			candidates = append(candidates, p)
+		}
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		found, _ := filepath.Glob(filepath.Join(home, ".pyenv/versions/3.1[2-9]*/bin/python3"))
+		candidates = append(candidates, found...)
+	}
+	for _, p := range candidates {
+		if exec.Command(p, "-c", "import sys; sys.exit(0 if "+cond+" else 1)").Run() == nil {
+			return p
+		}
+	}
+	t.Skipf("no CPython %s on this machine (Debian 12 has 3.11)", what)
+	return ""
+}
+
+// assertFrameFileLine checks that fn has a location of frame type typ with
+// source file file and, when line > 0, a line within 3 of it (what JSON
+// and pprof output show as file:line).
+func assertFrameFileLine(t *testing.T, all []pprofile.Profiles, fn, file string, line int64, typ string) {
+	t.Helper()
+	for _, pd := range all {
+		dict := pd.Dictionary()
+		locs := dict.LocationTable()
+		for i := 1; i < locs.Len(); i++ {
+			loc := locs.At(i)
+			if loc.Lines().Len() == 0 {
+				continue
+			}
+			ln := loc.Lines().At(0)
+			f := dict.FunctionTable().At(int(ln.FunctionIndex()))
+			// A function may have a location of each type (CPython 3.12
+			// with -X perf: its Python frame and its trampoline).
+			if profileschema.Str(dict, f.NameStrindex()) != fn || profileschema.FrameType(dict, loc) != typ {
+				continue
+			}
+			if got := profileschema.Str(dict, f.FilenameStrindex()); got != file {
+				t.Errorf("%s is in file %q, want %q", fn, got, file)
+			}
+			if line > 0 && (ln.Line() < line-3 || ln.Line() > line+3) {
+				t.Errorf("%s at line %d, want %d ± 3", fn, ln.Line(), line)
+			}
+			return
+		}
+	}
+	t.Errorf("no location of %s with frame type %s", fn, typ)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// A perf map is the application's word: an agent must not follow it out of
+// the process's files. Two Node.js processes without --perf-basic-prof get
+// a /tmp/perf-PID.map planted for them that names all of user space: for
+// one it is a regular file (so its JIT frames take that name: the agent
+// reads the right path), for the other a symlink to that content elsewhere
+// (refused: no frame takes the name, one log line says why).
+func TestPerfMapSymlinkRefused(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
+	}
+	script := filepath.Join(t.TempDir(), "burn.js")
+	if err := os.WriteFile(script, []byte(splitJS), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "elsewhere.map")
+	if err := os.WriteFile(secret, []byte("0 7fffffffffff FOLLOWED_A_SYMLINK\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	core, logs := observer.New(zap.InfoLevel)
+	set := receivertest.NewNopSettings(typeStr)
+	set.Logger = zap.New(core)
+	sink := new(consumertest.ProfilesSink)
+	r, err := newReceiver(set, cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	planted := startRuntime(t, node, "--no-turbo-inlining", script, "3")
+	linked := startRuntime(t, node, "--no-turbo-inlining", script, "3")
+	plantedMap := fmt.Sprintf("/tmp/perf-%d.map", planted.cmd.Process.Pid)
+	linkedMap := fmt.Sprintf("/tmp/perf-%d.map", linked.cmd.Process.Pid)
+	if err := os.WriteFile(plantedMap, []byte("0 7fffffffffff PLANTED\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, linkedMap); err != nil {
+		t.Fatal(err)
+	}
+	planted.runGated(t, r)
+	linked.runGated(t, r)
+	planted.measured(t)
+	linked.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	count := func(run *runtimeRun, name string) (named, total int64, top string) {
+		tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
+		for stack, n := range tl.Folded {
+			total += n
+			if strings.Contains(stack, name) {
+				named += n
+			}
+		}
+		return named, total, tl.Top(5)
+	}
+	if n, total, top := count(planted, "PLANTED"+profileschema.JITSuffix); n == 0 {
+		t.Errorf("the planted regular file named none of %d samples: the agent does not read the process's perf map; top:%s", total, top)
+	}
+	if n, total, top := count(linked, "FOLLOWED_A_SYMLINK"); n != 0 || total == 0 {
+		t.Errorf("%d of %d samples named through a symlinked perf map; top:%s", n, total, top)
+	}
+	if logs.FilterMessageSnippet("perf map").FilterFieldKey("error").Len() == 0 {
+		t.Errorf("no log line about the refused perf map; logs: %v", logs.All())
+	}
+}

@@ -1,0 +1,249 @@
+package ebpfprofilereceiver
+
+import (
+	"context"
+	"debug/elf"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/python"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
+)
+
+// pythonFrames gives CPython processes Python frames (unwinding: auto):
+// it recognises the interpreter binary once per file identity, tells the
+// kernel where each CPython process keeps its thread states, and names
+// the frames the kernel recorded by reading the process's code objects.
+type pythonFrames struct {
+	sampler    *sampler.Sampler
+	symbolizer *symbolize.Symbolizer
+	logger     *zap.Logger
+	processes  metric.Int64Counter
+
+	mu       sync.Mutex
+	binaries map[fileid.ID]pythonBinary
+	procs    map[int]*python.Process
+}
+
+// pythonBinary is what a mapped file turned out to be.
+type pythonBinary struct {
+	in  *python.Interpreter // nil: not one the agent can walk
+	err error
+}
+
+// inspectPython is python.Inspect; tests replace it to play a CPython
+// version the agent does not know.
+var inspectPython = python.Inspect
+
+// maxPythonBinaries bounds the per-binary results kept (a host has a few
+// interpreters; every other binary whose name starts with "python" costs
+// one entry).
+const maxPythonBinaries = 256
+
+func newPythonFrames(s *sampler.Sampler, sym *symbolize.Symbolizer, logger *zap.Logger, mp metric.MeterProvider) *pythonFrames {
+	c, err := mp.Meter(typeStr.String()).Int64Counter("hotpath_receiver_python_processes",
+		metric.WithDescription("CPython processes seen, by outcome: walked (Python frames named) or unknown_version (native frames only)"))
+	if err != nil {
+		logger.Warn("python metrics", zap.Error(err))
+	}
+	return &pythonFrames{sampler: s, symbolizer: sym, logger: logger, processes: c,
+		binaries: map[fileid.ID]pythonBinary{}, procs: map[int]*python.Process{}}
+}
+
+// attach looks for a CPython interpreter among snap's mappings and turns
+// the kernel's frame walk on for the process, or off when there is none
+// (an exec may have replaced a Python program).
+func (p *pythonFrames) attach(snap *symbolize.Process) {
+	pid := snap.PID
+	for i, m := range snap.Mappings {
+		if m.OpenErr != "" || !python.MaybeInterpreter(m.Path) {
+			continue
+		}
+		b := p.binary(snap, i)
+		if errors.Is(b.err, python.ErrNotPython) {
+			continue
+		}
+		if b.in == nil {
+			p.count("unknown_version") // logged once per binary (binary)
+			break
+		}
+		bias, ok := b.in.Bias(m.Start, m.Offset)
+		if !ok {
+			continue
+		}
+		err := p.sampler.SetPythonProcess(uint32(pid), sampler.NewPythonProcess(b.in.RuntimeVA+bias, b.in.Offsets))
+		if err != nil {
+			p.logger.Info("python: cannot walk this process's frames", zap.Int("pid", pid), zap.Error(err))
+			break
+		}
+		p.count("walked")
+		p.mu.Lock()
+		if old := p.procs[pid]; old != nil {
+			_ = old.Close()
+		}
+		p.procs[pid] = python.NewProcess("/proc", pid, b.in, bias)
+		p.mu.Unlock()
+		return
+	}
+	p.detach(pid)
+}
+
+func (p *pythonFrames) count(outcome string) {
+	if p.processes != nil {
+		p.processes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+	}
+}
+
+// binary inspects mapping i's file once per file identity.
+func (p *pythonFrames) binary(snap *symbolize.Process, i int) pythonBinary {
+	id := snap.Mappings[i].ID
+	p.mu.Lock()
+	b, ok := p.binaries[id]
+	p.mu.Unlock()
+	if ok {
+		return b
+	}
+	b = p.inspect(snap, i)
+	if b.in == nil && !errors.Is(b.err, python.ErrNotPython) {
+		p.logger.Info("python: this CPython's frames are not walked; its processes show native frames only",
+			zap.Int("pid", snap.PID), zap.String("binary", snap.Mappings[i].Path), zap.Error(b.err))
+	}
+	p.mu.Lock()
+	if len(p.binaries) >= maxPythonBinaries {
+		clear(p.binaries)
+	}
+	p.binaries[id] = b
+	p.mu.Unlock()
+	return b
+}
+
+func (p *pythonFrames) inspect(snap *symbolize.Process, i int) pythonBinary {
+	f, err := p.symbolizer.OpenMapping(snap, i)
+	if err != nil {
+		return pythonBinary{err: err}
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return pythonBinary{err: python.ErrNotPython}
+	}
+	in, err := inspectPython(ef)
+	return pythonBinary{in: in, err: err}
+}
+
+// detach turns the walk off for pid and forgets its code objects.
+func (p *pythonFrames) detach(pid int) {
+	p.mu.Lock()
+	proc := p.procs[pid]
+	delete(p.procs, pid)
+	p.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	_ = proc.Close()
+	if err := p.sampler.DeletePythonProcess(uint32(pid)); err != nil {
+		p.logger.Debug("python: stop walking an exited process", zap.Int("pid", pid), zap.Error(err))
+	}
+}
+
+// close forgets every process (sampling stops).
+func (p *pythonFrames) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pid, proc := range p.procs {
+		_ = proc.Close()
+		delete(p.procs, pid)
+	}
+}
+
+// interleave inserts the Python frames py (leaf first) into frames (leaf
+// first, kernel frames, then user frames) where they ran: each run of
+// Python frames up to an entry frame (3.11) or a shim frame (3.12, not
+// shown) goes just leafward of the matching
+// _PyEval_EvalFrameDefault native frame, innermost first. Runs the native
+// stack has no eval frame for (it ended early) go at the root end. A frame
+// whose code object cannot be read stays out: no frame rather than a wrong
+// one.
+func (p *pythonFrames) interleave(pid int, frames []profilebuilder.Frame, py []sampler.PythonFrame, notBefore time.Time, out []profilebuilder.Frame) []profilebuilder.Frame {
+	// Held throughout: an exec or exit may close the process meanwhile.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	proc := p.procs[pid]
+	if proc == nil || len(py) == 0 {
+		return append(out, frames...)
+	}
+	next := 0 // next Python frame to place
+	run := func() {
+		for next < len(py) {
+			f := py[next]
+			next++
+			if f.Shim {
+				return // 3.12: the frames before it were this eval call's
+			}
+			if pf, err := proc.Resolve(f.Code, f.Instr, notBefore); err == nil {
+				out = append(out, profilebuilder.Frame{Function: pf.Function, File: pf.File, Line: int64(pf.Line), Kind: profilebuilder.Python})
+			}
+			if f.Entry {
+				return
+			}
+		}
+	}
+	for _, f := range frames {
+		if f.Kind != profilebuilder.Kernel && f.Function == "_PyEval_EvalFrameDefault" {
+			run()
+		}
+		out = append(out, f)
+	}
+	for next < len(py) {
+		run()
+	}
+	return out
+}
+
+// setPython starts (p != nil) or stops the Python frame walk; known live
+// processes are attached at once.
+func (t *processTable) setPython(p *pythonFrames) {
+	if old := t.python.Swap(p); old != nil {
+		old.close()
+	}
+	if p == nil {
+		return
+	}
+	t.mu.Lock()
+	live := make([]*symbolize.Process, 0, len(t.entries))
+	for _, e := range t.entries {
+		if e.exitedAt.IsZero() && e.snapshot != nil {
+			live = append(live, e.snapshot)
+		}
+	}
+	t.mu.Unlock()
+	for _, snap := range live {
+		p.attach(snap)
+	}
+}
+
+// takePythonFrames takes the Python frames the kernel appended off s's
+// user stack, so the symbolizer and leaf-caller recovery see native
+// frames only.
+func takePythonFrames(s *sampler.Sample) []sampler.PythonFrame {
+	var py []sampler.PythonFrame
+	s.UserStack, py = sampler.SplitPythonFrames(s.UserStack, nil)
+	return py
+}
+
+// addPythonFrames interleaves py into the sample's frames (see interleave).
+func (r *profileReceiver) addPythonFrames(proc *processEntry, frames []profilebuilder.Frame, py []sampler.PythonFrame, readBefore time.Time) []profilebuilder.Frame {
+	p := r.procs.python.Load()
+	if len(py) == 0 || p == nil || proc.snapshot == nil {
+		return frames
+	}
+	return p.interleave(proc.snapshot.PID, frames, py, readBefore, make([]profilebuilder.Frame, 0, len(frames)+len(py)))
+}

@@ -1,0 +1,229 @@
+package ebpfprofilereceiver
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/python"
+)
+
+// splitPyZlib: the designed 60/30/10 split for an interpreter without
+// -X perf; hotC spends its time in a C extension (zlib.compress, which
+// calls into libz), so its samples show hotC above zlib's native frames.
+const splitPyZlib = `
+import json, select, sys, time, zlib
+
+def hotA(n):
+    x = 1
+    for i in range(n):
+        x = (x * 1103515245 + 12345) & 0xffffffff
+    return x
+
+def hotB(n):
+    x = 2
+    for i in range(n):
+        x = (x * 1103515245 + 12345) & 0xffffffff
+    return x
+
+BLOB = bytes(range(256)) * 64
+
+def hotC(n):
+    for _ in range(n // 2000):
+        zlib.compress(BLOB, 9)
+
+UNIT = 20000
+cpu = {"hotA": 0, "hotB": 0, "hotC": 0}
+
+def timed(name, fn, units):
+    t0 = time.thread_time_ns()
+    fn(units * UNIT)
+    cpu[name] += time.thread_time_ns() - t0
+
+def dispatch():
+    timed("hotA", hotA, 6)
+    timed("hotB", hotB, 3)
+    timed("hotC", hotC, 1)
+
+def wait_for_go():
+    # Spin: an idle process is never sampled, so the agent would never
+    # read it.
+    while not select.select([sys.stdin], [], [], 0)[0]:
+        sum(range(1000))
+    sys.stdin.readline()
+
+seconds = float(sys.argv[1])
+print("ready", flush=True)
+wait_for_go()
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    dispatch()
+print(json.dumps(cpu), flush=True)
+`
+
+// TestPython311FramesWithoutHelp: Debian's /usr/bin/python3.11 (no -X perf,
+// no frame pointers, no debug info) shows its Python functions, with
+// files and lines, interleaved with the native frames; hotC's samples
+// reach into zlib's C code.
+func TestPython311FramesWithoutHelp(t *testing.T) {
+	py, err := exec.LookPath("/usr/bin/python3.11")
+	if err != nil {
+		t.Fatalf("Debian's python3.11 is needed: %v", err)
+	}
+	checkPythonFrames(t, py)
+}
+
+// TestPython312FramesWithoutHelp: the same with CPython 3.12 (its frames
+// mark eval entries with shim frames), where one is installed (pyenv).
+func TestPython312FramesWithoutHelp(t *testing.T) {
+	checkPythonFrames(t, pythonVersion(t, 3, 12))
+}
+
+// checkPythonFrames runs splitPyZlib on the interpreter py and checks the
+// targets.
+func checkPythonFrames(t *testing.T, py string) {
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	res := runSplit(t, cfg, "split.py", splitPyZlib, py)
+	tl := res.tally
+	// Python frames are named like any other function (no suffix).
+	inFunc := map[string]int64{}
+	var inPython, withZlib, total int64
+	for stack, n := range tl.Folded {
+		frames := userFrames(stack)
+		total += n
+		found := ""
+		for i, f := range frames {
+			for _, fn := range designedSplit {
+				if f == fn && i > 1 && frames[i-1] == "timed" && frames[i-2] == "dispatch" {
+					found = fn
+				}
+			}
+		}
+		if found != "" {
+			inFunc[found] += n
+		}
+		// The interpreter's samples after the gate opened (wait_for_go
+		// spins before it).
+		if strings.Contains(stack, "_PyEval_EvalFrameDefault") && !strings.Contains(stack, "wait_for_go") {
+			inPython += n
+		}
+		if found == "hotC" && strings.Contains(stack, "deflate") {
+			withZlib += n
+		}
+	}
+	var named int64
+	for _, fn := range designedSplit {
+		named += inFunc[fn]
+	}
+	minSamples := int64(0.25 * testworkload.ExpectedSamples(res.cmd, cfg.FrequencyHz))
+	if named < minSamples {
+		t.Fatalf("only %d samples in dispatch → timed → hotA/hotB/hotC (want ≥ %d); top:%s", named, minSamples, tl.Top(8))
+	}
+	share := float64(named) / float64(inPython)
+	t.Logf("dispatch → timed → hot function in %.3f of the interpreter's samples (%d of %d); hotC reaches deflate in %d of %d; top:%s", share, named, inPython, withZlib, inFunc["hotC"], tl.Top(3))
+	if share < 0.95 {
+		t.Errorf("dispatch → timed → hot function named in %.3f of the interpreter's samples (%d of %d), want ≥ 0.95; top:%s", share, named, inPython, tl.Top(8))
+	}
+	checkShares(t, inFunc, res.measured, tl)
+	if float64(withZlib) < 0.5*float64(inFunc["hotC"]) {
+		t.Errorf("only %d of hotC's %d samples reach zlib's deflate; top:%s", withZlib, inFunc["hotC"], tl.Top(8))
+	}
+	assertFrameFileLine(t, res.profiles, "hotA", res.script, 5, "python")
+}
+
+// A CPython the agent has no offsets for stays native-only: no Python
+// frame (right or wrong) in its stacks, one log line, and the
+// hotpath_receiver_python_processes{outcome=unknown_version} counter.
+func TestUnknownPythonStaysNative(t *testing.T) {
+	real := inspectPython
+	defer func() { inspectPython = real }()
+	inspectPython = func(f *elf.File) (*python.Interpreter, error) {
+		in, err := real(f)
+		if err != nil {
+			return in, err
+		}
+		return nil, fmt.Errorf("%w: %s (played by the test)", python.ErrUnknownVersion, in)
+	}
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	core, logs := observer.New(zap.InfoLevel)
+	reader := sdkmetric.NewManualReader()
+	set := receivertest.NewNopSettings(typeStr)
+	set.Logger = zap.New(core)
+	set.TelemetrySettings.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	sink := new(consumertest.ProfilesSink)
+	r, err := newReceiver(set, cfg, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "split.py")
+	if err := os.WriteFile(script, []byte(splitPyZlib), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := startRuntime(t, "/usr/bin/python3.11", script, "2")
+	run.runGated(t, r)
+	run.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
+	if tl.Total < 20 {
+		t.Fatalf("only %d samples; top:%s", tl.Total, tl.Top(5))
+	}
+	for stack := range tl.Folded {
+		for _, fn := range append([]string{"dispatch", "timed", "<module>", "wait_for_go"}, designedSplit...) {
+			if slices.Contains(strings.Split(stack, ";"), fn) {
+				t.Fatalf("Python frame %s in a native-only stack: %s", fn, stack)
+			}
+		}
+	}
+	if n := logs.FilterMessageSnippet("frames are not walked").Len(); n == 0 {
+		t.Errorf("no log line about the unknown CPython; logs: %v", logs.All())
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if got := counterValue(rm, "hotpath_receiver_python_processes", "outcome", "unknown_version"); got < 1 {
+		t.Errorf("unknown_version counter = %d, want ≥ 1", got)
+	}
+}
+
+// counterValue sums an Int64 counter's points with attribute key=value.
+func counterValue(rm metricdata.ResourceMetrics, name, key, value string) int64 {
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != name || !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				if v, ok := dp.Attributes.Value(attribute.Key(key)); ok && v.AsString() == value {
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
+}
