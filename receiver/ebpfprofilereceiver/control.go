@@ -170,6 +170,12 @@ func (r *profileReceiver) capture(ctx context.Context, req controlapi.CaptureReq
 	}
 
 	r.mu.Lock()
+	// Again here: a drain during the capture may have deferred their loads.
+	for _, pid := range pids {
+		if e := r.procs.lookup(int(pid)); e.snapshot != nil {
+			e.snapshot.DeferLoads.Store(false)
+		}
+	}
 	b := profilebuilder.New(started, time.Since(started), time.Second/time.Duration(req.FrequencyHz))
 	r.addSamplesLocked(b, batch.Samples, time.Now(), false)
 	r.symbolizer.Trim()
