@@ -11,7 +11,7 @@ DEPS_STAMP := .deps-installed
 
 APT_PACKAGES := clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless
 
-.PHONY: all deps build collector generate check-generated run stop test test-unit lint bench soak clean
+.PHONY: all deps build collector generate check-generated run stop test test-unit test-race lint bench soak clean
 
 all: build
 
@@ -64,9 +64,16 @@ lint: deps
 test-unit: deps
 	$(GO) test -count=1 ./...
 
-# test is what CI runs: generated code up to date, lint, all tests (eBPF tests
-# need root and fail, not skip, without it), then the collector end to end.
-test: check-generated lint build
+# test-race runs the packages that need no BPF with the race detector:
+# processors, the CLI and the internal packages (symbolizer, caches, query
+# layer), where concurrent use is the norm.
+test-race: deps
+	$(GO) test -race -count=1 ./processor/... ./internal/... ./cmd/...
+
+# test is what CI runs: generated code up to date, lint, the race detector on
+# the packages without BPF, all tests (eBPF tests need root and fail, not
+# skip, without it), then the collector end to end.
+test: check-generated lint build test-race
 	@[ "$$(id -u)" = 0 ] || { echo "make test must run as root: the eBPF tests load real BPF programs"; exit 1; }
 	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath $(GO) test -count=1 -timeout 30m ./...
 
