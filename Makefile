@@ -65,10 +65,10 @@ test-unit: deps
 	$(GO) test -count=1 ./...
 
 # test-race runs the packages that need no BPF with the race detector:
-# processors, the CLI and the internal packages (symbolizer, caches, query
-# layer), where concurrent use is the norm.
+# processors, the exporter, the CLI and the internal packages (symbolizer,
+# caches, query layer), where concurrent use is the norm.
 test-race: deps
-	$(GO) test -race -count=1 ./processor/... ./internal/... ./cmd/...
+	$(GO) test -race -count=1 ./processor/... ./exporter/... ./internal/... ./cmd/...
 
 # test is what CI runs: generated code up to date, lint, the race detector on
 # the packages without BPF, all tests (eBPF tests need root and fail, not
