@@ -251,7 +251,9 @@ func (t *processTable) refreshChanged() {
 
 // refresh re-reads a live process whose stacks hit addresses outside its
 // snapshot (libraries mapped after it was read), at most once per interval:
-// readBefore is the interval's drain time.
+// readBefore is the interval's drain time. It returns the entry in force,
+// which is nil when the process's entry went meanwhile (exec, exit) and the
+// new read could not take its place.
 func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	t.mu.Lock()
 	old := t.entries[pid]

@@ -176,6 +176,12 @@ func TestExitedProcessesAreHandled(t *testing.T) {
 	if e.snapshot != nil || e.resource.ServiceName == "" {
 		t.Fatalf("exited process: snapshot %v, service %q", e.snapshot, e.resource.ServiceName)
 	}
+	// Its entry dropped (an exec or exit event) while a drain wanted to
+	// re-read it: refresh says there is nothing, and does not invent one.
+	table.drop(gone.Process.Pid)
+	if got := table.refresh(gone.Process.Pid, time.Now()); got != nil || table.tracked(gone.Process.Pid) {
+		t.Fatalf("refresh of a gone, dropped process = %+v", got)
+	}
 
 	cmd := exec.Command("sleep", "30")
 	if err := cmd.Start(); err != nil {

@@ -487,7 +487,9 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 		py := takePythonFrames(s)
 		frames := r.symbolizeSample(proc, s)
 		if proc.snapshot != nil && hasUnmappedUserFrame(frames) {
-			if fresh := r.procs.refresh(int(s.PID), readBefore); fresh != proc {
+			// nil: the entry went meanwhile (exec, exit) and no new read
+			// could replace it; keep symbolizing with what we have.
+			if fresh := r.procs.refresh(int(s.PID), readBefore); fresh != nil && fresh != proc {
 				proc = fresh
 				frames = r.symbolizeSample(proc, s)
 			}
