@@ -223,6 +223,11 @@ func (c *Cache) Put(id fileid.ID, kind Kind, payload []byte) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Two Puts of one key may race: the file holds the last rename, the
+	// index one entry, counted once.
+	if old, ok := c.index[name]; ok {
+		c.bytes -= old.size
+	}
 	c.index[name] = &entry{name: name, size: size, used: time.Now()}
 	c.bytes += size
 	c.stats.Writes++

@@ -285,3 +285,29 @@ func BenchmarkGlibc(b *testing.B) {
 		}
 	})
 }
+
+// Concurrent Puts of the same key count its bytes once: the accounting
+// matches the files on disk.
+func TestConcurrentPutsOfOneKeyCountOnce(t *testing.T) {
+	dir := t.TempDir()
+	c := open(t, dir, 64<<20)
+	id := fileid.ID{Inode: 7}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.PutUnwind(id, Unwind{Rows: make([]unwindtable.Row, 500)})
+		}()
+	}
+	wg.Wait()
+	var onDisk int64
+	des, _ := os.ReadDir(dir)
+	for _, de := range des {
+		fi, _ := de.Info()
+		onDisk += fi.Size()
+	}
+	if st := c.Stats(); st.Bytes != onDisk || st.Entries != 1 {
+		t.Errorf("accounted %d bytes in %d entries, %d bytes on disk in %d files", st.Bytes, st.Entries, onDisk, len(des))
+	}
+}
