@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak (make soak; not part of make test): runs the real agent for
+# Soak (make soak; not part of make test): first runs the real agent for
 # SOAK_DURATION (default 10m) under process, binary and thread churn and
 # prints its footprint at start and end (test/soak). Needs root and a built
 # bin/otelcol-hotpath. Exits non-zero when RSS, fds, threads or BPF map
@@ -15,3 +15,10 @@ driver=$(mktemp -d)/soak
 trap 'rm -rf "$(dirname "$driver")"' EXIT
 go build -o "$driver" ./test/soak
 "$driver" -collector "$collector" -duration "${SOAK_DURATION:-10m}" -rate "${SOAK_RATE:-6}" -warmup "${SOAK_WARMUP:-30s}" "$@"
+
+# Then the long crash run (issue 15): the shipped agent and gateway killed
+# with kill -9 fifteen times while a program is profiled; per minute the
+# gateway must hold exactly what the agent stored.
+mkdir -p var
+HOTPATH_COLLECTOR=$PWD/$collector HOTPATH_CRASH_REPORT=${HOTPATH_CRASH_REPORT:-$PWD/var/crash-soak.txt} \
+	go test -tags soak -count=1 -timeout 60m -run 'TestCrashSoak$' -v ./test/e2e/

@@ -99,8 +99,11 @@ func createDefaultConfig() *Config {
 			MaxBytes: 100 << 20, // RFD 072: max profile size per query 100 MB
 		},
 		TimeoutConfig: exporterhelper.NewDefaultTimeoutConfig(),
-		QueueConfig:   configoptional.Some(exporterhelper.NewDefaultQueueConfig()),
-		RetryConfig:   configretry.NewDefaultBackOffConfig(),
+		// No queue by default: an in-memory queue answers "stored" before
+		// the commit, and a crash then loses what the sender (the
+		// stackaggregator's write-ahead log) already let go of.
+		QueueConfig: configoptional.Default(exporterhelper.NewDefaultQueueConfig()),
+		RetryConfig: configretry.NewDefaultBackOffConfig(),
 	}
 }
 

@@ -90,8 +90,16 @@ func TestDuckDBResourceDefaultsByTier(t *testing.T) {
 func TestReadmeExampleIsValid(t *testing.T) {
 	for id, c := range readmetest.Check(t, "README.md", "exporters", NewFactory()) {
 		cfg := c.(*Config)
-		if cfg.Path != "/var/lib/hotpath/profiles.duckdb" || cfg.Query.MaxBytes != 100<<20 || !cfg.QueueConfig.HasValue() {
+		if cfg.Path != "/var/lib/hotpath/profiles.duckdb" || cfg.Query.MaxBytes != 100<<20 || cfg.QueueConfig.HasValue() {
 			t.Fatalf("%s: unexpected config: %+v", id, cfg)
 		}
+	}
+}
+
+// No in-memory queue unless asked for: it would acknowledge before the
+// commit (issue 15), so a crash would lose what the sender let go of.
+func TestSendingQueueIsOffByDefault(t *testing.T) {
+	if createDefaultConfig().QueueConfig.HasValue() {
+		t.Fatal("sending_queue is on by default")
 	}
 }

@@ -2,6 +2,7 @@ package duckdbprofileexporter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -15,7 +16,13 @@ import (
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
+
+// batchIDRetention is how long ids of stored batches are kept to recognise a
+// resend. Resends come within minutes (retries, a replay after a crash);
+// a week leaves room for a collector that was down for days.
+const batchIDRetention = 7 * 24 * time.Hour
 
 type profilesExporter struct {
 	cfg    *Config
@@ -62,7 +69,7 @@ func (e *profilesExporter) start(ctx context.Context, _ component.Host) error {
 	}
 	r := e.cfg.effectiveRetention()
 	e.cleaner = retention.Start(w, retention.Policy{
-		Stacks: r.Stacks, TraceStacks: r.TraceStacks, Binaries: r.Metadata,
+		Stacks: r.Stacks, TraceStacks: r.TraceStacks, Binaries: r.Metadata, BatchIDs: batchIDRetention,
 		ChunkRows: r.ChunkRows, ChunkTimeout: time.Minute,
 	}, r.Interval, time.Now, func(res retention.Result, err error) {
 		if err != nil {
@@ -101,6 +108,7 @@ func (e *profilesExporter) shutdown(ctx context.Context) error {
 // retry and queue keep the data until the file accepts writes again.
 func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error {
 	batch, skip := e.conv.convert(pd)
+	batch.ID = profileschema.BatchID(pd)
 	e.metrics.recordMalformed(ctx, skip.byReason)
 	if skip.count > 0 || skip.repaired > 0 {
 		e.mu.Lock()
@@ -123,6 +131,11 @@ func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error
 		}
 	}
 	if err := e.w.Write(ctx, batch); err != nil {
+		if errors.Is(err, writer.ErrDuplicate) {
+			// Stored before (a retry or a replay): acknowledged, not doubled.
+			e.metrics.recordDuplicate(ctx)
+			return nil
+		}
 		return err
 	}
 	e.metrics.recordRows(ctx, len(batch.Rows))

@@ -36,6 +36,32 @@ const (
 	AttrBinaryHasDebugInfo = "hotpath.binary.has_debug_info"
 )
 
+// AttrBatchID is a resource attribute naming the batch a request belongs to
+// (the emitting stackaggregator's window): the same on every resource of one
+// request and on every retry of it, so a receiver that stored it once drops
+// the repeat. It is an identity, not a label: never stored as one.
+const AttrBatchID = "hotpath.batch.id"
+
+// MaxBatchIDLen bounds a batch id a sender may set; longer ones are ignored.
+const MaxBatchIDLen = 128
+
+// BatchID returns the request's batch id: the first resource's
+// AttrBatchID, "" when absent or too long.
+func BatchID(pd pprofile.Profiles) string {
+	rps := pd.ResourceProfiles()
+	if rps.Len() == 0 {
+		return ""
+	}
+	v, ok := rps.At(0).Resource().Attributes().Get(AttrBatchID)
+	if !ok || v.Type() != pcommon.ValueTypeStr {
+		return ""
+	}
+	if s := v.Str(); len(s) <= MaxBatchIDLen {
+		return s
+	}
+	return ""
+}
+
 // Binary metadata the buildid processor records on a resource (next to the
 // build-ID keys above) so the exporter can fill binary_metadata_local /
 // binary_metadata_registry. Times are Int attributes in Unix nanoseconds:

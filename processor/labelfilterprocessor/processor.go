@@ -147,7 +147,9 @@ func (f *labelFilter) filter(pd pprofile.Profiles) Drops {
 func (f *labelFilter) filterMap(level string, m pcommon.Map) int64 {
 	var n int64
 	m.RemoveIf(func(k string, _ pcommon.Value) bool {
-		if f.allow.allows(k) {
+		// The batch id is how retries are recognised downstream, whatever
+		// the allow-list says; it is never stored as a label.
+		if f.allow.allows(k) || (level == levelResource && k == profileschema.AttrBatchID) {
 			return false
 		}
 		n++

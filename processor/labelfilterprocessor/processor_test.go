@@ -267,3 +267,22 @@ func BenchmarkFilter(b *testing.B) {
 		}
 	}
 }
+
+// The batch id is not a label but how a resend is recognised downstream:
+// it passes whatever the allow-list says, at the resource level only.
+func TestBatchIDPassesAnyAllowList(t *testing.T) {
+	h := newHarness(t, &Config{Allow: []string{profileschema.AttrServiceName}})
+	out := h.run(t, input(map[string]string{
+		profileschema.AttrServiceName: "svc", profileschema.AttrBatchID: "a1b2-7", "secret": "x",
+	}, [][2]string{{profileschema.AttrBatchID, "not-here"}}))
+	res, sample := keys(out)
+	if got := strings.Join(sorted(res), ","); got != "hotpath.batch.id,service.name" {
+		t.Errorf("resource keys %s, want hotpath.batch.id,service.name", got)
+	}
+	if len(sample) != 0 {
+		t.Errorf("sample keys %v: the batch id is only kept on resources", sample)
+	}
+	if id := profileschema.BatchID(out); id != "a1b2-7" {
+		t.Errorf("batch id %q after the filter", id)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/processor/stackaggregatorprocessor/internal/wal"
 )
 
 // Names of the synthetic stacks that keep totals exact when stacks are
@@ -91,7 +92,8 @@ func (sr *series) newEntry(k sampleKey) int32 {
 
 // window is everything buffered for [start, start+length).
 type window struct {
-	start     int64 // unix nanoseconds, a multiple of the window length
+	start     int64  // unix nanoseconds, a multiple of the window length
+	id        string // identity of this window's emission (hotpath.batch.id)
 	dict      *frameDict
 	series    []*series
 	seriesIdx map[seriesKey]*series
@@ -143,6 +145,16 @@ type aggregator struct {
 	topN            int
 
 	windows map[int64]*window
+	// newWindowID names a window when it opens. The name goes with the
+	// emitted batch, so a window written twice (after a crash) is stored once.
+	newWindowID func() string
+	// route, during Add, fixes the id of each window start the batch goes
+	// to (from the write-ahead log); nil lets windows be named freshly.
+	route map[int64]string
+	// displaced holds windows a replayed batch shows were closed before it
+	// arrived (its route names another window for their start); they are
+	// due at the next Flush.
+	displaced []*window
 }
 
 // newAggregator builds an aggregator from a validated Config.
@@ -155,6 +167,7 @@ func newAggregator(cfg *Config) *aggregator {
 		minShare:        cfg.MinShare,
 		topN:            cfg.TopN,
 		windows:         map[int64]*window{},
+		newWindowID:     newIDSource(),
 	}
 }
 
@@ -174,11 +187,73 @@ func (a *aggregator) closed(start int64, now time.Time) bool {
 
 func (a *aggregator) getWindow(start int64) *window {
 	w := a.windows[start]
+	id, routed := a.route[start]
+	if w != nil && routed && w.id != id {
+		// Replay: when this batch arrived, the window it found open for
+		// start was another one, so w had been closed by then.
+		a.displaced = append(a.displaced, w)
+		w = nil
+	}
 	if w == nil {
-		w = &window{start: start, dict: newFrameDict(), seriesIdx: map[seriesKey]*series{}}
+		if !routed {
+			id = a.newWindowID()
+		}
+		w = &window{start: start, id: id, dict: newFrameDict(), seriesIdx: map[seriesKey]*series{}}
 		a.windows[start] = w
 	}
 	return w
+}
+
+// unusedRoutes are the routed window ids that no window took (their
+// samples were all malformed), so nothing will ever commit them.
+func (a *aggregator) unusedRoutes(routes []wal.Route) []string {
+	var ids []string
+	for _, rt := range routes {
+		if w := a.windows[rt.Start]; w == nil || w.id != rt.WindowID {
+			ids = append(ids, rt.WindowID)
+		}
+	}
+	return ids
+}
+
+// Routes says, for each window start pd's samples fall in, the id of the
+// window they would go to now: the open window's, or a fresh one's. Add
+// with the same routes then merges them exactly there; the routes are what
+// the write-ahead log records so a replay rebuilds the same windows.
+func (a *aggregator) Routes(pd pprofile.Profiles, now time.Time) []wal.Route {
+	var routes []wal.Route
+	seen := map[int64]bool{}
+	rps := pd.ResourceProfiles()
+	for r := 0; r < rps.Len(); r++ {
+		sps := rps.At(r).ScopeProfiles()
+		for s := 0; s < sps.Len(); s++ {
+			profs := sps.At(s).Profiles()
+			for p := 0; p < profs.Len(); p++ {
+				prof := profs.At(p)
+				samples := prof.Samples()
+				for i := 0; i < samples.Len(); i++ {
+					sampleValues(prof, samples.At(i), now, func(t, v int64) bool {
+						if !profileschema.SampleTimeAccepted(uint64(t), now) {
+							return true
+						}
+						if v < 0 {
+							return false
+						}
+						if start := a.windowStart(t); !seen[start] {
+							seen[start] = true
+							id := a.newWindowID()
+							if w := a.windows[start]; w != nil {
+								id = w.id
+							}
+							routes = append(routes, wal.Route{Start: start, WindowID: id})
+						}
+						return true
+					})
+				}
+			}
+		}
+	}
+	return routes
 }
 
 // batchCache translates one input's stack and link indices into one window's
@@ -266,9 +341,17 @@ type resourceSeries struct {
 }
 
 // Add merges every sample of pd. now decides lateness and stands in for a
-// missing Profile.Time.
-func (a *aggregator) Add(pd pprofile.Profiles, now time.Time) addStats {
+// missing Profile.Time. routes (from Routes, or a replayed log record) name
+// the windows the samples go to; nil names new windows freshly.
+func (a *aggregator) Add(pd pprofile.Profiles, now time.Time, routes []wal.Route) addStats {
 	var st addStats
+	if routes != nil {
+		a.route = make(map[int64]string, len(routes))
+		for _, rt := range routes {
+			a.route[rt.Start] = rt.WindowID
+		}
+		defer func() { a.route = nil }()
+	}
 	in := newInputDict(pd.Dictionary())
 	var caches []*batchCache
 	cacheFor := func(w *window) *batchCache {
@@ -356,10 +439,6 @@ func (a *aggregator) addProfile(st *addStats, in *inputDict, prof pprofile.Profi
 		return
 	}
 	sl := slot{sampleType: typ, sampleUnit: unit, periodType: ptyp, periodUnit: punit, period: prof.Period()}
-	profTime := int64(prof.Time())
-	if profTime == 0 {
-		profTime = now.UnixNano()
-	}
 	var cur cursor
 	// add merges value v at time t; late reports whether t's window had closed.
 	add := func(smp pprofile.Sample, t, v int64) (ok, late bool) {
@@ -381,39 +460,55 @@ func (a *aggregator) addProfile(st *addStats, in *inputDict, prof pprofile.Profi
 
 	for i := 0; i < samples.Len(); i++ {
 		smp := samples.At(i)
-		ts, vs := smp.TimestampsUnixNano(), smp.Values()
 		late := false
-		switch {
-		case ts.Len() > 0 && (ts.Len() == vs.Len() || vs.Len() == 0):
-			// One value per timestamp (or a count of one each): every
-			// timestamp lands in its own window.
-			for j := 0; j < ts.Len(); j++ {
-				v := int64(1)
-				if vs.Len() > 0 {
-					v = vs.At(j)
-				}
-				ok, l := add(smp, int64(ts.At(j)), v)
-				late = late || l
-				if !ok {
-					break
-				}
-			}
-		default:
-			t := profTime
-			if ts.Len() > 0 {
-				t = int64(profileschema.SampleTime(prof, smp))
-			}
-			v, ok := checkedCount(smp)
-			if !ok {
-				st.Malformed++
-				continue
-			}
-			_, late = add(smp, t, v)
+		if !sampleValues(prof, smp, now, func(t, v int64) bool {
+			ok, l := add(smp, t, v)
+			late = late || l
+			return ok
+		}) {
+			st.Malformed++
+			continue
 		}
 		if late {
 			st.Late++
 		}
 	}
+}
+
+// sampleValues calls fn with each (time, value) a sample contributes: one
+// per timestamp when it has them, else its summed count at the sample's (or
+// its profile's, or now's) time. fn returns false to skip the sample's
+// remaining values. sampleValues returns false, without calling fn, for a
+// count that is negative or overflows.
+func sampleValues(prof pprofile.Profile, smp pprofile.Sample, now time.Time, fn func(t, v int64) bool) bool {
+	ts, vs := smp.TimestampsUnixNano(), smp.Values()
+	if ts.Len() > 0 && (ts.Len() == vs.Len() || vs.Len() == 0) {
+		// One value per timestamp (or a count of one each): every
+		// timestamp lands in its own window.
+		for j := 0; j < ts.Len(); j++ {
+			v := int64(1)
+			if vs.Len() > 0 {
+				v = vs.At(j)
+			}
+			if !fn(int64(ts.At(j)), v) {
+				break
+			}
+		}
+		return true
+	}
+	t := int64(prof.Time())
+	if t == 0 {
+		t = now.UnixNano()
+	}
+	if ts.Len() > 0 {
+		t = int64(profileschema.SampleTime(prof, smp))
+	}
+	v, ok := checkedCount(smp)
+	if !ok {
+		return false
+	}
+	fn(t, v)
+	return true
 }
 
 // merge adds value v of one sample to series sr; false when the sample is
@@ -482,7 +577,8 @@ func btoi(b bool) int {
 // Flush takes the windows due at now (all of them when all is set), oldest
 // first, pruned by min_share/top_n and ready to emit.
 func (a *aggregator) Flush(now time.Time, all bool) []*window {
-	var out []*window
+	out := a.displaced
+	a.displaced = nil
 	for start, w := range a.windows {
 		if all || a.closed(start, now) {
 			out = append(out, w)

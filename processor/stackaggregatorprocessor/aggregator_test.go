@@ -32,7 +32,7 @@ func TestMergesIdenticalStacksAcrossDictionaries(t *testing.T) {
 	}}
 	for i := 0; i < 3; i++ {
 		// Each batch enters frames in another order: indices differ.
-		st := a.Add(input(t0.Add(time.Duration(i)*time.Second), 15*time.Second, rng, frames, proc), t0)
+		st := a.Add(input(t0.Add(time.Duration(i)*time.Second), 15*time.Second, rng, frames, proc), t0, nil)
 		if st.Samples != 4 || st.Malformed != 0 || st.Late != 0 || st.Truncated != 0 {
 			t.Fatalf("batch %d stats %+v", i, st)
 		}
@@ -122,7 +122,8 @@ func TestDifferentTraceLinksAreNotMerged(t *testing.T) {
 		{stack: stack, n: 2, trace: 2},
 		{stack: stack, n: 4},
 		{stack: stack, n: 8, trace: 1},
-	}}), t0)
+	}}), t0, nil)
+
 	pd := oneWindow(t, emitAll(a, 15*time.Second))
 	prof := pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0)
 	got := map[int32]int64{}
@@ -153,7 +154,8 @@ func TestSeriesMergeProcessesAndKeepSharedAttributes(t *testing.T) {
 		procSpec{service: "api", host: "h", buildID: "b1", pid: 2, samples: s},
 		procSpec{service: "api", host: "h", buildID: "b2", pid: 3, samples: s},
 		procSpec{service: "db", host: "h", buildID: "b1", pid: 4, samples: s},
-	), t0)
+	), t0, nil)
+
 	pd := oneWindow(t, emitAll(a, 15*time.Second))
 	if n := pd.ResourceProfiles().Len(); n != 3 {
 		t.Fatalf("series = %d, want 3 (api/b1, api/b2, db/b1)", n)
@@ -180,7 +182,8 @@ func TestTimestampedSamplesLandInTheirOwnWindows(t *testing.T) {
 	ts := []uint64{uint64(t0.Add(2 * time.Second).UnixNano()), uint64(t0.Add(16 * time.Second).UnixNano()), uint64(t0.Add(44 * time.Second).UnixNano())}
 	a.Add(input(t0, 15*time.Second, nil, nil, procSpec{service: "api", host: "h", pid: 1, samples: []sampleSpec{
 		{stack: []string{"f"}, n: 1, ts: ts},
-	}}), t0)
+	}}), t0, nil)
+
 	out := emitAll(a, 15*time.Second)
 	if len(out) != 3 {
 		t.Fatalf("got %d windows, want 3", len(out))
@@ -201,7 +204,7 @@ func TestWindowsCloseAfterMaxDelayAndLateDataIsKept(t *testing.T) {
 	cfg.MaxDelay = 5 * time.Second
 	a := newAggregator(cfg)
 	s := procSpec{service: "api", host: "h", pid: 1, samples: []sampleSpec{{stack: []string{"f"}, n: 1}}}
-	a.Add(input(t0, 15*time.Second, nil, nil, s), t0.Add(15*time.Second))
+	a.Add(input(t0, 15*time.Second, nil, nil, s), t0.Add(15*time.Second), nil)
 	if due := a.Flush(t0.Add(19*time.Second), false); len(due) != 0 {
 		t.Fatalf("window emitted %d before max_delay passed", len(due))
 	}
@@ -210,7 +213,7 @@ func TestWindowsCloseAfterMaxDelayAndLateDataIsKept(t *testing.T) {
 		t.Fatalf("window not emitted once closed: %d", len(due))
 	}
 	// Same window again, after it was emitted: late, but kept.
-	st := a.Add(input(t0, 15*time.Second, nil, nil, s), t0.Add(21*time.Second))
+	st := a.Add(input(t0, 15*time.Second, nil, nil, s), t0.Add(21*time.Second), nil)
 	if st.Late != 2 {
 		t.Errorf("late = %d, want 2 (one record per sample type)", st.Late)
 	}
@@ -233,7 +236,7 @@ func TestMaxUniqueStacksFoldsIntoTruncated(t *testing.T) {
 		samples = append(samples, sampleSpec{stack: []string{string(rune('a' + i)), "main"}, n: int64(i + 1)})
 	}
 	in := input(t0, 15*time.Second, nil, nil, procSpec{service: "api", host: "h", pid: 1, samples: samples})
-	st := a.Add(in, t0)
+	st := a.Add(in, t0, nil)
 	if st.Truncated != 14 {
 		t.Errorf("truncated records = %d, want 7 per sample type", st.Truncated)
 	}
@@ -286,7 +289,7 @@ func TestTopNAndMinSharePruneIntoOther(t *testing.T) {
 			cfg.TopN, cfg.MinShare = tc.topN, tc.minShare
 			a := newAggregator(cfg)
 			in := input(t0, 15*time.Second, nil, nil, procSpec{service: "api", host: "h", pid: 1, samples: samples})
-			a.Add(in, t0)
+			a.Add(in, t0, nil)
 			pd := oneWindow(t, emitAll(a, 15*time.Second))
 			if got, want := totals(pd), totals(in); !maps.Equal(got, want) {
 				t.Errorf("totals %v, want %v", got, want)
@@ -363,7 +366,7 @@ func TestMalformedSamplesAreSkippedAndCounted(t *testing.T) {
 			in := input(t0, 15*time.Second, nil, nil, good)
 			corrupt(in)
 			prof(in).Samples().At(prof(in).Samples().Len() - 1).Values().Append(100)
-			st := a.Add(in, t0)
+			st := a.Add(in, t0, nil)
 			if st.Malformed != 1 {
 				t.Errorf("malformed = %d, want 1", st.Malformed)
 			}
@@ -377,7 +380,7 @@ func TestMalformedSamplesAreSkippedAndCounted(t *testing.T) {
 		a := newAggregator(testConfig(15 * time.Second))
 		in := input(t0, 15*time.Second, nil, nil, good)
 		prof(in).SampleType().SetTypeStrindex(4242)
-		if st := a.Add(in, t0); st.Malformed != 1 {
+		if st := a.Add(in, t0, nil); st.Malformed != 1 {
 			t.Errorf("malformed = %d, want the profile's 1 sample", st.Malformed)
 		}
 		pd := oneWindow(t, emitAll(a, 15*time.Second))
@@ -426,7 +429,7 @@ func TestRandomCorruptionNeverPanics(t *testing.T) {
 			}
 		}
 		a := newAggregator(testConfig(15 * time.Second))
-		st := a.Add(in, t0)
+		st := a.Add(in, t0, nil)
 		out := emitAll(a, 15*time.Second)
 		var emitted int64
 		for _, pd := range out {
@@ -451,7 +454,7 @@ func TestMaxSeriesFoldsIntoOverflow(t *testing.T) {
 			samples: []sampleSpec{{stack: []string{"work", "main"}, n: int64(i + 1)}}})
 	}
 	in := input(t0, 15*time.Second, nil, nil, procs...)
-	st := a.Add(in, t0)
+	st := a.Add(in, t0, nil)
 	if st.Overflow != 3*2 { // svc2..svc4, both sample types
 		t.Errorf("overflow records = %d, want 6", st.Overflow)
 	}

@@ -42,12 +42,12 @@ func BenchmarkMerge(b *testing.B) {
 	in := benchBatch(10, 200)
 	perBatch := int64(in.SampleCount())
 	a := newAggregator(testConfig(15 * time.Second))
-	a.Add(in, t0)
+	a.Add(in, t0, nil)
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	b.ResetTimer()
 	for b.Loop() {
-		a.Add(in, t0)
+		a.Add(in, t0, nil)
 	}
 	b.StopTimer()
 	runtime.ReadMemStats(&ms1)
@@ -65,7 +65,7 @@ func BenchmarkWindow(b *testing.B) {
 	for b.Loop() {
 		a := newAggregator(testConfig(15 * time.Second))
 		for i := 0; i < 4; i++ {
-			a.Add(in, t0)
+			a.Add(in, t0, nil)
 		}
 		for _, w := range a.Flush(time.Time{}, true) {
 			emit(w, 15*time.Second)

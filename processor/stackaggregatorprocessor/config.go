@@ -28,14 +28,36 @@ type Config struct {
 	// TopN, when above 0, keeps only the N hottest stacks per series per
 	// window and folds the rest into "[other]".
 	TopN int `mapstructure:"top_n"`
+	// WAL makes "accepted" mean durable: see WALConfig.
+	WAL WALConfig `mapstructure:"wal"`
+	// MaxPendingWindows bounds the closed windows kept in memory while the
+	// next component refuses them (retried every tick). Past it, new data is
+	// refused with a retryable error, so senders keep it in their queues.
+	MaxPendingWindows int `mapstructure:"max_pending_windows"`
+}
+
+// WALConfig is the write-ahead log. With a directory set, every batch is on
+// disk before the processor acknowledges it, windows are rebuilt from the
+// log after a crash, a window is kept in the log until the next component
+// has accepted it, and batches whose hotpath.batch.id was seen within
+// DedupWindow are acknowledged without being counted again.
+type WALConfig struct {
+	// Directory of the log; empty turns it off (a crash then loses the
+	// open windows, and repeated batches are not recognised).
+	Directory string `mapstructure:"directory"`
+	// DedupWindow is how long batch ids are remembered: longer than a
+	// sender retries one batch (the shipped agent gives up after 30m).
+	DedupWindow time.Duration `mapstructure:"dedup_window"`
 }
 
 func createDefaultConfig() *Config {
 	return &Config{
 		Window:          15 * time.Second,
 		MaxDelay:        5 * time.Second,
-		MaxUniqueStacks: 10000,
-		MaxSeries:       10000,
+		MaxUniqueStacks:   10000,
+		MaxSeries:         10000,
+		MaxPendingWindows: 64,
+		WAL:               WALConfig{DedupWindow: time.Hour},
 	}
 }
 
@@ -58,6 +80,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MinShare < 0 || c.MinShare >= 1 || c.MinShare != c.MinShare {
 		errs = append(errs, fmt.Errorf("min_share must be a fraction in [0, 1), got %v", c.MinShare))
+	}
+	if c.WAL.DedupWindow < 0 {
+		errs = append(errs, fmt.Errorf("wal.dedup_window must not be negative, got %s", c.WAL.DedupWindow))
+	}
+	if c.MaxPendingWindows < 1 {
+		errs = append(errs, fmt.Errorf("max_pending_windows must be at least 1, got %d", c.MaxPendingWindows))
 	}
 	if c.TopN < 0 {
 		errs = append(errs, fmt.Errorf("top_n must not be negative (0 keeps all stacks), got %d", c.TopN))

@@ -5,6 +5,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
 // dictBuilder writes one output ProfilesDictionary. Only what the emitted
@@ -197,6 +199,9 @@ func emit(w *window, length time.Duration) (pd pprofile.Profiles, samplesOut int
 		rp := pd.ResourceProfiles().AppendEmpty()
 		rp.SetSchemaUrl(sr.schemaURL)
 		sr.resource.CopyTo(rp.Resource().Attributes())
+		// Every resource carries the window's identity: downstream stores
+		// a window once however often it is sent (retries, replays).
+		rp.Resource().Attributes().PutStr(profileschema.AttrBatchID, w.id)
 		sp := rp.ScopeProfiles().AppendEmpty()
 		sp.Scope().SetName(sr.scopeName)
 		sp.Scope().SetVersion(sr.scopeVer)

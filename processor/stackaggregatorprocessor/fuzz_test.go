@@ -30,7 +30,7 @@ func FuzzAdd(f *testing.F) {
 		cfg := testConfig(15 * time.Second)
 		cfg.MaxUniqueStacks = 8
 		a := newAggregator(cfg)
-		st := a.Add(pd, t0)
+		st := a.Add(pd, t0, nil)
 		for _, w := range a.Flush(time.Time{}, true) {
 			emit(w, cfg.Window)
 		}

@@ -77,7 +77,7 @@ func TestHostileInputKeepsGoodData(t *testing.T) {
 			now := time.Now()
 			cfg := testConfig(15 * time.Second)
 			a := newAggregator(cfg)
-			st := a.Add(c.Build(now.Add(-time.Second)), now)
+			st := a.Add(c.Build(now.Add(-time.Second)), now, nil)
 			out := emitAll(a, cfg.Window)
 			if got := serviceSamples(out, hostileotlp.GoodService); got != hostileotlp.GoodSamples {
 				t.Errorf("good service: %d samples out, want %d", got, hostileotlp.GoodSamples)
@@ -118,7 +118,7 @@ func TestMillionUniqueStacksTruncateWithBoundedMemory(t *testing.T) {
 		for j := 0; j < perBatch; j++ {
 			hostileotlp.Sample(p, b.FrameStack(fmt.Sprintf("f%d_%d", i, j), "main"), 1)
 		}
-		s := a.Add(b.PD, now)
+		s := a.Add(b.PD, now, nil)
 		st.Samples += s.Samples
 		st.Truncated += s.Truncated
 		st.Malformed += s.Malformed

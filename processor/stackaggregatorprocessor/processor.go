@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -14,6 +15,9 @@ import (
 	"go.opentelemetry.io/collector/processor/processorhelper"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/processor/stackaggregatorprocessor/internal/wal"
 )
 
 const meterName = "github.com/hotpath-dev/hotpath/processor/stackaggregatorprocessor"
@@ -21,6 +25,8 @@ const meterName = "github.com/hotpath-dev/hotpath/processor/stackaggregatorproce
 // telemetry is the processor's own metrics.
 type telemetry struct {
 	stacksIn, stacksOut, windows, late, truncated, malformed, outOfRange, overflow metric.Int64Counter
+	duplicates, replayed, emitFailures, refused, gapSeconds                        metric.Int64Counter
+	pending                                                                        metric.Int64Gauge
 }
 
 func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
@@ -40,6 +46,14 @@ func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
 	counter(&t.malformed, "malformed_samples", "Sample records skipped for out-of-range dictionary indices or negative/overflowing values.", "{samples}")
 	counter(&t.overflow, "overflow_samples", "Sample records of series beyond max_series in a window, merged into the [overflow] series.", "{samples}")
 	counter(&t.outOfRange, "time_out_of_range_samples", "Sample values skipped for a time before 2020 or more than 10 minutes ahead of this host's clock.", "{samples}")
+	counter(&t.duplicates, "duplicate_batches", "Batches acknowledged without being merged: their hotpath.batch.id was already in the write-ahead log (a sender's retry).", "{batches}")
+	counter(&t.replayed, "replayed_batches", "Batches rebuilt from the write-ahead log at start.", "{batches}")
+	counter(&t.emitFailures, "emit_failures", "Attempts to hand a closed window to the next component that failed (the window is kept and retried).", "{windows}")
+	counter(&t.refused, "refused_batches", "Batches refused (retryable) because the write-ahead log could not take them or max_pending_windows windows wait for the next component.", "{batches}")
+	counter(&t.gapSeconds, "restart_gap", "Time between the last batch before a restart and the first after it, summed over restarts (also logged).", "s")
+	g, err := m.Int64Gauge("otelcol_processor_stackaggregator_pending_windows", metric.WithDescription("Closed windows the next component has not accepted yet."), metric.WithUnit("{windows}"))
+	errs = append(errs, err)
+	t.pending = g
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create stackaggregator metrics: %w", err)
 	}
@@ -53,8 +67,18 @@ type stackProcessor struct {
 	tel    *telemetry
 	now    func() time.Time
 
-	mu  sync.Mutex // guards agg
+	mu  sync.Mutex // guards agg, and orders log appends with merges
 	agg *aggregator
+	wal *wal.Log // nil without wal.directory
+	// lastBefore is the latest batch in the log when it was opened; the
+	// first batch after start reports the gap from it.
+	lastBefore time.Time
+	gapDone    bool // guarded by mu
+
+	emitMu      sync.Mutex // serialises emission (ticker and shutdown)
+	pending     []*window  // closed, not yet accepted by next; guarded by emitMu
+	pendingN    atomic.Int64
+	lastExpired time.Time
 
 	logMu                                             sync.Mutex
 	loggedMalformed, loggedOutOfRange, loggedOverflow bool
@@ -79,9 +103,66 @@ func newProcessor(cfg *Config, set processor.Settings, next xconsumer.Profiles) 
 }
 
 func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
+	if n := p.pendingN.Load(); n >= int64(p.cfg.MaxPendingWindows) {
+		p.tel.refused.Add(ctx, 1)
+		return pd, fmt.Errorf("stackaggregator: %d closed windows wait for the next component to accept them (max_pending_windows); retry later", n)
+	}
+	batchID := profileschema.BatchID(pd)
+	var payload []byte
+	if p.wal != nil {
+		// The marshaler rewrites a writable input in place (strings to
+		// dictionary references); the input is not ours to change.
+		enc := pd
+		if !pd.IsReadOnly() {
+			enc = pprofile.NewProfiles()
+			pd.CopyTo(enc)
+		}
+		var err error
+		if payload, err = (&pprofile.ProtoMarshaler{}).MarshalProfiles(enc); err != nil {
+			return pd, fmt.Errorf("stackaggregator: encode batch for the write-ahead log: %w", err)
+		}
+	}
+	now := p.now()
 	p.mu.Lock()
-	st := p.agg.Add(pd, p.now())
+	if p.wal != nil && batchID != "" && p.wal.Seen(batchID) {
+		p.mu.Unlock()
+		p.tel.duplicates.Add(ctx, 1)
+		return pd, processorhelper.ErrSkipProcessingData
+	}
+	var routes []wal.Route
+	if p.wal != nil {
+		routes = p.agg.Routes(pd, now)
+		// On disk before merged, so what is merged is always in the log;
+		// on error nothing was merged and the sender keeps the batch.
+		if err := p.wal.Append(wal.Record{Received: now, BatchID: batchID, Routes: routes, Payload: payload}); err != nil {
+			p.mu.Unlock()
+			p.tel.refused.Add(ctx, 1)
+			return pd, fmt.Errorf("stackaggregator: %w", err)
+		}
+	}
+	st := p.agg.Add(pd, now, routes)
+	unused := p.agg.unusedRoutes(routes)
+	reportGap := p.wal != nil && !p.gapDone && !p.lastBefore.IsZero()
+	p.gapDone = true
 	p.mu.Unlock()
+	for _, id := range unused {
+		// Only malformed samples pointed there: no window to wait for.
+		if err := p.wal.Committed(id); err != nil {
+			p.logger.Warn("write-ahead log", zap.Error(err))
+		}
+	}
+	if reportGap {
+		gap := now.Sub(p.lastBefore)
+		p.tel.gapSeconds.Add(ctx, int64(gap.Seconds()))
+		p.logger.Warn("first batch since start: nothing was received between the last batch before the restart and this one (samples of that span are not in storage)",
+			zap.Time("last_before_start", p.lastBefore), zap.Time("first_after_start", now), zap.Duration("gap", gap))
+	}
+	p.record(ctx, st)
+	// Everything is buffered; the ticker emits it when its window closes.
+	return pd, processorhelper.ErrSkipProcessingData
+}
+
+func (p *stackProcessor) record(ctx context.Context, st addStats) {
 	p.tel.stacksIn.Add(ctx, st.Samples)
 	if st.Late > 0 {
 		p.tel.late.Add(ctx, st.Late)
@@ -101,8 +182,6 @@ func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (ppr
 		p.tel.outOfRange.Add(ctx, st.OutOfRange)
 		p.warnOnce(&p.loggedOutOfRange, "skipped samples timed before 2020 or more than 10 minutes in the future (logged once; see otelcol_processor_stackaggregator_time_out_of_range_samples)", st.OutOfRange)
 	}
-	// Everything is buffered; the ticker emits it when its window closes.
-	return pd, processorhelper.ErrSkipProcessingData
 }
 
 // warnOnce logs msg the first time only: a misbehaving sender would
@@ -123,8 +202,13 @@ func tickEvery(window time.Duration) time.Duration {
 	return min(max(window/4, time.Millisecond), time.Second)
 }
 
-func (p *stackProcessor) start(_ context.Context, _ component.Host) error {
-	ctx, cancel := context.WithCancel(context.Background())
+func (p *stackProcessor) start(ctx context.Context, _ component.Host) error {
+	if dir := p.cfg.WAL.Directory; dir != "" {
+		if err := p.openWAL(ctx, dir); err != nil {
+			return err
+		}
+	}
+	tctx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan struct{})
 	go func() {
 		defer close(p.done)
@@ -132,11 +216,11 @@ func (p *stackProcessor) start(_ context.Context, _ component.Host) error {
 		defer t.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-tctx.Done():
 				return
 			case <-t.C:
-				if err := p.flush(ctx, false); err != nil {
-					p.logger.Error("emit closed windows", zap.Error(err))
+				if err := p.flush(tctx, false); err != nil {
+					p.logger.Error("emit closed windows (kept, retried next tick)", zap.Error(err))
 				}
 			}
 		}
@@ -144,29 +228,104 @@ func (p *stackProcessor) start(_ context.Context, _ component.Host) error {
 	return nil
 }
 
+// openWAL opens the log and rebuilds the windows it holds that were not
+// accepted downstream before the last stop (a crash, or a failed emit).
+// They are emitted as their windows close, under their original ids.
+func (p *stackProcessor) openWAL(ctx context.Context, dir string) error {
+	l, err := wal.Open(dir, wal.Options{
+		SegmentAge:  p.cfg.Window,
+		DedupWindow: p.cfg.WAL.DedupWindow,
+		Sync:        true,
+		Now:         p.now,
+	})
+	if err != nil {
+		return fmt.Errorf("stackaggregator: open write-ahead log %s: %w", dir, err)
+	}
+	var batches int
+	var u pprofile.ProtoUnmarshaler
+	err = l.Replay(func(r wal.Record) error {
+		pd, err := u.UnmarshalProfiles(r.Payload)
+		if err != nil {
+			return fmt.Errorf("decode batch received %s: %w", r.Received.UTC().Format(time.RFC3339), err)
+		}
+		p.mu.Lock()
+		p.agg.Add(pd, r.Received, r.Routes)
+		p.mu.Unlock()
+		batches++
+		return nil
+	})
+	if err != nil {
+		_ = l.Close()
+		return fmt.Errorf("stackaggregator: replay write-ahead log %s: %w", dir, err)
+	}
+	st := l.Stats()
+	p.tel.replayed.Add(ctx, int64(batches))
+	p.wal, p.lastBefore = l, l.LastReceived()
+	fields := []zap.Field{zap.String("directory", dir), zap.Int("segments", st.Segments), zap.Int("batches_replayed", batches)}
+	if st.TornBytes > 0 {
+		fields = append(fields, zap.Int64("torn_bytes_dropped", st.TornBytes))
+	}
+	if st.CorruptBytes > 0 {
+		p.logger.Error("write-ahead log had damaged records; the batches after the damage in those segments are lost", append(fields, zap.Int64("corrupt_bytes", st.CorruptBytes))...)
+	} else {
+		p.logger.Info("write-ahead log opened", fields...)
+	}
+	return nil
+}
+
 // shutdown stops the ticker and emits everything still buffered, so a
-// restart loses nothing that reached the processor.
+// restart loses nothing that reached the processor. What the next
+// component refuses stays in the write-ahead log for the next start.
 func (p *stackProcessor) shutdown(ctx context.Context) error {
 	if p.cancel != nil {
 		p.cancel()
 		<-p.done
 	}
-	return p.flush(ctx, true)
+	err := p.flush(ctx, true)
+	if p.wal != nil {
+		if err != nil {
+			p.logger.Warn("windows not accepted at shutdown stay in the write-ahead log and are emitted after the next start", zap.Error(err))
+			err = nil
+		}
+		err = errors.Join(err, p.wal.Close())
+	}
+	return err
 }
 
-// flush emits the windows due now (all when all is set), oldest first.
+// flush emits the windows due now (all when all is set), oldest first, and
+// the ones refused before. A refused window is kept and tried again; an
+// accepted one is marked committed in the log.
 func (p *stackProcessor) flush(ctx context.Context, all bool) error {
+	p.emitMu.Lock()
+	defer p.emitMu.Unlock()
+	now := p.now()
 	p.mu.Lock()
-	due := p.agg.Flush(p.now(), all)
+	due := p.agg.Flush(now, all)
 	p.mu.Unlock()
+	if p.wal != nil && now.Sub(p.lastExpired) >= time.Minute {
+		p.lastExpired = now
+		p.wal.Expire()
+	}
+	queue := append(p.pending, due...)
+	p.pending = nil
 	var errs []error
-	for _, w := range due {
+	for _, w := range queue {
 		pd, n := emit(w, p.cfg.Window)
+		if err := p.next.ConsumeProfiles(ctx, pd); err != nil {
+			p.tel.emitFailures.Add(ctx, 1)
+			p.pending = append(p.pending, w)
+			errs = append(errs, fmt.Errorf("emit window %s: %w", time.Unix(0, w.start).UTC().Format(time.RFC3339), err))
+			continue
+		}
 		p.tel.windows.Add(ctx, 1)
 		p.tel.stacksOut.Add(ctx, n)
-		if err := p.next.ConsumeProfiles(ctx, pd); err != nil {
-			errs = append(errs, fmt.Errorf("emit window %s: %w", time.Unix(0, w.start).UTC().Format(time.RFC3339), err))
+		if p.wal != nil {
+			if err := p.wal.Committed(w.id); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
+	p.pendingN.Store(int64(len(p.pending)))
+	p.tel.pending.Record(ctx, int64(len(p.pending)))
 	return errors.Join(errs...)
 }

@@ -59,7 +59,7 @@ func minuteOfBatches(rng *rand.Rand, start time.Time) []pprofile.Profiles {
 func aggregate(cfg *Config, batches []pprofile.Profiles) []pprofile.Profiles {
 	a := newAggregator(cfg)
 	for _, b := range batches {
-		a.Add(b, t0)
+		a.Add(b, t0, nil)
 	}
 	return emitAll(a, cfg.Window)
 }

@@ -48,8 +48,9 @@ func freePort(t *testing.T) int {
 
 // collector is a running collector process.
 type collector struct {
-	cmd *exec.Cmd
-	out *syncBuffer
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{} // closed when the process is reaped (shippedCollector)
 }
 
 type syncBuffer struct {

@@ -22,6 +22,7 @@ type Policy struct {
 	Stacks       time.Duration // all stack rows
 	TraceStacks  time.Duration // stack rows with a trace_id (0: as Stacks)
 	Binaries     time.Duration // binary metadata, by last_seen
+	BatchIDs     time.Duration // ids of stored batches (dedup of resends), by stored_at
 	ChunkRows    int           // rows per delete transaction
 	ChunkTimeout time.Duration // upper bound of one chunk (0: none)
 }
@@ -87,6 +88,17 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 	})
 	if err != nil {
 		return res, err
+	}
+	if p.BatchIDs > 0 {
+		err = w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(*framedict.FrameDict), error) {
+			if _, err := conn.ExecContext(ctx, "DELETE FROM "+schema.IngestedBatches+" WHERE stored_at < ?", now.Add(-p.BatchIDs).UTC()); err != nil {
+				return nil, fmt.Errorf("delete old batch ids: %w", err)
+			}
+			return nil, nil
+		})
+		if err != nil {
+			return res, err
+		}
 	}
 	if p.Binaries > 0 {
 		err = w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(*framedict.FrameDict), error) {

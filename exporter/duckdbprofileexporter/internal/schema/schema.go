@@ -28,6 +28,17 @@ const (
 //	2: adds trace_id and span_id (RFD 078) to the stack tables.
 const Version = 2
 
+// IngestedBatches records the hotpath.batch.id of every batch stored, in
+// the batch's own transaction, so a batch sent again is not stored twice.
+// Both tiers have it; rows older than the retention's batch-id age go.
+const IngestedBatches = "ingested_batches"
+
+// ingestedBatchesDDL is additive: files of any version get it on open.
+const ingestedBatchesDDL = `CREATE TABLE IF NOT EXISTS ` + IngestedBatches + ` (
+    batch_id  VARCHAR   PRIMARY KEY,
+    stored_at TIMESTAMP NOT NULL
+)`
+
 // Tables names the tables of one tier.
 type Tables struct {
 	Frames   string // frame dictionary
@@ -281,6 +292,9 @@ func Ensure(ctx context.Context, db *sql.DB, t Tier) error {
 				return fmt.Errorf("record schema version: %w", err)
 			}
 		}
+	}
+	if _, err := tx.ExecContext(ctx, ingestedBatchesDDL); err != nil {
+		return fmt.Errorf("create %s: %w", IngestedBatches, err)
 	}
 	if err := execAll(ctx, tx, viewDDL(t)); err != nil {
 		return fmt.Errorf("create views and macros: %w", err)

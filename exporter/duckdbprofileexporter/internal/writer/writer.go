@@ -10,6 +10,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -48,9 +49,18 @@ type Binary struct {
 
 // Batch is what one export call writes, atomically.
 type Batch struct {
+	// ID is the request's hotpath.batch.id ("" when it has none). A batch
+	// whose ID is already in ingested_batches is not written again: that
+	// is how a window sent twice (a retry, or a replay after a crash) is
+	// stored once.
+	ID       string
 	Rows     []StackRow
 	Binaries []Binary
 }
+
+// ErrDuplicate is returned (wrapped) by Write for a batch whose ID was stored
+// before; nothing was written.
+var ErrDuplicate = errors.New("batch already stored")
 
 // openPaths guards against two exporters of one process opening the same
 // file: DuckDB's lock is per process, so it would not stop them, and the
@@ -243,11 +253,31 @@ func (w *Writer) Write(ctx context.Context, b *Batch) error {
 		return err
 	}
 	err := w.conn.Raw(func(dc any) error { return w.writeTx(ctx, dc.(driver.Conn), b, false) })
+	if errors.Is(err, ErrDuplicate) {
+		return fmt.Errorf("batch %q: %w", b.ID, err)
+	}
 	if err != nil {
 		w.noteFailure(ctx, err)
 		return fmt.Errorf("write batch of %d stacks to %s: %w", len(b.Rows), w.path, err)
 	}
 	return nil
+}
+
+func batchStored(ctx context.Context, c rawConn, id string) (bool, error) {
+	rows, err := c.QueryContext(ctx, "SELECT 1 FROM "+schema.IngestedBatches+" WHERE batch_id = ?", named(id))
+	if err != nil {
+		return false, fmt.Errorf("look up batch id: %w", err)
+	}
+	defer rows.Close()
+	dest := make([]driver.Value, 1)
+	switch err := rows.Next(dest); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, io.EOF):
+		return false, nil
+	default:
+		return false, fmt.Errorf("look up batch id: %w", err)
+	}
 }
 
 type rawConn interface {
@@ -269,6 +299,20 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch, rowByRow
 			_, _ = c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
 		}
 	}()
+	if b.ID != "" {
+		// Checked and recorded in the same transaction as the rows: the
+		// batch is stored exactly once, whenever the collector dies.
+		stored, err := batchStored(ctx, c, b.ID)
+		if err != nil {
+			return err
+		}
+		if stored {
+			return ErrDuplicate
+		}
+		if _, err := c.ExecContext(ctx, "INSERT INTO "+schema.IngestedBatches+" VALUES (?, now()::TIMESTAMP)", named(b.ID)); err != nil {
+			return fmt.Errorf("record batch id: %w", err)
+		}
+	}
 
 	// Encode stacks and count frame references. New frames get their whole
 	// count on insert; known frames get one bulk UPDATE.

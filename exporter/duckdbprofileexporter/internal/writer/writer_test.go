@@ -260,3 +260,54 @@ func TestResourcesBoundDuckDB(t *testing.T) {
 		t.Error("a memory_limit DuckDB cannot parse was accepted")
 	}
 }
+
+// A batch sent twice (a retry after a lost answer, or a window replayed from
+// the stackaggregator's log after a crash) is stored once, in both tiers and
+// across a reopen of the file; frame counts are not bumped by the repeat.
+func TestBatchWithStoredIDIsNotWrittenAgain(t *testing.T) {
+	for _, tier := range []schema.Tier{schema.Local, schema.Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "f.duckdb")
+			batch := func(id string) *Batch {
+				return &Batch{ID: id, Rows: []StackRow{{Time: t0, ServiceID: "api", Frames: []string{"main", "work"}, Count: 7}}}
+			}
+			total := func(w *Writer) string {
+				tb := schema.TablesFor(tier)
+				return strings.Join(queryStrings(t, w.DB(), "SELECT sum(sample_count) FROM "+tb.Stacks), "") + " frames " +
+					strings.Join(queryStrings(t, w.DB(), "SELECT sum(frame_count) FROM "+tb.Frames), "")
+			}
+			w := open(t, path, tier)
+			if err := w.Write(ctx, batch("a-1")); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Write(ctx, batch("a-1")); !errors.Is(err, ErrDuplicate) {
+				t.Fatalf("second write of batch a-1: got %v, want ErrDuplicate", err)
+			}
+			if err := w.Write(ctx, batch("a-2")); err != nil {
+				t.Fatal(err)
+			}
+			if got := total(w); got != "14 frames 4" {
+				t.Fatalf("after a-1, a-1 again, a-2: %s, want 14 frames 4", got)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			w = open(t, path, tier)
+			defer w.Close()
+			if err := w.Write(ctx, batch("a-2")); !errors.Is(err, ErrDuplicate) {
+				t.Fatalf("batch a-2 after reopen: got %v, want ErrDuplicate", err)
+			}
+			// Batches without an id are never taken for repeats.
+			if err := w.Write(ctx, batch("")); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Write(ctx, batch("")); err != nil {
+				t.Fatal(err)
+			}
+			if got := total(w); got != "28 frames 8" {
+				t.Fatalf("after reopen: %s, want 28 frames 8", got)
+			}
+		})
+	}
+}
