@@ -52,8 +52,8 @@ type WALConfig struct {
 
 func createDefaultConfig() *Config {
 	return &Config{
-		Window:          15 * time.Second,
-		MaxDelay:        5 * time.Second,
+		Window:            15 * time.Second,
+		MaxDelay:          5 * time.Second,
 		MaxUniqueStacks:   10000,
 		MaxSeries:         10000,
 		MaxPendingWindows: 64,
