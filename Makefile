@@ -2,14 +2,22 @@
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
 GO ?= go
+# Tool versions: pinned here and nowhere else. A tool in $(HOME)/go/bin of
+# another version is replaced (go version -m tells what it was built from).
 OCB_VERSION := v0.162.0
-STATICCHECK_VERSION := 2026.1
+STATICCHECK_VERSION := v0.7.0# staticcheck 2026.1 (honnef.co/go/tools)
+BENCHSTAT_VERSION := v0.0.0-20260908200009-22c9c6c9d4da# golang.org/x/perf
+# What `hotpath --version` prints: the distribution's version (ocb's
+# dist.version), the commit, and the collector release it is built on.
+VERSION := $(shell awk '$$1 == "version:" { print $$2; exit }' builder-config.yaml)
+COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+CLI_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.collectorVersion=$(OCB_VERSION)
 BIN := bin
 COLLECTOR := $(BIN)/otelcol-hotpath
 RUN_DIR ?= var/run
 DEPS_STAMP := .deps-installed
 
-APT_PACKAGES := clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless
+APT_PACKAGES := bash-completion clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless
 
 .PHONY: all deps build collector generate check-generated run stop test test-unit test-race lint bench soak clean
 
@@ -25,9 +33,13 @@ $(DEPS_STAMP): Makefile
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
-	@test -x $(HOME)/go/bin/builder || $(GO) install go.opentelemetry.io/collector/cmd/builder@$(OCB_VERSION)
-	@test -x $(HOME)/go/bin/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
+	@$(call install-tool,builder,go.opentelemetry.io/collector/cmd/builder,$(OCB_VERSION))
+	@$(call install-tool,staticcheck,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION))
 	@touch $@
+
+# install-tool BINARY,PACKAGE,VERSION: go install PACKAGE@VERSION unless
+# $(HOME)/go/bin/BINARY was built from exactly that version.
+install-tool = [ "$$($(GO) version -m $(HOME)/go/bin/$(1) 2>/dev/null | awk '$$1 == "mod" { print $$3 }')" = "$(3)" ] || { echo "installing $(1) $(3)"; $(GO) install $(2)@$(3); }
 
 # generate rebuilds the BPF objects and their Go bindings (committed, so a
 # build needs no clang).
@@ -48,7 +60,7 @@ collector: deps
 	cd build/otelcol-hotpath && CGO_ENABLED=1 $(GO) build -tags hotpath_dist -trimpath -o ../../$(COLLECTOR) .
 
 $(BIN)/hotpath: deps FORCE
-	@if [ -d cmd/hotpath ]; then CGO_ENABLED=1 $(GO) build -o $@ ./cmd/hotpath; fi
+	CGO_ENABLED=1 $(GO) build -ldflags "$(CLI_LDFLAGS)" -o $@ ./cmd/hotpath
 FORCE:
 
 # run starts the agent (and the gateway) on this machine with the shipped
@@ -56,13 +68,21 @@ FORCE:
 run: build
 	./scripts/run.sh
 
+# SDK_MODULES are modules of their own that applications import (not part of ./...).
+SDK_MODULES := sdk/go/tracectx
+
+# lint: gofmt, go mod tidy (go.mod/go.sum must be what tidy makes of the
+# imports), go vet and staticcheck, for the main module and the SDK modules.
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfel.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@for m in . $(SDK_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go.mod/go.sum in $$m are not tidy: run 'go mod tidy' there and commit"; exit 1; }; done
 	$(GO) vet ./...
 	staticcheck ./...
+	@for m in $(SDK_MODULES); do (cd $$m && $(GO) vet ./... && staticcheck ./...) || exit 1; done
 
 test-unit: deps
 	$(GO) test -count=1 ./...
+	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
 
 # test-race runs the packages that need no BPF with the race detector:
 # processors, the exporter, the CLI and the internal packages (symbolizer,
@@ -76,8 +96,10 @@ test-race: deps
 test: check-generated lint build test-race
 	@[ "$$(id -u)" = 0 ] || { echo "make test must run as root: the eBPF tests load real BPF programs"; exit 1; }
 	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath $(GO) test -count=1 -timeout 30m ./...
+	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
 
 bench: build
+	@$(call install-tool,benchstat,golang.org/x/perf/cmd/benchstat,$(BENCHSTAT_VERSION))
 	./scripts/bench.sh
 
 # soak: 10 minutes of process churn against the real agent (not part of test).

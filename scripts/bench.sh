@@ -55,10 +55,8 @@ wants() { [[ " $BENCH_ONLY " == *" $1 "* ]]; }
 echo "== building the bench tools"
 go build -o bin/hotpath-bench ./bench/cmd/hotpath-bench
 go build -o bin/hotpath-burn ./bench/cmd/hotpath-burn
-if ! command -v benchstat >/dev/null; then
-	echo "installing benchstat"
-	go install golang.org/x/perf/cmd/benchstat@latest || echo "benchstat could not be installed; the report uses its own median/range" >&2
-fi
+# benchstat is installed by `make bench` at the Makefile's BENCHSTAT_VERSION.
+command -v benchstat >/dev/null || echo "no benchstat on PATH (make bench installs it): the report uses its own median/range" >&2
 
 {
 	echo "date:     $(date -u '+%Y-%m-%d %H:%M:%S UTC')"

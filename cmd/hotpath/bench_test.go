@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func BenchmarkLoadLocalHour(b *testing.B) {
 	sel := &selectFlags{service: "api", since: "2h", tz: "UTC"}
 	b.ResetTimer()
 	for b.Loop() {
-		p, err := loadProfile(ctx, target, sel, now)
+		p, err := loadProfile(ctx, target, sel, now, io.Discard)
 		if err != nil {
 			b.Fatal(err)
 		}

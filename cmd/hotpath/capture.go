@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/timerange"
@@ -22,12 +23,17 @@ const captureExamples = `  hotpath capture --service api --duration 30s --freque
   hotpath capture --list                         # processes the agent can capture
 `
 
-// runCapture asks the running agent for an on-demand high-frequency capture
-// (RFD 070/072): the target is sampled at --frequency for --duration on top
-// of continuous sampling, which keeps its rate.
-func runCapture(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("capture", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newCaptureCommand asks the running agent for an on-demand high-frequency
+// capture (RFD 070/072): the target is sampled at --frequency for --duration
+// on top of continuous sampling, which keeps its rate.
+func newCaptureCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "capture (--pid N | --service S) [--duration 30s] [--frequency 99] [flags]",
+		Short:   "ask the running agent to profile a pid or service at high frequency for a while",
+		Example: captureExamples,
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
 	endpoint := fs.String("endpoint", envOr("HOTPATH_AGENT_CONTROL", controlapi.DefaultEndpoint), "the agent's control endpoint (receiver control.endpoint; env HOTPATH_AGENT_CONTROL)")
 	token := fs.String("token", os.Getenv("HOTPATH_CONTROL_TOKEN"), "bearer token of the control endpoint (receiver control.token; env HOTPATH_CONTROL_TOKEN)")
 	pid := fs.Int("pid", 0, "process to capture")
@@ -35,14 +41,48 @@ func runCapture(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	duration := fs.Duration("duration", 30*time.Second, "how long to capture (at most 300s)")
 	frequency := fs.Int("frequency", 99, "samples per second (at most 1000)")
 	format := fs.String("format", "folded", "folded (flamegraph.pl), json, pprof, svg or html")
-	out := fs.String("o", "", "write to this file instead of standard output")
+	out := fs.StringP("output", "o", "", "write to this file instead of standard output")
 	list := fs.Bool("list", false, "list the processes the agent can capture, and exit")
-	fs.Usage = usageFunc(fs, stderr, "hotpath capture (--pid N | --service S) [--duration 30s] [--frequency 99] [flags]", captureExamples)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	client := controlapi.Client{Endpoint: *endpoint, Token: *token}
-	if *list {
+	completeValues(cmd, "format", "folded", "json", "pprof", "svg", "html")
+	// The agent knows which services it can capture: complete from it.
+	_ = cmd.RegisterFlagCompletionFunc("service", func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		targets, err := controlapi.Client{Endpoint: *endpoint, Token: *token}.Targets(ctx)
+		if err != nil {
+			cobra.CompDebugln("hotpath: "+err.Error(), false)
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		seen := map[string]bool{}
+		var names []cobra.Completion
+		for _, t := range targets {
+			if !seen[t.Service] && strings.HasPrefix(t.Service, toComplete) {
+				seen[t.Service] = true
+				names = append(names, t.Service)
+			}
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	})
+	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
+		return capture(cmd.Context(), captureRequest{client: controlapi.Client{Endpoint: *endpoint, Token: *token}, list: *list,
+			pid: *pid, service: *service, duration: *duration, frequency: *frequency, format: *format, out: *out},
+			cmd.OutOrStdout(), cmd.ErrOrStderr())
+	})
+	return cmd
+}
+
+// captureRequest is capture's command line.
+type captureRequest struct {
+	client               controlapi.Client
+	list                 bool
+	pid, frequency       int
+	service, format, out string
+	duration             time.Duration
+}
+
+func capture(ctx context.Context, req captureRequest, stdout, stderr io.Writer) error {
+	client := req.client
+	if req.list {
 		targets, err := client.Targets(ctx)
 		if err != nil {
 			return err
@@ -55,26 +95,26 @@ func runCapture(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return tw.Flush()
 	}
 	switch {
-	case (*pid == 0) == (*service == ""):
+	case (req.pid == 0) == (req.service == ""):
 		return fmt.Errorf("give exactly one of --pid and --service (--list shows what the agent can capture)")
-	case *duration <= 0 || *duration > 300*time.Second:
-		return fmt.Errorf("--duration must be between 1s and 300s, got %s", *duration)
-	case *frequency < 1 || *frequency > 1000:
-		return fmt.Errorf("--frequency must be between 1 and 1000 Hz, got %d", *frequency)
+	case req.duration <= 0 || req.duration > 300*time.Second:
+		return fmt.Errorf("--duration must be between 1s and 300s, got %s", req.duration)
+	case req.frequency < 1 || req.frequency > 1000:
+		return fmt.Errorf("--frequency must be between 1 and 1000 Hz, got %d", req.frequency)
 	}
-	switch *format {
+	switch req.format {
 	case "folded", "json", "pprof", "svg", "html":
 	default:
-		return fmt.Errorf("--format must be folded, json, pprof, svg or html, got %q", *format)
+		return fmt.Errorf("--format must be folded, json, pprof, svg or html, got %q", req.format)
 	}
-	if *format == "pprof" && *out == "" && isTerminal(stdout) {
+	if req.format == "pprof" && req.out == "" && isTerminal(stdout) {
 		return fmt.Errorf("--format pprof is binary: give -o FILE or redirect standard output")
 	}
 
 	started := time.Now()
-	stopProgress := progress(stderr, *duration)
+	stopProgress := startProgress(stderr, "capturing", req.duration)
 	res, err := client.Capture(ctx, controlapi.CaptureRequest{
-		PID: *pid, Service: *service, Duration: duration.String(), FrequencyHz: *frequency,
+		PID: req.pid, Service: req.service, Duration: req.duration.String(), FrequencyHz: req.frequency,
 	})
 	stopProgress()
 	if err != nil {
@@ -83,7 +123,7 @@ func runCapture(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if res.Samples == 0 {
 		return fmt.Errorf("the capture took no samples: the target used no CPU in %s at %d Hz", res.Duration, res.FrequencyHz)
 	}
-	name := *service
+	name := req.service
 	if name == "" && len(res.Targets) > 0 {
 		name = res.Targets[0].Service
 	}
@@ -97,12 +137,12 @@ func runCapture(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintln(stderr)
 
-	w, closeOut, err := outputFile(*out, stdout)
+	w, closeOut, err := outputFile(req.out, stdout)
 	if err != nil {
 		return err
 	}
 	title := fmt.Sprintf("capture of %s at %d Hz", describeTargets(res.Targets), res.FrequencyHz)
-	err = writeProfile(w, p, *format, title)
+	err = writeProfile(w, p, req.format, title)
 	if cerr := closeOut(); err == nil {
 		err = cerr
 	}
@@ -131,35 +171,4 @@ func describeTargets(ts []controlapi.Target) string {
 		return fmt.Sprintf("%s (%d processes)", ts[0].Service, len(ts))
 	}
 	return "nothing"
-}
-
-// progress draws a progress bar on a terminal until stop is called; off a
-// terminal it prints nothing.
-func progress(w io.Writer, total time.Duration) (stop func()) {
-	if !isTerminal(w) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	start := time.Now()
-	go func() {
-		defer close(finished)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			elapsed := time.Since(start)
-			frac := min(1, elapsed.Seconds()/total.Seconds())
-			const width = 30
-			n := int(frac * width)
-			fmt.Fprintf(w, "\rcapturing [%s%s] %3.0f%% %s/%s ", strings.Repeat("#", n), strings.Repeat(".", width-n),
-				100*frac, elapsed.Round(time.Second), total)
-			select {
-			case <-done:
-				fmt.Fprint(w, "\r\033[K")
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
 }

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/timerange"
@@ -22,11 +23,17 @@ const gateExamples = `  # canary vs the build it replaces (builds looked up over
   hotpath gate --service api --baseline "$OLD_BUILD" --candidate "$NEW_BUILD" || exit $?
 `
 
-// runGate is the deploy gate: it compares a candidate's CPU shares with a
-// baseline's and exits 3 on a regression (4 when the data cannot tell).
-func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newGateCommand is the deploy gate: it compares a candidate's CPU shares
+// with a baseline's and exits 3 on a regression (4 when the data cannot tell).
+func newGateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "gate --service S --baseline <build-id|range> --candidate <build-id|range> [--max-increase 5pp] [--min-samples N] [flags]",
+		Short:   "deploy gate: exit 3 when a function's CPU share regressed between two builds or ranges",
+		Long:    "Compares each function's share of the CPU samples between a baseline and a candidate (each a build ID or a time range) and fails on a regression.\n\n" + exitCodesHelp,
+		Example: gateExamples,
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
 	target := addTargetFlags(fs)
 	service := fs.String("service", "", "service name; required")
 	pod := fs.String("pod", "", "only this pod (gateway tier)")
@@ -41,34 +48,49 @@ func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cum := fs.Bool("cum", false, "compare cumulative shares (function and callees) instead of self shares")
 	htmlOut := fs.String("html", "", "also write the differential flame graph (baseline → candidate) to this HTML file")
 	format := fs.String("format", "text", "report format: text or json")
-	fs.Usage = usageFunc(fs, stderr, "hotpath gate --service S --baseline <build-id|range> --candidate <build-id|range> [--max-increase 5pp] [--min-samples N] [flags]", gateExamples+"\n"+exitCodesHelp+"\n")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	_ = cmd.RegisterFlagCompletionFunc("service", completeServices(target, nil))
+	completeValues(cmd, "format", "text", "json")
+	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
+		return gate(cmd.Context(), gateRequest{target: target, service: *service, pod: *pod, baseline: *baseline, candidate: *candidate,
+			since: *since, tz: *tz, maxIncrease: *maxIncrease, htmlOut: *htmlOut, format: *format,
+			options: profilequery.GateOptions{MinSamples: *minSamples, TopN: *topN, Alpha: *alpha, Cumulative: *cum}}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	})
+	return cmd
+}
+
+// gateRequest is the gate's command line.
+type gateRequest struct {
+	target                                       *targetFlags
+	service, pod, baseline, candidate, since, tz string
+	maxIncrease, htmlOut, format                 string
+	options                                      profilequery.GateOptions
+}
+
+func gate(ctx context.Context, req gateRequest, stdout, stderr io.Writer) error {
+	if req.service == "" || req.baseline == "" || req.candidate == "" {
+		return usagef("--service, --baseline and --candidate are required")
 	}
-	if *service == "" || *baseline == "" || *candidate == "" {
-		fmt.Fprintln(stderr, "--service, --baseline and --candidate are required")
-		fs.Usage()
-		return errUsage
+	if req.format != "text" && req.format != "json" {
+		return fmt.Errorf("--format must be text or json, got %q", req.format)
 	}
-	if *format != "text" && *format != "json" {
-		return fmt.Errorf("--format must be text or json, got %q", *format)
-	}
-	inc, err := parsePP(*maxIncrease)
+	inc, err := parsePP(req.maxIncrease)
 	if err != nil {
 		return err
 	}
-	loc, err := time.LoadLocation(*tz)
+	loc, err := time.LoadLocation(req.tz)
 	if err != nil {
-		return fmt.Errorf("--tz %q: %w", *tz, err)
+		return fmt.Errorf("--tz %q: %w", req.tz, err)
 	}
 	now := time.Now()
-	src, err := target.open(ctx)
+	stopProgress := startProgress(stderr, "reading the baseline and the candidate", 0)
+	defer stopProgress()
+	src, err := req.target.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
 	load := func(role, spec string) (*profilequery.Profile, string, error) {
-		sel := profilequery.Selector{Service: *service, Pod: *pod}
+		sel := profilequery.Selector{Service: req.service, Pod: req.pod}
 		if timerange.LooksLikeRange(spec, now, loc) {
 			r, err := timerange.Parse(spec, now, loc)
 			if err != nil {
@@ -76,7 +98,7 @@ func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			sel.Range = r
 		} else {
-			r, err := timerange.New(*since, "", now, loc)
+			r, err := timerange.New(req.since, "", now, loc)
 			if err != nil {
 				return nil, "", fmt.Errorf("--since: %w", err)
 			}
@@ -96,23 +118,25 @@ func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return p, desc, nil
 	}
-	base, baseDesc, err := load("baseline", *baseline)
+	base, baseDesc, err := load("baseline", req.baseline)
 	if err != nil {
 		return err
 	}
-	cand, candDesc, err := load("candidate", *candidate)
+	cand, candDesc, err := load("candidate", req.candidate)
 	if err != nil {
 		return err
 	}
-	opt := profilequery.GateOptions{MaxIncrease: inc, MinSamples: *minSamples, TopN: *topN, Alpha: *alpha, Cumulative: *cum}
+	stopProgress()
+	opt := req.options
+	opt.MaxIncrease = inc
 	rep := profilequery.Gate(base, cand, opt)
 
-	if *htmlOut != "" {
-		w, closeOut, err := outputFile(*htmlOut, stdout)
+	if req.htmlOut != "" {
+		w, closeOut, err := outputFile(req.htmlOut, stdout)
 		if err != nil {
 			return err
 		}
-		err = writeDiffGraph(w, "html", "hotpath gate: "+string(rep.Verdict), fmt.Sprintf("service %s: candidate %s vs baseline %s (scaled to the same total)", *service, candDesc, baseDesc), profilequery.Diff(base, cand))
+		err = writeDiffGraph(w, "html", "hotpath gate: "+string(rep.Verdict), fmt.Sprintf("service %s: candidate %s vs baseline %s (scaled to the same total)", req.service, candDesc, baseDesc), profilequery.Diff(base, cand))
 		if cerr := closeOut(); err == nil {
 			err = cerr
 		}
@@ -120,7 +144,7 @@ func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("write --html: %w", err)
 		}
 	}
-	if *format == "json" {
+	if req.format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(struct {
@@ -128,7 +152,7 @@ func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			Baseline  string `json:"baseline"`
 			Candidate string `json:"candidate"`
 			profilequery.GateReport
-		}{*service, baseDesc, candDesc, rep}); err != nil {
+		}{req.service, baseDesc, candDesc, rep}); err != nil {
 			return err
 		}
 	} else {

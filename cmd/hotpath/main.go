@@ -8,10 +8,11 @@
 //	hotpath symbolize --build-id B ... resolve stored raw addresses with a debug file
 //	hotpath capture --pid N            on-demand high-frequency capture by the agent
 //	hotpath trace-profile TRACE_ID     per-service CPU profile of one request (RFD 078)
-//	hotpath completion bash            shell completion
+//	hotpath completion bash|zsh|fish   shell completion
 //
-// It uses the standard flag package, one FlagSet per subcommand; a new
-// subcommand is one more entry in commands.
+// The command tree is cobra's: each command is a *cobra.Command built by a
+// new…Command function in its own file; a new subcommand is one more entry
+// in newRootCommand.
 package main
 
 import (
@@ -21,39 +22,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
-
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-var commands = map[string]command{
-	"sql":       {summary: "run a read-only SQL query on a profile database", run: runSQL},
-	"profile":   {summary: "profile of a service over a range: folded, json, pprof, svg or html; --compare-with for a diff", run: runProfile},
-	"top":       {summary: "top functions by self and cumulative share of CPU", run: runTop},
-	"gate":      {summary: "deploy gate: exit 3 when a function's CPU share regressed between two builds or ranges", run: runGate},
-	"web":       {summary: "open the pprof web UI (graph, flame graph, top) for a range on a loopback port", run: runWeb},
-	"symbolize": {summary: "resolve stored raw addresses of a build ID with a debug/symbol file", run: runSymbolize},
-	"capture":   {summary: "ask the running agent to profile a pid or service at high frequency for a while", run: runCapture},
-}
-
-// completion reads the table, so it joins it at init (a literal entry would
-// be an initialization cycle).
-func init() {
-	commands["completion"] = command{summary: "print a shell completion script (bash)", run: runCompletion}
-}
-
-// commandNames lists the commands, sorted.
-func commandNames() []string {
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -61,48 +34,185 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		return 2
-	}
-	cmd, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "hotpath: unknown command %q\n", args[0])
-		usage(stderr)
-		return 2
-	}
-	if err := cmd.run(ctx, args[1:], stdout, stderr); err != nil {
-		if errors.Is(err, errUsage) {
-			return exitUsage
-		}
-		fmt.Fprintf(stderr, "hotpath %s: %v\n", args[0], err)
-		var ee *exitError
-		if errors.As(err, &ee) {
-			return ee.code
-		}
-		return exitError1
-	}
-	return exitOK
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: hotpath <command> [flags]     (hotpath <command> --help for flags and examples)\n\ncommands:")
-	for _, n := range commandNames() {
-		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprint(w, `
-examples:
-  hotpath profile --service api --since 1h > cpu.folded
-  hotpath profile --service api --since 1h --format html -o cpu.html
-  hotpath top --service api --since 1h
-  hotpath gate --service api --baseline OLD_BUILD_ID --candidate NEW_BUILD_ID --max-increase 5pp
-  hotpath web --service api --since 1h
+const rootLong = `hotpath reads the CPU profiles that the hotpath collectors store.
 
 Data: the gateway's 1-minute summaries (127.0.0.1:7073, or its file), or with
 --local the agent's 15 s samples of the last hour (127.0.0.1:7072); --db
 FILE|HOST:PORT points anywhere else. Times are UTC unless --tz.
 
-`)
-	fmt.Fprintln(w, exitCodesHelp)
+` + exitCodesHelp
+
+const rootExamples = `  hotpath profile --service api --since 1h > cpu.folded
+  hotpath profile --service api --since 1h --format html -o cpu.html
+  hotpath top --service api --since 1h
+  hotpath gate --service api --baseline OLD_BUILD_ID --candidate NEW_BUILD_ID --max-increase 5pp
+  hotpath web --service api --since 1h
+  source <(hotpath completion bash)`
+
+// newRootCommand builds the command tree; output goes to stdout, messages
+// and progress to stderr.
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "hotpath",
+		Short:         "query and compare the CPU profiles hotpath stores",
+		Long:          rootLong,
+		Example:       rootExamples,
+		Version:       versionInfo().String(),
+		SilenceErrors: true, // run prints errors once, with the command's name
+		SilenceUsage:  true, // a failed query is not a usage mistake
+		// Without a command: the usage on stderr, exit 2.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
+			return errNoCommand
+		},
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{err.Error()}
+	})
+	root.AddCommand(
+		newSQLCommand(),
+		newProfileCommand(),
+		newTopCommand(),
+		newGateCommand(),
+		newWebCommand(),
+		newSymbolizeCommand(),
+		newCaptureCommand(),
+		newTraceProfileCommand(),
+	)
+	for _, c := range root.Commands() {
+		c.Example = strings.TrimRight(c.Example, "\n")
+	}
+	return root
+}
+
+// noArgs refuses positional arguments (exit 2), naming the first.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
+}
+
+// run executes one command line and returns its exit code (exitCodes);
+// tests call it in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(goFlagStyle(root, args))
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, errNoCommand) {
+		return exitUsage
+	}
+	if cmd == nil {
+		cmd = root
+	}
+	name := cmd.CommandPath()
+	var fail *commandFailed
+	if !errors.As(err, &fail) {
+		// cobra refused the command line (unknown command or flag, bad
+		// value), or the command found its arguments incomplete.
+		fmt.Fprintf(stderr, "%s: %v\nUsage:\n  %s\nRun '%s --help' for examples and flags.\n", name, err, cmd.UseLine(), name)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, fail.err)
+	var ee *exitError
+	if errors.As(fail.err, &ee) {
+		return ee.code
+	}
+	return exitError1
+}
+
+// errNoCommand: hotpath alone printed its usage.
+var errNoCommand = errors.New("no command")
+
+// usageError is a command line a command cannot run (exit 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// commandFailed marks an error of a command that ran (exit 1, or the
+// exitError's code), as opposed to one cobra returns for the command line.
+type commandFailed struct{ err error }
+
+func (e *commandFailed) Error() string { return e.err.Error() }
+func (e *commandFailed) Unwrap() error { return e.err }
+
+// action adapts a command's body to cobra's RunE: its errors are failures
+// of the command, except usage errors, which stay usage errors.
+func action(body func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		err := body(cmd, args)
+		var ue *usageError
+		if err == nil || errors.As(err, &ue) {
+			return err
+		}
+		return &commandFailed{err}
+	}
+}
+
+// goFlagStyle keeps the command lines of the CLI's first version working:
+// it was built on the standard flag package, which takes a long flag with
+// one dash (-service api) and a one-letter flag with two (--o file). pflag
+// reads -service as -s -e -r…, so such arguments are rewritten to the form
+// pflag expects, for the flags the command has. Arguments after "--" and
+// values are left alone.
+func goFlagStyle(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd == nil {
+		return args
+	}
+	cmd.InitDefaultHelpFlag()
+	cmd.InitDefaultVersionFlag()
+	lookup := func(name string) *pflag.Flag {
+		if f := cmd.Flags().Lookup(name); f != nil {
+			return f
+		}
+		return cmd.InheritedFlags().Lookup(name)
+	}
+	shorthand := func(name string) *pflag.Flag {
+		if f := cmd.Flags().ShorthandLookup(name); f != nil {
+			return f
+		}
+		return cmd.InheritedFlags().ShorthandLookup(name)
+	}
+	out := make([]string, len(args))
+	copy(out, args)
+	for i := 0; i < len(out); i++ {
+		a := out[i]
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		var f *pflag.Flag
+		switch {
+		case strings.HasPrefix(a, "--") && len(name) == 1:
+			if f = shorthand(name); f != nil {
+				out[i] = a[1:]
+			}
+		case !strings.HasPrefix(a, "--") && len(name) > 1:
+			if f = lookup(name); f != nil {
+				out[i] = "-" + a
+			}
+		default:
+			f = lookup(name)
+			if f == nil && len(name) == 1 {
+				f = shorthand(name)
+			}
+		}
+		// The next argument is this flag's value: skip it.
+		if f != nil && !hasValue && f.NoOptDefVal == "" {
+			i++
+		}
+	}
+	return out
 }

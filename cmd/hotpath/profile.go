@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/hotpath-dev/hotpath/internal/flamegraph"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
@@ -22,47 +23,55 @@ const profileExamples = `  hotpath profile --service api --since 1h > cpu.folded
   hotpath profile --service api --since 1h --compare-with "25h to 24h" > diff.folded   # difffolded.pl format
 `
 
-// runProfile writes the profile of a service over a range, or with
+// newProfileCommand writes the profile of a service over a range, or with
 // --compare-with the differential profile against another range.
-func runProfile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newProfileCommand() *cobra.Command {
+	var format, out, compare, title string
+	cmd := &cobra.Command{
+		Use:     "profile --service S [--since 1h] [--until T] [--format folded|json|pprof|svg|html] [flags]",
+		Short:   "profile of a service over a range: folded, json, pprof, svg or html; --compare-with for a diff",
+		Example: profileExamples,
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
 	target := addTargetFlags(fs)
 	sel := addSelectFlags(fs)
-	format := fs.String("format", "folded", "folded (flamegraph.pl), json, pprof (gzipped profile.proto), svg or html (flame graph)")
-	out := fs.String("o", "", "write to this file instead of standard output")
-	compare := fs.String("compare-with", "", "baseline range \"A to B\" (or a single time, meaning \"A to now\"): output the difference from it,\nnormalized to share of total (folded: \"stack baseline current\" as difffolded.pl -n; svg/html: red grew, blue shrank)")
-	title := fs.String("title", "", "flame graph title")
-	fs.Usage = usageFunc(fs, stderr, "hotpath profile --service S [--since 1h] [--until T] [--format folded|json|pprof|svg|html] [flags]", profileExamples)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	switch *format {
-	case "folded", "json", "pprof", "svg", "html":
-	default:
-		return fmt.Errorf("--format must be folded, json, pprof, svg or html, got %q", *format)
-	}
-	if *format == "pprof" && *out == "" && isTerminal(stdout) {
-		return fmt.Errorf("--format pprof is binary: give -o FILE or redirect standard output")
-	}
-	now := time.Now()
-	cur, err := loadProfile(ctx, target, sel, now)
-	if err != nil {
-		return err
-	}
-	if *compare != "" {
-		return writeComparison(ctx, target, sel, cur, *compare, *format, *out, *title, now, stdout)
-	}
+	fs.StringVar(&format, "format", "folded", "folded (flamegraph.pl), json, pprof (gzipped profile.proto), svg or html (flame graph)")
+	fs.StringVarP(&out, "output", "o", "", "write to this file instead of standard output")
+	fs.StringVar(&compare, "compare-with", "", "baseline range \"A to B\" (or a single time, meaning \"A to now\"): output the difference from it,\nnormalized to share of total (folded: \"stack baseline current\" as difffolded.pl -n; svg/html: red grew, blue shrank)")
+	fs.StringVar(&title, "title", "", "flame graph title")
+	_ = cmd.RegisterFlagCompletionFunc("service", completeServices(target, sel))
+	completeValues(cmd, "format", "folded", "json", "pprof", "svg", "html")
+	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
+		ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+		switch format {
+		case "folded", "json", "pprof", "svg", "html":
+		default:
+			return fmt.Errorf("--format must be folded, json, pprof, svg or html, got %q", format)
+		}
+		if format == "pprof" && out == "" && isTerminal(stdout) {
+			return fmt.Errorf("--format pprof is binary: give -o FILE or redirect standard output")
+		}
+		now := time.Now()
+		cur, err := loadProfile(ctx, target, sel, now, stderr)
+		if err != nil {
+			return err
+		}
+		if compare != "" {
+			return writeComparison(ctx, target, sel, cur, compare, format, out, title, now, stdout, stderr)
+		}
 
-	w, closeOut, err := outputFile(*out, stdout)
-	if err != nil {
+		w, closeOut, err := outputFile(out, stdout)
+		if err != nil {
+			return err
+		}
+		err = writeProfile(w, cur, format, title)
+		if cerr := closeOut(); err == nil {
+			err = cerr
+		}
 		return err
-	}
-	err = writeProfile(w, cur, *format, *title)
-	if cerr := closeOut(); err == nil {
-		err = cerr
-	}
-	return err
+	})
+	return cmd
 }
 
 func writeProfile(w io.Writer, p *profilequery.Profile, format, title string) error {
@@ -120,7 +129,7 @@ func splitFolded(stack string) []string {
 	return append(frames, stack[start:])
 }
 
-func writeComparison(ctx context.Context, target *targetFlags, sel *selectFlags, cur *profilequery.Profile, spec, format, out, title string, now time.Time, stdout io.Writer) error {
+func writeComparison(ctx context.Context, target *targetFlags, sel *selectFlags, cur *profilequery.Profile, spec, format, out, title string, now time.Time, stdout, stderr io.Writer) error {
 	loc, err := sel.location()
 	if err != nil {
 		return err
@@ -130,6 +139,8 @@ func writeComparison(ctx context.Context, target *targetFlags, sel *selectFlags,
 		return fmt.Errorf("--compare-with: %w", err)
 	}
 	// Same selection, other range.
+	stopProgress := startProgress(stderr, "reading the baseline "+r.String(), 0)
+	defer stopProgress()
 	src, err := target.open(ctx)
 	if err != nil {
 		return err
@@ -145,6 +156,7 @@ func writeComparison(ctx context.Context, target *targetFlags, sel *selectFlags,
 		return fmt.Errorf("baseline (--compare-with): %w", err)
 	}
 	lines := profilequery.Diff(base, cur)
+	stopProgress()
 
 	w, closeOut, err := outputFile(out, stdout)
 	if err != nil {

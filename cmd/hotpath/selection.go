@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/timerange"
@@ -22,7 +24,7 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// Exit codes; documented in `hotpath --help` and the README.
+// Exit codes; documented in `hotpath --help` and cmd/hotpath/README.md.
 const (
 	exitOK           = 0
 	exitError1       = 1 // bad input, unreachable database, failed query
@@ -34,7 +36,7 @@ const (
 const exitCodesHelp = `exit codes:
   0  success (gate: PASS)
   1  error: bad input, no data, database unreachable
-  2  usage: unknown command or flag
+  2  usage: unknown command or flag, missing argument, no command
   3  gate: FAIL, a regression beyond the rules
   4  gate: INCONCLUSIVE, too few samples for a verdict`
 
@@ -44,7 +46,7 @@ type targetFlags struct {
 	local     bool
 }
 
-func addTargetFlags(fs *flag.FlagSet) *targetFlags {
+func addTargetFlags(fs *pflag.FlagSet) *targetFlags {
 	t := &targetFlags{}
 	fs.StringVar(&t.db, "db", os.Getenv("HOTPATH_DB"), "DuckDB file, or HOST:PORT of a running collector's query endpoint\n(default: the gateway at "+profilequery.GatewayEndpoint+", else its file under $HOTPATH_STATE_DIR, ./var or /var/lib/hotpath;\nwith --local the agent at "+profilequery.AgentEndpoint+" and agent.duckdb)")
 	fs.StringVar(&t.token, "token", os.Getenv("HOTPATH_QUERY_TOKEN"), "bearer token of the query endpoint, when it has one")
@@ -61,7 +63,7 @@ type selectFlags struct {
 	service, pod, buildID, since, until, tz string
 }
 
-func addSelectFlags(fs *flag.FlagSet) *selectFlags {
+func addSelectFlags(fs *pflag.FlagSet) *selectFlags {
 	s := &selectFlags{}
 	fs.StringVar(&s.service, "service", "", "service name (service.name); required")
 	fs.StringVar(&s.pod, "pod", "", "only this pod (gateway tier)")
@@ -109,12 +111,14 @@ func needService(ctx context.Context, src profilequery.Source, r timerange.Range
 	return fmt.Errorf("--service is required; services with samples in %s: %s", r, strings.Join(parts, ", "))
 }
 
-// loadProfile opens the target and loads the selection.
-func loadProfile(ctx context.Context, t *targetFlags, s *selectFlags, now time.Time) (*profilequery.Profile, error) {
+// loadProfile opens the target and loads the selection, with a progress
+// indicator on progressTo (a 30-day range takes a while).
+func loadProfile(ctx context.Context, t *targetFlags, s *selectFlags, now time.Time, progressTo io.Writer) (*profilequery.Profile, error) {
 	sel, err := s.selector(now)
 	if err != nil {
 		return nil, err
 	}
+	defer startProgress(progressTo, "reading profiles of "+sel.Range.String(), 0)()
 	src, err := t.open(ctx)
 	if err != nil {
 		return nil, err
@@ -126,26 +130,46 @@ func loadProfile(ctx context.Context, t *targetFlags, s *selectFlags, now time.T
 	return profilequery.Load(ctx, src, sel)
 }
 
-// parseFlags parses args; -h prints the usage and returns errUsage too (so
-// the exit code is 2, as for flag errors). Positional arguments are refused.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return errUsage
+// completeServices completes --service with the services that have samples
+// in the database the command line points at (--db, --local, --token):
+// over the selected range when --since is given, else over the last 30
+// days (the gateway's retention). A database that does not answer within
+// a few seconds completes nothing rather than hanging the shell.
+func completeServices(t *targetFlags, s *selectFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		now := time.Now()
+		r := timerange.Range{Since: now.Add(-30 * 24 * time.Hour), Until: now}
+		if s != nil && cmd.Flags().Changed("since") {
+			if sel, err := s.selector(now); err == nil {
+				r = sel.Range
+			}
+		}
+		src, err := t.open(ctx)
+		if err != nil {
+			cobra.CompDebugln("hotpath: "+err.Error(), false)
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer src.Close()
+		svcs, err := profilequery.Services(ctx, src, r)
+		if err != nil {
+			cobra.CompDebugln("hotpath: "+err.Error(), false)
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []cobra.Completion
+		for _, svc := range svcs {
+			if strings.HasPrefix(svc.Service, toComplete) {
+				out = append(out, cobra.CompletionWithDesc(svc.Service, fmt.Sprintf("%d samples", svc.Samples)))
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return errUsage
-	}
-	return nil
 }
 
-// usageFunc prints a subcommand's synopsis, examples and flags.
-func usageFunc(fs *flag.FlagSet, w io.Writer, synopsis, examples string) func() {
-	return func() {
-		fmt.Fprintf(w, "usage: %s\n\nexamples:\n%s\nflags:\n", synopsis, examples)
-		fs.PrintDefaults()
-	}
+// completeValues completes a flag with a fixed list (formats).
+func completeValues(cmd *cobra.Command, flag string, values ...string) {
+	_ = cmd.RegisterFlagCompletionFunc(flag, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // colourOn decides colour: only on a terminal, and never with NO_COLOR.

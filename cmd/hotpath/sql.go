@@ -3,71 +3,86 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 )
 
-var errUsage = errors.New("usage")
+const sqlExamples = `  hotpath sql "SELECT * FROM top_functions('api', utc_now() - INTERVAL 1 HOUR, utc_now(), 10)"
+  hotpath sql --endpoint 127.0.0.1:7073 "SELECT * FROM folded_stacks('api', utc_now() - INTERVAL 1 DAY, utc_now())"
+  hotpath sql --db var/agent.duckdb --format json "SELECT * FROM schema_version"
+  echo "SELECT tier, version FROM schema_version" | hotpath sql --db var/agent.duckdb`
 
-// runSQL queries through the running collector's endpoint; when none
+// newSQLCommand queries through the running collector's endpoint; when none
 // answers, it opens --db read-only (DuckDB lets one process hold a file, so
 // the file is only reachable directly when no collector runs).
-func runSQL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sql", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	endpoint := fs.String("endpoint", envOr("HOTPATH_QUERY_ENDPOINT", sqlquery.DefaultAgentEndpoint), "query endpoint of a running collector (exporter query.endpoint)")
-	token := fs.String("token", os.Getenv("HOTPATH_QUERY_TOKEN"), "bearer token of the endpoint (exporter query.token)")
-	dbPath := fs.String("db", os.Getenv("HOTPATH_DB"), "DuckDB file to open read-only when no collector serves it")
-	format := fs.String("format", "", "output: table, csv or json (default: table on a terminal, csv otherwise)")
-	noHeader := fs.Bool("no-header", false, "omit the header line (table, csv)")
-	timeout := fs.Duration("timeout", 30*time.Second, "query timeout when opening the file directly")
-	maxRows := fs.Int("max-rows", sqlquery.DefaultLimits.MaxRows, "row limit when opening the file directly")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: hotpath sql [flags] \"SELECT ...\"   (or the query on stdin)")
-		fs.PrintDefaults()
+func newSQLCommand() *cobra.Command {
+	var (
+		endpoint, token, dbPath, format string
+		noHeader                        bool
+		timeout                         time.Duration
+		maxRows                         int
+	)
+	cmd := &cobra.Command{
+		Use:     "sql [flags] \"SELECT ...\"",
+		Short:   "run a read-only SQL query on a profile database",
+		Long:    "Runs a read-only SQL query (the query as arguments, or on standard input) through a running collector's query endpoint, or on --db opened read-only when none answers. Tables and columns: docs/sql.md.",
+		Example: sqlExamples,
 	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
-	}
-	stmt := strings.Join(fs.Args(), " ")
-	if strings.TrimSpace(stmt) == "" {
-		b, err := io.ReadAll(os.Stdin)
-		if err != nil {
-			return fmt.Errorf("read query from stdin: %w", err)
+	fs := cmd.Flags()
+	// The query is every argument after the flags, as it was with the
+	// standard flag package: "SELECT a - -1" stays one statement.
+	fs.SetInterspersed(false)
+	fs.StringVar(&endpoint, "endpoint", envOr("HOTPATH_QUERY_ENDPOINT", sqlquery.DefaultAgentEndpoint), "query endpoint of a running collector (exporter query.endpoint)")
+	fs.StringVar(&token, "token", os.Getenv("HOTPATH_QUERY_TOKEN"), "bearer token of the endpoint (exporter query.token)")
+	fs.StringVar(&dbPath, "db", os.Getenv("HOTPATH_DB"), "DuckDB file to open read-only when no collector serves it")
+	fs.StringVar(&format, "format", "", "output: table, csv or json (default: table on a terminal, csv otherwise)")
+	fs.BoolVar(&noHeader, "no-header", false, "omit the header line (table, csv)")
+	fs.DurationVar(&timeout, "timeout", 30*time.Second, "query timeout when opening the file directly")
+	fs.IntVar(&maxRows, "max-rows", sqlquery.DefaultLimits.MaxRows, "row limit when opening the file directly")
+	completeValues(cmd, "format", "table", "csv", "json")
+	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
+		stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+		stmt := strings.Join(args, " ")
+		if strings.TrimSpace(stmt) == "" {
+			b, err := io.ReadAll(cmd.InOrStdin())
+			if err != nil {
+				return fmt.Errorf("read query from stdin: %w", err)
+			}
+			stmt = string(b)
 		}
-		stmt = string(b)
-	}
-	if strings.TrimSpace(stmt) == "" {
-		fs.Usage()
-		return errUsage
-	}
-	if *format == "" {
-		*format = "csv"
-		if isTerminal(stdout) {
-			*format = "table"
+		if strings.TrimSpace(stmt) == "" {
+			return usagef("no query: give it as arguments or on standard input")
 		}
-	}
-	if *format != "table" && *format != "csv" && *format != "json" {
-		return fmt.Errorf("--format must be table, csv or json, got %q", *format)
-	}
+		if format == "" {
+			format = "csv"
+			if isTerminal(stdout) {
+				format = "table"
+			}
+		}
+		if format != "table" && format != "csv" && format != "json" {
+			return fmt.Errorf("--format must be table, csv or json, got %q", format)
+		}
 
-	res, err := query(ctx, stmt, *endpoint, *token, *dbPath, sqlquery.Limits{Timeout: *timeout, MaxRows: *maxRows, MaxBytes: sqlquery.DefaultLimits.MaxBytes})
-	if err != nil {
-		return err
-	}
-	if err := write(stdout, res, *format, !*noHeader); err != nil {
-		return err
-	}
-	if res.Truncated != "" {
-		fmt.Fprintf(stderr, "hotpath sql: result truncated: %s\n", res.Truncated)
-	}
-	return nil
+		res, err := query(cmd.Context(), stmt, endpoint, token, dbPath, sqlquery.Limits{Timeout: timeout, MaxRows: maxRows, MaxBytes: sqlquery.DefaultLimits.MaxBytes})
+		if err != nil {
+			return err
+		}
+		if err := write(stdout, res, format, !noHeader); err != nil {
+			return err
+		}
+		if res.Truncated != "" {
+			fmt.Fprintf(stderr, "hotpath sql: result truncated: %s\n", res.Truncated)
+		}
+		return nil
+	})
+	return cmd
 }
 
 func query(ctx context.Context, stmt, endpoint, token, dbPath string, lim sqlquery.Limits) (*sqlquery.Result, error) {
@@ -102,13 +117,4 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"strings"
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
+	"github.com/spf13/cobra"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/buildid"
@@ -27,12 +27,17 @@ const symbolizeExamples = `  # after the binary was stripped or deleted: resolve
   # stop the collector first: rewriting the frame dictionary needs the only handle on the file
 `
 
-// runSymbolize resolves the "file+0xOFF" frames that a build's stacks
-// stored because no symbols were available at sampling time (RFD 072
+// newSymbolizeCommand resolves the "file+0xOFF" frames that a build's
+// stacks stored because no symbols were available at sampling time (RFD 072
 // delayed symbolization), and rewrites them in place.
-func runSymbolize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("symbolize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newSymbolizeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "symbolize --build-id B --symbols FILE [--db FILE] [flags]",
+		Short:   "resolve stored raw addresses of a build ID with a debug/symbol file",
+		Example: symbolizeExamples,
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
 	db := fs.String("db", os.Getenv("HOTPATH_DB"), "DuckDB file to rewrite (default: the gateway's file, or the agent's with --local; see hotpath profile --help)")
 	local := fs.Bool("local", false, "the agent's file instead of the gateway's")
 	build := fs.String("build-id", "", "build ID (or a unique prefix) whose raw addresses to resolve; required")
@@ -40,27 +45,39 @@ func runSymbolize(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	binary := fs.String("binary", "", "file name in the raw frames (\"app\" in app+0x1a2b); default: from the build's binary metadata")
 	force := fs.Bool("force", false, "use --symbols even when its build ID differs from --build-id")
 	dryRun := fs.Bool("dry-run", false, "print what would be renamed, change nothing")
-	fs.Usage = usageFunc(fs, stderr, "hotpath symbolize --build-id B --symbols FILE [--db FILE] [flags]", symbolizeExamples)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *build == "" || *symbols == "" {
-		fmt.Fprintln(stderr, "--build-id and --symbols are required")
-		fs.Usage()
-		return errUsage
-	}
-	path := *db
+	_ = cmd.MarkFlagFilename("symbols")
+	_ = cmd.MarkFlagFilename("db", "duckdb")
+	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
+		if *build == "" || *symbols == "" {
+			return usagef("--build-id and --symbols are required")
+		}
+		return symbolizeBuild(cmd.Context(), symbolizeRequest{db: *db, local: *local, build: *build, symbols: *symbols,
+			binary: *binary, force: *force, dryRun: *dryRun}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	})
+	return cmd
+}
+
+// symbolizeRequest is symbolize's command line.
+type symbolizeRequest struct {
+	db, build, symbols, binary string
+	local, force, dryRun       bool
+}
+
+func symbolizeBuild(ctx context.Context, req symbolizeRequest, stdout, stderr io.Writer) error {
+	stopProgress := startProgress(stderr, "loading "+req.symbols+" and rewriting frames", 0)
+	defer stopProgress()
+	path := req.db
 	if path == "" {
-		path = profilequery.DefaultFile(*local, "")
+		path = profilequery.DefaultFile(req.local, "")
 	}
 	if profilequery.IsEndpoint(path) {
 		return fmt.Errorf("--db %s is an endpoint: symbolize rewrites the file, so it needs the file path, with no collector running", path)
 	}
-	table, err := symbolize.OpenSymbolTable(*symbols)
+	table, err := symbolize.OpenSymbolTable(req.symbols)
 	if err != nil {
 		return err
 	}
-	info, err := buildid.Read(*symbols)
+	info, err := buildid.Read(req.symbols)
 	if err != nil {
 		return fmt.Errorf("read build ID of --symbols: %w", err)
 	}
@@ -68,7 +85,7 @@ func runSymbolize(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
-	conn, err := duckdb.NewConnector(sqlquery.DSN(path, *dryRun), nil)
+	conn, err := duckdb.NewConnector(sqlquery.DSN(path, req.dryRun), nil)
 	if err != nil {
 		if strings.Contains(err.Error(), "lock") {
 			return fmt.Errorf("%w\n(a collector holds %s: stop it first; symbolize rewrites the frame dictionary and needs the only handle on the file)", err, path)
@@ -78,12 +95,12 @@ func runSymbolize(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	sdb := sql.OpenDB(conn)
 	defer func() { _ = sdb.Close(); _ = conn.Close() }()
 
-	res, err := rewriteFrames(ctx, sdb, rewriteRequest{build: *build, binary: *binary, symbolsPath: *symbols, dryRun: *dryRun,
+	res, err := rewriteFrames(ctx, sdb, rewriteRequest{build: req.build, binary: req.binary, symbolsPath: req.symbols, dryRun: req.dryRun,
 		checkBuild: func(full string) error {
-			if *force || full == info.GNU || full == info.Go || (info.SHA256 != "" && full == buildid.SHA256Prefix+info.SHA256) {
+			if req.force || full == info.GNU || full == info.Go || (info.SHA256 != "" && full == buildid.SHA256Prefix+info.SHA256) {
 				return nil
 			}
-			return fmt.Errorf("--symbols %s has build ID %q, not %q: it is another build (--force to use it anyway)", *symbols, info.Canonical(), full)
+			return fmt.Errorf("--symbols %s has build ID %q, not %q: it is another build (--force to use it anyway)", req.symbols, info.Canonical(), full)
 		},
 		resolve: func(off uint64) (string, bool) {
 			addr, ok := table.FileAddr(off)
@@ -96,8 +113,9 @@ func runSymbolize(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	stopProgress()
 	verb := "renamed"
-	if *dryRun {
+	if req.dryRun {
 		verb = "would rename"
 	}
 	for _, r := range res.renamed {

@@ -57,9 +57,9 @@ func TestSymbolizeRewritesOneBuild(t *testing.T) {
 	build := info.Canonical()
 	// In a test binary package main has its import path as name.
 	fnA := runtime.FuncForPC(reflect.ValueOf(rewriteFrames).Pointer()).Name()
-	fnB := runtime.FuncForPC(reflect.ValueOf(runSymbolize).Pointer()).Name()
+	fnB := runtime.FuncForPC(reflect.ValueOf(symbolizeBuild).Pointer()).Name()
 	offA := fileOffsetOf(t, exe, rewriteFrames)
-	offB := fileOffsetOf(t, exe, runSymbolize)
+	offB := fileOffsetOf(t, exe, symbolizeBuild)
 	now := time.Now()
 	path := filepath.Join(t.TempDir(), "agent.duckdb")
 	writeDB(t, "local", path, "", []batch{

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
 )
@@ -19,35 +20,50 @@ const topExamples = `  hotpath top --service api --since 1h
   hotpath top --service api --since 7d --build-id 1f0e9d8c7b6a --format json
 `
 
-// runTop lists the functions with the largest self (or cumulative) share,
-// as `go tool pprof -top` does on the same profile.
-func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newTopCommand lists the functions with the largest self (or cumulative)
+// share, as `go tool pprof -top` does on the same profile.
+func newTopCommand() *cobra.Command {
+	var (
+		n      int
+		cum    bool
+		format string
+	)
+	cmd := &cobra.Command{
+		Use:     "top --service S [--since 1h] [-n 20] [--cum] [flags]",
+		Short:   "top functions by self and cumulative share of CPU",
+		Example: topExamples,
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
 	target := addTargetFlags(fs)
 	sel := addSelectFlags(fs)
-	n := fs.Int("n", 20, "number of functions (0 = all)")
-	cum := fs.Bool("cum", false, "sort by cumulative share (the function and what it calls) instead of self")
-	format := fs.String("format", "table", "table, csv or json")
-	fs.Usage = usageFunc(fs, stderr, "hotpath top --service S [--since 1h] [-n 20] [--cum] [flags]", topExamples)
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	fs.IntVarP(&n, "limit", "n", 20, "number of functions (0 = all)")
+	fs.BoolVar(&cum, "cum", false, "sort by cumulative share (the function and what it calls) instead of self")
+	fs.StringVar(&format, "format", "table", "table, csv or json")
+	_ = cmd.RegisterFlagCompletionFunc("service", completeServices(target, sel))
+	completeValues(cmd, "format", "table", "csv", "json")
+	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
+		return writeTop(cmd.Context(), target, sel, n, cum, format, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	})
+	return cmd
+}
+
+func writeTop(ctx context.Context, target *targetFlags, sel *selectFlags, n int, cum bool, format string, stdout, stderr io.Writer) error {
+	if format != "table" && format != "csv" && format != "json" {
+		return fmt.Errorf("--format must be table, csv or json, got %q", format)
 	}
-	if *format != "table" && *format != "csv" && *format != "json" {
-		return fmt.Errorf("--format must be table, csv or json, got %q", *format)
-	}
-	p, err := loadProfile(ctx, target, sel, time.Now())
+	p, err := loadProfile(ctx, target, sel, time.Now(), stderr)
 	if err != nil {
 		return err
 	}
 	fns := p.Functions()
-	if *cum {
+	if cum {
 		profilequery.SortByCum(fns)
 	}
-	if *n > 0 && len(fns) > *n {
-		fns = fns[:*n]
+	if n > 0 && len(fns) > n {
+		fns = fns[:n]
 	}
-	switch *format {
+	switch format {
 	case "json":
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

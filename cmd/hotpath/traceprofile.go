@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/hotpath-dev/hotpath/internal/flamegraph"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
@@ -20,74 +21,81 @@ const traceProfileExamples = `  hotpath trace-profile 0af7651916cd43dd8448eb211c
   hotpath trace-profile 0af7651916cd43dd8448eb211c80319c --format html -o trace.html
 `
 
-// The table lives in main.go; joining it here keeps this command in one file.
-func init() {
-	commands["trace-profile"] = command{summary: "CPU profile of one trace (RFD 078): per service, CPU time and hotspots; text, folded, json, svg or html", run: runTraceProfile}
-}
-
-// runTraceProfile shows what ran on CPU while one trace was active, per
-// service the trace touched (RFD 078).
-func runTraceProfile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("trace-profile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newTraceProfileCommand shows what ran on CPU while one trace was active,
+// per service the trace touched (RFD 078).
+func newTraceProfileCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "trace-profile <trace-id|traceparent> [--service S] [--format text|folded|json|svg|html] [--local] [--db FILE|HOST:PORT] [flags]",
+		Short:   "CPU profile of one trace (RFD 078): per service, CPU time and hotspots; text, folded, json, svg or html",
+		Example: traceProfileExamples,
+		// Flags may come before or after the trace ID.
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch len(args) {
+			case 1:
+				return nil
+			case 0:
+				return usagef("a trace ID is required")
+			}
+			return usagef("one trace ID expected, got %d arguments: %s", len(args), strings.Join(args, " "))
+		},
+	}
+	fs := cmd.Flags()
 	target := addTargetFlags(fs)
 	service := fs.String("service", "", "only this service (service.name)")
 	format := fs.String("format", "text", "text, folded (flamegraph.pl, one tower per service), json, svg or html (flame graph)")
 	hz := fs.Float64("frequency", 19, "the agents' sampling frequency in Hz: storage keeps sample counts, CPU time is samples / frequency")
-	n := fs.Int("n", 10, "hotspots per service in text and json (0 = all)")
-	out := fs.String("o", "", "write to this file instead of standard output")
+	n := fs.IntP("limit", "n", 10, "hotspots per service in text and json (0 = all)")
+	out := fs.StringP("output", "o", "", "write to this file instead of standard output")
 	title := fs.String("title", "", "flame graph title")
-	fs.Usage = usageFunc(fs, stderr, "hotpath trace-profile <trace-id|traceparent> [--service S] [--format text|folded|json|svg|html] [--local] [--db FILE|HOST:PORT] [flags]", traceProfileExamples)
+	_ = cmd.RegisterFlagCompletionFunc("service", completeServices(target, nil))
+	completeValues(cmd, "format", "text", "folded", "json", "svg", "html")
+	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
+		return traceProfile(cmd.Context(), traceProfileRequest{target: target, trace: args[0], service: *service, format: *format,
+			hz: *hz, n: *n, out: *out, title: *title}, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	})
+	return cmd
+}
 
-	// Flags may come before or after the trace ID.
-	var positional []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			return errUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		rest = fs.Args()[1:]
-	}
-	if len(positional) != 1 {
-		if len(positional) == 0 {
-			fmt.Fprintln(stderr, "a trace ID is required")
-		} else {
-			fmt.Fprintf(stderr, "one trace ID expected, got %d arguments: %s\n", len(positional), strings.Join(positional, " "))
-		}
-		fs.Usage()
-		return errUsage
-	}
-	switch *format {
+// traceProfileRequest is trace-profile's command line.
+type traceProfileRequest struct {
+	target                             *targetFlags
+	trace, service, format, out, title string
+	hz                                 float64
+	n                                  int
+}
+
+func traceProfile(ctx context.Context, req traceProfileRequest, stdout, stderr io.Writer) error {
+	switch req.format {
 	case "text", "folded", "json", "svg", "html":
 	default:
-		return fmt.Errorf("--format must be text, folded, json, svg or html, got %q", *format)
+		return fmt.Errorf("--format must be text, folded, json, svg or html, got %q", req.format)
 	}
-	if *hz <= 0 || *hz > 10000 {
-		return fmt.Errorf("--frequency must be a sampling frequency in Hz (the agents' frequency_hz, 19 by default), got %g", *hz)
+	if req.hz <= 0 || req.hz > 10000 {
+		return fmt.Errorf("--frequency must be a sampling frequency in Hz (the agents' frequency_hz, 19 by default), got %g", req.hz)
 	}
-	traceID, err := profilequery.ParseTraceID(positional[0])
+	traceID, err := profilequery.ParseTraceID(req.trace)
 	if err != nil {
 		return err
 	}
 
-	src, err := target.open(ctx)
+	stopProgress := startProgress(stderr, "reading the samples of trace "+traceID, 0)
+	defer stopProgress()
+	src, err := req.target.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	tp, err := profilequery.LoadTrace(ctx, src, traceID, *service, profilequery.TraceHints{FrequencyHz: *hz})
+	tp, err := profilequery.LoadTrace(ctx, src, traceID, req.service, profilequery.TraceHints{FrequencyHz: req.hz})
 	if err != nil {
 		return err
 	}
 
-	w, closeOut, err := outputFile(*out, stdout)
+	stopProgress()
+	w, closeOut, err := outputFile(req.out, stdout)
 	if err != nil {
 		return err
 	}
-	switch *format {
+	switch req.format {
 	case "folded":
 		for _, l := range tp.Folded() {
 			if _, err = fmt.Fprintf(w, "%s %d\n", l.Stack, l.Count); err != nil {
@@ -95,11 +103,11 @@ func runTraceProfile(ctx context.Context, args []string, stdout, stderr io.Write
 			}
 		}
 	case "json":
-		err = writeTraceJSON(w, tp, *hz, *n)
+		err = writeTraceJSON(w, tp, req.hz, req.n)
 	case "svg", "html":
-		err = writeTraceGraph(w, tp, *format, *title, *hz)
+		err = writeTraceGraph(w, tp, req.format, req.title, req.hz)
 	default:
-		err = writeTraceText(w, tp, *hz, *n, src.Describe())
+		err = writeTraceText(w, tp, req.hz, req.n, src.Describe())
 	}
 	if cerr := closeOut(); err == nil {
 		err = cerr

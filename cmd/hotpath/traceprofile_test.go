@@ -301,7 +301,7 @@ func TestTraceProfileErrors(t *testing.T) {
 		code int
 		want []string
 	}{
-		{[]string{"--db", db}, 2, []string{"a trace ID is required", "usage: hotpath trace-profile"}},
+		{[]string{"--db", db}, 2, []string{"a trace ID is required", "Usage:\n  hotpath trace-profile <trace-id|traceparent>"}},
 		{[]string{slowTrace, otherTrace, "--db", db}, 2, []string{"one trace ID expected, got 2"}},
 		{[]string{"abc123", "--db", db}, 1, []string{"want 32 hex characters", "got 6"}},
 		{[]string{strings.Repeat("g", 32), "--db", db}, 1, []string{"not hexadecimal"}},

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/google/pprof/driver"
 	"github.com/google/pprof/profile"
 )
@@ -20,27 +22,36 @@ const webExamples = `  hotpath web --service api --since 1h                 # pr
   hotpath web --service api --since 7d --build-id 1f0e9d8c7b6a --open
 `
 
-// runWeb serves pprof's own web UI (graph, flame graph, top, peek, source)
-// for the selected profile on a loopback port until interrupted.
-func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("web", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newWebCommand serves pprof's own web UI (graph, flame graph, top, peek,
+// source) for the selected profile on a loopback port until interrupted.
+func newWebCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "web --service S [--since 1h] [--http 127.0.0.1:0] [flags]",
+		Short:   "open the pprof web UI (graph, flame graph, top) for a range on a loopback port",
+		Example: webExamples,
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
 	target := addTargetFlags(fs)
 	sel := addSelectFlags(fs)
 	addr := fs.String("http", "127.0.0.1:0", "listen address (loopback; port 0 picks a free one)")
 	open := fs.Bool("open", false, "open a browser (pprof's default browser choice)")
-	fs.Usage = usageFunc(fs, stderr, "hotpath web --service S [--since 1h] [--http 127.0.0.1:0] [flags]", webExamples)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	host, _, err := net.SplitHostPort(*addr)
+	_ = cmd.RegisterFlagCompletionFunc("service", completeServices(target, sel))
+	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
+		return serveWeb(cmd.Context(), target, sel, *addr, *open, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	})
+	return cmd
+}
+
+func serveWeb(ctx context.Context, target *targetFlags, sel *selectFlags, addr string, open bool, stdout, stderr io.Writer) error {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--http %q: %w", *addr, err)
+		return fmt.Errorf("--http %q: %w", addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("--http %q: profiles show what the code does; serve them on a loopback address only", *addr)
+		return fmt.Errorf("--http %q: profiles show what the code does; serve them on a loopback address only", addr)
 	}
-	p, err := loadProfile(ctx, target, sel, time.Now())
+	p, err := loadProfile(ctx, target, sel, time.Now(), stderr)
 	if err != nil {
 		return err
 	}
@@ -49,15 +60,15 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	// Bind first so port 0 resolves and the URL printed is the real one.
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *addr, err)
+		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	defer ln.Close()
 	served := make(chan error, 1)
 	flags := &driverFlags{fs: flag.NewFlagSet("pprof", flag.ContinueOnError),
 		args: []string{"-http=" + ln.Addr().String()}}
-	if !*open {
+	if !open {
 		flags.args = append(flags.args, "-no_browser")
 	}
 	flags.args = append(flags.args, "hotpath:"+p.Service)
@@ -65,7 +76,7 @@ func runWeb(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	opts := &driver.Options{
 		Flagset: flags,
 		Fetch:   fetcher{pp},
-		UI:      &quietUI{w: stderr, browser: *open},
+		UI:      &quietUI{w: stderr, browser: open},
 		HTTPServer: func(args *driver.HTTPServerArgs) error {
 			err := serveUI(ctx, ln, args, func(u string) {
 				fmt.Fprintf(stdout, "pprof web UI for service %s, %s (%d samples): %s\n", p.Service, p.Range, p.Total(), u)
