@@ -68,18 +68,23 @@ FORCE:
 run: build
 	./scripts/run.sh
 
-# SDK_MODULES are modules of their own that applications import (not part of ./...).
+# SDK_MODULES are modules of their own that applications import (not part of
+# ./...); TEST_APP_MODULES are test applications that use them as a user would.
 SDK_MODULES := sdk/go/tracectx
+TEST_APP_MODULES := receiver/ebpfprofilereceiver/testdata/tracesvc test/e2e/testdata/tracechain
 
 # lint: gofmt, go mod tidy (go.mod/go.sum must be what tidy makes of the
 # imports), go vet and staticcheck, for the main module and the SDK modules.
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfel.go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@for m in . $(SDK_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go.mod/go.sum in $$m are not tidy: run 'go mod tidy' there and commit"; exit 1; }; done
-	$(GO) vet ./...
-	staticcheck ./...
+	@for m in . $(SDK_MODULES) $(TEST_APP_MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go.mod/go.sum in $$m are not tidy: run 'go mod tidy' there and commit"; exit 1; }; done
+	$(GO) vet -tags privileged ./...
+	staticcheck -tags privileged ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) vet ./... && staticcheck ./...) || exit 1; done
 
+# test-unit: the tests any user can run, no root, no built collector. Tests
+# that load BPF programs, mount file systems or run the built collector as
+# root are in files with `//go:build privileged`; make test runs them.
 test-unit: deps
 	$(GO) test -count=1 ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
@@ -88,14 +93,15 @@ test-unit: deps
 # processors, the exporter, the CLI and the internal packages (symbolizer,
 # caches, query layer), where concurrent use is the norm.
 test-race: deps
-	$(GO) test -race -count=1 ./processor/... ./exporter/... ./internal/... ./cmd/...
+	$(GO) test -race -tags privileged -count=1 ./processor/... ./exporter/... ./internal/... ./cmd/...
 
 # test is what CI runs: generated code up to date, lint, the race detector on
-# the packages without BPF, all tests (eBPF tests need root and fail, not
-# skip, without it), then the collector end to end.
+# the packages without BPF, all tests including the privileged ones (eBPF
+# tests need root and fail, not skip, without it), then the collector end to
+# end.
 test: check-generated lint build test-race
 	@[ "$$(id -u)" = 0 ] || { echo "make test must run as root: the eBPF tests load real BPF programs"; exit 1; }
-	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath $(GO) test -count=1 -timeout 30m ./...
+	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath $(GO) test -tags privileged -count=1 -timeout 30m ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
 
 bench: build

@@ -94,9 +94,9 @@ fi
 if wants micro; then
 	echo "== micro: Go benchmarks of the hot paths (-count $BENCH_COUNT)"
 	: >"$work/micro.txt"
-	micro() { # package, -bench regexp, -benchtime
-		echo "+ go test -run '^\$' -bench '$2' -benchtime $3 -count $BENCH_COUNT $1" >&2
-		go test -run '^$' -bench "$2" -benchtime "$3" -count "$BENCH_COUNT" "$1" | tee -a "$work/micro.txt" | grep -E '^(Benchmark|ok|FAIL)' >&2 \
+	micro() { # package, -bench regexp, -benchtime (the BPF ones are in privileged files)
+		echo "+ go test -tags privileged -run '^\$' -bench '$2' -benchtime $3 -count $BENCH_COUNT $1" >&2
+		go test -tags privileged -run '^$' -bench "$2" -benchtime "$3" -count "$BENCH_COUNT" "$1" | tee -a "$work/micro.txt" | grep -E '^(Benchmark|ok|FAIL)' >&2 \
 			|| { echo "FAILED: go test -bench $1" >&2; failed+=("micro $1"); }
 	}
 	micro ./internal/symbolize '^BenchmarkSymbolizeInterval$' 50x

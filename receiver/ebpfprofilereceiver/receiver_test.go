@@ -1,11 +1,14 @@
+//go:build privileged
+
 package ebpfprofilereceiver
 
 import (
 	"context"
-	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/buildid"
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
@@ -29,31 +32,6 @@ func startReceiver(t testing.TB, cfg *Config) (*profileReceiver, *consumertest.P
 		t.Fatalf("start receiver (these tests need root): %v", err)
 	}
 	return r, sink
-}
-
-// waitFor polls cond (every 20 ms) until it holds, failing the test with what
-// it waited for after timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func testConfig() *Config {
-	cfg := createDefaultConfig()
-	// 99 Hz for a few seconds gives a few hundred samples, enough to check
-	// shares to a few percentage points.
-	cfg.FrequencyHz = 99
-	cfg.Interval = time.Second
-	cfg.Control.Endpoint = "" // tests that need it pick a free port
-	// The test binary builds workloads: its CPU use says nothing about the
-	// receiver's, and the guard would lower the rate under the tests' feet.
-	cfg.MaxCPUPercent = 0
-	return cfg
 }
 
 func TestSamplesRealProcessesWithSymbolsAndShares(t *testing.T) {

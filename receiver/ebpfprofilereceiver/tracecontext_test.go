@@ -1,3 +1,5 @@
+//go:build privileged
+
 package ebpfprofilereceiver
 
 import (
@@ -116,7 +118,9 @@ func newTraceID(t *testing.T) string {
 // samples do not leak into it.
 func TestGoServiceRequestProfile(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tracesvc")
-	build := exec.Command("go", "build", "-o", bin, "./testdata/tracesvc")
+	// tracesvc is a module of its own, as an application using the SDK is.
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = "testdata/tracesvc"
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build tracesvc: %v\n%s", err, out)
 	}

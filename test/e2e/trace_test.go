@@ -1,3 +1,5 @@
+//go:build privileged
+
 package e2e
 
 import (
@@ -32,7 +34,10 @@ import (
 // traces that ran the same processes at the same time.
 func TestTraceProfileAcrossServices(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tracechain")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/tracechain").CombinedOutput(); err != nil {
+	// tracechain is a module of its own, as an application using the SDK is.
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = "testdata/tracechain"
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build tracechain: %v\n%s", err, out)
 	}
 	// A private bpffs instance for the shared trace map, so the test never

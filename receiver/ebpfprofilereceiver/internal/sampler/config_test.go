@@ -68,3 +68,19 @@ func TestEventKindString(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenRejectsBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{FrequencyHz: -1},
+		{MaxUniqueStacks: -3},
+		{Interval: -time.Second},
+		{StackMapEntries: -1},
+		{StackMapEntries: maxEntries + 1},
+		{FrequencyHz: 1 << 30},
+	} {
+		if s, err := Open(cfg); err == nil {
+			s.Close()
+			t.Errorf("Open(%+v) succeeded", cfg)
+		}
+	}
+}

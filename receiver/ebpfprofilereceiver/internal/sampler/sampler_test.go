@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && privileged
 
 package sampler
 
@@ -356,22 +356,6 @@ func TestMapMemoryBytes(t *testing.T) {
 		t.Errorf("MapMemoryBytes = %d, below the stack maps alone (%d)", mem, floor)
 	}
 	t.Logf("default config on %d-entry keys / %d-entry stacks: %d bytes of BPF maps", s.sizes.keys, s.sizes.stacks, mem)
-}
-
-func TestOpenRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []Config{
-		{FrequencyHz: -1},
-		{MaxUniqueStacks: -3},
-		{Interval: -time.Second},
-		{StackMapEntries: -1},
-		{StackMapEntries: maxEntries + 1},
-		{FrequencyHz: 1 << 30},
-	} {
-		if s, err := Open(cfg); err == nil {
-			s.Close()
-			t.Errorf("Open(%+v) succeeded", cfg)
-		}
-	}
 }
 
 // TestDrainFallbacks runs the paths for kernels without batch map

@@ -1,15 +1,16 @@
-//go:build linux
+//go:build linux && privileged
 
 package unwinder
 
 import (
-	"github.com/hotpath-dev/hotpath/internal/binarycache"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/binarycache"
 
 	"go.uber.org/zap/zaptest"
 
