@@ -21,4 +21,4 @@ go build -o "$driver" ./test/soak
 # gateway must hold exactly what the agent stored.
 mkdir -p var
 HOTPATH_COLLECTOR=$PWD/$collector HOTPATH_CRASH_REPORT=${HOTPATH_CRASH_REPORT:-$PWD/var/crash-soak.txt} \
-	go test -tags soak -count=1 -timeout 60m -run 'TestCrashSoak$' -v ./test/e2e/
+	go test -tags privileged,soak -count=1 -timeout 60m -run 'TestCrashSoak$' -v ./test/e2e/

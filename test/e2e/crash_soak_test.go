@@ -1,4 +1,4 @@
-//go:build soak
+//go:build privileged && soak
 
 package e2e
 
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The long crash run of `make soak` (build tag soak): 12 minutes of a
+// The long crash run of `make soak` (build tags soak and privileged): 12 minutes of a
 // profiled program, the gateway killed with kill -9 twelve times (about half
 // timed into its writes, one followed by a 60 s outage during which the agent
 // is killed too) and the agent three more times.

@@ -1,3 +1,5 @@
+//go:build privileged
+
 package e2e
 
 import (

@@ -2,12 +2,10 @@ package wal
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -205,55 +203,5 @@ func TestDamageInsideAnOlderSegmentIsReported(t *testing.T) {
 	// Records before the damage and in later segments are kept.
 	if strings.Join(ids, ",") != "agent-0,agent-3" {
 		t.Fatalf("replayed %v, want agent-0,agent-3", ids)
-	}
-}
-
-// A full disk: Append fails, nothing of the record is left behind, and once
-// space is back the log takes records again and replays exactly those.
-func TestFullDiskFailsAppendAndLeavesNoPartialRecord(t *testing.T) {
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
-		t.Fatalf("mount tmpfs (needs root): %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, 0) })
-	c := &clock{t0}
-	l := openLog(t, dir, c)
-	big := func(i int) Record {
-		r := rec(i, "w1")
-		r.Payload = bytes.Repeat([]byte{'x'}, 40<<10)
-		return r
-	}
-	var ok int
-	var appendErr error
-	for i := range 20 {
-		if appendErr = l.Append(big(i)); appendErr != nil {
-			break
-		}
-		ok++
-	}
-	if appendErr == nil {
-		t.Fatal("appends to a full 256k tmpfs kept succeeding")
-	}
-	if !errors.Is(appendErr, syscall.ENOSPC) {
-		t.Fatalf("append error %v, want ENOSPC in the chain", appendErr)
-	}
-	t.Logf("full disk after %d records: %v", ok, appendErr)
-	if l.Seen(fmt.Sprintf("agent-%d", ok)) {
-		t.Fatal("the refused batch's id was remembered; its resend would be dropped")
-	}
-	l.Close()
-	l2 := openLog(t, dir, c)
-	defer l2.Close()
-	if st := l2.Stats(); st.TornBytes != 0 || st.CorruptBytes != 0 {
-		t.Fatalf("the failed append left bytes behind: %+v", st)
-	}
-	got := replayAll(t, l2)
-	if len(got) != ok {
-		t.Fatalf("replayed %d records, want the %d acknowledged", len(got), ok)
-	}
-	for i := range ok {
-		if got[i].BatchID != fmt.Sprintf("agent-%d", i) || len(got[i].Payload) != 40<<10 {
-			t.Fatalf("record %d = %s (%d bytes), want agent-%d", i, got[i].BatchID, len(got[i].Payload), i)
-		}
 	}
 }
