@@ -116,6 +116,11 @@ func TestGoFlagStyle(t *testing.T) {
 	if _, _, code := runCLI(t, "profile", "-help"); code != 0 {
 		t.Fatalf("-help: %d", code)
 	}
+	// sql's flags come before the query, whose words stay as written.
+	root := newRootCommand(nil, nil)
+	if got := goFlagStyle(root, []string{"sql", "-db", "x.duckdb", "SELECT", "-format", "-1"}); strings.Join(got, " ") != "sql --db x.duckdb SELECT -format -1" {
+		t.Fatalf("sql arguments rewritten: %q", got)
+	}
 	// A value that looks like a flag stays a value.
 	if _, stderr, code := runCLI(t, "profile", "--db", db, "--service", "api", "--title", "-service"); code != 0 {
 		t.Fatalf("value -service: %d %s", code, stderr)

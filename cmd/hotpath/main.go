@@ -127,6 +127,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitError1
 }
 
+// flagsBeforeArgs is the annotation of a command whose flags all come
+// before its arguments (cobra.Command.Annotations).
+const flagsBeforeArgs = "hotpath/flags-before-args"
+
 // errNoCommand: hotpath alone printed its usage.
 var errNoCommand = errors.New("no command")
 
@@ -182,6 +186,10 @@ func goFlagStyle(root *cobra.Command, args []string) []string {
 		}
 		return cmd.InheritedFlags().ShorthandLookup(name)
 	}
+	// The words of the command's path ("sql") come first among the
+	// non-flag arguments; after them, a command whose flags precede its
+	// arguments (sql) takes the rest as they are.
+	names := strings.Fields(cmd.CommandPath())[1:]
 	out := make([]string, len(args))
 	copy(out, args)
 	for i := 0; i < len(out); i++ {
@@ -190,6 +198,11 @@ func goFlagStyle(root *cobra.Command, args []string) []string {
 			break
 		}
 		if !strings.HasPrefix(a, "-") || a == "-" {
+			if len(names) > 0 && a == names[0] {
+				names = names[1:]
+			} else if cmd.Annotations[flagsBeforeArgs] != "" {
+				break
+			}
 			continue
 		}
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")

@@ -30,10 +30,11 @@ func newSQLCommand() *cobra.Command {
 		maxRows                         int
 	)
 	cmd := &cobra.Command{
-		Use:     "sql [flags] \"SELECT ...\"",
-		Short:   "run a read-only SQL query on a profile database",
-		Long:    "Runs a read-only SQL query (the query as arguments, or on standard input) through a running collector's query endpoint, or on --db opened read-only when none answers. Tables and columns: docs/sql.md.",
-		Example: sqlExamples,
+		Use:         "sql [flags] \"SELECT ...\"",
+		Short:       "run a read-only SQL query on a profile database",
+		Long:        "Runs a read-only SQL query (the query as arguments, or on standard input) through a running collector's query endpoint, or on --db opened read-only when none answers. Tables and columns: docs/sql.md.",
+		Example:     sqlExamples,
+		Annotations: map[string]string{flagsBeforeArgs: "true"},
 	}
 	fs := cmd.Flags()
 	// The query is every argument after the flags, as it was with the
