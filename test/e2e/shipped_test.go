@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
+)
+
+// shippedRole is one of distributions/{agent,gateway}/config.yaml started
+// as the README starts it, unmodified: only the ports and the state
+// directory change, through the environment variables the file documents.
+type shippedRole struct {
+	role string
+	env  []string
+}
+
+// shippedDeployment is a gateway and an agent on free loopback ports, sharing
+// one state directory as `make run` does.
+type shippedDeployment struct {
+	stateDir                  string
+	gatewayGRPC, gatewayQuery string
+	agentQuery                string
+	gateway, agent            shippedRole
+}
+
+func newShippedDeployment(t *testing.T) *shippedDeployment {
+	t.Helper()
+	addr := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
+	d := &shippedDeployment{stateDir: t.TempDir(), gatewayGRPC: addr(), gatewayQuery: addr(), agentQuery: addr()}
+	d.gateway = shippedRole{"gateway", []string{
+		"HOTPATH_STATE_DIR=" + d.stateDir,
+		"HOTPATH_GATEWAY_GRPC=" + d.gatewayGRPC,
+		"HOTPATH_GATEWAY_HTTP=" + addr(),
+		fmt.Sprintf("HOTPATH_GATEWAY_METRICS=%d", freePort(t)),
+		"HOTPATH_GATEWAY_QUERY=" + d.gatewayQuery,
+	}}
+	d.agent = shippedRole{"agent", []string{
+		"HOTPATH_STATE_DIR=" + d.stateDir,
+		"HOTPATH_GATEWAY_ENDPOINT=" + d.gatewayGRPC,
+		fmt.Sprintf("HOTPATH_AGENT_METRICS=%d", freePort(t)),
+		"HOTPATH_AGENT_QUERY=" + d.agentQuery,
+		"HOTPATH_AGENT_CONTROL=" + addr(),
+	}}
+	return d
+}
+
+// start runs the collector with the role's shipped config and waits until
+// it is ready.
+func (r shippedRole) start(t *testing.T) *collector {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("..", "..", "distributions", r.role, "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startCollectorFile(t, path, r.env)
+	waitFor(t, "the shipped "+r.role+" to start", 60*time.Second, func() bool {
+		if !alive(c) {
+			t.Fatalf("the shipped %s exited:\n%s", r.role, c.out.String())
+		}
+		return strings.Contains(c.out.String(), "Everything is ready")
+	})
+	return c
+}
+
+// The shipped configs, unmodified, profile a real process end to end: the
+// agent samples it, stores it locally and sends it to the gateway, and SQL
+// on the gateway's query endpoint returns exactly the samples the agent
+// stored. A shipped YAML that does not start, or does not connect the two,
+// fails here.
+func TestShippedConfigsProfileEndToEnd(t *testing.T) {
+	const service = "e2e-shipped"
+	d := newShippedDeployment(t)
+	gateway := d.gateway.start(t)
+	agent := d.agent.start(t)
+	waitFor(t, "the shipped agent to sample", 60*time.Second, func() bool {
+		return strings.Contains(agent.out.String(), "sampling every CPU")
+	})
+
+	w := testworkload.Start(t, testworkload.BuildC(t), "3", "OTEL_SERVICE_NAME="+service)
+	_ = w.Wait()
+	ended := time.Now().UTC()
+	// The agent emits 15 s windows in time order: once its table holds a
+	// row (of any process: the collectors themselves run) stamped a window
+	// after the workload ended, every window with the workload is written
+	// and was handed to the gateway exporter at the same moment.
+	after := ended.Add(15 * time.Second).Format("2006-01-02 15:04:05.000")
+	waitFor(t, "the agent to write the windows after the workload", 90*time.Second, func() bool {
+		return storedSamples(d.agentQuery, "cpu_profile_samples_local", "timestamp > TIMESTAMP '"+after+"'") > 0
+	})
+	local := storedSamples(d.agentQuery, "cpu_profile_samples_local", "service_id = '"+service+"'")
+	// 19 Hz for ~3 s of CPU; the shipped overhead guard may lower the rate.
+	if floor := max(int64(0.25*testworkload.ExpectedSamples(w, 19)), 5); local < floor {
+		t.Fatalf("the agent stored %d samples of %s, want ≥ %d (a quarter of 19 Hz × its CPU time)", local, service, floor)
+	}
+	// A clean stop of the agent waits for its in-flight sends; a clean stop
+	// of the gateway writes its open 1-minute windows. Started again, the
+	// gateway serves what it stored.
+	agent.stop(t)
+	gateway.stop(t)
+	d.gateway.start(t)
+	var stored int64
+	waitFor(t, "the gateway's query endpoint to answer", 30*time.Second, func() bool {
+		stored = storedSamples(d.gatewayQuery, "cpu_profile_summaries", "service_id = '"+service+"'")
+		return stored >= 0
+	})
+	t.Logf("%s: agent local table %d samples, gateway cpu_profile_summaries %d", service, local, stored)
+	if stored != local {
+		t.Errorf("the gateway's cpu_profile_summaries hold %d samples of %s, the agent's local table %d", stored, service, local)
+	}
+}
