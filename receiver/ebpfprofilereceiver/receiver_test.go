@@ -2,6 +2,7 @@ package ebpfprofilereceiver
 
 import (
 	"context"
+	"fmt"
 	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"os/exec"
 	"testing"
@@ -41,6 +42,19 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitExitSeen waits until the receiver has handled the kernel's exit event
+// of pid, or already dropped the process at a drain (a test that means "the
+// process is gone before the drain" waits on that, not on a guessed delay).
+func waitExitSeen(t testing.TB, r *profileReceiver, pid int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to see pid %d exit", pid), func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e, ok := r.procs.entries[pid]
+		return !ok || !e.exitedAt.IsZero()
+	})
 }
 
 func testConfig() *Config {
@@ -134,7 +148,8 @@ func TestShortLivedProcessKeepsFrames(t *testing.T) {
 	r, sink := startReceiver(t, cfg)
 	p := testworkload.Start(t, cBin, "0.5")
 	_ = p.Wait()
-	time.Sleep(300 * time.Millisecond) // the process is gone well before the drain
+	// The process is gone before the drain, and the receiver knows it.
+	waitExitSeen(t, r, p.Process.Pid)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
