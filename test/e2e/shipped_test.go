@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 
@@ -82,15 +84,9 @@ func TestShippedConfigsProfileEndToEnd(t *testing.T) {
 
 	w := testworkload.Start(t, testworkload.BuildC(t), "3", "OTEL_SERVICE_NAME="+service)
 	_ = w.Wait()
-	ended := time.Now().UTC()
-	// The agent emits 15 s windows in time order: once its table holds a
-	// row (of any process: the collectors themselves run) stamped a window
-	// after the workload ended, every window with the workload is written
-	// and was handed to the gateway exporter at the same moment.
-	after := ended.Add(15 * time.Second).Format("2006-01-02 15:04:05.000")
-	waitFor(t, "the agent to write the windows after the workload", 90*time.Second, func() bool {
-		return storedSamples(d.agentQuery, "cpu_profile_samples_local", "timestamp > TIMESTAMP '"+after+"'") > 0
-	})
+	// Every window with the workload is written, and was handed to the
+	// gateway exporter at the same moment.
+	waitAgentWrotePast(t, d.agentQuery, 90*time.Second)
 	local := storedSamples(d.agentQuery, "cpu_profile_samples_local", "service_id = '"+service+"'")
 	// 19 Hz for ~3 s of CPU; the shipped overhead guard may lower the rate.
 	if floor := max(int64(0.25*testworkload.ExpectedSamples(w, 19)), 5); local < floor {
@@ -110,5 +106,24 @@ func TestShippedConfigsProfileEndToEnd(t *testing.T) {
 	t.Logf("%s: agent local table %d samples, gateway cpu_profile_summaries %d", service, local, stored)
 	if stored != local {
 		t.Errorf("the gateway's cpu_profile_summaries hold %d samples of %s, the agent's local table %d", stored, service, local)
+	}
+}
+
+// waitAgentWrotePast waits until an agent has written everything it sampled
+// before this call to its local table (served at query): it runs a short
+// marker program and waits for the marker's samples. The agent drains the
+// kernel and closes its windows in time order, so once a later sample is
+// stored, every earlier one is, whatever the machine's load.
+func waitAgentWrotePast(t *testing.T, query string, timeout time.Duration) {
+	t.Helper()
+	marker := fmt.Sprintf("e2e-marker-%d", time.Now().UnixNano())
+	m := testworkload.Start(t, testworkload.BuildC(t), "1", "OTEL_SERVICE_NAME="+marker)
+	_ = m.Wait()
+	for deadline := time.Now().Add(timeout); storedSamples(query, "cpu_profile_samples_local", "service_id = '"+marker+"'") <= 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			res, err := sqlquery.Client{Endpoint: query}.Query(context.Background(),
+				"SELECT max(timestamp), count(*), utc_now() FROM cpu_profile_samples_local")
+			t.Fatalf("the agent did not store the marker (pid %d, sampled after the workload) in %s; its table: %v %v", m.Process.Pid, timeout, res, err)
+		}
 	}
 }
