@@ -88,9 +88,11 @@ func TestShippedConfigsProfileEndToEnd(t *testing.T) {
 	// gateway exporter at the same moment.
 	waitAgentWrotePast(t, d.agentQuery, 90*time.Second)
 	local := storedSamples(d.agentQuery, "cpu_profile_samples_local", "service_id = '"+service+"'")
-	// 19 Hz for ~3 s of CPU; the shipped overhead guard may lower the rate.
-	if floor := max(int64(0.25*testworkload.ExpectedSamples(w, 19)), 5); local < floor {
-		t.Fatalf("the agent stored %d samples of %s, want ≥ %d (a quarter of 19 Hz × its CPU time)", local, service, floor)
+	// The shipped overhead guard (max_cpu_percent: 1) lowers the rate on a
+	// busy machine, so no rate is expected: the workload must be there, and
+	// the gateway must hold exactly what the agent stored.
+	if local <= 0 {
+		t.Fatalf("the agent stored no samples of %s (%d)", service, local)
 	}
 	// A clean stop of the agent waits for its in-flight sends; a clean stop
 	// of the gateway writes its open 1-minute windows. Started again, the
@@ -110,15 +112,17 @@ func TestShippedConfigsProfileEndToEnd(t *testing.T) {
 }
 
 // waitAgentWrotePast waits until an agent has written everything it sampled
-// before this call to its local table (served at query): it runs a short
-// marker program and waits for the marker's samples. The agent drains the
+// before this call to its local table (served at query): it runs a marker
+// program and waits for the marker's samples. The agent drains the
 // kernel and closes its windows in time order, so once a later sample is
 // stored, every earlier one is, whatever the machine's load.
 func waitAgentWrotePast(t *testing.T, query string, timeout time.Duration) {
 	t.Helper()
 	marker := fmt.Sprintf("e2e-marker-%d", time.Now().UnixNano())
-	m := testworkload.Start(t, testworkload.BuildC(t), "1", "OTEL_SERVICE_NAME="+marker)
-	_ = m.Wait()
+	// It runs until it is stored: a program gone before the agent read
+	// its environment would be stored under another name.
+	m := testworkload.Start(t, testworkload.BuildC(t), "600", "OTEL_SERVICE_NAME="+marker)
+	defer func() { _ = m.Process.Kill(); _ = m.Wait() }()
 	for deadline := time.Now().Add(timeout); storedSamples(query, "cpu_profile_samples_local", "service_id = '"+marker+"'") <= 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			res, err := sqlquery.Client{Endpoint: query}.Query(context.Background(),
