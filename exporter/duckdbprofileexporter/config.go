@@ -3,7 +3,9 @@ package duckdbprofileexporter
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/config/configoptional"
@@ -37,17 +39,24 @@ type Config struct {
 	RetryConfig   configretry.BackOffConfig                                `mapstructure:"retry_on_failure"`
 }
 
-// DuckDBConfig bounds DuckDB's resources.
+// DuckDBConfig bounds DuckDB's resources. memory_limit covers everything
+// DuckDB allocates in this process: the writer's batches and every query of
+// the SQL endpoint share it, and a query that needs more fails with "out of
+// memory" instead of growing the collector.
 type DuckDBConfig struct {
 	MemoryLimit string `mapstructure:"memory_limit"` // e.g. "64MB", "1GB"
 	Threads     int    `mapstructure:"threads"`
+	// TempDirectory is where DuckDB spills what does not fit in
+	// memory_limit (sorts, joins, large aggregates); "" keeps DuckDB's
+	// default, "<path>.tmp" beside the file.
+	TempDirectory string `mapstructure:"temp_directory"`
 }
 
 var memoryLimitPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$`)
 
 // resources returns the DuckDB bounds with the tier's defaults filled in.
 func (c *Config) resources() writer.Resources {
-	r := writer.Resources{MemoryLimit: c.DuckDB.MemoryLimit, Threads: c.DuckDB.Threads}
+	r := writer.Resources{MemoryLimit: c.DuckDB.MemoryLimit, Threads: c.DuckDB.Threads, TempDirectory: c.DuckDB.TempDirectory}
 	local := schema.Tier(c.Tier) == schema.Local
 	if r.MemoryLimit == "" {
 		r.MemoryLimit = map[bool]string{true: "64MB", false: "1GB"}[local]
@@ -81,6 +90,9 @@ type QueryConfig struct {
 	Timeout  time.Duration `mapstructure:"timeout"`
 	MaxRows  int           `mapstructure:"max_rows"`
 	MaxBytes int           `mapstructure:"max_bytes"`
+	// MaxConcurrent queries run at once; more are answered 429 with
+	// Retry-After, so ad-hoc queries cannot pile up in DuckDB's memory.
+	MaxConcurrent int `mapstructure:"max_concurrent"`
 }
 
 // DefaultQueryEndpoint is where `hotpath sql` looks for a running collector.
@@ -92,11 +104,12 @@ func createDefaultConfig() *Config {
 		Path:           "hotpath-profiles.duckdb",
 		BucketInterval: time.Minute,
 		Query: QueryConfig{
-			Enabled:  true,
-			Endpoint: DefaultQueryEndpoint,
-			Timeout:  30 * time.Second,
-			MaxRows:  100_000,
-			MaxBytes: 100 << 20, // RFD 072: max profile size per query 100 MB
+			Enabled:       true,
+			Endpoint:      DefaultQueryEndpoint,
+			Timeout:       30 * time.Second,
+			MaxRows:       100_000,
+			MaxBytes:      100 << 20, // RFD 072: max profile size per query 100 MB
+			MaxConcurrent: 2,
 		},
 		TimeoutConfig: exporterhelper.NewDefaultTimeoutConfig(),
 		// No queue by default: an in-memory queue answers "stored" before
@@ -149,6 +162,9 @@ func (c *Config) Validate() error {
 	if c.DuckDB.Threads < 0 || c.DuckDB.Threads > 256 {
 		errs = append(errs, fmt.Errorf("duckdb.threads must be between 0 (tier default) and 256, got %d", c.DuckDB.Threads))
 	}
+	if err := validateTempDirectory(c.DuckDB.TempDirectory); err != nil {
+		errs = append(errs, err)
+	}
 	if schema.Tier(c.Tier) == schema.Summary && c.BucketInterval <= 0 {
 		errs = append(errs, fmt.Errorf("bucket_interval must be positive for the summary tier, got %s", c.BucketInterval))
 	}
@@ -183,5 +199,23 @@ func (q QueryConfig) validate() []error {
 	if q.MaxBytes <= 0 {
 		errs = append(errs, fmt.Errorf("query.max_bytes must be positive, got %d", q.MaxBytes))
 	}
+	if q.MaxConcurrent < 1 || q.MaxConcurrent > 64 {
+		errs = append(errs, fmt.Errorf("query.max_concurrent must be between 1 and 64, got %d", q.MaxConcurrent))
+	}
 	return errs
+}
+
+// validateTempDirectory accepts "" (DuckDB's default) or a path that is a
+// directory or does not exist yet (DuckDB creates it when it first spills).
+func validateTempDirectory(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if strings.ContainsRune(dir, 0) {
+		return errors.New("duckdb.temp_directory must not contain a NUL byte")
+	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("duckdb.temp_directory %q exists and is not a directory", dir)
+	}
+	return nil
 }

@@ -48,6 +48,8 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 		"rows":      {func(c *Config) { c.Query.MaxRows = 0 }, "query.max_rows must be positive"},
 		"memory":    {func(c *Config) { c.DuckDB.MemoryLimit = "64 potatoes" }, "duckdb.memory_limit must be a size"},
 		"threads":   {func(c *Config) { c.DuckDB.Threads = -1 }, "duckdb.threads must be between"},
+		"tempdir":   {func(c *Config) { c.DuckDB.TempDirectory = "config_test.go" }, `duckdb.temp_directory "config_test.go" exists and is not a directory`},
+		"parallel":  {func(c *Config) { c.Query.MaxConcurrent = 0 }, "query.max_concurrent must be between 1 and 64, got 0"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -57,9 +57,12 @@ func (e *profilesExporter) start(ctx context.Context, _ component.Host) error {
 	}
 	e.w = w
 	if e.cfg.Query.Enabled {
-		srv, err := queryserver.Start(e.cfg.Query.Endpoint, e.cfg.Query.Token, w.DB, sqlquery.Limits{
-			Timeout: e.cfg.Query.Timeout, MaxRows: e.cfg.Query.MaxRows, MaxBytes: e.cfg.Query.MaxBytes,
-		}, e.logger)
+		q := e.cfg.Query
+		srv, err := queryserver.Start(queryserver.Config{
+			Endpoint: q.Endpoint, Token: q.Token,
+			Limits:        sqlquery.Limits{Timeout: q.Timeout, MaxRows: q.MaxRows, MaxBytes: q.MaxBytes},
+			MaxConcurrent: q.MaxConcurrent, MemoryLimit: e.cfg.resources().MemoryLimit,
+		}, w.DB, e.logger)
 		if err != nil {
 			_ = w.Close()
 			return fmt.Errorf("start query endpoint: %w", err)

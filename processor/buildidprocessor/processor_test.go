@@ -90,16 +90,16 @@ func startC(t *testing.T) (cmd *exec.Cmd, bin string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// Wait until the dynamic loader has mapped libc.
-	for i := 0; i < 200; i++ {
+	// Wait until the dynamic loader has mapped libc (a deadline, not a
+	// count of polls: a loaded machine may take its time).
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for _, v := range mapsOf(t, cmd.Process.Pid) {
 			if strings.Contains(v.path, "libc") {
 				return cmd, bin
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatal("libc never mapped in the test process")
+	t.Fatal("libc never mapped in the test process (30 s)")
 	return nil, ""
 }
 

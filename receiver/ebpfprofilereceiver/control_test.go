@@ -105,7 +105,7 @@ func TestControlKillSwitch(t *testing.T) {
 	}
 	on := testworkload.Start(t, cBin, "1")
 	_ = on.Wait()
-	time.Sleep(100 * time.Millisecond)
+	waitExitSeen(t, r, on.Process.Pid)
 	if err := r.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}

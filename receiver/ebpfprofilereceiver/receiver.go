@@ -112,6 +112,7 @@ func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
 		if err := sampler.CheckPrivileges(); err != nil {
 			return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
 		}
+		r.warnMissingCapabilities()
 		r.traceCtx = openTraceContext(r.cfg.TraceContext, r.set.Logger)
 		if r.traceCtx != nil {
 			r.procs.onRead = r.traceCtx.processRead
@@ -139,6 +140,24 @@ func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
 	go func() { defer r.wg.Done(); r.traceCtx.run(r.ctx) }()
 	go func() { defer r.wg.Done(); r.emitEveryInterval(r.ctx) }()
 	return nil
+}
+
+// warnMissingCapabilities names, once at start, each capability whose lack
+// makes the agent report less than it samples (docs/security.md), so that a
+// deployment missing one is told which, rather than finding unnamed frames.
+func (r *profileReceiver) warnMissingCapabilities() {
+	missing, err := sampler.MissingReadCapabilities()
+	if err != nil {
+		r.set.Logger.Warn("cannot check the agent's capabilities", zap.Error(err))
+	}
+	for _, m := range missing {
+		r.set.Logger.Warn("missing "+m.Name+": "+m.Loses+"; grant it (see docs/security.md)", zap.String("capability", m.Name))
+	}
+	// kallsyms is read now rather than at the first kernel frame, so that
+	// hidden addresses (no CAP_SYSLOG) are reported at start.
+	if err := r.symbolizer.RefreshKernel(); err != nil {
+		r.set.Logger.Warn("kernel frames will not be symbolized: "+err.Error(), zap.Error(err))
+	}
 }
 
 // openSampler is sampler.Open; tests replace it to see how the receiver

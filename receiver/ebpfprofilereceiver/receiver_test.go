@@ -4,6 +4,7 @@ package ebpfprofilereceiver
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"testing"
 	"time"
@@ -32,6 +33,19 @@ func startReceiver(t testing.TB, cfg *Config) (*profileReceiver, *consumertest.P
 		t.Fatalf("start receiver (these tests need root): %v", err)
 	}
 	return r, sink
+}
+
+// waitExitSeen waits until the receiver has handled the kernel's exit event
+// of pid, or already dropped the process at a drain (a test that means "the
+// process is gone before the drain" waits on that, not on a guessed delay).
+func waitExitSeen(t testing.TB, r *profileReceiver, pid int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to see pid %d exit", pid), func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e, ok := r.procs.entries[pid]
+		return !ok || !e.exitedAt.IsZero()
+	})
 }
 
 func TestSamplesRealProcessesWithSymbolsAndShares(t *testing.T) {
@@ -112,7 +126,8 @@ func TestShortLivedProcessKeepsFrames(t *testing.T) {
 	r, sink := startReceiver(t, cfg)
 	p := testworkload.Start(t, cBin, "0.5")
 	_ = p.Wait()
-	time.Sleep(300 * time.Millisecond) // the process is gone well before the drain
+	// The process is gone before the drain, and the receiver knows it.
+	waitExitSeen(t, r, p.Process.Pid)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

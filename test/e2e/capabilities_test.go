@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,85 +129,180 @@ func kernelFrames(all []pprofile.Profiles) (named, unnamed int) {
 	return named, unnamed
 }
 
+// agentView is what an agent's output shows of the C workload, aspect by
+// aspect; each field is "" when that aspect is right, else what is wrong.
+type agentView struct {
+	samples      string // the workload's samples landed at all
+	userFrames   string // symbolized user frames in the expected shares
+	service      string // service.name from its environment
+	buildID      string // one GNU build ID
+	kernelFrames string // named kernel frames
+}
+
+func (v agentView) problems() map[string]string {
+	all := map[string]string{"samples": v.samples, "user frames": v.userFrames, "service": v.service, "build ID": v.buildID, "kernel frames": v.kernelFrames}
+	for k, p := range all {
+		if p == "" {
+			delete(all, k)
+		}
+	}
+	return all
+}
+
 // checkAgentSees runs the C workload (as root: the agent must read another
-// user's process) and checks the agent's output: the workload's samples with
-// its service name, symbolized user frames in the expected shares, a build
-// ID, and named kernel frames.
-func checkAgentSees(t *testing.T, a *unprivilegedAgent) []string {
+// user's process), stops the agent (which flushes) and checks its output.
+func checkAgentSees(t *testing.T, a *unprivilegedAgent) agentView {
 	t.Helper()
-	var problems []string
+	var v agentView
 	w := testworkload.Start(t, testworkload.BuildC(t), "3", "OTEL_SERVICE_NAME=e2e-caps")
 	_ = w.Wait()
 	a.stop(t)
 	all := a.sink.profiles()
 	st := testworkload.TallyProcess(all, w.Process.Pid)
-	if st.Service != "e2e-caps" {
-		problems = append(problems, fmt.Sprintf("service.name %q, want e2e-caps (needs /proc/PID/environ)", st.Service))
-	}
 	minSamples := int64(0.25 * testworkload.ExpectedSamples(w, 99))
+	if st.Total < minSamples {
+		v.samples = fmt.Sprintf("%d samples of the workload, want ≥ %d (a quarter of 99 Hz × its CPU time)", st.Total, minSamples)
+	}
+	if st.Service != "e2e-caps" {
+		v.service = fmt.Sprintf("service.name %q, want e2e-caps (needs /proc/PID/environ)", st.Service)
+	}
 	if err := st.CheckShares("hot_a", "hot_b", "dispatch", minSamples, 0.8); err != nil {
-		problems = append(problems, "user frames: "+err.Error())
+		v.userFrames = err.Error()
 	}
 	// The last batch may come after the process exited, without a build ID.
-	ids := tallyService(all, "e2e-caps", time.Minute).buildIDs
+	// The service's samples, whatever it was named.
+	ids := map[string]bool{}
+	for _, name := range []string{"e2e-caps", st.Service} {
+		for id := range tallyService(all, name, time.Minute).buildIDs {
+			ids[id] = true
+		}
+	}
 	delete(ids, "")
 	if len(ids) != 1 {
-		problems = append(problems, fmt.Sprintf("build IDs %v, want one (needs /proc/PID/exe)", ids))
+		v.buildID = fmt.Sprintf("build IDs %v, want one (needs /proc/PID/exe)", ids)
 	}
 	if named, unnamed := kernelFrames(all); named == 0 || unnamed > named/10 {
-		problems = append(problems, fmt.Sprintf("kernel frames: %d symbolized, %d not (needs /proc/kallsyms addresses)", named, unnamed))
+		v.kernelFrames = fmt.Sprintf("%d symbolized, %d not (needs /proc/kallsyms addresses)", named, unnamed)
 	}
-	return problems
+	return v
 }
 
-// The agent runs as nobody with only MinimalCapabilities and still samples,
-// symbolizes user and kernel frames, names the service and reads build IDs
-// of a root-owned process.
+// startedSampling waits until the agent logs that it samples, or exits;
+// false when it exited first.
+func startedSampling(t *testing.T, a *unprivilegedAgent) bool {
+	t.Helper()
+	started := false
+	waitFor(t, "the unprivileged agent to start sampling or exit", 60*time.Second, func() bool {
+		started = strings.Contains(a.out.String(), "sampling every CPU")
+		return started || !alive(a.collector)
+	})
+	return started
+}
+
+// securityDocCapabilities reads the capabilities docs/security.md tells
+// operators to grant the agent (its table's first column).
+func securityDocCapabilities(t *testing.T) []string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## Agent: the capabilities it needs")
+	section, _, _ = strings.Cut(section, "\n## ")
+	if !ok {
+		t.Fatal("docs/security.md has no section on the agent's capabilities")
+	}
+	var caps []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `CAP_([A-Z_]+)` \\|").FindAllStringSubmatch(section, -1) {
+		caps = append(caps, strings.ToLower(m[1]))
+	}
+	return caps
+}
+
+// What docs/security.md lists is what these tests grant.
+func TestSecurityDocListsTheTestedCapabilities(t *testing.T) {
+	doc := securityDocCapabilities(t)
+	slices.Sort(doc)
+	tested := slices.Sorted(slices.Values(MinimalCapabilities))
+	if !slices.Equal(doc, tested) {
+		t.Fatalf("docs/security.md lists %v, the tests grant %v", doc, tested)
+	}
+	for _, c := range MinimalCapabilities {
+		if _, ok := whatDropBreaks[c]; !ok {
+			t.Errorf("no expectation for running without CAP_%s", strings.ToUpper(c))
+		}
+	}
+}
+
+// The agent runs as nobody with only MinimalCapabilities and samples a
+// root-owned process completely: its samples land, user frames symbolized in
+// the expected shares, service named from its environment, its build ID,
+// kernel frames named; and it warns about no missing capability.
 func TestAgentRunsWithMinimalCapabilities(t *testing.T) {
 	a := startUnprivilegedAgent(t, MinimalCapabilities)
-	waitFor(t, "the unprivileged agent to start sampling", 60*time.Second, func() bool {
-		return strings.Contains(a.out.String(), "sampling every CPU")
-	})
-	for _, p := range checkAgentSees(t, a) {
-		t.Error(p)
+	if !startedSampling(t, a) {
+		t.Fatalf("the agent with %v exited:\n%s", MinimalCapabilities, a.out.String())
+	}
+	v := checkAgentSees(t, a)
+	for aspect, p := range v.problems() {
+		t.Errorf("%s: %s", aspect, p)
+	}
+	if out := a.out.String(); strings.Contains(out, "missing CAP_") || strings.Contains(out, "kernel frames will not be symbolized") {
+		t.Errorf("the agent warns about a capability although it has all of %v:\n%s", MinimalCapabilities, out)
 	}
 }
 
-// Each of MinimalCapabilities is needed: without CAP_BPF or CAP_PERFMON the
-// agent refuses to start; without CAP_SYS_PTRACE it cannot read other users'
-// /proc/PID/maps (no user symbols); without CAP_DAC_READ_SEARCH it cannot
-// open /proc/PID/environ (mode 0400: no service name) or binaries in
-// directories it may not search (no build ID); without CAP_SYSLOG kallsyms
-// shows no addresses (no kernel symbols, with kernel.perf_event_paranoid=2).
+// whatDropBreaks is, per capability, the message the agent must print
+// without it and the aspects of agentView that must then be wrong (all
+// others must stay right: the agent still samples). nil aspects: the agent
+// must refuse to start.
+var whatDropBreaks = map[string]struct {
+	says   string
+	breaks []string
+}{
+	"bpf":             {"missing CAP_BPF: run as root or grant", nil},
+	"perfmon":         {"missing CAP_PERFMON: run as root or grant", nil},
+	"sys_ptrace":      {"missing CAP_SYS_PTRACE:", []string{"user frames", "build ID"}},
+	"dac_read_search": {"missing CAP_DAC_READ_SEARCH:", []string{"service"}},
+	"syslog":          {"needs CAP_SYSLOG", []string{"kernel frames"}},
+}
+
+// Each of MinimalCapabilities is needed, and its lack is named: without
+// CAP_BPF or CAP_PERFMON the agent refuses to start saying which is
+// missing; without any other it starts, says which is missing, samples the
+// workload, and loses exactly what docs/security.md says it loses.
 func TestAgentMinimalCapabilitiesAreAllNeeded(t *testing.T) {
 	for i, drop := range MinimalCapabilities {
 		t.Run("without_"+drop, func(t *testing.T) {
+			want := whatDropBreaks[drop]
 			caps := append(append([]string(nil), MinimalCapabilities[:i]...), MinimalCapabilities[i+1:]...)
 			a := startUnprivilegedAgent(t, caps)
-			deadline := time.Now().Add(60 * time.Second)
-			for !strings.Contains(a.out.String(), "sampling every CPU") {
-				if !alive(a.collector) {
-					if drop != "bpf" && drop != "perfmon" {
-						t.Fatalf("the agent without CAP_%s did not start", strings.ToUpper(drop))
-					}
-					// Refused, as it must be, and for that reason.
-					if want := "CAP_" + strings.ToUpper(drop); !strings.Contains(a.out.String(), want) {
-						t.Errorf("the agent stopped without saying it lacks %s:\n%s", want, a.out.String())
-					}
-					return
+			started := startedSampling(t, a)
+			if want.breaks == nil {
+				if started {
+					t.Fatalf("the agent started without CAP_%s", strings.ToUpper(drop))
 				}
-				if time.Now().After(deadline) {
-					t.Fatal("the agent neither started nor exited")
+				if out := a.out.String(); !strings.Contains(out, want.says) {
+					t.Fatalf("the agent stopped without saying %q:\n%s", want.says, out)
 				}
-				time.Sleep(100 * time.Millisecond)
+				return
 			}
-			if drop == "bpf" || drop == "perfmon" {
-				t.Fatalf("the agent started without CAP_%s", strings.ToUpper(drop))
+			if !started {
+				t.Fatalf("the agent without CAP_%s did not start:\n%s", strings.ToUpper(drop), a.out.String())
 			}
-			if problems := checkAgentSees(t, a); len(problems) == 0 {
-				t.Errorf("the agent without CAP_%s saw everything: the capability is not needed", strings.ToUpper(drop))
-			} else {
-				t.Logf("without CAP_%s: %v", strings.ToUpper(drop), problems)
+			if out := a.out.String(); !strings.Contains(out, want.says) {
+				t.Errorf("the agent without CAP_%s does not say %q", strings.ToUpper(drop), want.says)
+			}
+			got := checkAgentSees(t, a).problems()
+			t.Logf("without CAP_%s: %v", strings.ToUpper(drop), got)
+			for _, aspect := range want.breaks {
+				if got[aspect] == "" {
+					t.Errorf("without CAP_%s, %s is still right: the capability is not needed for it", strings.ToUpper(drop), aspect)
+				}
+				delete(got, aspect)
+			}
+			for aspect, p := range got {
+				t.Errorf("without CAP_%s, %s is also wrong (unrelated to the capability?): %s", strings.ToUpper(drop), aspect, p)
 			}
 		})
 	}

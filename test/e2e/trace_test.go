@@ -147,28 +147,17 @@ WHERE trace_id IS NOT NULL AND service_id IN ('%s', '%s')`, frontSvc, backSvc))
 	}
 	t.Logf("%d concurrent requests of other traces", noiseTraces)
 
-	// Wait until the trace's samples are stored: the count stops growing
-	// once the last window has been flushed.
+	// Wait until every sample of the trace is stored (a marker sampled
+	// after it is), then read the trace once.
+	waitAgentWrotePast(t, query, 60*time.Second)
+	out, stderr, err := runHotpath(t, "trace-profile", slowTrace, "--local", "--db", query, "--frequency", "99", "--format", "json", "-n", "0")
+	if err != nil {
+		t.Fatalf("trace-profile: %v\n%s", err, stderr)
+	}
 	var doc traceDoc
-	last, stable := int64(-1), 0
-	waitFor(t, "the trace's samples to be stored", 30*time.Second, func() bool {
-		out, _, err := runHotpath(t, "trace-profile", slowTrace, "--local", "--db", query, "--frequency", "99", "--format", "json", "-n", "0")
-		if err != nil {
-			return false
-		}
-		doc = traceDoc{}
-		if err := json.Unmarshal([]byte(out), &doc); err != nil {
-			t.Fatalf("trace-profile json: %v\n%s", err, out)
-		}
-		if len(doc.Services) == 2 && doc.Samples == last {
-			stable++
-		} else {
-			stable = 0
-		}
-		last = doc.Samples
-		time.Sleep(500 * time.Millisecond)
-		return stable >= 2
-	})
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("trace-profile json: %v\n%s", err, out)
+	}
 
 	if doc.TraceID != slowTrace {
 		t.Fatalf("trace_id %q, want %q", doc.TraceID, slowTrace)
@@ -249,7 +238,7 @@ WHERE service_id IN ('%s', '%s') AND trace_id IS NOT NULL AND trace_id <> '%s'
 	}
 
 	// The text report names both services and their hot functions.
-	out, stderr, err := runHotpath(t, "trace-profile", slowTrace, "--local", "--db", query, "--frequency", "99")
+	out, stderr, err = runHotpath(t, "trace-profile", slowTrace, "--local", "--db", query, "--frequency", "99")
 	if err != nil {
 		t.Fatalf("trace-profile: %v\n%s", err, stderr)
 	}

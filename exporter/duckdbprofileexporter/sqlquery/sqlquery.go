@@ -8,6 +8,7 @@ package sqlquery
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,7 +108,14 @@ func Run(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Result, err
 	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION READ ONLY"); err != nil {
 		return nil, fmt.Errorf("begin read-only transaction: %w", err)
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK") //nolint:errcheck // read-only
+	defer func() {
+		// A connection whose ROLLBACK fails (e.g. out of memory) would go
+		// back to the pool inside its transaction and fail every later
+		// query: returning ErrBadConn from Raw makes database/sql drop it.
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
 
 	rows, err := conn.QueryContext(ctx, stmt)
 	if err != nil {
@@ -155,6 +163,14 @@ func Run(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Result, err
 		return nil, wrapTimeout(ctx, err)
 	}
 	return res, nil
+}
+
+// IsOutOfMemory reports whether err is DuckDB refusing an allocation beyond
+// its memory_limit: the query, not the input, is too large for this
+// process, and the database stays usable.
+func IsOutOfMemory(err error) bool {
+	var de *duckdb.Error
+	return errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory
 }
 
 func wrapTimeout(ctx context.Context, err error) error {

@@ -20,8 +20,22 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/localendpoint"
 )
 
-// maxConcurrent keeps ad-hoc queries from starving ingestion on small hosts.
-const maxConcurrent = 2
+// Config is what the endpoint needs from the exporter's configuration.
+type Config struct {
+	Endpoint string
+	Token    string
+	Limits   sqlquery.Limits
+	// MaxConcurrent queries run at once; more are refused with 429 rather
+	// than queued, so waiting queries cannot pile up either.
+	MaxConcurrent int
+	// MemoryLimit is DuckDB's memory_limit in this process, quoted when a
+	// query runs out of it.
+	MemoryLimit string
+}
+
+// retryAfter is what a refused client is told to wait, in seconds: about
+// one ordinary query.
+const retryAfter = "1"
 
 // Server is a running endpoint.
 type Server struct {
@@ -30,16 +44,16 @@ type Server struct {
 	sem chan struct{}
 }
 
-// Start listens on endpoint and serves queries against db() (a function: the
-// writer may reopen the file after a fatal error).
-func Start(endpoint, token string, db func() *sql.DB, lim sqlquery.Limits, logger *zap.Logger) (*Server, error) {
-	ln, err := net.Listen("tcp", endpoint)
+// Start listens on cfg.Endpoint and serves queries against db() (a
+// function: the writer may reopen the file after a fatal error).
+func Start(cfg Config, db func() *sql.DB, logger *zap.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", cfg.Endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", endpoint, err)
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Endpoint, err)
 	}
-	s := &Server{ln: ln, sem: make(chan struct{}, maxConcurrent)}
+	s := &Server{ln: ln, sem: make(chan struct{}, max(cfg.MaxConcurrent, 1))}
 	mux := http.NewServeMux()
-	mux.Handle(sqlquery.Path, localendpoint.RequireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle(sqlquery.Path, localendpoint.RequireToken(cfg.Token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			localendpoint.WriteError(w, http.StatusMethodNotAllowed, errors.New("use POST with {\"sql\": \"...\"}"))
 			return
@@ -52,14 +66,25 @@ func Start(endpoint, token string, db func() *sql.DB, lim sqlquery.Limits, logge
 		select {
 		case s.sem <- struct{}{}:
 			defer func() { <-s.sem }()
-		case <-r.Context().Done():
+		default:
+			w.Header().Set("Retry-After", retryAfter)
+			localendpoint.WriteError(w, http.StatusTooManyRequests, fmt.Errorf(
+				"%d queries are already running (query.max_concurrent); retry in %s s", cap(s.sem), retryAfter))
 			return
 		}
-		res, err := sqlquery.Run(r.Context(), db(), req.SQL, lim)
+		res, err := sqlquery.Run(r.Context(), db(), req.SQL, cfg.Limits)
 		if err != nil {
 			status := http.StatusBadRequest
-			if errors.Is(err, context.DeadlineExceeded) {
+			switch {
+			case errors.Is(err, context.DeadlineExceeded):
 				status = http.StatusGatewayTimeout
+			case sqlquery.IsOutOfMemory(err):
+				// The server's bound, not a bad request: ingestion goes on,
+				// and a narrower query (or a quieter moment) may pass.
+				status = http.StatusServiceUnavailable
+				err = fmt.Errorf("the query needs more memory than this collector gives DuckDB (duckdb.memory_limit %s, shared with ingestion); "+
+					"narrow it (shorter time range, fewer columns, LIMIT, aggregate before listing): %w", cfg.MemoryLimit, err)
+				logger.Warn("query refused: out of DuckDB memory", zap.String("memory_limit", cfg.MemoryLimit), zap.Error(err))
 			}
 			localendpoint.WriteError(w, status, err)
 			return
@@ -77,6 +102,9 @@ func Start(endpoint, token string, db func() *sql.DB, lim sqlquery.Limits, logge
 	}()
 	return s, nil
 }
+
+// Running is the number of queries running now.
+func (s *Server) Running() int { return len(s.sem) }
 
 // Addr is the address actually listened on (useful with port 0).
 func (s *Server) Addr() string { return s.ln.Addr().String() }

@@ -23,7 +23,6 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 )
 
 // StackRow is one stack with its count, frames named and root first.
@@ -85,6 +84,10 @@ type Writer struct {
 	conn      *sql.Conn              // dedicated to writing (the Appender is not goroutine-safe)
 	dict      *framedict.FrameDict
 	broken    error // set when DuckDB invalidated the instance; reopen on next write
+	// connStuck is set when the writer connection no longer runs statements
+	// after a failure (a ROLLBACK that failed leaves its transaction
+	// aborted); the next write replaces the connection.
+	connStuck error
 }
 
 // ErrInUse means another exporter of this process already has the file open.
@@ -95,8 +98,9 @@ var ErrInUse = errors.New("file is already open in this process")
 // Resources bounds what DuckDB may use in this process: an agent must stay
 // small, while DuckDB's defaults take 80% of RAM and every core.
 type Resources struct {
-	MemoryLimit string // DuckDB size, e.g. "64MB"; "" keeps DuckDB's default
-	Threads     int    // 0 keeps DuckDB's default
+	MemoryLimit   string // DuckDB size, e.g. "64MB"; "" keeps DuckDB's default
+	Threads       int    // 0 keeps DuckDB's default
+	TempDirectory string // where DuckDB spills; "" keeps DuckDB's default (<path>.tmp)
 }
 
 // Option configures Open.
@@ -140,7 +144,7 @@ func WrapOpenError(path string, err error) error {
 }
 
 func (w *Writer) open(ctx context.Context) error {
-	c, err := duckdb.NewConnector(sqlquery.DSN(w.path, false), nil)
+	c, err := duckdb.NewConnector(w.path, nil)
 	if err != nil {
 		return WrapOpenError(w.path, err)
 	}
@@ -215,8 +219,11 @@ func (w *Writer) FrameCount() int {
 // instance (e.g. disk full during a checkpoint), so the exporter recovers
 // once the cause is gone instead of failing forever.
 func (w *Writer) ready(ctx context.Context) error {
-	if w.conn != nil && w.broken == nil {
+	if w.conn != nil && w.broken == nil && w.connStuck == nil {
 		return nil
+	}
+	if w.conn != nil && w.broken == nil {
+		return w.replaceConn(ctx)
 	}
 	_ = w.closeLocked()
 	if err := w.open(ctx); err != nil {
@@ -225,13 +232,38 @@ func (w *Writer) ready(ctx context.Context) error {
 	return nil
 }
 
-// noteFailure records whether err left the instance unusable and reloads the
-// frame dictionary, which may now be ahead of the file.
+// replaceConn discards the writer connection (database/sql closes a
+// connection whose Raw call returns driver.ErrBadConn; DuckDB rolls back
+// what it had open) and takes a fresh one from the same database, so the
+// query endpoint's readers keep running.
+func (w *Writer) replaceConn(ctx context.Context) error {
+	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = w.conn.Close()
+	w.conn = nil
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
+		w.broken = fmt.Errorf("replace writer connection: %w", err)
+		return fmt.Errorf("reopen after earlier failure: %w", w.broken)
+	}
+	w.conn, w.connStuck = conn, nil
+	return nil
+}
+
+// noteFailure records whether err left the instance or the writer
+// connection unusable and reloads the frame dictionary, which may now be
+// ahead of the file.
 func (w *Writer) noteFailure(ctx context.Context, err error) {
 	msg := err.Error()
 	if strings.Contains(msg, "invalidated") || strings.Contains(msg, "FATAL") || errors.Is(err, driver.ErrBadConn) {
 		w.broken = err
 		return
+	}
+	// An out-of-memory error (a query of the SQL endpoint took DuckDB's
+	// memory) can leave the transaction aborted if the ROLLBACK failed too:
+	// the connection then refuses every statement until it is replaced.
+	var probe int
+	if perr := w.conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT 1").Scan(&probe); perr != nil {
+		w.connStuck = perr
 	}
 	if d, lerr := framedict.Load(ctx, w.db, w.tb.Frames); lerr == nil {
 		w.dict = d
@@ -296,7 +328,10 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch, rowByRow
 	}
 	defer func() {
 		if err != nil {
-			_, _ = c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
+			if _, rerr := c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil); rerr != nil {
+				w.connStuck = rerr
+				err = fmt.Errorf("%w (and rollback failed: %w)", err, rerr)
+			}
 		}
 	}()
 	if b.ID != "" {
@@ -618,7 +653,9 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 		_, err = w.conn.ExecContext(ctx, "COMMIT")
 	}
 	if err != nil {
-		_, _ = w.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		if _, rerr := w.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			w.connStuck = rerr
+		}
 		w.noteFailure(ctx, err)
 		return err
 	}
@@ -639,6 +676,21 @@ func (r Resources) apply(ctx context.Context, db *sql.DB) error {
 		if _, err := db.ExecContext(ctx, fmt.Sprintf("SET threads = %d", r.Threads)); err != nil {
 			return fmt.Errorf("threads %d: %w", r.Threads, err)
 		}
+	}
+	if r.TempDirectory != "" {
+		// A path may hold quotes: doubled, they stay part of the literal.
+		lit := "'" + strings.ReplaceAll(r.TempDirectory, "'", "''") + "'"
+		if _, err := db.ExecContext(ctx, "SET temp_directory = "+lit); err != nil {
+			return fmt.Errorf("temp_directory %q: %w", r.TempDirectory, err)
+		}
+	}
+	// Last, and before anything else can use db: queries see this file and
+	// nothing else (no other files, no extensions). DuckDB refuses to change
+	// temp_directory once this is off, and refuses the two together in the
+	// connection string, so the file is opened with access on and closed
+	// here; it cannot be turned on again.
+	if _, err := db.ExecContext(ctx, "SET enable_external_access = false"); err != nil {
+		return fmt.Errorf("disable external access: %w", err)
 	}
 	return nil
 }

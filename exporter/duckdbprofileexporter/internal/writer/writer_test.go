@@ -244,8 +244,9 @@ func queryOnce(t *testing.T, path, q string) string {
 // The agent bounds DuckDB's memory and threads; the settings hold on every
 // connection of the database.
 func TestResourcesBoundDuckDB(t *testing.T) {
+	spill := filepath.Join(t.TempDir(), "it's spill") // a quote must survive SET
 	w, err := Open(context.Background(), filepath.Join(t.TempDir(), "r.duckdb"), schema.Local,
-		WithResources(Resources{MemoryLimit: "48MB", Threads: 1}))
+		WithResources(Resources{MemoryLimit: "48MB", Threads: 1, TempDirectory: spill}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,6 +255,17 @@ func TestResourcesBoundDuckDB(t *testing.T) {
 	// DuckDB reports the limit in its own units (48MB is 45.7 MiB).
 	if len(got) != 1 || !strings.HasSuffix(got[0], " 1") || !strings.HasPrefix(got[0], "45.7 MiB") {
 		t.Errorf("settings = %v, want 45.7 MiB and 1 thread", got)
+	}
+	if got := queryStrings(t, w.DB(), "SELECT current_setting('temp_directory')"); strings.Join(got, "") != spill {
+		t.Errorf("temp_directory = %v, want %s", got, spill)
+	}
+	// External access goes off after the spill directory is set.
+	if _, err := w.DB().Exec("SELECT * FROM read_csv('/etc/passwd')"); err == nil || !strings.Contains(err.Error(), "disabled by configuration") {
+		t.Errorf("a query read another file: %v", err)
+	}
+	// A sort larger than the limit spills there instead of failing.
+	if got := queryStrings(t, w.DB(), "SELECT count(*) FROM (SELECT i, repeat('y', 100) AS pad FROM range(2000000) t(i) ORDER BY random())"); strings.Join(got, "") != "2000000" {
+		t.Errorf("spilling sort: %v", got)
 	}
 	if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "bad.duckdb"), schema.Local,
 		WithResources(Resources{MemoryLimit: "lots"})); err == nil {
@@ -309,5 +321,47 @@ func TestBatchWithStoredIDIsNotWrittenAgain(t *testing.T) {
 				t.Fatalf("after reopen: %s, want 28 frames 8", got)
 			}
 		})
+	}
+}
+
+// A writer connection left inside an aborted transaction (what a ROLLBACK
+// that fails, e.g. out of memory, leaves behind) refuses every statement:
+// the batch that meets it fails, and the next one runs on a fresh
+// connection instead of failing forever.
+func TestStuckWriterConnectionIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	w := open(t, filepath.Join(t.TempDir(), "stuck.duckdb"), schema.Local)
+	defer w.Close()
+	row := func(svc string) *Batch {
+		return &Batch{Rows: []StackRow{{Time: t0, ServiceID: svc, Frames: []string{"main", "work"}, Count: 3}}}
+	}
+	if err := w.Write(ctx, row("before")); err != nil {
+		t.Fatal(err)
+	}
+	// Leave the writer's connection in an aborted transaction.
+	if _, err := w.conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.conn.ExecContext(ctx, "SELECT error('poison')"); err == nil {
+		t.Fatal("error() did not fail")
+	}
+	if _, err := w.conn.ExecContext(ctx, "SELECT 1"); err == nil || !strings.Contains(err.Error(), "aborted") {
+		t.Fatalf("the connection is not stuck: %v", err)
+	}
+	if err := w.Write(ctx, row("lost")); err == nil {
+		t.Fatal("a write on a stuck connection succeeded")
+	}
+	for _, svc := range []string{"after-1", "after-2"} {
+		if err := w.Write(ctx, row(svc)); err != nil {
+			t.Fatalf("write after the stuck connection: %v", err)
+		}
+	}
+	got := queryStrings(t, w.DB(), "SELECT service_id, sample_count FROM cpu_profile_samples_local ORDER BY service_id")
+	if strings.Join(got, ",") != "after-1|3,after-2|3,before|3" {
+		t.Fatalf("rows: %v", got)
+	}
+	got = queryStrings(t, w.DB(), "SELECT frame_name, frame_count FROM profile_frame_dictionary_local ORDER BY frame_name")
+	if strings.Join(got, ",") != "main|3,work|3" {
+		t.Fatalf("frame counts: %v", got)
 	}
 }

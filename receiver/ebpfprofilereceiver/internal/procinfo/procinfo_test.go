@@ -56,14 +56,13 @@ func TestReadRealProcess(t *testing.T) {
 	// Start returns once exec has closed the child's close-on-exec pipe, which
 	// the kernel does before it lays out the new environment: poll briefly.
 	var info Info
-	for i := 0; i < 100; i++ {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if info, err = Read("/proc", cmd.Process.Pid); err != nil {
 			t.Fatal(err)
 		}
 		if info.EnvService != "" {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	want, _ := filepath.EvalSymlinks(sleep)
 	if info.ExePath != want || info.ExeName != filepath.Base(want) {

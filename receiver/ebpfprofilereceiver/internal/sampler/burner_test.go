@@ -127,16 +127,15 @@ func startBurner(t testing.TB, d time.Duration, threads int) *exec.Cmd {
 type execRange struct{ lo, hi uint64 }
 
 // execMappings returns the executable mappings of path in pid's address
-// space, retrying briefly while the dynamic loader sets them up.
+// space, waiting while the dynamic loader sets them up.
 func execMappings(t testing.TB, pid int, path string) []execRange {
 	t.Helper()
-	for range 50 {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if rs := readExecMappings(t, pid, path); len(rs) > 0 {
 			return rs
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("no executable mapping of %s in /proc/%d/maps", path, pid)
+	t.Fatalf("no executable mapping of %s in /proc/%d/maps after 30 s", path, pid)
 	return nil
 }
 

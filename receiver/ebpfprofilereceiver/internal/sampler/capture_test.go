@@ -57,8 +57,23 @@ func TestCaptureTargetsOneProcessAtItsOwnRate(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { _, err := s.Capture(ctx, []uint32{1}, 99, time.Minute); done <- err }()
-	time.Sleep(200 * time.Millisecond)
+	go func() {
+		for {
+			// Busy only while the wait below probes the lock.
+			if _, err := s.Capture(ctx, []uint32{1}, 99, time.Minute); !errors.Is(err, ErrCaptureBusy) {
+				done <- err
+				return
+			}
+		}
+	}()
+	// Wait until the first capture holds the lock (a probe that gets it
+	// gives it back at once).
+	for deadline := time.Now().Add(30 * time.Second); s.capture.TryLock(); time.Sleep(5 * time.Millisecond) {
+		s.capture.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the first capture did not start in 30 s")
+		}
+	}
 	if _, err := s.Capture(context.Background(), []uint32{1}, 99, time.Second); !errors.Is(err, ErrCaptureBusy) {
 		t.Errorf("second concurrent capture: %v, want ErrCaptureBusy", err)
 	}

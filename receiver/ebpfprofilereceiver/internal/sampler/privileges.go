@@ -16,9 +16,12 @@ import (
 
 // Capability bit numbers (linux/capability.h).
 const (
-	capSysAdmin = 21
-	capPerfmon  = 38
-	capBPF      = 39
+	capDACReadSearch = 2
+	capSysPtrace     = 19
+	capSyslog        = 34
+	capSysAdmin      = 21
+	capPerfmon       = 38
+	capBPF           = 39
 )
 
 const btfPath = "/sys/kernel/btf/vmlinux"
@@ -67,6 +70,35 @@ func checkCapabilities() error {
 	}
 	return fmt.Errorf("%w: missing %s: run as root or grant CAP_BPF and CAP_PERFMON (e.g. setcap cap_bpf,cap_perfmon+ep, or the container's securityContext.capabilities.add)",
 		ErrPermission, strings.Join(missing, " and "))
+}
+
+// MissingCapability is a capability the agent runs without, and what it
+// loses for lack of it.
+type MissingCapability struct {
+	Name  string // e.g. "CAP_SYS_PTRACE"
+	Loses string // one sentence
+}
+
+// MissingReadCapabilities lists the capabilities, beyond CAP_BPF and
+// CAP_PERFMON, that the agent needs to read other users' processes and
+// that this process lacks (docs/security.md). It runs without them, but
+// must say what is missing instead of silently reporting less. CAP_SYSLOG
+// is judged by reading kallsyms instead (a sysctl can make it unnecessary).
+func MissingReadCapabilities() ([]MissingCapability, error) {
+	eff, err := effectiveCapabilities()
+	if err != nil {
+		return nil, fmt.Errorf("read capabilities: %w", err)
+	}
+	var missing []MissingCapability
+	if eff&(1<<capSysPtrace) == 0 {
+		missing = append(missing, MissingCapability{"CAP_SYS_PTRACE",
+			"the memory maps and executables of other users' processes cannot be read: their user frames are not symbolized"})
+	}
+	if eff&(1<<capDACReadSearch) == 0 {
+		missing = append(missing, MissingCapability{"CAP_DAC_READ_SEARCH",
+			"the environment (OTEL_SERVICE_NAME) of other users' processes cannot be read, nor binaries in directories this user may not search: their service falls back to the executable name, and such binaries get no build ID"})
+	}
+	return missing, nil
 }
 
 func effectiveCapabilities() (uint64, error) {

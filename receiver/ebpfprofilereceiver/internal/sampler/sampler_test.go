@@ -132,29 +132,39 @@ func TestSamplesOfBurner(t *testing.T) {
 // lost samples arriving mid-drain) breaks the sum checked in drain().
 func TestDrainNoDoubleCount(t *testing.T) {
 	const hz = 199
-	const burn = 2 * time.Second
 	s := openSampler(t, Config{FrequencyHz: hz, Interval: 5 * time.Second})
 	drain(t, s)
 
-	cmd := startBurner(t, burn, 1)
+	// The burner runs until it is stopped: two rounds of drains, each
+	// until the burner shows up (a loaded machine may leave it no CPU for a
+	// while), then it is killed and drained once more.
+	cmd := startBurner(t, 10*time.Minute, 1)
 	pid := cmd.Process.Pid
 	var counts []uint64
-	for range 2 {
-		time.Sleep(700 * time.Millisecond)
-		counts = append(counts, pidCount(drain(t, s), pid))
+	var total uint64
+	for round := range 2 {
+		got := uint64(0)
+		for deadline := time.Now().Add(30 * time.Second); got == 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("burner missing from the drains of round %d for 30 s", round+1)
+			}
+			n := pidCount(drain(t, s), pid)
+			counts = append(counts, n)
+			got += n
+		}
+		total += got
 	}
-	cpu := waitBurner(t, cmd)
-	counts = append(counts, pidCount(drain(t, s), pid))
-	after := pidCount(drain(t, s), pid)
-
-	if counts[0] == 0 || counts[1] == 0 {
-		t.Fatalf("burner missing from drains while running: %v", counts)
-	}
-	if after != 0 {
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait() // killed: its CPU time is still accounted
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	last := pidCount(drain(t, s), pid)
+	counts = append(counts, last)
+	total += last
+	if after := pidCount(drain(t, s), pid); after != 0 {
 		t.Errorf("drain after the burner exited and was drained still has %d samples of it", after)
 	}
 	// Cumulative drains would repeat earlier counts and overshoot this.
-	expectSamples(t, fmt.Sprintf("sum of drains %v", counts), counts[0]+counts[1]+counts[2], hz, cpu)
+	expectSamples(t, fmt.Sprintf("sum of %d drains %v", len(counts), counts), total, hz, cpu)
 }
 
 // The kernel reports only processes it has sampled: a process that burns
