@@ -39,6 +39,7 @@ const (
 	reasonInvalidUTF8  = "invalid UTF-8 or NUL in a name (replaced with U+FFFD)"
 	reasonDeepStack    = "stack deeper than the frame limit (root side cut)"
 	reasonCountClamped = "merged count overflows int64 (clamped)"
+	reasonBadPeriod    = "sampling period outside 1µs..1m (stored as unknown)"
 )
 
 // maxStackDepth bounds the frames stored for one stack. Real unwinders stop
@@ -113,7 +114,7 @@ func sampleCount(s pprofile.Sample) (int64, string) {
 }
 
 // convert builds the batch. Identical stacks (same time or bucket, service,
-// pod, build, trace, span) are merged so each is one row.
+// pod, build, trace, span, sampling period) are merged so each is one row.
 func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	var skip skipReport
 	dict := pd.Dictionary()
@@ -162,6 +163,9 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 				if !profileschema.IsSampleCount(dict, p) {
 					continue // the cpu/nanoseconds twin is derived
 				}
+				// The period is stored with each row: nodes sample at
+				// different frequencies, and CPU time is count × period.
+				period, okPeriod := profileschema.PeriodNanos(dict, p)
 				samples := p.Samples()
 				for i := 0; i < samples.Len(); i++ {
 					s := samples.At(i)
@@ -218,6 +222,8 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						skip.repair(st.repair, "service %s: stack %d: %s", service, sx, st.detail)
 					} else if resourceRepaired {
 						skip.repair(reasonInvalidUTF8, "service %q: resource attributes", service)
+					} else if !okPeriod {
+						skip.repair(reasonBadPeriod, "service %s: period %d ns", service, p.Period())
 					}
 					if at.After(latest) {
 						latest = at
@@ -225,6 +231,8 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 
 					key.Reset()
 					key.Write(strconv.AppendInt(nil, at.UnixNano(), 10))
+					key.WriteByte(0)
+					key.Write(strconv.AppendInt(nil, period, 10))
 					for _, part := range [...]string{service, pod, build, traceID, spanID, st.key} {
 						key.WriteByte(0)
 						key.WriteString(part)
@@ -242,7 +250,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					index[key.String()] = len(batch.Rows)
 					batch.Rows = append(batch.Rows, writer.StackRow{
 						Time: at, ServiceID: service, PodName: pod, BuildID: build,
-						Frames: frames, Count: count, TraceID: traceID, SpanID: spanID,
+						Frames: frames, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
 					})
 				}
 			}

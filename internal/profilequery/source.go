@@ -31,18 +31,30 @@ const (
 // refuses files this code does not know.
 type tables struct {
 	stacks, frames, binaries, timeCol string
+	// period is the sampling period of a row in nanoseconds, NULL when
+	// unknown (files before schema version 3 did not store it).
+	period string
 }
 
 func tablesFor(t Tier) tables {
 	if t == Summary {
-		return tables{"cpu_profile_summaries", "profile_frame_dictionary", "binary_metadata_registry", "bucket_time"}
+		return tables{"cpu_profile_summaries", "profile_frame_dictionary", "binary_metadata_registry", "bucket_time", "sample_period_ns"}
 	}
-	return tables{"cpu_profile_samples_local", "profile_frame_dictionary_local", "binary_metadata_local", "timestamp"}
+	return tables{"cpu_profile_samples_local", "profile_frame_dictionary_local", "binary_metadata_local", "timestamp", "sample_period_ns"}
+}
+
+// tablesOf is tablesFor the source's tier and schema version.
+func tablesOf(src Source) tables {
+	tb := tablesFor(src.Tier())
+	if v, ok := src.(interface{ version() int64 }); ok && v.version() < 3 {
+		tb.period = "NULL::BIGINT"
+	}
+	return tb
 }
 
 // supportedVersions are the schema versions whose stack and frame tables
 // have the columns read here.
-var supportedVersions = map[int64]bool{1: true, 2: true}
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -134,7 +146,7 @@ func Open(ctx context.Context, t Target) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	tier, err := detectTier(ctx, src)
+	tier, ver, err := detectTier(ctx, src)
 	if err != nil {
 		src.Close()
 		return nil, err
@@ -145,36 +157,39 @@ func Open(ctx context.Context, t Target) (Source, error) {
 	}
 	switch s := src.(type) {
 	case *endpointSource:
-		s.tier = tier
+		s.tier, s.ver = tier, ver
 	case *fileSource:
-		s.tier = tier
+		s.tier, s.ver = tier, ver
 	}
 	return src, nil
 }
 
-func detectTier(ctx context.Context, src Source) (Tier, error) {
+func detectTier(ctx context.Context, src Source) (Tier, int64, error) {
 	res, err := src.Query(ctx, "SELECT tier, version FROM schema_version")
 	if err != nil {
-		return "", fmt.Errorf("read schema_version of %s (is it a hotpath file?): %w", src.Describe(), err)
+		return "", 0, fmt.Errorf("read schema_version of %s (is it a hotpath file?): %w", src.Describe(), err)
 	}
 	if len(res.Rows) != 1 {
-		return "", fmt.Errorf("%s: schema_version has %d rows, want 1", src.Describe(), len(res.Rows))
+		return "", 0, fmt.Errorf("%s: schema_version has %d rows, want 1", src.Describe(), len(res.Rows))
 	}
 	tier := Tier(asString(res.Rows[0][0]))
 	ver, _ := asInt64(res.Rows[0][1])
 	if tier != Local && tier != Summary {
-		return "", fmt.Errorf("%s: unknown tier %q", src.Describe(), tier)
+		return "", 0, fmt.Errorf("%s: unknown tier %q", src.Describe(), tier)
 	}
 	if !supportedVersions[ver] {
-		return "", fmt.Errorf("%s: schema version %d is not supported by this hotpath; upgrade hotpath", src.Describe(), ver)
+		return "", 0, fmt.Errorf("%s: schema version %d is not supported by this hotpath; upgrade hotpath", src.Describe(), ver)
 	}
-	return tier, nil
+	return tier, ver, nil
 }
 
 type endpointSource struct {
 	c    sqlquery.Client
 	tier Tier
+	ver  int64
 }
+
+func (s *endpointSource) version() int64 { return s.ver }
 
 func (s *endpointSource) Query(ctx context.Context, stmt string) (*sqlquery.Result, error) {
 	return s.c.Query(ctx, stmt)
@@ -188,7 +203,10 @@ type fileSource struct {
 	run   func(ctx context.Context, stmt string) (*sqlquery.Result, error)
 	close func() error
 	tier  Tier
+	ver   int64
 }
+
+func (s *fileSource) version() int64 { return s.ver }
 
 // openFile opens path read-only. DuckDB lets one process hold a file, so
 // this fails while a collector runs; the error says to use its endpoint.

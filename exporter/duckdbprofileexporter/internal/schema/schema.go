@@ -26,7 +26,9 @@ const (
 //
 //	1: RFD 072 tables (no trace columns).
 //	2: adds trace_id and span_id (RFD 078) to the stack tables.
-const Version = 2
+//	3: adds sample_period_ns (the sampling period each row was taken at;
+//	   NULL = unknown, as for every row written before).
+const Version = 3
 
 // Tables names the tables of one tier.
 type Tables struct {
@@ -83,7 +85,8 @@ func tableDDL(t Tier) []string {
     sample_count      INTEGER   NOT NULL,
     sample_percentage DOUBLE    NOT NULL, -- share of the service's samples in the bucket
     trace_id          VARCHAR,            -- 32 lowercase hex chars, NULL without trace
-    span_id           VARCHAR             -- 16 lowercase hex chars, NULL without trace
+    span_id           VARCHAR,            -- 16 lowercase hex chars, NULL without trace
+    sample_period_ns  BIGINT              -- CPU time per sample (1e9 / frequency), NULL = unknown
 )`
 		binaries = `CREATE TABLE ` + tb.Binaries + ` (
     build_id       VARCHAR PRIMARY KEY,
@@ -101,8 +104,9 @@ func tableDDL(t Tier) []string {
     build_id        VARCHAR   NOT NULL, -- '' when unknown
     stack_frame_ids INTEGER[] NOT NULL, -- root first, leaf last
     sample_count    INTEGER   NOT NULL,
-    trace_id        VARCHAR,            -- 32 lowercase hex chars, NULL without trace
-    span_id         VARCHAR             -- 16 lowercase hex chars, NULL without trace
+    trace_id         VARCHAR,            -- 32 lowercase hex chars, NULL without trace
+    span_id          VARCHAR,            -- 16 lowercase hex chars, NULL without trace
+    sample_period_ns BIGINT              -- CPU time per sample (1e9 / frequency), NULL = unknown
 )`
 		binaries = `CREATE TABLE ` + tb.Binaries + ` (
     build_id       VARCHAR PRIMARY KEY,
@@ -131,7 +135,7 @@ WITH dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[2]s)
 SELECT s.%[4]s, s.service_id, %[5]ss.build_id, s.stack_frame_ids,
        list_transform(s.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')) AS stack_frames,
        array_to_string(list_transform(s.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded,
-       s.sample_count, s.trace_id, s.span_id
+       s.sample_count, s.trace_id, s.span_id, s.sample_period_ns
 FROM %[3]s s, dict`, tb.Decoded, tb.Frames, tb.Stacks, tb.TimeCol, extra)
 
 	// Every macro takes the service and a half-open time range [since, until).
@@ -211,6 +215,10 @@ var migrations = map[int]func(t Tier) []string{
 			`ALTER TABLE ` + tb.Stacks + ` ADD COLUMN trace_id VARCHAR`,
 			`ALTER TABLE ` + tb.Stacks + ` ADD COLUMN span_id VARCHAR`,
 		}
+	},
+	// Rows written before did not record their period: unknown (NULL).
+	2: func(t Tier) []string {
+		return []string{`ALTER TABLE ` + TablesFor(t).Stacks + ` ADD COLUMN sample_period_ns BIGINT`}
 	},
 }
 

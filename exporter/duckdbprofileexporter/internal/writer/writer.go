@@ -35,6 +35,9 @@ type StackRow struct {
 	Count     int64
 	TraceID   string // 32 hex chars, "" = no trace (stored as NULL)
 	SpanID    string // 16 hex chars, "" = no span (stored as NULL)
+	// PeriodNanos is the CPU time one sample stands for (1e9 / sampling
+	// frequency); 0 = unknown (stored as NULL).
+	PeriodNanos int64
 }
 
 // Binary is one row of binary metadata seen in a batch.
@@ -352,6 +355,13 @@ func nullable(s string) driver.Value {
 	return s
 }
 
+func nullablePeriod(ns int64) driver.Value {
+	if ns <= 0 {
+		return nil
+	}
+	return ns
+}
+
 func clampCount(n int64) int32 {
 	if n > math.MaxInt32 {
 		return math.MaxInt32
@@ -370,9 +380,9 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids [][]int32, pct 
 	for i := range rows {
 		r := &rows[i]
 		if w.tier == schema.Summary {
-			err = a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, ids[i], clampCount(r.Count), pct[i], nullable(r.TraceID), nullable(r.SpanID))
+			err = a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, ids[i], clampCount(r.Count), pct[i], nullable(r.TraceID), nullable(r.SpanID), nullablePeriod(r.PeriodNanos))
 		} else {
-			err = a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, ids[i], clampCount(r.Count), nullable(r.TraceID), nullable(r.SpanID))
+			err = a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, ids[i], clampCount(r.Count), nullable(r.TraceID), nullable(r.SpanID), nullablePeriod(r.PeriodNanos))
 		}
 		if err != nil {
 			a.Close()
@@ -393,9 +403,9 @@ func (w *Writer) insertRows(ctx context.Context, c rawConn, rows []StackRow, ids
 		list := intList(ids[i])
 		var err error
 		if w.tier == schema.Summary {
-			_, err = c.ExecContext(ctx, "INSERT INTO "+w.tb.Stacks+" VALUES (?, ?, ?, ?, "+list+", ?, ?, ?, ?)", named(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, int64(clampCount(r.Count)), pct[i], nullable(r.TraceID), nullable(r.SpanID)))
+			_, err = c.ExecContext(ctx, "INSERT INTO "+w.tb.Stacks+" VALUES (?, ?, ?, ?, "+list+", ?, ?, ?, ?, ?)", named(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, int64(clampCount(r.Count)), pct[i], nullable(r.TraceID), nullable(r.SpanID), nullablePeriod(r.PeriodNanos)))
 		} else {
-			_, err = c.ExecContext(ctx, "INSERT INTO "+w.tb.Stacks+" VALUES (?, ?, ?, "+list+", ?, ?, ?)", named(r.Time.UTC(), r.ServiceID, r.BuildID, int64(clampCount(r.Count)), nullable(r.TraceID), nullable(r.SpanID)))
+			_, err = c.ExecContext(ctx, "INSERT INTO "+w.tb.Stacks+" VALUES (?, ?, ?, "+list+", ?, ?, ?, ?)", named(r.Time.UTC(), r.ServiceID, r.BuildID, int64(clampCount(r.Count)), nullable(r.TraceID), nullable(r.SpanID), nullablePeriod(r.PeriodNanos)))
 		}
 		if err != nil {
 			return fmt.Errorf("insert stack row: %w", err)
