@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
@@ -128,12 +129,13 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	// stacks through the dictionary. Frames are merged by name, so stacks
 	// that differ only in addresses within the same functions become one row.
 	stackCache := make([]struct {
-		done   bool
-		frames []string // root first; shared by rows, never modified
-		key    string
-		bad    string // reason the stack cannot be stored
-		detail string
-		repair string // reason the stack was changed to be stored
+		done    bool
+		frames  []string // root first; shared by rows, never modified
+		key     string
+		dictKey framedict.StackKey
+		bad     string // reason the stack cannot be stored
+		detail  string
+		repair  string // reason the stack was changed to be stored
 	}, stacks.Len())
 
 	batch := &writer.Batch{}
@@ -191,6 +193,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						st.done = true
 						st.frames, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), names, resolved)
 						st.key = strings.Join(st.frames, "\x00")
+						st.dictKey = framedict.KeyOf(st.frames)
 					}
 					if st.bad != "" {
 						skip.add(st.bad, "service %s: stack %d: %s", service, sx, st.detail)
@@ -250,7 +253,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					index[key.String()] = len(batch.Rows)
 					batch.Rows = append(batch.Rows, writer.StackRow{
 						Time: at, ServiceID: service, PodName: pod, BuildID: build,
-						Frames: frames, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
+						Frames: frames, Key: st.dictKey, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
 					})
 				}
 			}

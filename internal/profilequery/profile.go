@@ -162,18 +162,9 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 	if sel.BuildID != "" {
 		where += " AND starts_with(build_id, " + quote(sel.BuildID) + ")"
 	}
-	// Sum per build and stack on the integer IDs first, then decode each
-	// distinct stack once: decoding every row (the decoded view) costs
-	// more than the whole aggregation.
 	// Rows of different sampling periods stay apart (one stack may come
 	// from nodes at 19 and 99 Hz) and merge in Go.
-	stmt := fmt.Sprintf(`WITH agg AS (
-    SELECT build_id, stack_frame_ids, %[4]s AS period, sum(sample_count)::BIGINT AS samples, %[5]s AS cpu_ns
-    FROM %[1]s WHERE %[2]s AND len(stack_frame_ids) > 0
-    GROUP BY ALL
-), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[3]s)
-SELECT agg.build_id, list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples, agg.cpu_ns, agg.period
-FROM agg, dict`, tb.stacks, where, tb.frames, tb.period, cpuSQL(tb, fallback))
+	stmt := tb.stacksSQL(tb.stacks, "build_id", where, fallback)
 	res, err := src.Query(ctx, stmt)
 	if err != nil {
 		return nil, fmt.Errorf("read stacks from %s: %w", src.Describe(), err)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 )
@@ -30,7 +31,13 @@ const (
 // which is internal to the exporter; the schema_version check in Open
 // refuses files this code does not know.
 type tables struct {
-	stacks, frames, binaries, timeCol string
+	// stacks holds every sample (version 4: the Samples table; before:
+	// the RFD table, trace-tagged rows included), traces the trace-tagged
+	// ones (version 4: the Traces table with binary IDs; before: stacks).
+	stacks, traces, frames, binaries, timeCol string
+	// stackDict is the stack dictionary rows point into by stack_id; ""
+	// before version 4, when rows carried stack_frame_ids.
+	stackDict string
 	// period is the sampling period of a row in nanoseconds, NULL when
 	// unknown (files before schema version 3 did not store it).
 	period string
@@ -38,23 +45,76 @@ type tables struct {
 
 func tablesFor(t Tier) tables {
 	if t == Summary {
-		return tables{"cpu_profile_summaries", "profile_frame_dictionary", "binary_metadata_registry", "bucket_time", "sample_period_ns"}
+		return tables{stacks: "stack_summaries", traces: "trace_summaries", frames: "profile_frame_dictionary", binaries: "binary_metadata_registry",
+			timeCol: "bucket_time", stackDict: "profile_stack_dictionary", period: "sample_period_ns"}
 	}
-	return tables{"cpu_profile_samples_local", "profile_frame_dictionary_local", "binary_metadata_local", "timestamp", "sample_period_ns"}
+	return tables{stacks: "stack_samples_local", traces: "trace_samples_local", frames: "profile_frame_dictionary_local", binaries: "binary_metadata_local",
+		timeCol: "timestamp", stackDict: "profile_stack_dictionary_local", period: "sample_period_ns"}
+}
+
+// rfdStacks is the RFD name of a tier's stacks (a table before version 4,
+// a view since).
+func rfdStacks(t Tier) string {
+	if t == Summary {
+		return "cpu_profile_summaries"
+	}
+	return "cpu_profile_samples_local"
 }
 
 // tablesOf is tablesFor the source's tier and schema version.
 func tablesOf(src Source) tables {
 	tb := tablesFor(src.Tier())
-	if v, ok := src.(interface{ version() int64 }); ok && v.version() < 3 {
+	v, ok := src.(interface{ version() int64 })
+	if !ok || v.version() >= 4 {
+		return tb
+	}
+	tb.stacks, tb.traces, tb.stackDict = rfdStacks(src.Tier()), rfdStacks(src.Tier()), ""
+	if v.version() < 3 {
 		tb.period = "NULL::BIGINT"
 	}
 	return tb
 }
 
-// supportedVersions are the schema versions whose stack and frame tables
-// have the columns read here.
-var supportedVersions = map[int64]bool{1: true, 2: true, 3: true}
+// traceWhere selects a trace's rows (id as ParseTraceID returns it).
+func (tb tables) traceWhere(id string) string {
+	if tb.stackDict == "" {
+		return "trace_id = " + quote(id)
+	}
+	return "trace_id = unhex(" + quote(id) + ")"
+}
+
+// hexID is an ID column as lowercase hex.
+func (tb tables) hexID(col string) string {
+	if tb.stackDict == "" {
+		return col
+	}
+	return "lower(hex(" + col + "))"
+}
+
+// stacksSQL sums the rows of table matching where per group columns, stack
+// and sampling period, then names each distinct stack's frames once:
+// decoding every row costs more than the whole aggregation. It returns the
+// group columns, frames (root first), samples, cpu_ns and period.
+func (tb tables) stacksSQL(table, group, where string, fallback time.Duration) string {
+	key, frames, join, nonEmpty := "stack_id", "s.stack_frame_ids", " JOIN "+tb.stackDict+" s USING (stack_id)", ""
+	if tb.stackDict == "" {
+		key, frames, join, nonEmpty = "stack_frame_ids", "agg.stack_frame_ids", "", " AND len(stack_frame_ids) > 0"
+	}
+	var aggGroup []string
+	for _, c := range strings.Split(group, ", ") {
+		aggGroup = append(aggGroup, "agg."+c)
+	}
+	return fmt.Sprintf(`WITH agg AS (
+    SELECT %[1]s, %[2]s, %[3]s AS period, sum(sample_count)::BIGINT AS samples, %[4]s AS cpu_ns
+    FROM %[5]s WHERE %[6]s%[7]s
+    GROUP BY ALL
+), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[8]s)
+SELECT %[9]s, list_transform(%[10]s, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples, agg.cpu_ns, agg.period
+FROM agg%[11]s, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty, tb.frames, strings.Join(aggGroup, ", "), frames, join)
+}
+
+// supportedVersions are the schema versions whose tables are read here.
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -250,14 +310,19 @@ func (s *fileSource) Close() error     { return s.close() }
 
 // Tables are a tier's table names, for commands that write (symbolize).
 type Tables struct {
-	Stacks, Frames, Binaries string
+	Frames, StackDict, Binaries string
+	// Rows are the tables whose rows point into StackDict by stack_id.
+	Rows []string
 	// HasSymbolStorage: the gateway's binary registry records where
 	// symbols were found.
 	HasSymbolStorage bool
 }
 
-// TablesOf returns the table names of tier t.
+// WritableVersion is the schema version whose tables TablesOf names.
+const WritableVersion = 4
+
+// TablesOf returns the table names of tier t (schema version 4).
 func TablesOf(t Tier) Tables {
 	tb := tablesFor(t)
-	return Tables{Stacks: tb.stacks, Frames: tb.frames, Binaries: tb.binaries, HasSymbolStorage: t == Summary}
+	return Tables{Frames: tb.frames, StackDict: tb.stackDict, Binaries: tb.binaries, Rows: []string{tb.stacks, tb.traces}, HasSymbolStorage: t == Summary}
 }

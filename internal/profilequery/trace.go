@@ -182,18 +182,11 @@ func LoadTrace(ctx context.Context, src Source, traceID, service string, hints T
 	}
 	tb := tablesOf(src)
 	fallback := fallbackPeriod(hints.FrequencyHz)
-	where := "trace_id = " + quote(traceID)
+	where := tb.traceWhere(traceID)
 	if service != "" {
 		where += " AND service_id = " + quote(service)
 	}
-	// As in Load: aggregate on integer IDs, decode each distinct stack once.
-	stmt := fmt.Sprintf(`WITH agg AS (
-    SELECT service_id, build_id, stack_frame_ids, %[4]s AS period, sum(sample_count)::BIGINT AS samples, %[5]s AS cpu_ns
-    FROM %[1]s WHERE %[2]s AND len(stack_frame_ids) > 0
-    GROUP BY ALL
-), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[3]s)
-SELECT agg.service_id, agg.build_id, list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples, agg.cpu_ns, agg.period
-FROM agg, dict`, tb.stacks, where, tb.frames, tb.period, cpuSQL(tb, fallback))
+	stmt := tb.stacksSQL(tb.traces, "service_id, build_id", where, fallback)
 	res, err := src.Query(ctx, stmt)
 	if err != nil {
 		return nil, fmt.Errorf("read stacks of trace %s from %s: %w", traceID, src.Describe(), err)
@@ -235,8 +228,8 @@ FROM agg, dict`, tb.stacks, where, tb.frames, tb.period, cpuSQL(tb, fallback))
 	}
 
 	// When and in how many spans each service ran the trace.
-	mres, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, min(%[1]s), max(%[1]s), list(DISTINCT span_id ORDER BY span_id) FILTER (WHERE span_id IS NOT NULL)
-FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.stacks, where))
+	mres, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, min(%[1]s), max(%[1]s), list(DISTINCT %[4]s ORDER BY %[4]s) FILTER (WHERE span_id IS NOT NULL)
+FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.hexID("span_id")))
 	if err != nil {
 		return nil, fmt.Errorf("read time range of trace %s from %s: %w", traceID, src.Describe(), err)
 	}
@@ -312,7 +305,7 @@ func noTraceSamplesError(ctx context.Context, src Source, traceID, service strin
 	msg := fmt.Sprintf("for trace %s", traceID)
 	if service != "" {
 		msg += fmt.Sprintf(" in service %q", service)
-		res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT FROM %s WHERE trace_id = %s GROUP BY service_id ORDER BY 2 DESC, 1`, tb.stacks, quote(traceID)))
+		res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT FROM %s WHERE %s GROUP BY service_id ORDER BY 2 DESC, 1`, tb.traces, tb.traceWhere(traceID)))
 		if err == nil && len(res.Rows) > 0 {
 			var parts []string
 			for _, r := range res.Rows {
@@ -344,14 +337,14 @@ func noTraceSamplesError(ctx context.Context, src Source, traceID, service strin
 	for i, r := range reasons {
 		msg += fmt.Sprintf("\n  %d. %s", i+1, r)
 	}
-	res, err := src.Query(ctx, fmt.Sprintf(`SELECT count(DISTINCT trace_id)::BIGINT, coalesce(sum(sample_count), 0)::BIGINT FROM %s WHERE trace_id IS NOT NULL`, tb.stacks))
+	res, err := src.Query(ctx, fmt.Sprintf(`SELECT count(DISTINCT trace_id)::BIGINT, coalesce(sum(sample_count), 0)::BIGINT FROM %s WHERE trace_id IS NOT NULL`, tb.traces))
 	if err == nil && len(res.Rows) == 1 {
 		traces, _ := asInt64(res.Rows[0][0])
 		samples, _ := asInt64(res.Rows[0][1])
 		if traces == 0 {
 			msg += "\nThe database holds no trace-tagged samples at all: trace context is not reaching it (reason 2)."
 		} else {
-			msg += fmt.Sprintf("\nThe database holds %d trace-tagged samples of %d traces (`hotpath sql \"SELECT trace_id, sum(sample_count) FROM %s WHERE trace_id IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 10\"` lists the busiest).", samples, traces, tb.stacks)
+			msg += fmt.Sprintf("\nThe database holds %d trace-tagged samples of %d traces (`hotpath sql \"SELECT trace_id, sum(sample_count) FROM %s WHERE trace_id IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 10\"` lists the busiest).", samples, traces, rfdStacks(src.Tier()))
 		}
 	}
 	return fmt.Errorf("%w %s", ErrNoSamples, msg)
