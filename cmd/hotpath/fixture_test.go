@@ -29,6 +29,9 @@ type batch struct {
 	exe     string
 	pod     string
 	stacks  map[string]int64
+	// hz is the sampling frequency recorded with the samples (the
+	// profile's cpu/nanoseconds period); 0 records none.
+	hz int
 }
 
 // otlp lays batches out as the receiver and buildid processor do: one
@@ -56,6 +59,11 @@ func otlp(batches []batch) pprofile.Profiles {
 		p.SampleType().SetTypeStrindex(b.String(profileschema.SampleTypeSamples))
 		p.SampleType().SetUnitStrindex(b.String(profileschema.UnitCount))
 		p.SetTime(pcommon.NewTimestampFromTime(bt.at))
+		if bt.hz > 0 {
+			p.PeriodType().SetTypeStrindex(b.String(profileschema.SampleTypeCPU))
+			p.PeriodType().SetUnitStrindex(b.String(profileschema.UnitNanoseconds))
+			p.SetPeriod(int64(time.Second) / int64(bt.hz))
+		}
 		exe := bt.exe
 		if exe == "" {
 			exe = "/usr/bin/" + bt.service

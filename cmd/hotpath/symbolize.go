@@ -146,12 +146,21 @@ type rewriteResult struct {
 // raw frames nothing references any more, as retention would.
 func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewriteResult, error) {
 	var tierName string
-	if err := db.QueryRowContext(ctx, "SELECT tier FROM schema_version").Scan(&tierName); err != nil {
+	var version int
+	if err := db.QueryRowContext(ctx, "SELECT tier, version FROM schema_version").Scan(&tierName, &version); err != nil {
 		return nil, fmt.Errorf("read schema_version (is it a hotpath file?): %w", err)
+	}
+	if version != profilequery.WritableVersion {
+		return nil, fmt.Errorf("the file has schema version %d and symbolize writes version %d: start the collector on it once (it upgrades the file), or use the hotpath of its version", version, profilequery.WritableVersion)
 	}
 	tb := profilequery.TablesOf(profilequery.Tier(tierName))
 
-	builds, err := strings1(ctx, db, "SELECT DISTINCT build_id FROM "+tb.Stacks+" WHERE build_id <> '' AND starts_with(build_id, ?) ORDER BY 1", req.build)
+	var allRows, buildRows []string
+	for _, t := range tb.Rows {
+		allRows = append(allRows, "SELECT build_id, stack_id FROM "+t)
+		buildRows = append(buildRows, "SELECT stack_id FROM "+t+" WHERE build_id = $1")
+	}
+	builds, err := strings1(ctx, db, "SELECT DISTINCT build_id FROM ("+strings.Join(allRows, " UNION ALL ")+") WHERE build_id <> '' AND starts_with(build_id, ?) ORDER BY 1", req.build)
 	if err != nil {
 		return nil, fmt.Errorf("find build: %w", err)
 	}
@@ -165,6 +174,8 @@ func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewrit
 	if err := req.checkBuild(full); err != nil {
 		return nil, err
 	}
+	// The build's stacks: stack IDs its rows point to.
+	buildStacks := "stack_id IN (" + strings.Join(buildRows, " UNION ") + ")"
 	base := req.binary
 	if base == "" {
 		paths, err := strings1(ctx, db, "SELECT binary_path FROM "+tb.Binaries+" WHERE build_id = ? AND binary_path <> ''", full)
@@ -179,8 +190,8 @@ func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewrit
 	prefix := base + "+0x"
 
 	rows, err := db.QueryContext(ctx, `SELECT f.frame_id, f.frame_name FROM
-(SELECT DISTINCT unnest(stack_frame_ids) AS id FROM `+tb.Stacks+` WHERE build_id = ?) u
-JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, ?) ORDER BY f.frame_id`, full, prefix)
+(SELECT DISTINCT unnest(stack_frame_ids) AS id FROM `+tb.StackDict+` WHERE `+buildStacks+`) u
+JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, $2) ORDER BY f.frame_id`, full, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("find raw frames: %w", err)
 	}
@@ -242,25 +253,80 @@ JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, ?) ORD
 		mapping[old] = id
 		touched[old], touched[id] = true, true
 	}
-	olds := make([]int32, 0, len(mapping))
-	for old := range mapping {
-		olds = append(olds, old)
+	// The build's stacks holding a renamed frame get a stack with the
+	// resolved frames (an existing one, or a new entry); other builds keep
+	// theirs, since stacks are shared.
+	type stackRow struct {
+		id     int32
+		frames []int32
 	}
-	sort.Slice(olds, func(i, j int) bool { return olds[i] < olds[j] })
+	var affected []stackRow
+	srows, err := tx.QueryContext(ctx, "SELECT stack_id, stack_frame_ids FROM "+tb.StackDict+" WHERE "+buildStacks+" AND list_has_any(stack_frame_ids, "+intList(keys(mapping))+") ORDER BY stack_id", full)
+	if err != nil {
+		return nil, fmt.Errorf("find stacks: %w", err)
+	}
+	for srows.Next() {
+		var r stackRow
+		var ids []any
+		if err := srows.Scan(&r.id, &ids); err != nil {
+			srows.Close()
+			return nil, fmt.Errorf("find stacks: %w", err)
+		}
+		for _, v := range ids {
+			n, _ := v.(int32)
+			r.frames = append(r.frames, n)
+		}
+		affected = append(affected, r)
+	}
+	srows.Close()
+	var maxStack int32
+	if err := tx.QueryRowContext(ctx, "SELECT coalesce(max(stack_id), 0) FROM "+tb.StackDict).Scan(&maxStack); err != nil {
+		return nil, fmt.Errorf("read stack IDs: %w", err)
+	}
 	var cases strings.Builder
-	for _, old := range olds {
-		fmt.Fprintf(&cases, " WHEN %d THEN %d", old, mapping[old])
+	var oldStacks []int32
+	for _, r := range affected {
+		renamed := make([]int32, len(r.frames))
+		for i, f := range r.frames {
+			touched[f] = true
+			renamed[i] = f
+			if to, ok := mapping[f]; ok {
+				renamed[i] = to
+			}
+		}
+		var to int32
+		err := tx.QueryRowContext(ctx, "SELECT stack_id FROM "+tb.StackDict+" WHERE stack_frame_ids = "+intList(renamed)).Scan(&to)
+		if errors.Is(err, sql.ErrNoRows) {
+			maxStack++
+			to = maxStack
+			_, err = tx.ExecContext(ctx, "INSERT INTO "+tb.StackDict+" VALUES (?, "+intList(renamed)+")", to)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stack %d: %w", r.id, err)
+		}
+		fmt.Fprintf(&cases, " WHEN %d THEN %d", r.id, to)
+		oldStacks = append(oldStacks, r.id)
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE "+tb.Stacks+" SET stack_frame_ids = list_transform(stack_frame_ids, lambda x: CASE x"+cases.String()+" ELSE x END)::INTEGER[] WHERE build_id = ?", full); err != nil {
-		return nil, fmt.Errorf("rewrite stacks: %w", err)
+	if len(oldStacks) > 0 {
+		for _, t := range tb.Rows {
+			if _, err := tx.ExecContext(ctx, "UPDATE "+t+" SET stack_id = CASE stack_id"+cases.String()+" ELSE stack_id END WHERE build_id = ? AND stack_id IN "+inList(oldStacks), full); err != nil {
+				return nil, fmt.Errorf("rewrite stacks of %s: %w", t, err)
+			}
+		}
+		// Old stacks no other build uses are gone, as retention would
+		// remove them.
+		var used []string
+		for _, t := range tb.Rows {
+			used = append(used, "SELECT stack_id FROM "+t)
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+tb.StackDict+" WHERE stack_id IN "+inList(oldStacks)+" AND stack_id NOT IN ("+strings.Join(used, " UNION ")+")"); err != nil {
+			return nil, fmt.Errorf("delete replaced stacks: %w", err)
+		}
 	}
-	ids := make([]string, 0, len(touched))
-	for id := range touched {
-		ids = append(ids, strconv.Itoa(int(id)))
-	}
-	in := "(" + strings.Join(ids, ",") + ")"
+	// frame_count is occurrences in the stack dictionary: recount every
+	// frame of the stacks touched.
 	counts := map[int32]int64{}
-	crow, err := tx.QueryContext(ctx, "SELECT id, count(*) FROM (SELECT unnest(stack_frame_ids) AS id FROM "+tb.Stacks+") WHERE id IN "+in+" GROUP BY id")
+	crow, err := tx.QueryContext(ctx, "SELECT id, count(*) FROM (SELECT unnest(stack_frame_ids) AS id FROM "+tb.StackDict+") WHERE id IN "+inList(keys(touched))+" GROUP BY id")
 	if err != nil {
 		return nil, fmt.Errorf("count frames: %w", err)
 	}
@@ -297,6 +363,34 @@ JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, ?) ORD
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return res, nil
+}
+
+// keys returns m's keys, sorted.
+func keys[V any](m map[int32]V) []int32 {
+	out := make([]int32, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// intList is ids as an INTEGER[] literal; inList as an IN list. They are
+// integers we read, so building the text is safe.
+func intList(ids []int32) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(int(id))
+	}
+	return "[" + strings.Join(parts, ",") + "]::INTEGER[]"
+}
+
+func inList(ids []int32) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(int(id))
+	}
+	return "(" + strings.Join(parts, ",") + ")"
 }
 
 // strings1 reads a one-column string result.

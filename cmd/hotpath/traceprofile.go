@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
@@ -43,7 +44,7 @@ func newTraceProfileCommand() *cobra.Command {
 	target := addTargetFlags(fs)
 	service := fs.String("service", "", "only this service (service.name)")
 	format := fs.String("format", "text", "text, folded (flamegraph.pl, one tower per service), json, svg or html (flame graph)")
-	hz := fs.Float64("frequency", 19, "the agents' sampling frequency in Hz: storage keeps sample counts, CPU time is samples / frequency")
+	hz := fs.Float64("frequency", profilequery.DefaultFallbackHz, "sampling frequency in Hz of samples stored without one (files before schema version 3); others are converted at their stored frequency")
 	n := fs.IntP("limit", "n", 10, "hotspots per service in text and json (0 = all)")
 	out := fs.StringP("output", "o", "", "write to this file instead of standard output")
 	title := fs.String("title", "", "flame graph title")
@@ -71,7 +72,7 @@ func traceProfile(ctx context.Context, req traceProfileRequest, stdout, stderr i
 		return fmt.Errorf("--format must be text, folded, json, svg or html, got %q", req.format)
 	}
 	if req.hz <= 0 || req.hz > 10000 {
-		return fmt.Errorf("--frequency must be a sampling frequency in Hz (the agents' frequency_hz, 19 by default), got %g", req.hz)
+		return fmt.Errorf("--frequency must be a sampling frequency in Hz (for samples stored without one; %d by default), got %g", profilequery.DefaultFallbackHz, req.hz)
 	}
 	traceID, err := profilequery.ParseTraceID(req.trace)
 	if err != nil {
@@ -103,11 +104,11 @@ func traceProfile(ctx context.Context, req traceProfileRequest, stdout, stderr i
 			}
 		}
 	case "json":
-		err = writeTraceJSON(w, tp, req.hz, req.n)
+		err = writeTraceJSON(w, tp, req.n)
 	case "svg", "html":
-		err = writeTraceGraph(w, tp, req.format, req.title, req.hz)
+		err = writeTraceGraph(w, tp, req.format, req.title)
 	default:
-		err = writeTraceText(w, tp, req.hz, req.n, src.Describe())
+		err = writeTraceText(w, tp, req.n, src.Describe())
 	}
 	if cerr := closeOut(); err == nil {
 		err = cerr
@@ -115,9 +116,22 @@ func traceProfile(ctx context.Context, req traceProfileRequest, stdout, stderr i
 	return err
 }
 
-// cpuTime is the CPU time samples stand for at hz.
-func cpuTime(samples int64, hz float64) time.Duration {
-	return time.Duration(float64(samples) * float64(time.Second) / hz)
+// frequencies says at which frequencies samples were taken: "19 Hz, 52.6ms
+// per sample", or "19, 49 and 99 Hz" when nodes differed.
+func frequencies(hz []float64) string {
+	switch len(hz) {
+	case 0:
+		return "no samples"
+	case 1:
+		return fmt.Sprintf("%g Hz, %s per sample", hz[0], profilequery.FormatCPUTime(profilequery.PeriodAt(hz[0])))
+	}
+	sorted := append([]float64(nil), hz...)
+	sort.Float64s(sorted)
+	parts := make([]string, len(sorted))
+	for i, f := range sorted {
+		parts[i] = fmt.Sprintf("%g", f)
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1] + " Hz"
 }
 
 // writeTraceText prints RFD 078's example: per service, its CPU time and
@@ -125,20 +139,19 @@ func cpuTime(samples int64, hz float64) time.Duration {
 //
 //	Top CPU Hotspots (payment-svc, trace abc123def456):
 //	  93.3%  4.2s  validateSignature → crypto/rsa.VerifyPKCS1v15
-func writeTraceText(w io.Writer, tp *profilequery.TraceProfile, hz float64, n int, from string) error {
+func writeTraceText(w io.Writer, tp *profilequery.TraceProfile, n int, from string) error {
 	var b strings.Builder
 	total := tp.Total()
 	plural := "s"
 	if len(tp.Services) == 1 {
 		plural = ""
 	}
-	fmt.Fprintf(&b, "trace %s: %d service%s, %d samples, ~%s CPU (%g Hz, %s per sample; %s tier on %s)\n",
-		tp.TraceID, len(tp.Services), plural, total, profilequery.FormatCPUTime(cpuTime(total, hz)), hz,
-		profilequery.FormatCPUTime(profilequery.PeriodAt(hz)), tp.Tier, from)
+	fmt.Fprintf(&b, "trace %s: %d service%s, %d samples, ~%s CPU (%s; %s tier on %s)\n",
+		tp.TraceID, len(tp.Services), plural, total, profilequery.FormatCPUTime(tp.CPU()), frequencies(tp.Frequencies()), tp.Tier, from)
 	if len(tp.Services) > 1 {
 		b.WriteString("\n")
 		for _, s := range tp.Services {
-			fmt.Fprintf(&b, "  %-24s %8s  %5.1f%% of the trace's CPU\n", s.Service, profilequery.FormatCPUTime(cpuTime(s.Total(), hz)), 100*float64(s.Total())/float64(total))
+			fmt.Fprintf(&b, "  %-24s %8s  %5.1f%% of the trace's CPU\n", s.Service, profilequery.FormatCPUTime(s.CPU()), 100*float64(s.CPU())/float64(tp.CPU()))
 		}
 	}
 	for _, s := range tp.Services {
@@ -152,20 +165,20 @@ func writeTraceText(w io.Writer, tp *profilequery.TraceProfile, hz float64, n in
 			when = "from " + s.Range.Since.Format("2006-01-02 15:04:05") + " to " + s.Range.Until.Format("15:04:05")
 		}
 		// Stored times are window starts (15 s agent, 1 min gateway).
-		fmt.Fprintf(&b, "  %d samples, ~%s CPU, %s, stored %s UTC\n", s.Total(), profilequery.FormatCPUTime(cpuTime(s.Total(), hz)), spans, when)
+		fmt.Fprintf(&b, "  %d samples, ~%s CPU, %s, stored %s UTC\n", s.Total(), profilequery.FormatCPUTime(s.CPU()), spans, when)
 		for _, h := range s.Hotspots(n) {
 			fn := h.Function
 			if h.Caller != "" {
 				fn = h.Caller + " → " + fn
 			}
-			fmt.Fprintf(&b, "  %5.1f%%  %8s  %s\n", 100*h.Share, profilequery.FormatCPUTime(cpuTime(h.Samples, hz)), fn)
+			fmt.Fprintf(&b, "  %5.1f%%  %8s  %s\n", 100*h.Share, profilequery.FormatCPUTime(h.CPU), fn)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-func writeTraceJSON(w io.Writer, tp *profilequery.TraceProfile, hz float64, n int) error {
+func writeTraceJSON(w io.Writer, tp *profilequery.TraceProfile, n int) error {
 	type hotspot struct {
 		profilequery.Hotspot
 		CPUTimeMs float64 `json:"cpu_time_ms"`
@@ -187,24 +200,28 @@ func writeTraceJSON(w io.Writer, tp *profilequery.TraceProfile, hz float64, n in
 		Hotspots  []hotspot `json:"hotspots"`
 		Stacks    []stack   `json:"stacks"`
 	}
-	ms := func(samples int64) float64 { return float64(cpuTime(samples, hz)) / float64(time.Millisecond) }
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	// frequency_hz and sample_period_ms are those of most samples;
+	// frequencies_hz lists all when nodes sampled at different rates.
+	hzs := tp.Frequencies()
 	doc := struct {
 		TraceID        string    `json:"trace_id"`
 		Tier           string    `json:"tier"`
 		FrequencyHz    float64   `json:"frequency_hz"`
 		SamplePeriodMs float64   `json:"sample_period_ms"`
+		FrequenciesHz  []float64 `json:"frequencies_hz"`
 		Samples        int64     `json:"total_samples"`
 		CPUTimeMs      float64   `json:"cpu_time_ms"`
 		Services       []service `json:"services"`
-	}{tp.TraceID, string(tp.Tier), hz, 1000 / hz, tp.Total(), ms(tp.Total()), nil}
+	}{tp.TraceID, string(tp.Tier), hzs[0], 1000 / hzs[0], hzs, tp.Total(), ms(tp.CPU()), nil}
 	for _, s := range tp.Services {
-		sv := service{Service: s.Service, Samples: s.Total(), CPUTimeMs: ms(s.Total()), Share: float64(s.Total()) / float64(tp.Total()),
+		sv := service{Service: s.Service, Samples: s.Total(), CPUTimeMs: ms(s.CPU()), Share: float64(s.Total()) / float64(tp.Total()),
 			Spans: s.SpanIDs, FirstSeen: s.Range.Since, LastSeen: s.Range.Until, BuildIDs: s.BuildIDs()}
 		if sv.Spans == nil {
 			sv.Spans = []string{}
 		}
 		for _, h := range s.Hotspots(n) {
-			sv.Hotspots = append(sv.Hotspots, hotspot{h, ms(h.Samples)})
+			sv.Hotspots = append(sv.Hotspots, hotspot{h, ms(h.CPU)})
 		}
 		for _, st := range s.Stacks {
 			sv.Stacks = append(sv.Stacks, stack{st.BuildID, s.DisplayFrames(st), st.Count})
@@ -217,7 +234,7 @@ func writeTraceJSON(w io.Writer, tp *profilequery.TraceProfile, hz float64, n in
 }
 
 // writeTraceGraph draws one flame graph with a tower per service.
-func writeTraceGraph(w io.Writer, tp *profilequery.TraceProfile, format, title string, hz float64) error {
+func writeTraceGraph(w io.Writer, tp *profilequery.TraceProfile, format, title string) error {
 	root := flamegraph.NewRoot()
 	for _, s := range tp.Services {
 		for _, l := range s.Folded() {
@@ -229,9 +246,9 @@ func writeTraceGraph(w io.Writer, tp *profilequery.TraceProfile, format, title s
 	}
 	var parts []string
 	for _, s := range tp.Services {
-		parts = append(parts, fmt.Sprintf("%s %s", s.Service, profilequery.FormatCPUTime(cpuTime(s.Total(), hz))))
+		parts = append(parts, fmt.Sprintf("%s %s", s.Service, profilequery.FormatCPUTime(s.CPU())))
 	}
-	opt := flamegraph.Options{Title: title, Subtitle: fmt.Sprintf("%d samples at %g Hz: %s", tp.Total(), hz, strings.Join(parts, ", "))}
+	opt := flamegraph.Options{Title: title, Subtitle: fmt.Sprintf("%d samples (%s): %s", tp.Total(), frequencies(tp.Frequencies()), strings.Join(parts, ", "))}
 	if format == "svg" {
 		return flamegraph.WriteSVG(w, root, opt)
 	}

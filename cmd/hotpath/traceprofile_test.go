@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/exporter/exportertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -390,4 +392,92 @@ func runCLIB(b *testing.B, args ...string) (string, string, int) {
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), args, &out, &errOut)
 	return out.String(), errOut.String(), code
+}
+
+// TestMixedFrequenciesGiveCPUTime: nodes sampling at 19, 49 and 99 Hz in one
+// range. CPU time is each sample's own period, whatever --frequency says
+// (it only covers samples stored without a period), in trace-profile's
+// text and JSON and in the pprof file's cpu values, on both tiers.
+func TestMixedFrequenciesGiveCPUTime(t *testing.T) {
+	const mixedTrace = "5ce0e9a56015fec5aadfa328ae398115"
+	at := time.Now().Add(-5 * time.Minute)
+	// One CPU-second at each frequency: 19, 49 and 99 samples.
+	fixture := []tracedBatch{
+		{batch{at: at, service: "frontend", build: newBuild, exe: "/srv/frontend", pod: "fe-1", hz: 19, stacks: map[string]int64{
+			"main.main;main.handle;main.renderPage": 19,
+		}}, mixedTrace, frontSpan},
+		{batch{at: at, service: "payment", build: oldBuild, exe: "/srv/payment", pod: "pay-1", hz: 49, stacks: map[string]int64{
+			"main.main;main.serve;rsa.VerifyPKCS1v15": 49,
+		}}, mixedTrace, backSpan1},
+		{batch{at: at.Add(time.Second), service: "payment", build: oldBuild, exe: "/srv/payment", pod: "pay-2", hz: 99, stacks: map[string]int64{
+			"main.main;main.serve;rsa.VerifyPKCS1v15": 99,
+		}}, mixedTrace, backSpan2},
+	}
+	for _, tier := range []string{"local", "summary"} {
+		t.Run(tier, func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), tier+".duckdb")
+			writeTraced(t, tier, db, "", fixture)
+			out, stderr, code := runCLI(t, "trace-profile", mixedTrace, "--db", db, "--frequency", "7")
+			if code != 0 {
+				t.Fatalf("code %d: %s", code, stderr)
+			}
+			for _, want := range []string{
+				"2 services, 167 samples, ~3.00s CPU (19, 49 and 99 Hz;",
+				"  payment                     2.00s   66.7% of the trace's CPU\n",
+				"  frontend                 1000.0ms   33.3% of the trace's CPU\n", // 19 × 52631578 ns
+				"  148 samples, ~2.00s CPU, 2 spans",
+				"  100.0%     2.00s  main.serve → rsa.VerifyPKCS1v15\n",
+			} {
+				if !strings.Contains(out, want) {
+					t.Errorf("missing %q in:\n%s", want, out)
+				}
+			}
+
+			js, stderr, code := runCLI(t, "trace-profile", mixedTrace, "--db", db, "--format", "json")
+			if code != 0 {
+				t.Fatalf("json: code %d: %s", code, stderr)
+			}
+			var doc struct {
+				FrequencyHz   float64   `json:"frequency_hz"`
+				FrequenciesHz []float64 `json:"frequencies_hz"`
+				CPUTimeMs     float64   `json:"cpu_time_ms"`
+			}
+			if err := json.Unmarshal([]byte(js), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if doc.FrequencyHz != 99 || fmt.Sprint(doc.FrequenciesHz) != "[99 49 19]" || fmt.Sprintf("%.1f", doc.CPUTimeMs) != "3000.0" {
+				t.Errorf("json: %+v", doc)
+			}
+
+			// pprof: the period of most samples (99 Hz), cpu values at
+			// each sample's own.
+			pb := filepath.Join(t.TempDir(), "payment.pb.gz")
+			if _, stderr, code := runCLI(t, "profile", "--db", db, "--service", "payment", "--since", "1h", "--format", "pprof", "-o", pb); code != 0 {
+				t.Fatalf("pprof: %s", stderr)
+			}
+			p := readPprof(t, pb)
+			var samples, cpu int64
+			for _, s := range p.Sample {
+				samples += s.Value[0]
+				cpu += s.Value[1]
+			}
+			if p.Period != int64(time.Second/99) || p.SampleType[1].Type != "cpu" || samples != 148 || cpu < 1999_999_000 || cpu > 2000_000_000 {
+				t.Errorf("pprof: period %d, types %v, %d samples, %d ns", p.Period, p.SampleType, samples, cpu)
+			}
+		})
+	}
+}
+
+func readPprof(t *testing.T, path string) *profile.Profile {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
@@ -39,6 +40,7 @@ const (
 	reasonInvalidUTF8  = "invalid UTF-8 or NUL in a name (replaced with U+FFFD)"
 	reasonDeepStack    = "stack deeper than the frame limit (root side cut)"
 	reasonCountClamped = "merged count overflows int64 (clamped)"
+	reasonBadPeriod    = "sampling period outside 1µs..1m (stored as unknown)"
 )
 
 // maxStackDepth bounds the frames stored for one stack. Real unwinders stop
@@ -113,7 +115,7 @@ func sampleCount(s pprofile.Sample) (int64, string) {
 }
 
 // convert builds the batch. Identical stacks (same time or bucket, service,
-// pod, build, trace, span) are merged so each is one row.
+// pod, build, trace, span, sampling period) are merged so each is one row.
 func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	var skip skipReport
 	dict := pd.Dictionary()
@@ -127,12 +129,13 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	// stacks through the dictionary. Frames are merged by name, so stacks
 	// that differ only in addresses within the same functions become one row.
 	stackCache := make([]struct {
-		done   bool
-		frames []string // root first; shared by rows, never modified
-		key    string
-		bad    string // reason the stack cannot be stored
-		detail string
-		repair string // reason the stack was changed to be stored
+		done    bool
+		frames  []string // root first; shared by rows, never modified
+		key     string
+		dictKey framedict.StackKey
+		bad     string // reason the stack cannot be stored
+		detail  string
+		repair  string // reason the stack was changed to be stored
 	}, stacks.Len())
 
 	batch := &writer.Batch{}
@@ -162,6 +165,9 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 				if !profileschema.IsSampleCount(dict, p) {
 					continue // the cpu/nanoseconds twin is derived
 				}
+				// The period is stored with each row: nodes sample at
+				// different frequencies, and CPU time is count × period.
+				period, okPeriod := profileschema.PeriodNanos(dict, p)
 				samples := p.Samples()
 				for i := 0; i < samples.Len(); i++ {
 					s := samples.At(i)
@@ -187,6 +193,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						st.done = true
 						st.frames, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), names, resolved)
 						st.key = strings.Join(st.frames, "\x00")
+						st.dictKey = framedict.KeyOf(st.frames)
 					}
 					if st.bad != "" {
 						skip.add(st.bad, "service %s: stack %d: %s", service, sx, st.detail)
@@ -218,6 +225,8 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						skip.repair(st.repair, "service %s: stack %d: %s", service, sx, st.detail)
 					} else if resourceRepaired {
 						skip.repair(reasonInvalidUTF8, "service %q: resource attributes", service)
+					} else if !okPeriod {
+						skip.repair(reasonBadPeriod, "service %s: period %d ns", service, p.Period())
 					}
 					if at.After(latest) {
 						latest = at
@@ -225,6 +234,8 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 
 					key.Reset()
 					key.Write(strconv.AppendInt(nil, at.UnixNano(), 10))
+					key.WriteByte(0)
+					key.Write(strconv.AppendInt(nil, period, 10))
 					for _, part := range [...]string{service, pod, build, traceID, spanID, st.key} {
 						key.WriteByte(0)
 						key.WriteString(part)
@@ -242,7 +253,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					index[key.String()] = len(batch.Rows)
 					batch.Rows = append(batch.Rows, writer.StackRow{
 						Time: at, ServiceID: service, PodName: pod, BuildID: build,
-						Frames: frames, Count: count, TraceID: traceID, SpanID: spanID,
+						Frames: frames, Key: st.dictKey, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
 					})
 				}
 			}

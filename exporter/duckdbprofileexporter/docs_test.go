@@ -1,9 +1,14 @@
 package duckdbprofileexporter
 
 import (
+	"compress/gzip"
 	"context"
+	"database/sql"
+	"io"
 	"os"
+	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +128,99 @@ func TestMacrosAnswerCorrectly(t *testing.T) {
 	got = rowsOf(t, db, "SELECT DISTINCT stack_frames[-1] FROM cpu_profile_samples_local_decoded WHERE folded LIKE '%syscall%'")
 	if strings.Join(got, ",") != "copy_user_generic_[k]" {
 		t.Fatalf("kernel leaf: %v", got)
+	}
+}
+
+// TestCookbookAnswersSameAfterMigration runs every ```sql block of
+// docs/sql.md on the schema version 2 files in testdata (as written, with
+// their own version 2 macros) and again after the exporter upgraded them:
+// the RFD names, now views, must give the same rows. "now" is the files'
+// end. Blocks about the file itself (SHOW, DESCRIBE, schema_version) and
+// frame_count (it counts stack dictionary entries since version 4, rows
+// before) are skipped.
+func TestCookbookAnswersSameAfterMigration(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/sql.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := "TIMESTAMP '" + fixtureEnd.Format(time.DateTime) + "'"
+	for _, tier := range []string{"local", "summary"} {
+		t.Run(tier, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), tier+".duckdb")
+			gunzip(t, filepath.Join("testdata", "v2-"+tier+".duckdb.gz"), path)
+			var queries []string
+			for _, m := range sqlBlock.FindAllStringSubmatch(string(doc), -1) {
+				q := strings.TrimSpace(m[1])
+				switch {
+				case strings.HasPrefix(q, "-- tier: summary") && tier != "summary",
+					strings.Contains(q, "_local") && tier != "local",
+					strings.HasPrefix(q, "SHOW"), strings.HasPrefix(q, "DESCRIBE"),
+					strings.Contains(q, "schema_version"), strings.Contains(q, "frame_count"),
+					strings.Contains(q, "sample_period_ns"), // not in version 2
+					strings.Contains(q, "stack_samples_local"), strings.Contains(q, "trace_samples_local"):
+					continue
+				}
+				queries = append(queries, strings.ReplaceAll(q, "utc_now()", now))
+			}
+			if len(queries) < 8 {
+				t.Fatalf("%d queries to compare", len(queries))
+			}
+			before := make([][]string, len(queries))
+			db, err := sql.Open("duckdb", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, q := range queries {
+				before[i] = sortedRows(t, db, q)
+				if len(before[i]) == 0 {
+					t.Errorf("no rows on the version 2 file:\n%s", q)
+				}
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			cfg := testConfig(t, tier)
+			cfg.Path = path
+			keep := 100 * 365 * 24 * time.Hour // the data is older than the tier's retention
+			cfg.Retention = RetentionConfig{Stacks: keep, TraceStacks: keep, Metadata: keep}
+			e := startExporter(t, cfg) // migrates
+			for i, q := range queries {
+				if got := sortedRows(t, e.w.DB(), q); strings.Join(got, "\n") != strings.Join(before[i], "\n") {
+					t.Errorf("different answer after migration:\n%s\nbefore (%d rows): %v\nafter (%d rows): %v", q, len(before[i]), head(before[i]), len(got), head(got))
+				}
+			}
+		})
+	}
+}
+
+func head(rows []string) []string { return rows[:min(len(rows), 5)] }
+
+func sortedRows(t *testing.T, db *sql.DB, q string) []string {
+	t.Helper()
+	rows := rowsOf(t, db, q)
+	sort.Strings(rows)
+	return rows
+}
+
+func gunzip(t *testing.T, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	zr, err := gzip.NewReader(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.Create(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, zr); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -79,8 +79,8 @@ func (e *profilesExporter) start(ctx context.Context, _ component.Host) error {
 			e.logger.Warn("retention cleanup failed; will retry next interval", zap.Error(err))
 			return
 		}
-		if res.Stacks+res.Frames+res.Binaries > 0 {
-			e.logger.Info("retention cleanup", zap.Int64("stack_rows", res.Stacks), zap.Int64("frames", res.Frames), zap.Int64("binaries", res.Binaries))
+		if res.Stacks+res.StackIDs+res.Frames+res.Binaries > 0 {
+			e.logger.Info("retention cleanup", zap.Int64("stack_rows", res.Stacks), zap.Int64("stacks", res.StackIDs), zap.Int64("frames", res.Frames), zap.Int64("binaries", res.Binaries))
 		}
 	})
 	return nil

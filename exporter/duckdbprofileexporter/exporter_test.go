@@ -181,3 +181,48 @@ func TestFactoryExporterRunsThroughHelper(t *testing.T) {
 		t.Fatalf("rows: %v", got)
 	}
 }
+
+// TestSamplingPeriodStoredPerRow: nodes at 19, 49 and 99 Hz (and a sender
+// recording no period, and one with a nonsense period) in one bucket. Each
+// row keeps its own period, identical stacks at different periods stay
+// apart, and CPU time is count × period.
+func TestSamplingPeriodStoredPerRow(t *testing.T) {
+	for _, tier := range []string{"local", "summary"} {
+		t.Run(tier, func(t *testing.T) {
+			e := startExporter(t, testConfig(t, tier))
+			b := newProfileBuilder()
+			for i, hz := range []int64{19, 49, 99, 0, -1} {
+				b.periodNs = 0
+				if hz > 0 {
+					b.periodNs = int64(time.Second) / hz
+				} else if hz < 0 {
+					b.periodNs = 1 // 1 GHz: not a sampling period
+				}
+				b.process(t0, map[string]any{profileschema.AttrServiceName: "api", profileschema.AttrK8sPodName: fmt.Sprint("api-", i)})
+				b.sample(hz*2+10, []string{"parse", "main"}, nil, nil)
+			}
+			if err := e.push(context.Background(), b.pd); err != nil {
+				t.Fatal(err)
+			}
+			table := "cpu_profile_samples_local"
+			if tier == "summary" {
+				table = "cpu_profile_summaries"
+			}
+			got := rowsOf(t, e.w.DB(), `SELECT sample_count, sample_period_ns, round(sample_count * sample_period_ns / 1e9, 2)
+				FROM `+table+` ORDER BY sample_count`)
+			want := []string{"8|<nil>|<nil>", "10|<nil>|<nil>", "48|52631578|2.53", "108|20408163|2.2", "208|10101010|2.1"}
+			if tier == "local" { // no pods: the two unknown periods merge
+				want = append([]string{"18|<nil>|<nil>"}, want[2:]...)
+			}
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Fatalf("rows: %v\nwant %v", got, want)
+			}
+			e.mu.Lock()
+			repaired := e.repaired
+			e.mu.Unlock()
+			if repaired != 1 {
+				t.Errorf("repaired samples: %d, want 1 (the 1 ns period)", repaired)
+			}
+		})
+	}
+}

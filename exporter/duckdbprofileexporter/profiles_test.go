@@ -22,10 +22,13 @@ type profileBuilder struct {
 	links   map[[24]byte]int32
 	counted pprofile.Profile
 	cpu     pprofile.Profile
+	// periodNs is the sampling period the next process records
+	// (default 19 Hz, the receiver's; 0 records none).
+	periodNs int64
 }
 
 func newProfileBuilder() *profileBuilder {
-	b := &profileBuilder{pd: pprofile.NewProfiles(), strs: map[string]int32{}, locs: map[string]int32{}, stacks: map[string]int32{}, links: map[[24]byte]int32{}}
+	b := &profileBuilder{periodNs: 52631578, pd: pprofile.NewProfiles(), strs: map[string]int32{}, locs: map[string]int32{}, stacks: map[string]int32{}, links: map[[24]byte]int32{}}
 	b.dict = b.pd.Dictionary()
 	b.str("")
 	b.dict.MappingTable().AppendEmpty()
@@ -57,6 +60,11 @@ func (b *profileBuilder) process(at time.Time, attrs map[string]any) *profileBui
 	b.counted.SampleType().SetTypeStrindex(b.str(profileschema.SampleTypeSamples))
 	b.counted.SampleType().SetUnitStrindex(b.str(profileschema.UnitCount))
 	b.counted.SetTime(pcommon.NewTimestampFromTime(at))
+	if b.periodNs != 0 {
+		b.counted.PeriodType().SetTypeStrindex(b.str(profileschema.SampleTypeCPU))
+		b.counted.PeriodType().SetUnitStrindex(b.str(profileschema.UnitNanoseconds))
+		b.counted.SetPeriod(b.periodNs)
+	}
 	b.cpu = sp.Profiles().AppendEmpty()
 	b.cpu.SampleType().SetTypeStrindex(b.str(profileschema.SampleTypeCPU))
 	b.cpu.SampleType().SetUnitStrindex(b.str(profileschema.UnitNanoseconds))
@@ -122,6 +130,6 @@ func (b *profileBuilder) sample(count int64, leafFirst []string, traceID, spanID
 	// The derived twin: same stack, count × period.
 	c := b.cpu.Samples().AppendEmpty()
 	c.SetStackIndex(si)
-	c.Values().Append(count * 52631578)
+	c.Values().Append(count * b.periodNs)
 	return s
 }

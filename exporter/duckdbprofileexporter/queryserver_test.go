@@ -2,10 +2,12 @@ package duckdbprofileexporter
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 )
 
@@ -72,7 +74,7 @@ func TestQueryEndpointServesReadOnlySQL(t *testing.T) {
 		}
 	}
 	// Nothing was changed by any of the above.
-	if got := rowsOf(t, e.w.DB(), "SELECT version FROM schema_version"); strings.Join(got, ",") != "2" {
+	if got := rowsOf(t, e.w.DB(), "SELECT version FROM schema_version"); strings.Join(got, ",") != fmt.Sprint(schema.Version) {
 		t.Fatalf("schema_version: %v", got)
 	}
 	if got := rowsOf(t, e.w.DB(), "SELECT count(*) > 0 FROM cpu_profile_samples_local"); strings.Join(got, ",") != "true" {

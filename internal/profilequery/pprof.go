@@ -8,9 +8,22 @@ import (
 	"github.com/google/pprof/profile"
 )
 
-// SamplePeriod is the sampling period of continuous profiling (19 Hz), the
-// pprof period; values are sample counts, so it is informational.
-const SamplePeriod = int64(time.Second / 19)
+// mainPeriod is the period most samples were taken at (pprof has one).
+func (p *Profile) mainPeriod() time.Duration {
+	best, most := time.Duration(0), int64(-1)
+	for period, n := range p.Periods {
+		if period == 0 {
+			period = p.Fallback
+		}
+		if n > most || (n == most && period < best) {
+			best, most = period, n
+		}
+	}
+	if most < 0 {
+		return p.Fallback
+	}
+	return best
+}
 
 // Pprof converts the profile to pprof's model: one mapping per build ID
 // (with the build ID and binary path), one function per frame name, one
@@ -18,12 +31,16 @@ const SamplePeriod = int64(time.Second / 19)
 // the range spans several builds (pprof -tagfocus can split them).
 func (p *Profile) Pprof() (*profile.Profile, error) {
 	out := &profile.Profile{
-		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}},
-		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
-		Period:        SamplePeriod,
-		TimeNanos:     p.Range.Since.UnixNano(),
-		DurationNanos: p.Range.Duration().Nanoseconds(),
-		Comments:      []string{fmt.Sprintf("hotpath: service %s, %s, %s tier", p.Service, p.Range, p.Tier)},
+		// Samples and their CPU time, as Go's CPU profiles: each stored
+		// row's count times its own period, so nodes sampling at
+		// different frequencies add up to the right CPU time.
+		SampleType:        []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		DefaultSampleType: "samples", // what hotpath top and folded count
+		PeriodType:        &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		Period:            p.mainPeriod().Nanoseconds(),
+		TimeNanos:         p.Range.Since.UnixNano(),
+		DurationNanos:     p.Range.Duration().Nanoseconds(),
+		Comments:          []string{fmt.Sprintf("hotpath: service %s, %s, %s tier", p.Service, p.Range, p.Tier)},
 	}
 	builds := p.BuildIDs()
 	annotate := len(builds) > 1
@@ -44,7 +61,7 @@ func (p *Profile) Pprof() (*profile.Profile, error) {
 	locs := map[locKey]*profile.Location{}
 	for _, s := range p.Stacks {
 		frames := p.DisplayFrames(s)
-		sample := &profile.Sample{Value: []int64{s.Count}}
+		sample := &profile.Sample{Value: []int64{s.Count, s.CPU.Nanoseconds()}}
 		// pprof lists locations leaf first.
 		for i := len(frames) - 1; i >= 0; i-- {
 			name := frames[i]
@@ -69,6 +86,9 @@ func (p *Profile) Pprof() (*profile.Profile, error) {
 		out.Sample = append(out.Sample, sample)
 	}
 	sort.SliceStable(out.Sample, func(i, j int) bool { return out.Sample[i].Value[0] > out.Sample[j].Value[0] })
+	if len(p.Frequencies()) > 1 {
+		out.Comments = append(out.Comments, fmt.Sprintf("sampled at %v Hz: the period is the most common one; cpu values use each sample's own", p.Frequencies()))
+	}
 	if err := out.CheckValid(); err != nil {
 		return nil, fmt.Errorf("build pprof profile: %w", err)
 	}

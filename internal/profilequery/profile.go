@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -19,6 +20,9 @@ type Stack struct {
 	BuildID string   `json:"build_id"`
 	Frames  []string `json:"frames"` // root first, leaf last, as stored
 	Count   int64    `json:"samples"`
+	// CPU is the CPU time the samples stand for: each stored row's count
+	// times its own sampling period (rows without one: Profile.Fallback).
+	CPU time.Duration `json:"cpu_ns"`
 }
 
 // Profile is the stacks of one selection, summed over its time range.
@@ -28,6 +32,74 @@ type Profile struct {
 	Tier     Tier
 	Stacks   []Stack
 	Binaries map[string]string // build ID → binary path, when recorded
+	// Periods is the samples per stored sampling period (0: rows stored
+	// without one, counted at Fallback).
+	Periods map[time.Duration]int64
+	// Fallback is the period assumed for rows stored without one.
+	Fallback time.Duration
+}
+
+// DefaultFallbackHz is the frequency assumed for samples stored without a
+// period (files before schema version 3, senders other than hotpath's
+// receiver): the receiver's default frequency_hz.
+const DefaultFallbackHz = 19
+
+// fallbackPeriod is the period for rows without one at hz (default
+// DefaultFallbackHz).
+func fallbackPeriod(hz float64) time.Duration {
+	if hz <= 0 {
+		hz = DefaultFallbackHz
+	}
+	return PeriodAt(hz)
+}
+
+// cpuSQL sums CPU nanoseconds over rows: each row's count times its own
+// period (DOUBLE: a hostile count × period must not overflow the sum).
+func cpuSQL(tb tables, fallback time.Duration) string {
+	return fmt.Sprintf("sum(sample_count * coalesce(%s, %d)::DOUBLE)", tb.period, fallback.Nanoseconds())
+}
+
+// addPeriod records n samples at the period a query returned (NULL: 0).
+func (p *Profile) addPeriod(v any, n int64) {
+	ns, _ := asInt64(v)
+	if p.Periods == nil {
+		p.Periods = map[time.Duration]int64{}
+	}
+	p.Periods[time.Duration(ns)] += n
+}
+
+// CPU is the profile's CPU time.
+func (p *Profile) CPU() time.Duration {
+	var d time.Duration
+	for _, s := range p.Stacks {
+		d += s.CPU
+	}
+	return d
+}
+
+// Frequencies lists the sampling frequencies of the profile's samples in
+// Hz, most samples first; rows stored without a period count at Fallback.
+func (p *Profile) Frequencies() []float64 {
+	byHz := map[float64]int64{}
+	for period, n := range p.Periods {
+		if period == 0 {
+			period = p.Fallback
+		}
+		if period > 0 {
+			byHz[math.Round(float64(time.Second)/float64(period)*100)/100] += n
+		}
+	}
+	out := make([]float64, 0, len(byHz))
+	for hz := range byHz {
+		out = append(out, hz)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if byHz[out[i]] != byHz[out[j]] {
+			return byHz[out[i]] > byHz[out[j]]
+		}
+		return out[i] < out[j]
+	})
+	return out
 }
 
 // Selector picks the stacks of a profile.
@@ -36,6 +108,9 @@ type Selector struct {
 	Pod     string // summary tier only
 	BuildID string // exact build ID or a prefix of it; "" = every build
 	Range   timerange.Range
+	// FallbackHz is the frequency of rows stored without a sampling
+	// period (0: DefaultFallbackHz).
+	FallbackHz float64
 }
 
 // Total is the number of samples in the profile.
@@ -74,7 +149,8 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 	if sel.Service == "" {
 		return nil, fmt.Errorf("no service given (--service)")
 	}
-	tb := tablesFor(src.Tier())
+	tb := tablesOf(src)
+	fallback := fallbackPeriod(sel.FallbackHz)
 	where := fmt.Sprintf("service_id = %s AND %s >= %s AND %s < %s",
 		quote(sel.Service), tb.timeCol, sqlTime(sel.Range.Since), tb.timeCol, sqlTime(sel.Range.Until))
 	if sel.Pod != "" {
@@ -86,16 +162,9 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 	if sel.BuildID != "" {
 		where += " AND starts_with(build_id, " + quote(sel.BuildID) + ")"
 	}
-	// Sum per build and stack on the integer IDs first, then decode each
-	// distinct stack once: decoding every row (the decoded view) costs
-	// more than the whole aggregation.
-	stmt := fmt.Sprintf(`WITH agg AS (
-    SELECT build_id, stack_frame_ids, sum(sample_count)::BIGINT AS samples
-    FROM %s WHERE %s AND len(stack_frame_ids) > 0
-    GROUP BY build_id, stack_frame_ids
-), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %s)
-SELECT agg.build_id, list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples
-FROM agg, dict`, tb.stacks, where, tb.frames)
+	// Rows of different sampling periods stay apart (one stack may come
+	// from nodes at 19 and 99 Hz) and merge in Go.
+	stmt := tb.stacksSQL(tb.stacks, "build_id", where, fallback)
 	res, err := src.Query(ctx, stmt)
 	if err != nil {
 		return nil, fmt.Errorf("read stacks from %s: %w", src.Describe(), err)
@@ -103,13 +172,27 @@ FROM agg, dict`, tb.stacks, where, tb.frames)
 	if res.Truncated != "" {
 		return nil, fmt.Errorf("read stacks from %s: result truncated (%s): narrow the time range", src.Describe(), res.Truncated)
 	}
-	p := &Profile{Service: sel.Service, Range: sel.Range, Tier: src.Tier(), Binaries: map[string]string{}}
+	p := &Profile{Service: sel.Service, Range: sel.Range, Tier: src.Tier(), Binaries: map[string]string{}, Fallback: fallback}
+	merged := map[string]int{}
 	for _, r := range res.Rows {
 		n, err := asInt64(r[2])
 		if err != nil {
 			return nil, fmt.Errorf("read stacks: samples: %w", err)
 		}
-		p.Stacks = append(p.Stacks, Stack{BuildID: asString(r[0]), Frames: asStrings(r[1]), Count: n})
+		cpu, err := asFloat64(r[3])
+		if err != nil {
+			return nil, fmt.Errorf("read stacks: cpu_ns: %w", err)
+		}
+		p.addPeriod(r[4], n)
+		s := Stack{BuildID: asString(r[0]), Frames: asStrings(r[1]), Count: n, CPU: time.Duration(cpu)}
+		key := s.BuildID + "\x00" + strings.Join(s.Frames, "\x00")
+		if i, ok := merged[key]; ok {
+			p.Stacks[i].Count += s.Count
+			p.Stacks[i].CPU += s.CPU
+			continue
+		}
+		merged[key] = len(p.Stacks)
+		p.Stacks = append(p.Stacks, s)
 	}
 	// Sorted so output and ties are stable whatever order DuckDB returns.
 	sort.Slice(p.Stacks, func(i, j int) bool {
@@ -297,6 +380,20 @@ func asInt64(v any) (int64, error) {
 	return 0, fmt.Errorf("unexpected %T %v for a count", v, v)
 }
 
+// asFloat64 reads a DOUBLE from an endpoint (json.Number) or driver value.
+func asFloat64(v any) (float64, error) {
+	switch x := v.(type) {
+	case json.Number:
+		return x.Float64()
+	case float64:
+		return x, nil
+	case nil:
+		return 0, nil
+	}
+	n, err := asInt64(v)
+	return float64(n), err
+}
+
 func asString(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -330,7 +427,7 @@ type ServiceSummary struct {
 
 // Services lists the services with samples in r, busiest first.
 func Services(ctx context.Context, src Source, r timerange.Range) ([]ServiceSummary, error) {
-	tb := tablesFor(src.Tier())
+	tb := tablesOf(src)
 	res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT, count(DISTINCT build_id)::BIGINT FROM %s
 WHERE %s >= %s AND %s < %s GROUP BY service_id ORDER BY 2 DESC, 1`, tb.stacks, tb.timeCol, sqlTime(r.Since), tb.timeCol, sqlTime(r.Until)))
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 )
@@ -30,19 +31,90 @@ const (
 // which is internal to the exporter; the schema_version check in Open
 // refuses files this code does not know.
 type tables struct {
-	stacks, frames, binaries, timeCol string
+	// stacks holds every sample (version 4: the Samples table; before:
+	// the RFD table, trace-tagged rows included), traces the trace-tagged
+	// ones (version 4: the Traces table with binary IDs; before: stacks).
+	stacks, traces, frames, binaries, timeCol string
+	// stackDict is the stack dictionary rows point into by stack_id; ""
+	// before version 4, when rows carried stack_frame_ids.
+	stackDict string
+	// period is the sampling period of a row in nanoseconds, NULL when
+	// unknown (files before schema version 3 did not store it).
+	period string
 }
 
 func tablesFor(t Tier) tables {
 	if t == Summary {
-		return tables{"cpu_profile_summaries", "profile_frame_dictionary", "binary_metadata_registry", "bucket_time"}
+		return tables{stacks: "stack_summaries", traces: "trace_summaries", frames: "profile_frame_dictionary", binaries: "binary_metadata_registry",
+			timeCol: "bucket_time", stackDict: "profile_stack_dictionary", period: "sample_period_ns"}
 	}
-	return tables{"cpu_profile_samples_local", "profile_frame_dictionary_local", "binary_metadata_local", "timestamp"}
+	return tables{stacks: "stack_samples_local", traces: "trace_samples_local", frames: "profile_frame_dictionary_local", binaries: "binary_metadata_local",
+		timeCol: "timestamp", stackDict: "profile_stack_dictionary_local", period: "sample_period_ns"}
 }
 
-// supportedVersions are the schema versions whose stack and frame tables
-// have the columns read here.
-var supportedVersions = map[int64]bool{1: true, 2: true}
+// rfdStacks is the RFD name of a tier's stacks (a table before version 4,
+// a view since).
+func rfdStacks(t Tier) string {
+	if t == Summary {
+		return "cpu_profile_summaries"
+	}
+	return "cpu_profile_samples_local"
+}
+
+// tablesOf is tablesFor the source's tier and schema version.
+func tablesOf(src Source) tables {
+	tb := tablesFor(src.Tier())
+	v, ok := src.(interface{ version() int64 })
+	if !ok || v.version() >= 4 {
+		return tb
+	}
+	tb.stacks, tb.traces, tb.stackDict = rfdStacks(src.Tier()), rfdStacks(src.Tier()), ""
+	if v.version() < 3 {
+		tb.period = "NULL::BIGINT"
+	}
+	return tb
+}
+
+// traceWhere selects a trace's rows (id as ParseTraceID returns it).
+func (tb tables) traceWhere(id string) string {
+	if tb.stackDict == "" {
+		return "trace_id = " + quote(id)
+	}
+	return "trace_id = unhex(" + quote(id) + ")"
+}
+
+// hexID is an ID column as lowercase hex.
+func (tb tables) hexID(col string) string {
+	if tb.stackDict == "" {
+		return col
+	}
+	return "lower(hex(" + col + "))"
+}
+
+// stacksSQL sums the rows of table matching where per group columns, stack
+// and sampling period, then names each distinct stack's frames once:
+// decoding every row costs more than the whole aggregation. It returns the
+// group columns, frames (root first), samples, cpu_ns and period.
+func (tb tables) stacksSQL(table, group, where string, fallback time.Duration) string {
+	key, frames, join, nonEmpty := "stack_id", "s.stack_frame_ids", " JOIN "+tb.stackDict+" s USING (stack_id)", ""
+	if tb.stackDict == "" {
+		key, frames, join, nonEmpty = "stack_frame_ids", "agg.stack_frame_ids", "", " AND len(stack_frame_ids) > 0"
+	}
+	var aggGroup []string
+	for _, c := range strings.Split(group, ", ") {
+		aggGroup = append(aggGroup, "agg."+c)
+	}
+	return fmt.Sprintf(`WITH agg AS (
+    SELECT %[1]s, %[2]s, %[3]s AS period, sum(sample_count)::BIGINT AS samples, %[4]s AS cpu_ns
+    FROM %[5]s WHERE %[6]s%[7]s
+    GROUP BY ALL
+), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[8]s)
+SELECT %[9]s, list_transform(%[10]s, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples, agg.cpu_ns, agg.period
+FROM agg%[11]s, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty, tb.frames, strings.Join(aggGroup, ", "), frames, join)
+}
+
+// supportedVersions are the schema versions whose tables are read here.
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -134,7 +206,7 @@ func Open(ctx context.Context, t Target) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	tier, err := detectTier(ctx, src)
+	tier, ver, err := detectTier(ctx, src)
 	if err != nil {
 		src.Close()
 		return nil, err
@@ -145,36 +217,39 @@ func Open(ctx context.Context, t Target) (Source, error) {
 	}
 	switch s := src.(type) {
 	case *endpointSource:
-		s.tier = tier
+		s.tier, s.ver = tier, ver
 	case *fileSource:
-		s.tier = tier
+		s.tier, s.ver = tier, ver
 	}
 	return src, nil
 }
 
-func detectTier(ctx context.Context, src Source) (Tier, error) {
+func detectTier(ctx context.Context, src Source) (Tier, int64, error) {
 	res, err := src.Query(ctx, "SELECT tier, version FROM schema_version")
 	if err != nil {
-		return "", fmt.Errorf("read schema_version of %s (is it a hotpath file?): %w", src.Describe(), err)
+		return "", 0, fmt.Errorf("read schema_version of %s (is it a hotpath file?): %w", src.Describe(), err)
 	}
 	if len(res.Rows) != 1 {
-		return "", fmt.Errorf("%s: schema_version has %d rows, want 1", src.Describe(), len(res.Rows))
+		return "", 0, fmt.Errorf("%s: schema_version has %d rows, want 1", src.Describe(), len(res.Rows))
 	}
 	tier := Tier(asString(res.Rows[0][0]))
 	ver, _ := asInt64(res.Rows[0][1])
 	if tier != Local && tier != Summary {
-		return "", fmt.Errorf("%s: unknown tier %q", src.Describe(), tier)
+		return "", 0, fmt.Errorf("%s: unknown tier %q", src.Describe(), tier)
 	}
 	if !supportedVersions[ver] {
-		return "", fmt.Errorf("%s: schema version %d is not supported by this hotpath; upgrade hotpath", src.Describe(), ver)
+		return "", 0, fmt.Errorf("%s: schema version %d is not supported by this hotpath; upgrade hotpath", src.Describe(), ver)
 	}
-	return tier, nil
+	return tier, ver, nil
 }
 
 type endpointSource struct {
 	c    sqlquery.Client
 	tier Tier
+	ver  int64
 }
+
+func (s *endpointSource) version() int64 { return s.ver }
 
 func (s *endpointSource) Query(ctx context.Context, stmt string) (*sqlquery.Result, error) {
 	return s.c.Query(ctx, stmt)
@@ -188,7 +263,10 @@ type fileSource struct {
 	run   func(ctx context.Context, stmt string) (*sqlquery.Result, error)
 	close func() error
 	tier  Tier
+	ver   int64
 }
+
+func (s *fileSource) version() int64 { return s.ver }
 
 // openFile opens path read-only. DuckDB lets one process hold a file, so
 // this fails while a collector runs; the error says to use its endpoint.
@@ -232,14 +310,19 @@ func (s *fileSource) Close() error     { return s.close() }
 
 // Tables are a tier's table names, for commands that write (symbolize).
 type Tables struct {
-	Stacks, Frames, Binaries string
+	Frames, StackDict, Binaries string
+	// Rows are the tables whose rows point into StackDict by stack_id.
+	Rows []string
 	// HasSymbolStorage: the gateway's binary registry records where
 	// symbols were found.
 	HasSymbolStorage bool
 }
 
-// TablesOf returns the table names of tier t.
+// WritableVersion is the schema version whose tables TablesOf names.
+const WritableVersion = 4
+
+// TablesOf returns the table names of tier t (schema version 4).
 func TablesOf(t Tier) Tables {
 	tb := tablesFor(t)
-	return Tables{Stacks: tb.stacks, Frames: tb.frames, Binaries: tb.binaries, HasSymbolStorage: t == Summary}
+	return Tables{Frames: tb.frames, StackDict: tb.stackDict, Binaries: tb.binaries, Rows: []string{tb.stacks, tb.traces}, HasSymbolStorage: t == Summary}
 }

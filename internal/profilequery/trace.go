@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -66,6 +67,28 @@ func (tp *TraceProfile) Total() int64 {
 	return n
 }
 
+// CPU is the trace's CPU time over every service.
+func (tp *TraceProfile) CPU() time.Duration {
+	var d time.Duration
+	for _, s := range tp.Services {
+		d += s.CPU()
+	}
+	return d
+}
+
+// Frequencies lists the sampling frequencies of the trace's samples, most
+// samples first.
+func (tp *TraceProfile) Frequencies() []float64 {
+	all := &Profile{Periods: map[time.Duration]int64{}}
+	for _, s := range tp.Services {
+		all.Fallback = s.Fallback
+		for period, n := range s.Periods {
+			all.Periods[period] += n
+		}
+	}
+	return all.Frequencies()
+}
+
 // Folded is the trace's folded stacks with the service as the root frame,
 // "service;root;...;leaf count", so flamegraph.pl draws one tower per
 // service.
@@ -82,10 +105,11 @@ func (tp *TraceProfile) Folded() []FoldedLine {
 // Hotspot is a function where a trace's samples were taken (the leaf, self
 // time), with the caller it was most often called from.
 type Hotspot struct {
-	Function string  `json:"function"`
-	Caller   string  `json:"caller,omitempty"` // most frequent direct caller, "" for a root
-	Samples  int64   `json:"samples"`
-	Share    float64 `json:"share"` // of the service's samples in the trace, 0..1
+	Function string        `json:"function"`
+	Caller   string        `json:"caller,omitempty"` // most frequent direct caller, "" for a root
+	Samples  int64         `json:"samples"`
+	CPU      time.Duration `json:"-"`     // of those samples, at their own periods
+	Share    float64       `json:"share"` // of the service's samples in the trace, 0..1
 }
 
 // Hotspots returns the n functions with the most self samples (all with
@@ -93,6 +117,7 @@ type Hotspot struct {
 func (p *Profile) Hotspots(n int) []Hotspot {
 	type leaf struct {
 		samples int64
+		cpu     time.Duration
 		callers map[string]int64
 	}
 	leaves := map[string]*leaf{}
@@ -108,6 +133,7 @@ func (p *Profile) Hotspots(n int) []Hotspot {
 			leaves[name] = l
 		}
 		l.samples += s.Count
+		l.cpu += s.CPU
 		if len(frames) > 1 {
 			l.callers[frames[len(frames)-2]] += s.Count
 		}
@@ -115,7 +141,7 @@ func (p *Profile) Hotspots(n int) []Hotspot {
 	total := p.Total()
 	out := make([]Hotspot, 0, len(leaves))
 	for name, l := range leaves {
-		h := Hotspot{Function: name, Samples: l.samples}
+		h := Hotspot{Function: name, Samples: l.samples, CPU: l.cpu}
 		if total > 0 {
 			h.Share = float64(l.samples) / float64(total)
 		}
@@ -142,7 +168,10 @@ func (p *Profile) Hotspots(n int) []Hotspot {
 // TraceHints tune the explanation LoadTrace gives for a trace without
 // samples.
 type TraceHints struct {
-	FrequencyHz float64 // sampling frequency, for "shorter than one period"
+	// FrequencyHz is the sampling frequency of rows stored without a
+	// period (0: DefaultFallbackHz), and the frequency named in "shorter
+	// than one period" when the trace has no samples.
+	FrequencyHz float64
 }
 
 // LoadTrace reads the samples tagged with traceID (as ParseTraceID returns
@@ -151,19 +180,13 @@ func LoadTrace(ctx context.Context, src Source, traceID, service string, hints T
 	if _, err := ParseTraceID(traceID); err != nil {
 		return nil, err
 	}
-	tb := tablesFor(src.Tier())
-	where := "trace_id = " + quote(traceID)
+	tb := tablesOf(src)
+	fallback := fallbackPeriod(hints.FrequencyHz)
+	where := tb.traceWhere(traceID)
 	if service != "" {
 		where += " AND service_id = " + quote(service)
 	}
-	// As in Load: aggregate on integer IDs, decode each distinct stack once.
-	stmt := fmt.Sprintf(`WITH agg AS (
-    SELECT service_id, build_id, stack_frame_ids, sum(sample_count)::BIGINT AS samples
-    FROM %s WHERE %s AND len(stack_frame_ids) > 0
-    GROUP BY service_id, build_id, stack_frame_ids
-), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %s)
-SELECT agg.service_id, agg.build_id, list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples
-FROM agg, dict`, tb.stacks, where, tb.frames)
+	stmt := tb.stacksSQL(tb.traces, "service_id, build_id", where, fallback)
 	res, err := src.Query(ctx, stmt)
 	if err != nil {
 		return nil, fmt.Errorf("read stacks of trace %s from %s: %w", traceID, src.Describe(), err)
@@ -176,23 +199,37 @@ FROM agg, dict`, tb.stacks, where, tb.frames)
 		return tp, noTraceSamplesError(ctx, src, traceID, service, hints, tb)
 	}
 	byService := map[string]*ServiceProfile{}
+	merged := map[string]int{}
 	for _, r := range res.Rows {
 		n, err := asInt64(r[3])
 		if err != nil {
 			return nil, fmt.Errorf("read stacks of trace %s: samples: %w", traceID, err)
 		}
+		cpu, err := asFloat64(r[4])
+		if err != nil {
+			return nil, fmt.Errorf("read stacks of trace %s: cpu_ns: %w", traceID, err)
+		}
 		name := asString(r[0])
 		sp := byService[name]
 		if sp == nil {
-			sp = &ServiceProfile{Profile: &Profile{Service: name, Tier: src.Tier(), Binaries: map[string]string{}}}
+			sp = &ServiceProfile{Profile: &Profile{Service: name, Tier: src.Tier(), Binaries: map[string]string{}, Fallback: fallback}}
 			byService[name] = sp
 		}
-		sp.Stacks = append(sp.Stacks, Stack{BuildID: asString(r[1]), Frames: asStrings(r[2]), Count: n})
+		sp.addPeriod(r[5], n)
+		s := Stack{BuildID: asString(r[1]), Frames: asStrings(r[2]), Count: n, CPU: time.Duration(cpu)}
+		key := name + "\x00" + s.BuildID + "\x00" + strings.Join(s.Frames, "\x00")
+		if i, ok := merged[key]; ok {
+			sp.Stacks[i].Count += s.Count
+			sp.Stacks[i].CPU += s.CPU
+			continue
+		}
+		merged[key] = len(sp.Stacks)
+		sp.Stacks = append(sp.Stacks, s)
 	}
 
 	// When and in how many spans each service ran the trace.
-	mres, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, min(%[1]s), max(%[1]s), list(DISTINCT span_id ORDER BY span_id) FILTER (WHERE span_id IS NOT NULL)
-FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.stacks, where))
+	mres, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, min(%[1]s), max(%[1]s), list(DISTINCT %[4]s ORDER BY %[4]s) FILTER (WHERE span_id IS NOT NULL)
+FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.hexID("span_id")))
 	if err != nil {
 		return nil, fmt.Errorf("read time range of trace %s from %s: %w", traceID, src.Describe(), err)
 	}
@@ -268,7 +305,7 @@ func noTraceSamplesError(ctx context.Context, src Source, traceID, service strin
 	msg := fmt.Sprintf("for trace %s", traceID)
 	if service != "" {
 		msg += fmt.Sprintf(" in service %q", service)
-		res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT FROM %s WHERE trace_id = %s GROUP BY service_id ORDER BY 2 DESC, 1`, tb.stacks, quote(traceID)))
+		res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT FROM %s WHERE %s GROUP BY service_id ORDER BY 2 DESC, 1`, tb.traces, tb.traceWhere(traceID)))
 		if err == nil && len(res.Rows) > 0 {
 			var parts []string
 			for _, r := range res.Rows {
@@ -279,8 +316,16 @@ func noTraceSamplesError(ctx context.Context, src Source, traceID, service strin
 	}
 	msg += " on " + src.Describe() + "."
 	var reasons []string
-	if p := PeriodAt(hints.FrequencyHz); p > 0 {
-		reasons = append(reasons, fmt.Sprintf("the trace ran on CPU for less than one sampling period (%s at %g Hz) in each service, so no sample fell inside it", FormatCPUTime(p), hints.FrequencyHz))
+	// The period the file's samples were mostly taken at; the hint for a
+	// file that stored none.
+	hz := hints.FrequencyHz
+	if res, err := src.Query(ctx, fmt.Sprintf(`SELECT %[1]s FROM %[2]s WHERE %[1]s IS NOT NULL GROUP BY 1 ORDER BY sum(sample_count) DESC, 1 LIMIT 1`, tb.period, tb.stacks)); err == nil && len(res.Rows) == 1 {
+		if ns, _ := asInt64(res.Rows[0][0]); ns > 0 {
+			hz = math.Round(float64(time.Second)/float64(ns)*100) / 100
+		}
+	}
+	if p := PeriodAt(hz); p > 0 {
+		reasons = append(reasons, fmt.Sprintf("the trace ran on CPU for less than one sampling period (%s at %g Hz) in each service, so no sample fell inside it", FormatCPUTime(p), hz))
 	}
 	reasons = append(reasons, "its services do not tag samples: the agent needs trace_context enabled (the default) and the application the SDK (sdk/go/tracectx, sdk/c/hotpath_tracectx.h) or OpenTelemetry eBPF Instrumentation writing the traces_ctx_v1 map")
 	if src.Tier() == Summary {
@@ -292,14 +337,14 @@ func noTraceSamplesError(ctx context.Context, src Source, traceID, service strin
 	for i, r := range reasons {
 		msg += fmt.Sprintf("\n  %d. %s", i+1, r)
 	}
-	res, err := src.Query(ctx, fmt.Sprintf(`SELECT count(DISTINCT trace_id)::BIGINT, coalesce(sum(sample_count), 0)::BIGINT FROM %s WHERE trace_id IS NOT NULL`, tb.stacks))
+	res, err := src.Query(ctx, fmt.Sprintf(`SELECT count(DISTINCT trace_id)::BIGINT, coalesce(sum(sample_count), 0)::BIGINT FROM %s WHERE trace_id IS NOT NULL`, tb.traces))
 	if err == nil && len(res.Rows) == 1 {
 		traces, _ := asInt64(res.Rows[0][0])
 		samples, _ := asInt64(res.Rows[0][1])
 		if traces == 0 {
 			msg += "\nThe database holds no trace-tagged samples at all: trace context is not reaching it (reason 2)."
 		} else {
-			msg += fmt.Sprintf("\nThe database holds %d trace-tagged samples of %d traces (`hotpath sql \"SELECT trace_id, sum(sample_count) FROM %s WHERE trace_id IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 10\"` lists the busiest).", samples, traces, tb.stacks)
+			msg += fmt.Sprintf("\nThe database holds %d trace-tagged samples of %d traces (`hotpath sql \"SELECT trace_id, sum(sample_count) FROM %s WHERE trace_id IS NOT NULL GROUP BY 1 ORDER BY 2 DESC LIMIT 10\"` lists the busiest).", samples, traces, rfdStacks(src.Tier()))
 		}
 	}
 	return fmt.Errorf("%w %s", ErrNoSamples, msg)

@@ -111,6 +111,29 @@ func IsSampleCount(dict pprofile.ProfilesDictionary, p pprofile.Profile) bool {
 	return str(dict, st.TypeStrindex()) == SampleTypeSamples && str(dict, st.UnitStrindex()) == UnitCount
 }
 
+// Bounds of a sampling period PeriodNanos accepts: 1 MHz to one sample a
+// minute. Anything outside is a unit mix-up or forged, and would overflow
+// CPU-time sums (count × period) in storage.
+const (
+	MinPeriodNanos = int64(time.Microsecond)
+	MaxPeriodNanos = int64(time.Minute)
+)
+
+// PeriodNanos is the CPU time one sample of p stands for, in nanoseconds:
+// its period when the period type is cpu/nanoseconds (the receiver sets
+// 1e9/frequency_hz), else 0 (unknown). ok is false for a cpu/nanoseconds
+// period outside [MinPeriodNanos, MaxPeriodNanos], which is also unknown.
+func PeriodNanos(dict pprofile.ProfilesDictionary, p pprofile.Profile) (period int64, ok bool) {
+	pt := p.PeriodType()
+	if str(dict, pt.TypeStrindex()) != SampleTypeCPU || str(dict, pt.UnitStrindex()) != UnitNanoseconds || p.Period() == 0 {
+		return 0, true
+	}
+	if p.Period() < MinPeriodNanos || p.Period() > MaxPeriodNanos {
+		return 0, false
+	}
+	return p.Period(), true
+}
+
 // SampleTime is the time a sample belongs to: its first timestamp when it has
 // one, else the start of its profile. The receiver aggregates in the kernel and
 // so emits samples without timestamps.

@@ -384,7 +384,7 @@ func markdown(dir string, rows []row, notes []string, ag *agentResult, st *store
 			fmt.Fprintf(&b, "| %s | %s | %d (du: %d) | %d | %d | %d | %d | %d |\n", t.name, filepath.Base(t.t.Path), t.t.FileBytes, t.t.DiskBytes, t.t.Rows, t.t.TracedRows, t.t.Frames, t.t.Samples, t.t.Pushes)
 		}
 		if len(st.Summary.Breakdown) > 0 {
-			b.WriteString("\nWhere the summary tier's bytes go: each column subset of `cpu_profile_summaries` copied alone into a fresh file and CHECKPOINTed.\n\n| columns | bytes | bytes per row |\n|---|---|---|\n")
+			b.WriteString("\nWhere the summary tier's bytes go: each table, or column subset, copied alone into a fresh file and CHECKPOINTed (bytes per row: per row of that table).\n\n| table: columns | bytes | bytes per row |\n|---|---|---|\n")
 			for _, p := range st.Summary.Breakdown {
 				fmt.Fprintf(&b, "| `%s` | %d | %.1f |\n", p.Columns, p.Bytes, p.BytesPerRow)
 			}

@@ -93,14 +93,20 @@ func (b *builder) service(svc *Service, si int, iv Interval, samples []Sample, h
 	sp.Scope().SetName(profileschema.ScopeName)
 	at := pcommon.NewTimestampFromTime(iv.Start)
 
+	period := periodNanos(hz)
+	// Both profiles carry the sampling period, as the receiver's do.
 	counted := sp.Profiles().AppendEmpty()
 	counted.SampleType().SetTypeStrindex(b.str(profileschema.SampleTypeSamples))
 	counted.SampleType().SetUnitStrindex(b.str(profileschema.UnitCount))
-	counted.SetTime(at)
 	cpu := sp.Profiles().AppendEmpty()
 	cpu.SampleType().SetTypeStrindex(b.str(profileschema.SampleTypeCPU))
 	cpu.SampleType().SetUnitStrindex(b.str(profileschema.UnitNanoseconds))
-	cpu.SetTime(at)
+	for _, p := range []pprofile.Profile{counted, cpu} {
+		p.PeriodType().SetTypeStrindex(b.str(profileschema.SampleTypeCPU))
+		p.PeriodType().SetUnitStrindex(b.str(profileschema.UnitNanoseconds))
+		p.SetPeriod(period)
+		p.SetTime(at)
+	}
 
 	// Merge identical samples first, keeping first-seen order.
 	counts := map[sampleKey]int64{}
@@ -112,7 +118,6 @@ func (b *builder) service(svc *Service, si int, iv Interval, samples []Sample, h
 		}
 		counts[k]++
 	}
-	period := periodNanos(hz)
 	for _, k := range order {
 		s := counted.Samples().AppendEmpty()
 		s.SetStackIndex(k.stack)

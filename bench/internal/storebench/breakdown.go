@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 )
 
-// Part is what a subset of the stack table's columns costs on disk.
+// Part is what a table, or a subset of its columns, costs on disk.
 type Part struct {
 	Columns     string  `json:"columns"`
 	Bytes       int64   `json:"bytes"`
@@ -58,7 +58,7 @@ func breakdown(ctx context.Context, dir, path, table string, subsets []string) (
 		if err != nil {
 			return nil, err
 		}
-		p := Part{Columns: cols, Bytes: st.Size()}
+		p := Part{Columns: table[len("src."):] + ": " + cols, Bytes: st.Size()}
 		if rows > 0 {
 			p.BytesPerRow = float64(p.Bytes) / float64(rows)
 		}

@@ -26,21 +26,27 @@ func timeQueries(ctx context.Context, o Options, res *Result, localPath, summary
 	folded := func(since time.Time) string {
 		return fmt.Sprintf("SELECT folded, samples FROM folded_stacks('%s', %s, %s)", service, ts(since), ts(end))
 	}
-	want := func(stacks, timeCol string, since time.Time) string {
+	// The expected totals: a plain sum over the samples table.
+	want := func(tb tierTables, since time.Time) string {
 		return fmt.Sprintf("SELECT coalesce(sum(sample_count), 0) FROM %s WHERE service_id = '%s' AND %s >= %s AND %s < %s",
-			stacks, service, timeCol, ts(since), timeCol, ts(end))
+			tb.samples, service, tb.timeCol, ts(since), tb.timeCol, ts(end))
 	}
-	trace := func(decoded string) string {
-		return fmt.Sprintf("SELECT folded, sum(sample_count) AS samples FROM %s WHERE trace_id = '%s' GROUP BY folded ORDER BY samples DESC", decoded, o.Trace.TraceID)
+	// What hotpath trace-profile runs: the trace table by binary ID,
+	// summed per stack, each distinct stack decoded once.
+	trace := func(tb tierTables) string {
+		return fmt.Sprintf(`WITH agg AS (SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %s WHERE trace_id = unhex('%s') GROUP BY stack_id),
+dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %s)
+SELECT array_to_string(list_transform(s.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded, samples
+FROM agg JOIN %s s USING (stack_id), dict ORDER BY samples DESC`, tb.traces, o.Trace.TraceID, tb.frames, tb.stackDict)
 	}
 
 	run := []struct {
 		name, file, sql, wantSQL string
 		want                     int64
 	}{
-		{name: fmt.Sprintf("local 1h folded_stacks (%g h stored)", o.LocalSpan.Hours()), file: localPath, sql: folded(hourAgo), wantSQL: want("cpu_profile_samples_local", "timestamp", hourAgo)},
-		{name: fmt.Sprintf("local trace lookup (%g h of trace-tagged rows)", o.LocalSpan.Hours()), file: localPath, sql: trace("cpu_profile_samples_local_decoded"), want: o.Trace.Samples},
-		{name: fmt.Sprintf("summary trace lookup (%g h of trace-tagged rows)", o.Span.Hours()), file: summaryPath, sql: trace("cpu_profile_summaries_decoded"), want: o.Trace.Samples},
+		{name: fmt.Sprintf("local 1h folded_stacks (%g h stored)", o.LocalSpan.Hours()), file: localPath, sql: folded(hourAgo), wantSQL: want(localTables, hourAgo)},
+		{name: fmt.Sprintf("local trace lookup (%g h of trace-tagged rows)", o.LocalSpan.Hours()), file: localPath, sql: trace(localTables), want: o.Trace.Samples},
+		{name: fmt.Sprintf("summary trace lookup (%g h of trace-tagged rows)", o.Span.Hours()), file: summaryPath, sql: trace(summaryTables), want: o.Trace.Samples},
 	}
 	for _, r := range run {
 		q, err := timeQuery(ctx, r.file, r.name, r.sql, r.wantSQL, r.want, o.Runs)
@@ -71,17 +77,17 @@ func timeQueries(ctx context.Context, o Options, res *Result, localPath, summary
 	// the integer stacks before decoding names, as a reference for what the
 	// storage layout allows.
 	idsFirst := fmt.Sprintf(`WITH agg AS (
-  SELECT stack_frame_ids, sum(sample_count)::BIGINT AS samples FROM cpu_profile_summaries
-  WHERE service_id = '%s' AND bucket_time >= %s AND bucket_time < %s GROUP BY stack_frame_ids),
+  SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM stack_summaries
+  WHERE service_id = '%s' AND bucket_time >= %s AND bucket_time < %s GROUP BY stack_id),
 dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM profile_frame_dictionary)
-SELECT array_to_string(list_transform(stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded, samples
-FROM agg, dict ORDER BY samples DESC`, service, ts(daysAgo), ts(end))
-	wantLong := want("cpu_profile_summaries", "bucket_time", daysAgo)
+SELECT array_to_string(list_transform(s.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded, samples
+FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples DESC`, service, ts(daysAgo), ts(end))
+	wantLong := want(summaryTables, daysAgo)
 	for _, r := range []struct {
 		name, sql, want string
 		runs            int
 	}{
-		{fmt.Sprintf("summary 1h folded_stacks (%d days stored)", o.Days), folded(hourAgo), want("cpu_profile_summaries", "bucket_time", hourAgo), o.Runs},
+		{fmt.Sprintf("summary 1h folded_stacks (%d days stored)", o.Days), folded(hourAgo), want(summaryTables, hourAgo), o.Runs},
 		{fmt.Sprintf("summary %dd folded_stacks (%d days stored)", o.Days, o.Days), folded(daysAgo), wantLong, o.LongRuns},
 		{fmt.Sprintf("reference: summary %dd, hand-written ids-first query (the shipped macro does the same)", o.Days), idsFirst, wantLong, o.LongRuns},
 	} {
@@ -163,11 +169,13 @@ func replicate(ctx context.Context, path string, start time.Time, days int) erro
 	}
 	defer db.Close()
 	for k := days - 1; k >= 1; k-- {
-		q := fmt.Sprintf(`INSERT INTO cpu_profile_summaries
-SELECT bucket_time - INTERVAL %d DAY, service_id, pod_name, build_id, stack_frame_ids, sample_count, sample_percentage, trace_id, span_id
-FROM cpu_profile_summaries WHERE bucket_time >= %s AND bucket_time < %s`, k, ts(start), ts(start.Add(24*time.Hour)))
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("replicate day -%d into %s: %w", k, path, err)
+		for _, table := range []string{summaryTables.samples, summaryTables.traces} {
+			q := fmt.Sprintf(`INSERT INTO %[1]s
+SELECT * REPLACE (bucket_time - INTERVAL %[2]d DAY AS bucket_time)
+FROM %[1]s WHERE bucket_time >= %[3]s AND bucket_time < %[4]s ORDER BY bucket_time`, table, k, ts(start), ts(start.Add(24*time.Hour)))
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("replicate day -%d into %s: %w", k, path, err)
+			}
 		}
 	}
 	if _, err := db.ExecContext(ctx, "CHECKPOINT"); err != nil {

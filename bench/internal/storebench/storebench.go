@@ -59,10 +59,11 @@ type TraceProbe struct {
 type Tier struct {
 	Path             string  `json:"path"`
 	FileBytes        int64   `json:"file_bytes"`
-	DiskBytes        int64   `json:"disk_bytes"` // st_blocks × 512, what du counts
-	Rows             int64   `json:"rows"`
-	TracedRows       int64   `json:"traced_rows"`
+	DiskBytes        int64   `json:"disk_bytes"`  // st_blocks × 512, what du counts
+	Rows             int64   `json:"rows"`        // in the samples table
+	TracedRows       int64   `json:"traced_rows"` // in the trace table (also counted in Rows' samples)
 	Frames           int64   `json:"frames"`
+	Stacks           int64   `json:"stacks"` // stack dictionary entries
 	Samples          int64   `json:"samples"`
 	BytesPerSvcDay   float64 `json:"bytes_per_service_day"`
 	WriteSeconds     float64 `json:"write_seconds"` // both tiers written concurrently
@@ -188,20 +189,29 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Local.WriteSeconds, res.Summary.WriteSeconds = elapsed, elapsed
 
 	days := o.Span.Hours() / 24
-	if err := measureTier(ctx, &res.Local, localPath, "cpu_profile_samples_local", "profile_frame_dictionary_local", "timestamp", o.Host.Services, o.LocalSpan.Hours()/24); err != nil {
+	if err := measureTier(ctx, &res.Local, localPath, localTables, o.Host.Services, o.LocalSpan.Hours()/24); err != nil {
 		return nil, err
 	}
-	if err := measureTier(ctx, &res.Summary, summaryPath, "cpu_profile_summaries", "profile_frame_dictionary", "bucket_time", o.Host.Services, days); err != nil {
+	if err := measureTier(ctx, &res.Summary, summaryPath, summaryTables, o.Host.Services, days); err != nil {
 		return nil, err
 	}
-	if res.Summary.Breakdown, err = breakdown(ctx, o.Dir, summaryPath, "cpu_profile_summaries", []string{
-		"*",
-		"* EXCLUDE (trace_id, span_id)",
-		"stack_frame_ids",
-		"trace_id, span_id",
-		"* EXCLUDE (stack_frame_ids, trace_id, span_id)",
-	}); err != nil {
-		return nil, err
+	// Each table, and the columns of the samples table, on their own.
+	for _, part := range []struct{ table, cols string }{
+		{summaryTables.samples, "*"},
+		{summaryTables.samples, "bucket_time, service_id, pod_name, build_id"},
+		{summaryTables.samples, "stack_id"},
+		{summaryTables.samples, "sample_count"},
+		{summaryTables.samples, "sample_period_ns"},
+		{summaryTables.traces, "*"},
+		{summaryTables.traces, "trace_id, span_id"},
+		{summaryTables.stackDict, "*"},
+		{summaryTables.frames, "*"},
+	} {
+		p, err := breakdown(ctx, o.Dir, summaryPath, part.table, []string{part.cols})
+		if err != nil {
+			return nil, err
+		}
+		res.Summary.Breakdown = append(res.Summary.Breakdown, p...)
 	}
 	o.Log("storage: local %d rows %.1f MB, summary %d rows %.1f MB", res.Local.Rows, float64(res.Local.FileBytes)/1e6, res.Summary.Rows, float64(res.Summary.FileBytes)/1e6)
 
@@ -295,9 +305,19 @@ func joinShutdown(ctx context.Context, exp xexporter.Profiles, err error) error 
 	return err
 }
 
+// tierTables names a tier's tables (schema version 4).
+type tierTables struct {
+	samples, traces, stackDict, frames, timeCol string
+}
+
+var (
+	localTables   = tierTables{"stack_samples_local", "trace_samples_local", "profile_stack_dictionary_local", "profile_frame_dictionary_local", "timestamp"}
+	summaryTables = tierTables{"stack_summaries", "trace_summaries", "profile_stack_dictionary", "profile_frame_dictionary", "bucket_time"}
+)
+
 // measureTier checkpoints the file (so its size is its data, not a WAL),
 // then counts what it holds.
-func measureTier(ctx context.Context, t *Tier, path, stacks, frames, timeCol string, services int, days float64) error {
+func measureTier(ctx context.Context, t *Tier, path string, tb tierTables, services int, days float64) error {
 	db, err := sql.Open("duckdb", path)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
@@ -306,12 +326,12 @@ func measureTier(ctx context.Context, t *Tier, path, stacks, frames, timeCol str
 	if _, err := db.ExecContext(ctx, "CHECKPOINT"); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	q := fmt.Sprintf(`SELECT count(*), count(trace_id), coalesce(sum(sample_count), 0),
-  (SELECT count(*) FROM %[2]s),
-  (SELECT avg(n) FROM (SELECT count(DISTINCT stack_frame_ids) AS n FROM %[1]s
+	q := fmt.Sprintf(`SELECT count(*), (SELECT count(*) FROM %[4]s), coalesce(sum(sample_count), 0),
+  (SELECT count(*) FROM %[2]s), (SELECT count(*) FROM %[5]s),
+  (SELECT avg(n) FROM (SELECT count(DISTINCT stack_id) AS n FROM %[1]s
      GROUP BY service_id, time_bucket(INTERVAL 1 MINUTE, %[3]s)))
-FROM %[1]s`, stacks, frames, timeCol)
-	if err := db.QueryRowContext(ctx, q).Scan(&t.Rows, &t.TracedRows, &t.Samples, &t.Frames, &t.DistinctPerSvcMn); err != nil {
+FROM %[1]s`, tb.samples, tb.frames, tb.timeCol, tb.traces, tb.stackDict)
+	if err := db.QueryRowContext(ctx, q).Scan(&t.Rows, &t.TracedRows, &t.Samples, &t.Frames, &t.Stacks, &t.DistinctPerSvcMn); err != nil {
 		return fmt.Errorf("count rows of %s: %w", path, err)
 	}
 	if err := db.Close(); err != nil {

@@ -1,6 +1,6 @@
-// Package retention deletes what a hotpath file no longer keeps: stack rows
-// past their age (trace-tagged summary rows sooner), binary metadata not seen
-// for a while, and frames no stored stack references any more. Deletes run
+// Package retention deletes what a hotpath file no longer keeps: rows past
+// their age (trace-tagged rows sooner), binary metadata not seen for a
+// while, stacks no row references and frames no stack references any more. Deletes run
 // in bounded chunks, each its own short transaction, so a large cleanup never
 // holds up ingestion for more than one chunk.
 package retention
@@ -9,9 +9,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
 )
@@ -19,8 +19,8 @@ import (
 // Policy says how long each kind of row is kept. A zero duration keeps rows
 // forever.
 type Policy struct {
-	Stacks       time.Duration // all stack rows
-	TraceStacks  time.Duration // stack rows with a trace_id (0: as Stacks)
+	Stacks       time.Duration // the samples (flame-graph rows)
+	TraceStacks  time.Duration // trace-tagged rows (0 or longer: as Stacks)
 	Binaries     time.Duration // binary metadata, by last_seen
 	BatchIDs     time.Duration // ids of stored batches (dedup of resends), by stored_at
 	ChunkRows    int           // rows per delete transaction
@@ -29,7 +29,8 @@ type Policy struct {
 
 // Result counts what one Apply removed.
 type Result struct {
-	Stacks   int64
+	Stacks   int64 // rows
+	StackIDs int64 // stack dictionary entries
 	Frames   int64
 	Binaries int64
 }
@@ -42,20 +43,20 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 		p.ChunkRows = 50_000
 	}
 	type rule struct {
+		table string
 		age   time.Duration
-		extra string
 	}
-	rules := []rule{{age: p.Stacks}}
-	if p.TraceStacks > 0 && (p.Stacks == 0 || p.TraceStacks < p.Stacks) {
-		rules = append(rules, rule{age: p.TraceStacks, extra: " AND trace_id IS NOT NULL"})
+	traceAge := p.TraceStacks
+	if traceAge <= 0 || (p.Stacks > 0 && traceAge > p.Stacks) {
+		traceAge = p.Stacks
 	}
-	for _, r := range rules {
+	for _, r := range []rule{{tb.Samples, p.Stacks}, {tb.Traces, traceAge}} {
 		if r.age <= 0 {
 			continue
 		}
 		cutoff := now.Add(-r.age).UTC()
 		for {
-			n, err := deleteChunk(ctx, w, tb, cutoff, r.extra, p)
+			n, err := deleteChunk(ctx, w, r.table, tb.TimeCol, cutoff, p)
 			if err != nil {
 				return res, err
 			}
@@ -65,32 +66,39 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 			}
 		}
 	}
-	// Frames whose references all expired.
-	err := w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(*framedict.FrameDict), error) {
-		rows, err := conn.QueryContext(ctx, "DELETE FROM "+tb.Frames+" WHERE frame_count <= 0 RETURNING frame_name")
+	// Stacks no row references any more, and then frames no stack
+	// references: frame_count counts occurrences in the stack dictionary.
+	err := w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
+		var used []string
+		for _, t := range tb.RowTables() {
+			used = append(used, "SELECT stack_id FROM "+t)
+		}
+		unused := "stack_id NOT IN (" + strings.Join(used, " UNION ") + ")"
+		_, err := conn.ExecContext(ctx, "UPDATE "+tb.Frames+" AS f SET frame_count = f.frame_count - d.n FROM ("+
+			"SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM "+tb.StackDict+" WHERE "+unused+") GROUP BY id"+
+			") AS d WHERE f.frame_id = d.id")
+		if err != nil {
+			return nil, fmt.Errorf("release frame references: %w", err)
+		}
+		stacks, err := column[int32](ctx, conn, "DELETE FROM "+tb.StackDict+" WHERE "+unused+" RETURNING stack_id")
+		if err != nil {
+			return nil, fmt.Errorf("delete unreferenced stacks: %w", err)
+		}
+		names, err := column[string](ctx, conn, "DELETE FROM "+tb.Frames+" WHERE frame_count <= 0 RETURNING frame_name")
 		if err != nil {
 			return nil, fmt.Errorf("delete unreferenced frames: %w", err)
 		}
-		defer rows.Close()
-		var names []string
-		for rows.Next() {
-			var n string
-			if err := rows.Scan(&n); err != nil {
-				return nil, fmt.Errorf("delete unreferenced frames: %w", err)
-			}
-			names = append(names, n)
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("delete unreferenced frames: %w", err)
-		}
-		res.Frames = int64(len(names))
-		return func(d *framedict.FrameDict) { d.Forget(names) }, nil
+		res.StackIDs, res.Frames = int64(len(stacks)), int64(len(names))
+		return func(d writer.Dicts) {
+			d.Stacks.Forget(stacks)
+			d.Frames.Forget(names)
+		}, nil
 	})
 	if err != nil {
 		return res, err
 	}
 	if p.BatchIDs > 0 {
-		err = w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(*framedict.FrameDict), error) {
+		err = w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
 			if _, err := conn.ExecContext(ctx, "DELETE FROM "+schema.IngestedBatches+" WHERE stored_at < ?", now.Add(-p.BatchIDs).UTC()); err != nil {
 				return nil, fmt.Errorf("delete old batch ids: %w", err)
 			}
@@ -101,7 +109,7 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 		}
 	}
 	if p.Binaries > 0 {
-		err = w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(*framedict.FrameDict), error) {
+		err = w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
 			r, err := conn.ExecContext(ctx, "DELETE FROM "+tb.Binaries+" WHERE last_seen < ?", now.Add(-p.Binaries).UTC())
 			if err != nil {
 				return nil, fmt.Errorf("delete old binary metadata: %w", err)
@@ -113,38 +121,48 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 	return res, err
 }
 
-// deleteChunk removes up to about p.ChunkRows of the oldest expired rows and
-// takes their frame references off the dictionary in the same transaction.
-// The chunk is a time range [oldest, boundary]: rows sharing the boundary
-// timestamp go together, so a chunk may be slightly larger than asked.
-func deleteChunk(ctx context.Context, w *writer.Writer, tb schema.Tables, cutoff time.Time, extra string, p Policy) (int64, error) {
+// column runs q and reads its one column.
+func column[T any](ctx context.Context, conn *sql.Conn, q string) ([]T, error) {
+	rows, err := conn.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// deleteChunk removes up to about p.ChunkRows of the oldest rows of table
+// before cutoff. The chunk is a time range [oldest, boundary]: rows sharing
+// the boundary timestamp go together, so a chunk may be slightly larger
+// than asked.
+func deleteChunk(ctx context.Context, w *writer.Writer, table, timeCol string, cutoff time.Time, p Policy) (int64, error) {
 	var deleted int64
 	if p.ChunkTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.ChunkTimeout)
 		defer cancel()
 	}
-	err := w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(*framedict.FrameDict), error) {
-		where := tb.TimeCol + " < $1" + extra
+	err := w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
 		var boundary sql.NullTime
-		err := conn.QueryRowContext(ctx, "SELECT max("+tb.TimeCol+") FROM (SELECT "+tb.TimeCol+" FROM "+tb.Stacks+" WHERE "+where+
-			" ORDER BY "+tb.TimeCol+" LIMIT $2)", cutoff, p.ChunkRows).Scan(&boundary)
+		err := conn.QueryRowContext(ctx, "SELECT max("+timeCol+") FROM (SELECT "+timeCol+" FROM "+table+" WHERE "+timeCol+" < $1"+
+			" ORDER BY "+timeCol+" LIMIT $2)", cutoff, p.ChunkRows).Scan(&boundary)
 		if err != nil {
-			return nil, fmt.Errorf("find expired rows in %s: %w", tb.Stacks, err)
+			return nil, fmt.Errorf("find expired rows in %s: %w", table, err)
 		}
 		if !boundary.Valid {
 			return nil, nil
 		}
-		chunk := where + " AND " + tb.TimeCol + " <= $2"
-		_, err = conn.ExecContext(ctx, "UPDATE "+tb.Frames+" AS f SET frame_count = f.frame_count - d.n FROM ("+
-			"SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM "+tb.Stacks+" WHERE "+chunk+") GROUP BY id"+
-			") AS d WHERE f.frame_id = d.id", cutoff, boundary.Time)
+		r, err := conn.ExecContext(ctx, "DELETE FROM "+table+" WHERE "+timeCol+" < $1 AND "+timeCol+" <= $2", cutoff, boundary.Time)
 		if err != nil {
-			return nil, fmt.Errorf("release frame references: %w", err)
-		}
-		r, err := conn.ExecContext(ctx, "DELETE FROM "+tb.Stacks+" WHERE "+chunk, cutoff, boundary.Time)
-		if err != nil {
-			return nil, fmt.Errorf("delete expired rows from %s: %w", tb.Stacks, err)
+			return nil, fmt.Errorf("delete expired rows from %s: %w", table, err)
 		}
 		deleted, _ = r.RowsAffected()
 		return nil, nil

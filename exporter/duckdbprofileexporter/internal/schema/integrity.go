@@ -6,14 +6,16 @@ import (
 	"fmt"
 )
 
-// CheckIntegrity verifies what the writer promises about a file: every frame
-// ID in a stack exists in the dictionary, and every frame's frame_count equals
-// its occurrences in stored stacks. Tests use it after crashes and cleanups.
+// CheckIntegrity verifies what the writer promises about a file: every
+// row's stack_id is in the stack dictionary, every frame ID of a stack is in
+// the frame dictionary, every frame's frame_count equals its occurrences in
+// the stack dictionary, and every trace-tagged sample is also in Samples.
+// Tests use it after crashes and cleanups.
 func CheckIntegrity(ctx context.Context, db *sql.DB, t Tier) error {
 	tb := TablesFor(t)
-	var missing, wrongCount int64
+	var missing, wrongCount, missingStacks, tracedOver int64
 	err := db.QueryRowContext(ctx, `WITH refs AS (
-    SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM `+tb.Stacks+`) GROUP BY id
+    SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM `+tb.StackDict+`) GROUP BY id
 )
 SELECT count(*) FILTER (WHERE f.frame_id IS NULL),
        count(*) FILTER (WHERE f.frame_id IS NOT NULL AND f.frame_count <> coalesce(r.n, 0))
@@ -21,8 +23,20 @@ FROM refs r FULL OUTER JOIN `+tb.Frames+` f ON f.frame_id = r.id`).Scan(&missing
 	if err != nil {
 		return fmt.Errorf("check integrity: %w", err)
 	}
-	if missing > 0 || wrongCount > 0 {
-		return fmt.Errorf("integrity: %d frame IDs referenced but not in %s, %d frames with a wrong frame_count", missing, tb.Frames, wrongCount)
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT stack_id FROM `+tb.Samples+` UNION SELECT stack_id FROM `+tb.Traces+`)
+WHERE stack_id NOT IN (SELECT stack_id FROM `+tb.StackDict+`)`).Scan(&missingStacks)
+	if err != nil {
+		return fmt.Errorf("check integrity: %w", err)
+	}
+	// Trace-tagged samples are a part of Samples: the RFD view, which
+	// subtracts them, then sums to the same total.
+	err = db.QueryRowContext(ctx, `SELECT coalesce((SELECT sum(sample_count) FROM `+tb.Stacks+`), 0) - coalesce((SELECT sum(sample_count) FROM `+tb.Samples+`), 0)`).Scan(&tracedOver)
+	if err != nil {
+		return fmt.Errorf("check integrity: %w", err)
+	}
+	if missing > 0 || wrongCount > 0 || missingStacks > 0 || tracedOver != 0 {
+		return fmt.Errorf("integrity: %d frame IDs referenced but not in %s, %d frames with a wrong frame_count, %d stack IDs not in %s, %d trace-tagged samples beyond the samples",
+			missing, tb.Frames, wrongCount, missingStacks, tb.StackDict, tracedOver)
 	}
 	return nil
 }

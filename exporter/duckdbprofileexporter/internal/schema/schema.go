@@ -26,7 +26,14 @@ const (
 //
 //	1: RFD 072 tables (no trace columns).
 //	2: adds trace_id and span_id (RFD 078) to the stack tables.
-const Version = 2
+//	3: adds sample_period_ns (the sampling period each row was taken at;
+//	   NULL = unknown, as for every row written before).
+//	4: a stack dictionary (one stack_id per distinct frame list) and rows of
+//	   time, service, [pod,] build, stack_id, count, period; trace-tagged
+//	   samples also in a narrow table keyed by binary trace ID. The RFD
+//	   names (cpu_profile_samples_local, cpu_profile_summaries) become views
+//	   answering what the tables did.
+const Version = 4
 
 // IngestedBatches records the hotpath.batch.id of every batch stored, in
 // the batch's own transaction, so a batch sent again is not stored twice.
@@ -41,158 +48,219 @@ const ingestedBatchesDDL = `CREATE TABLE IF NOT EXISTS ` + IngestedBatches + ` (
 
 // Tables names the tables of one tier.
 type Tables struct {
-	Frames   string // frame dictionary
-	Stacks   string // samples (local) or summaries (summary)
-	Binaries string // binary metadata
-	Decoded  string // view decoding Stacks
-	TimeCol  string // time column of Stacks
+	Frames    string // frame dictionary
+	StackDict string // stack dictionary: stack_id → frame IDs
+	Samples   string // every sample: time, service, [pod,] build, stack_id, count, period
+	Traces    string // trace-tagged samples again, with their trace and span ID
+	Stacks    string // RFD view: stacks with frame IDs and hex trace IDs (a table before version 4)
+	Binaries  string // binary metadata
+	Decoded   string // view decoding Stacks
+	TimeCol   string // time column of Samples, Traces and Stacks
 }
 
 // TablesFor returns the table names of a tier.
 func TablesFor(t Tier) Tables {
 	if t == Summary {
 		return Tables{
-			Frames:   "profile_frame_dictionary",
-			Stacks:   "cpu_profile_summaries",
-			Binaries: "binary_metadata_registry",
-			Decoded:  "cpu_profile_summaries_decoded",
-			TimeCol:  "bucket_time",
+			Frames:    "profile_frame_dictionary",
+			StackDict: "profile_stack_dictionary",
+			Samples:   "stack_summaries",
+			Traces:    "trace_summaries",
+			Stacks:    "cpu_profile_summaries",
+			Binaries:  "binary_metadata_registry",
+			Decoded:   "cpu_profile_summaries_decoded",
+			TimeCol:   "bucket_time",
 		}
 	}
 	return Tables{
-		Frames:   "profile_frame_dictionary_local",
-		Stacks:   "cpu_profile_samples_local",
-		Binaries: "binary_metadata_local",
-		Decoded:  "cpu_profile_samples_local_decoded",
-		TimeCol:  "timestamp",
+		Frames:    "profile_frame_dictionary_local",
+		StackDict: "profile_stack_dictionary_local",
+		Samples:   "stack_samples_local",
+		Traces:    "trace_samples_local",
+		Stacks:    "cpu_profile_samples_local",
+		Binaries:  "binary_metadata_local",
+		Decoded:   "cpu_profile_samples_local_decoded",
+		TimeCol:   "timestamp",
 	}
 }
 
+// RowTables are the tables whose rows reference the stack dictionary.
+func (tb Tables) RowTables() []string { return []string{tb.Samples, tb.Traces} }
+
+// podCol is the pod column of the tier's row tables, with a trailing comma
+// and space ("" on the local tier, which has none).
+func podCol(t Tier, prefix string) string {
+	if t == Summary {
+		return prefix + "pod_name, "
+	}
+	return ""
+}
+
 // Index and key choices were made by measurement (see README "Indexes" and
-// writer.BenchmarkWrite): the RFD's three ART indexes cost 10–20% of append
-// throughput, growing with the table, and its primary key cannot be built
-// (DuckDB refuses INTEGER[] index keys), while time-ordered appends already
+// writer.BenchmarkWrite): ART indexes on the row tables cost append
+// throughput, growing with the table, while time-ordered appends already
 // give DuckDB's zone maps (min/max per row group) what range queries need.
-// The stack tables therefore have no PK or index. The frame dictionary
-// and the binary tables are small and written rarely; their keys protect ID
-// uniqueness and make the bulk upserts possible.
+// The row tables therefore have no key or index. The dictionaries and the
+// binary tables are small and written rarely; their keys protect ID
+// uniqueness and make the bulk upserts possible. Frame lists are unique in
+// the stack dictionary by construction (the writer's cache; DuckDB cannot
+// index INTEGER[]).
 func tableDDL(t Tier) []string {
 	tb := TablesFor(t)
 	frames := `CREATE TABLE ` + tb.Frames + ` (
     frame_id    INTEGER PRIMARY KEY,
     frame_name  VARCHAR UNIQUE NOT NULL,
-    frame_count BIGINT  NOT NULL DEFAULT 0 -- occurrences in stored stacks; 0 = removable
+    frame_count BIGINT  NOT NULL DEFAULT 0 -- occurrences in the stack dictionary; 0 = removable
 )`
-	var stacks, binaries string
+	stacks := `CREATE TABLE ` + tb.StackDict + ` (
+    stack_id        INTEGER   PRIMARY KEY,
+    stack_frame_ids INTEGER[] NOT NULL -- root first, leaf last
+)`
+	pod := ""
 	if t == Summary {
-		stacks = `CREATE TABLE ` + tb.Stacks + ` (
-    bucket_time       TIMESTAMP NOT NULL,
-    service_id        VARCHAR   NOT NULL,
-    pod_name          VARCHAR   NOT NULL,
-    build_id          VARCHAR   NOT NULL, -- '' when unknown
-    stack_frame_ids   INTEGER[] NOT NULL, -- root first, leaf last
-    sample_count      INTEGER   NOT NULL,
-    sample_percentage DOUBLE    NOT NULL, -- share of the service's samples in the bucket
-    trace_id          VARCHAR,            -- 32 lowercase hex chars, NULL without trace
-    span_id           VARCHAR             -- 16 lowercase hex chars, NULL without trace
-)`
-		binaries = `CREATE TABLE ` + tb.Binaries + ` (
-    build_id       VARCHAR PRIMARY KEY,
-    service_id     VARCHAR   NOT NULL,
-    binary_path    VARCHAR   NOT NULL,
-    first_seen     TIMESTAMP NOT NULL,
-    last_seen      TIMESTAMP NOT NULL,
-    has_debug_info BOOLEAN   NOT NULL DEFAULT false,
-    symbol_storage VARCHAR
-)`
-	} else {
-		stacks = `CREATE TABLE ` + tb.Stacks + ` (
-    timestamp       TIMESTAMP NOT NULL,
-    service_id      VARCHAR   NOT NULL,
-    build_id        VARCHAR   NOT NULL, -- '' when unknown
-    stack_frame_ids INTEGER[] NOT NULL, -- root first, leaf last
-    sample_count    INTEGER   NOT NULL,
-    trace_id        VARCHAR,            -- 32 lowercase hex chars, NULL without trace
-    span_id         VARCHAR             -- 16 lowercase hex chars, NULL without trace
-)`
-		binaries = `CREATE TABLE ` + tb.Binaries + ` (
-    build_id       VARCHAR PRIMARY KEY,
-    service_id     VARCHAR   NOT NULL,
-    binary_path    VARCHAR   NOT NULL,
-    first_seen     TIMESTAMP NOT NULL,
-    last_seen      TIMESTAMP NOT NULL,
-    has_debug_info BOOLEAN   NOT NULL DEFAULT false
-)`
+		pod = "\n    pod_name         VARCHAR   NOT NULL,"
 	}
-	return []string{frames, stacks, binaries}
+	samples := `CREATE TABLE ` + tb.Samples + ` (
+    ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
+    service_id       VARCHAR   NOT NULL,` + pod + `
+    build_id         VARCHAR   NOT NULL, -- '' when unknown
+    stack_id         INTEGER   NOT NULL,
+    sample_count     INTEGER   NOT NULL, -- every sample, trace-tagged or not
+    sample_period_ns BIGINT              -- CPU time per sample (1e9 / frequency), NULL = unknown
+)`
+	traces := `CREATE TABLE ` + tb.Traces + ` (
+    ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
+    service_id       VARCHAR   NOT NULL,` + pod + `
+    build_id         VARCHAR   NOT NULL,
+    stack_id         INTEGER   NOT NULL,
+    trace_id         BLOB      NOT NULL, -- 16 bytes
+    span_id          BLOB,               -- 8 bytes, NULL without span
+    sample_count     INTEGER   NOT NULL,
+    sample_period_ns BIGINT
+)`
+	binaries := `CREATE TABLE ` + tb.Binaries + ` (
+    build_id       VARCHAR PRIMARY KEY,
+    service_id     VARCHAR   NOT NULL,
+    binary_path    VARCHAR   NOT NULL,
+    first_seen     TIMESTAMP NOT NULL,
+    last_seen      TIMESTAMP NOT NULL,
+    has_debug_info BOOLEAN   NOT NULL DEFAULT false`
+	if t == Summary {
+		binaries += `,
+    symbol_storage VARCHAR`
+	}
+	binaries += "\n)"
+	return []string{frames, stacks, samples, traces, binaries}
 }
 
-// viewDDL returns the decoding view and the table macros. They are derived
+// rfdRows is the RFD layout's rows with stack_id in place of the frame
+// list: Samples minus its trace-tagged part as untraced rows, plus Traces
+// with hex IDs. Rows of one key merge (the RFD table could hold several;
+// every sum is the same).
+func rfdRows(t Tier) string {
+	tb := TablesFor(t)
+	key := tb.TimeCol + ", service_id, " + podCol(t, "") + "build_id, stack_id, sample_period_ns"
+	on := "a." + tb.TimeCol + " = r." + tb.TimeCol + " AND a.service_id = r.service_id AND a.build_id = r.build_id AND a.stack_id = r.stack_id" +
+		" AND a.sample_period_ns IS NOT DISTINCT FROM r.sample_period_ns"
+	if t == Summary {
+		on += " AND a.pod_name = r.pod_name"
+	}
+	return fmt.Sprintf(`SELECT a.%[4]s, a.service_id, %[5]sa.build_id, a.stack_id, (a.n - coalesce(r.n, 0))::INTEGER AS sample_count,
+       NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, a.sample_period_ns
+FROM (SELECT %[1]s, sum(sample_count) AS n FROM %[2]s GROUP BY ALL) a
+LEFT JOIN (SELECT %[1]s, sum(sample_count) AS n FROM %[3]s GROUP BY ALL) r ON %[6]s
+WHERE a.n > coalesce(r.n, 0)
+UNION ALL
+SELECT %[4]s, service_id, %[7]sbuild_id, stack_id, sample_count, lower(hex(trace_id)), lower(hex(span_id)), sample_period_ns
+FROM %[3]s`, key, tb.Samples, tb.Traces, tb.TimeCol, podCol(t, "a."), on, podCol(t, ""))
+}
+
+// namesSQL is the frame dictionary as one map, looked up per frame: a join
+// per array element would re-sort every stack.
+func namesSQL(tb Tables) string {
+	return `SELECT map(list(frame_id), list(frame_name)) AS names FROM ` + tb.Frames
+}
+
+// decodeSQL names the frames of the list expression ids.
+func decodeSQL(ids string) string {
+	return `list_transform(` + ids + `, lambda f: coalesce(dict.names[f], '[missing]'))`
+}
+
+// viewDDL returns the RFD views and the table macros. They are derived
 // objects: recreated on every open, so a newer exporter's definitions win.
 func viewDDL(t Tier) []string {
 	tb := TablesFor(t)
-	extra := ""
+	pct, decodedPct := "", ""
 	if t == Summary {
-		extra = "s.pod_name, s.sample_percentage, "
+		// The share of the service's samples in the bucket (every pod).
+		pct = "100.0 * r.sample_count / sum(r.sample_count) OVER (PARTITION BY r.service_id, r.bucket_time) AS sample_percentage, "
+		decodedPct = "r.pod_name, " + pct
 	}
-	// One map from the whole dictionary, looked up per frame: a join per
-	// array element would re-sort every stack.
-	view := fmt.Sprintf(`CREATE OR REPLACE VIEW %[1]s AS
-WITH dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[2]s)
-SELECT s.%[4]s, s.service_id, %[5]ss.build_id, s.stack_frame_ids,
-       list_transform(s.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')) AS stack_frames,
-       array_to_string(list_transform(s.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded,
-       s.sample_count, s.trace_id, s.span_id
-FROM %[3]s s, dict`, tb.Decoded, tb.Frames, tb.Stacks, tb.TimeCol, extra)
+	rfd := fmt.Sprintf(`CREATE OR REPLACE VIEW %[1]s AS
+WITH r AS (%[2]s)
+SELECT r.%[3]s, r.service_id, %[4]sr.build_id, s.stack_frame_ids, r.sample_count, %[5]sr.trace_id, r.span_id, r.sample_period_ns
+FROM r JOIN %[6]s s USING (stack_id)`, tb.Stacks, rfdRows(t), tb.TimeCol, podCol(t, "r."), pct, tb.StackDict)
+	decoded := fmt.Sprintf(`CREATE OR REPLACE VIEW %[1]s AS
+WITH dict AS (%[2]s),
+s AS (SELECT stack_id, stack_frame_ids, %[3]s AS stack_frames FROM %[4]s, dict),
+r AS (%[5]s)
+SELECT r.%[6]s, r.service_id, %[7]sr.build_id, s.stack_frame_ids, s.stack_frames,
+       array_to_string(s.stack_frames, ';') AS folded,
+       r.sample_count, r.trace_id, r.span_id, r.sample_period_ns
+FROM r JOIN s USING (stack_id)`, tb.Decoded, namesSQL(tb), decodeSQL("stack_frame_ids"), tb.StackDict, rfdRows(t), tb.TimeCol, decodedPct)
 
-	// Every macro takes the service and a half-open time range [since, until).
-	// Stored times are UTC; utc_now() is "now" on that clock, whatever the
-	// session's time zone.
+	// Every macro takes the service and a half-open time range [since, until)
+	// and reads Samples: every sample once, trace-tagged or not. Stored times
+	// are UTC; utc_now() is "now" on that clock, whatever the session's time
+	// zone. Rows are summed per stack_id before any frame is decoded.
+	inRange := fmt.Sprintf("service_id = service AND %[1]s >= since AND %[1]s < until", tb.TimeCol)
 	macros := []string{
 		`CREATE OR REPLACE MACRO utc_now() AS (now() AT TIME ZONE 'UTC')`,
 		// Folded stacks (flamegraph.pl input): "root;...;leaf <count>" lines.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO folded_stacks(service, since, until) AS TABLE
 WITH agg AS (
-    SELECT stack_frame_ids, sum(sample_count)::BIGINT AS samples
-    FROM %[1]s
-    WHERE service_id = service AND %[2]s >= since AND %[2]s < until
-    GROUP BY stack_frame_ids
-), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[3]s)
-SELECT array_to_string(list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded,
-       sum(agg.samples)::BIGINT AS samples
-FROM agg, dict
-GROUP BY folded ORDER BY samples DESC, folded`, tb.Stacks, tb.TimeCol, tb.Frames),
+    SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %[1]s WHERE %[2]s GROUP BY stack_id
+), dict AS (%[3]s)
+SELECT array_to_string(%[4]s, ';') AS folded, sum(agg.samples)::BIGINT AS samples
+FROM agg JOIN %[5]s s USING (stack_id), dict
+GROUP BY folded ORDER BY samples DESC, folded`, tb.Samples, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
 		// Leaf (self time) functions ranked by samples.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO top_functions(service, since, until, n) AS TABLE
 WITH agg AS (
-    SELECT stack_frame_ids[-1] AS leaf, sum(sample_count)::BIGINT AS samples
-    FROM %[1]s
-    WHERE service_id = service AND %[2]s >= since AND %[2]s < until AND len(stack_frame_ids) > 0
+    SELECT s.stack_frame_ids[-1] AS leaf, sum(a.samples)::BIGINT AS samples
+    FROM (SELECT stack_id, sum(sample_count) AS samples FROM %[1]s WHERE %[2]s GROUP BY stack_id) a
+    JOIN %[4]s s USING (stack_id)
+    WHERE len(s.stack_frame_ids) > 0
     GROUP BY leaf
 )
 SELECT coalesce(f.frame_name, '[missing]') AS function, sum(agg.samples)::BIGINT AS samples,
        round(100.0 * sum(agg.samples) / sum(sum(agg.samples)) OVER (), 2) AS percent
 FROM agg LEFT JOIN %[3]s f ON f.frame_id = agg.leaf
-GROUP BY function ORDER BY samples DESC, function LIMIT n`, tb.Stacks, tb.TimeCol, tb.Frames),
+GROUP BY function ORDER BY samples DESC, function LIMIT n`, tb.Samples, inRange, tb.Frames, tb.StackDict),
 		// Stacks passing through a function at any depth.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO stacks_containing(service, fn, since, until) AS TABLE
-WITH agg AS (
-    SELECT stack_frame_ids, sum(sample_count)::BIGINT AS samples
-    FROM %[1]s
-    WHERE service_id = service AND %[2]s >= since AND %[2]s < until
-      AND list_has_any(stack_frame_ids, (SELECT list(frame_id) FROM %[3]s WHERE frame_name = fn))
-    GROUP BY stack_frame_ids
-), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[3]s)
-SELECT array_to_string(list_transform(agg.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded,
-       sum(agg.samples)::BIGINT AS samples
-FROM agg, dict
-GROUP BY folded ORDER BY samples DESC, folded`, tb.Stacks, tb.TimeCol, tb.Frames),
+WITH matching AS (
+    SELECT stack_id, stack_frame_ids FROM %[4]s
+    WHERE list_has_any(stack_frame_ids, (SELECT list(frame_id) FROM %[3]s WHERE frame_name = fn))
+), agg AS (
+    SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %[1]s
+    WHERE %[2]s AND stack_id IN (SELECT stack_id FROM matching)
+    GROUP BY stack_id
+), dict AS (%[5]s)
+SELECT array_to_string(%[6]s, ';') AS folded, sum(agg.samples)::BIGINT AS samples
+FROM agg JOIN matching s USING (stack_id), dict
+GROUP BY folded ORDER BY samples DESC, folded`, tb.Samples, inRange, tb.Frames, tb.StackDict, namesSQL(tb), decodeSQL("s.stack_frame_ids")),
 		// Inclusive share of samples per function in two builds (a function
 		// counted once per stack even when recursive), largest change first.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO compare_builds(service, build_a, build_b, since, until) AS TABLE
 WITH picked AS (
-    SELECT build_id, sample_count, stack_frames FROM %[1]s
-    WHERE service_id = service AND %[2]s >= since AND %[2]s < until AND build_id IN (build_a, build_b)
+    SELECT build_id, stack_id, sum(sample_count) AS sample_count FROM %[1]s
+    WHERE %[2]s AND build_id IN (build_a, build_b)
+    GROUP BY build_id, stack_id
+), dict AS (%[3]s),
+fns AS (
+    SELECT stack_id, list_distinct(%[4]s) AS fns FROM %[5]s s, dict
+    WHERE stack_id IN (SELECT stack_id FROM picked)
 ), totals AS (
     SELECT sum(sample_count) FILTER (WHERE build_id = build_a) AS total_a,
            sum(sample_count) FILTER (WHERE build_id = build_b) AS total_b
@@ -201,7 +269,7 @@ WITH picked AS (
     SELECT fn AS function,
            coalesce(sum(sample_count) FILTER (WHERE build_id = build_a), 0) AS a,
            coalesce(sum(sample_count) FILTER (WHERE build_id = build_b), 0) AS b
-    FROM (SELECT build_id, sample_count, unnest(list_distinct(stack_frames)) AS fn FROM picked)
+    FROM (SELECT p.build_id, p.sample_count, unnest(f.fns) AS fn FROM picked p JOIN fns f USING (stack_id))
     GROUP BY fn
 )
 SELECT function, a::BIGINT AS samples_a, b::BIGINT AS samples_b,
@@ -209,9 +277,9 @@ SELECT function, a::BIGINT AS samples_a, b::BIGINT AS samples_b,
        round(coalesce(100.0 * b / nullif(total_b, 0), 0), 2) AS percent_b,
        round(coalesce(100.0 * b / nullif(total_b, 0), 0) - coalesce(100.0 * a / nullif(total_a, 0), 0), 2) AS percent_change
 FROM per_fn, totals
-ORDER BY abs(percent_change) DESC, function`, tb.Decoded, tb.TimeCol),
+ORDER BY abs(percent_change) DESC, function`, tb.Samples, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
 	}
-	return append([]string{view}, macros...)
+	return append([]string{rfd, decoded}, macros...)
 }
 
 // migrations[v] moves a file from version v to v+1.
@@ -223,7 +291,49 @@ var migrations = map[int]func(t Tier) []string{
 			`ALTER TABLE ` + tb.Stacks + ` ADD COLUMN span_id VARCHAR`,
 		}
 	},
+	// Rows written before did not record their period: unknown (NULL).
+	2: func(t Tier) []string {
+		return []string{`ALTER TABLE ` + TablesFor(t).Stacks + ` ADD COLUMN sample_period_ns BIGINT`}
+	},
+	3: migrateToStackDictionary,
 }
+
+// migrateToStackDictionary moves version 3's one table of frame lists into
+// the stack dictionary and the row tables: every distinct frame list gets a
+// stack_id, every row's samples go to Samples (merged per key, traced or
+// not), trace-tagged rows also to Traces with binary IDs, frame_count
+// becomes occurrences in the dictionary, and the old table is dropped (its
+// name becomes the RFD view). It runs inside Ensure's transaction: a crash
+// leaves version 3.
+func migrateToStackDictionary(t Tier) []string {
+	tb := TablesFor(t)
+	old := tb.Stacks
+	// The decoded view names the old table; it is recreated after.
+	stmts := []string{`DROP VIEW IF EXISTS ` + tb.Decoded}
+	stmts = append(stmts, tableDDL(t)[1:4]...)
+	pod := podCol(t, "o.")
+	return append(stmts,
+		`INSERT INTO `+tb.StackDict+` SELECT (row_number() OVER (ORDER BY first_seen, stack_frame_ids))::INTEGER, stack_frame_ids
+FROM (SELECT stack_frame_ids, min(`+tb.TimeCol+`) AS first_seen FROM `+old+` GROUP BY stack_frame_ids)`,
+		fmt.Sprintf(`INSERT INTO %[1]s
+SELECT o.%[2]s, o.service_id, %[3]so.build_id, d.stack_id, least(sum(o.sample_count), 2147483647)::INTEGER, o.sample_period_ns
+FROM %[4]s o JOIN %[5]s d ON d.stack_frame_ids = o.stack_frame_ids
+GROUP BY ALL ORDER BY o.%[2]s`, tb.Samples, tb.TimeCol, pod, old, tb.StackDict),
+		fmt.Sprintf(`INSERT INTO %[1]s
+SELECT o.%[2]s, o.service_id, %[3]so.build_id, d.stack_id, unhex(o.trace_id), unhex(o.span_id), o.sample_count, o.sample_period_ns
+FROM %[4]s o JOIN %[5]s d ON d.stack_frame_ids = o.stack_frame_ids
+WHERE o.trace_id IS NOT NULL ORDER BY o.%[2]s`, tb.Traces, tb.TimeCol, pod, old, tb.StackDict),
+		`UPDATE `+tb.Frames+` SET frame_count = 0`,
+		`UPDATE `+tb.Frames+` AS f SET frame_count = c.n
+FROM (SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM `+tb.StackDict+`) GROUP BY id) AS c
+WHERE f.frame_id = c.id`,
+		`DROP TABLE `+old,
+	)
+}
+
+// migrationFault, when set (tests only), runs before each migration
+// statement of step v; an error fails the migration there.
+var migrationFault func(v int) error
 
 // ErrForeignFile is returned for a file that holds tables but no hotpath
 // schema_version: it is not ours, and we do not touch it.
@@ -283,8 +393,15 @@ func Ensure(ctx context.Context, db *sql.DB, t Tier) error {
 			if !ok {
 				return fmt.Errorf("no migration from schema version %d", v)
 			}
-			if err := execAll(ctx, tx, step(t)); err != nil {
-				return fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
+			for _, stmt := range step(t) {
+				if migrationFault != nil {
+					if err := migrationFault(v); err != nil {
+						return fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
+					}
+				}
+				if err := execAll(ctx, tx, []string{stmt}); err != nil {
+					return fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
+				}
 			}
 		}
 		if ver < Version {
@@ -305,19 +422,36 @@ func Ensure(ctx context.Context, db *sql.DB, t Tier) error {
 	return nil
 }
 
+// legacyStacksDDL is the stack table of versions 1 to 3 (version 1: without
+// the trace and period columns).
+func legacyStacksDDL(t Tier, version int) string {
+	tb := TablesFor(t)
+	pod, pct := "", ""
+	if t == Summary {
+		pod, pct = "\n    pod_name VARCHAR NOT NULL,", "\n    sample_percentage DOUBLE NOT NULL,"
+	}
+	ddl := `CREATE TABLE ` + tb.Stacks + ` (
+    ` + tb.TimeCol + ` TIMESTAMP NOT NULL,
+    service_id VARCHAR NOT NULL,` + pod + `
+    build_id VARCHAR NOT NULL,
+    stack_frame_ids INTEGER[] NOT NULL,
+    sample_count INTEGER NOT NULL,` + pct
+	if version >= 2 {
+		ddl += "\n    trace_id VARCHAR,\n    span_id VARCHAR,"
+	}
+	if version >= 3 {
+		ddl += "\n    sample_period_ns BIGINT,"
+	}
+	return strings.TrimSuffix(ddl, ",") + "\n)"
+}
+
 // LegacyV1 returns the DDL of a version-1 file; tests use it to check the
 // migration path on a real old file.
 func LegacyV1(t Tier) []string {
-	stmts := tableDDL(t)
-	for i, s := range stmts {
-		// Drop the two trailing trace columns added in version 2.
-		if j := strings.Index(s, ",\n    trace_id"); j >= 0 {
-			stmts[i] = s[:j] + "\n)"
-		}
-	}
-	return append(stmts,
+	ddl := tableDDL(t)
+	return []string{ddl[0], legacyStacksDDL(t, 1), ddl[4],
 		`CREATE TABLE schema_version (version INTEGER NOT NULL, tier VARCHAR NOT NULL, updated_at TIMESTAMP NOT NULL)`,
-		fmt.Sprintf(`INSERT INTO schema_version VALUES (1, '%s', now()::TIMESTAMP)`, t))
+		fmt.Sprintf(`INSERT INTO schema_version VALUES (1, '%s', now()::TIMESTAMP)`, t)}
 }
 
 type execer interface {

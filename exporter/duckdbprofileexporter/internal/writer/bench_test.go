@@ -32,55 +32,34 @@ func benchBatch(n int, at time.Time) *Batch {
 	return &Batch{Rows: rows}
 }
 
-// BenchmarkWrite reports stack rows/s for the Appender path and the
-// row-at-a-time INSERT path side by side, and the Appender path on a table
-// carrying the RFD's ART indexes (the measurement behind "no index"). The
-// RFD's primary key cannot be measured: DuckDB 1.5 refuses INTEGER[] as an
-// index key ("Invalid type for index key").
+// BenchmarkWrite reports stack rows/s of the write path (stack dictionary
+// lookups, one Appender per table) on a file that already knows the stacks,
+// as in steady state.
 //
 //	go test -run xxx -bench BenchmarkWrite -benchtime 5x ./exporter/duckdbprofileexporter/internal/writer/
 func BenchmarkWrite(b *testing.B) {
 	const rowsPerBatch = 5000
-	cases := []struct {
-		name     string
-		rowByRow bool
-		indexes  []string
-	}{
-		{name: "appender"},
-		{name: "appender_rfd_indexes", indexes: []string{
-			"CREATE INDEX idx_ts ON cpu_profile_samples_local (timestamp)",
-			"CREATE INDEX idx_svc ON cpu_profile_samples_local (service_id)",
-			"CREATE INDEX idx_build ON cpu_profile_samples_local (build_id)",
-		}},
-		{name: "insert_row_at_a_time", rowByRow: true},
-	}
-	for _, tc := range cases {
-		b.Run(tc.name, func(b *testing.B) {
+	for _, tier := range []schema.Tier{schema.Local, schema.Summary} {
+		b.Run(string(tier), func(b *testing.B) {
 			ctx := context.Background()
-			w, err := Open(ctx, filepath.Join(b.TempDir(), "bench.duckdb"), schema.Local)
+			w, err := Open(ctx, filepath.Join(b.TempDir(), "bench.duckdb"), tier)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer w.Close()
-			for _, s := range tc.indexes {
-				if _, err := w.DB().Exec(s); err != nil {
-					b.Fatal(err)
-				}
-			}
 			batches := make([]*Batch, 4)
 			for i := range batches {
 				batches[i] = benchBatch(rowsPerBatch, time.Unix(1_700_000_000+int64(i)*15, 0))
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				// Each batch is a new interval, as from an agent, so keyed
-				// variants see no duplicates.
+				// Each batch is a new interval, as from an agent.
 				batch := batches[i%len(batches)]
 				at := time.Unix(1_700_000_000+int64(i)*15, 0)
 				for j := range batch.Rows {
 					batch.Rows[j].Time = at
 				}
-				err := w.conn.Raw(func(dc any) error { return w.writeTx(ctx, dc.(driver.Conn), batch, tc.rowByRow) })
+				err := w.conn.Raw(func(dc any) error { return w.writeTx(ctx, dc.(driver.Conn), batch) })
 				if err != nil {
 					b.Fatal(err)
 				}

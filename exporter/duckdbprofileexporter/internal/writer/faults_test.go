@@ -102,7 +102,7 @@ func TestKillMidBatchLosesAtMostThatBatch(t *testing.T) {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
 		}
 		var rows int
-		if err := w.DB().QueryRow("SELECT count(*) FROM cpu_profile_samples_local").Scan(&rows); err != nil {
+		if err := w.DB().QueryRow("SELECT count(*) FROM " + schema.TablesFor(schema.Local).Samples).Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
 		// Every batch has 100 rows; the one in flight is all or nothing.

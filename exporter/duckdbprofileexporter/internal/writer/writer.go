@@ -8,12 +8,12 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +35,12 @@ type StackRow struct {
 	Count     int64
 	TraceID   string // 32 hex chars, "" = no trace (stored as NULL)
 	SpanID    string // 16 hex chars, "" = no span (stored as NULL)
+	// PeriodNanos is the CPU time one sample stands for (1e9 / sampling
+	// frequency); 0 = unknown (stored as NULL).
+	PeriodNanos int64
+	// Key is framedict.KeyOf(Frames), when the caller has it (computed
+	// once per stack rather than per row); zero: the writer computes it.
+	Key framedict.StackKey
 }
 
 // Binary is one row of binary metadata seen in a batch.
@@ -82,12 +88,30 @@ type Writer struct {
 	db        *sql.DB
 	readers   atomic.Pointer[sql.DB] // db, for readers that must not wait for a batch
 	conn      *sql.Conn              // dedicated to writing (the Appender is not goroutine-safe)
-	dict      *framedict.FrameDict
+	dicts     Dicts
 	broken    error // set when DuckDB invalidated the instance; reopen on next write
 	// connStuck is set when the writer connection no longer runs statements
 	// after a failure (a ROLLBACK that failed leaves its transaction
 	// aborted); the next write replaces the connection.
 	connStuck error
+}
+
+// Dicts are the in-memory copies of a file's frame and stack dictionaries.
+type Dicts struct {
+	Frames *framedict.FrameDict
+	Stacks *framedict.StackDict
+}
+
+func loadDicts(ctx context.Context, db *sql.DB, tb schema.Tables) (Dicts, error) {
+	frames, err := framedict.Load(ctx, db, tb.Frames)
+	if err != nil {
+		return Dicts{}, err
+	}
+	stacks, err := framedict.LoadStacks(ctx, db, tb.StackDict, tb.Frames)
+	if err != nil {
+		return Dicts{}, err
+	}
+	return Dicts{frames, stacks}, nil
 }
 
 // ErrInUse means another exporter of this process already has the file open.
@@ -158,7 +182,7 @@ func (w *Writer) open(ctx context.Context) error {
 		cleanup()
 		return fmt.Errorf("prepare schema in %s: %w", w.path, err)
 	}
-	dict, err := framedict.Load(ctx, db, w.tb.Frames)
+	dicts, err := loadDicts(ctx, db, w.tb)
 	if err != nil {
 		cleanup()
 		return err
@@ -168,7 +192,7 @@ func (w *Writer) open(ctx context.Context) error {
 		cleanup()
 		return fmt.Errorf("open writer connection: %w", err)
 	}
-	w.connector, w.db, w.conn, w.dict, w.broken = c, db, conn, dict, nil
+	w.connector, w.db, w.conn, w.dicts, w.broken = c, db, conn, dicts, nil
 	w.readers.Store(db)
 	return nil
 }
@@ -212,7 +236,14 @@ func (w *Writer) Tier() schema.Tier { return w.tier }
 func (w *Writer) FrameCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.dict.Len()
+	return w.dicts.Frames.Len()
+}
+
+// StackCount is the number of stacks in the in-memory dictionary.
+func (w *Writer) StackCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dicts.Stacks.Len()
 }
 
 // ready reopens the file when an earlier fatal error invalidated the DuckDB
@@ -250,8 +281,8 @@ func (w *Writer) replaceConn(ctx context.Context) error {
 }
 
 // noteFailure records whether err left the instance or the writer
-// connection unusable and reloads the frame dictionary, which may now be
-// ahead of the file.
+// connection unusable and reloads the dictionaries, which may now be ahead
+// of the file.
 func (w *Writer) noteFailure(ctx context.Context, err error) {
 	msg := err.Error()
 	if strings.Contains(msg, "invalidated") || strings.Contains(msg, "FATAL") || errors.Is(err, driver.ErrBadConn) {
@@ -265,16 +296,16 @@ func (w *Writer) noteFailure(ctx context.Context, err error) {
 	if perr := w.conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT 1").Scan(&probe); perr != nil {
 		w.connStuck = perr
 	}
-	if d, lerr := framedict.Load(ctx, w.db, w.tb.Frames); lerr == nil {
-		w.dict = d
+	if d, lerr := loadDicts(ctx, w.db, w.tb); lerr == nil {
+		w.dicts = d
 	} else {
 		w.broken = lerr
 	}
 }
 
-// Write stores b in one transaction: new frames, frame reference counts,
-// stack rows, binary metadata and (summary tier) the bucket percentages.
-// On error nothing of b is stored.
+// Write stores b in one transaction: new frames and stacks, frame reference
+// counts, the rows (every sample in Samples, trace-tagged ones also in
+// Traces) and binary metadata. On error nothing of b is stored.
 func (w *Writer) Write(ctx context.Context, b *Batch) error {
 	if len(b.Rows) == 0 && len(b.Binaries) == 0 {
 		return nil
@@ -284,7 +315,7 @@ func (w *Writer) Write(ctx context.Context, b *Batch) error {
 	if err := w.ready(ctx); err != nil {
 		return err
 	}
-	err := w.conn.Raw(func(dc any) error { return w.writeTx(ctx, dc.(driver.Conn), b, false) })
+	err := w.conn.Raw(func(dc any) error { return w.writeTx(ctx, dc.(driver.Conn), b) })
 	if errors.Is(err, ErrDuplicate) {
 		return fmt.Errorf("batch %q: %w", b.ID, err)
 	}
@@ -318,7 +349,7 @@ type rawConn interface {
 	driver.QueryerContext
 }
 
-func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch, rowByRow bool) (err error) {
+func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err error) {
 	c, ok := dc.(rawConn)
 	if !ok {
 		return fmt.Errorf("driver connection %T cannot exec", dc)
@@ -349,70 +380,62 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch, rowByRow
 		}
 	}
 
-	// Encode stacks and count frame references. New frames get their whole
-	// count on insert; known frames get one bulk UPDATE.
-	ids := make([][]int32, len(b.Rows))
+	// Stack IDs: one map access per row for a known stack. A new stack
+	// names its frames (new frames get IDs) and adds one reference to each
+	// of its frames' counts.
+	ids := make([]int32, len(b.Rows))
+	var newStacks []newStack
 	delta := make(map[int32]int64)
 	var newFrames []int32
 	var newNames []string
-	flat := make([]int32, 0, len(b.Rows)*16)
 	for i := range b.Rows {
-		start := len(flat)
-		for _, name := range b.Rows[i].Frames {
-			id, isNew := w.dict.ID(name)
-			if isNew {
-				newFrames = append(newFrames, id)
+		r := &b.Rows[i]
+		key := r.Key
+		if key.IsZero() {
+			key = framedict.KeyOf(r.Frames)
+		}
+		id, isNew := w.dicts.Stacks.ID(key)
+		ids[i] = id
+		if !isNew {
+			continue
+		}
+		frameIDs := make([]int32, len(r.Frames))
+		for j, name := range r.Frames {
+			fid, isNewFrame := w.dicts.Frames.ID(name)
+			if isNewFrame {
+				newFrames = append(newFrames, fid)
 				newNames = append(newNames, name)
 			}
-			delta[id]++
-			flat = append(flat, id)
+			delta[fid]++
+			frameIDs[j] = fid
 		}
-		ids[i] = flat[start:len(flat):len(flat)]
+		newStacks = append(newStacks, newStack{id, frameIDs})
 	}
 	isNew := make(map[int32]bool, len(newFrames))
 	for _, id := range newFrames {
 		isNew[id] = true
 	}
-
 	if len(newFrames) > 0 {
-		a, err := duckdb.NewAppenderFromConn(dc, "", w.tb.Frames)
+		err := appendAll(dc, w.tb.Frames, len(newFrames), func(a *duckdb.Appender, i int) error {
+			return a.AppendRow(newFrames[i], newNames[i], delta[newFrames[i]])
+		})
 		if err != nil {
-			return fmt.Errorf("frame appender: %w", err)
-		}
-		for i, id := range newFrames {
-			if err := a.AppendRow(id, newNames[i], delta[id]); err != nil {
-				a.Close()
-				return fmt.Errorf("append frame %q: %w", newNames[i], err)
-			}
-		}
-		if err := a.Close(); err != nil {
-			return fmt.Errorf("flush frames: %w", err)
+			return fmt.Errorf("frames: %w", err)
 		}
 	}
 	if err := w.addFrameCounts(ctx, c, delta, isNew); err != nil {
 		return err
 	}
-
-	needPct := false
-	var pct []float64
-	if w.tier == schema.Summary && len(b.Rows) > 0 {
-		pct, needPct, err = w.percentages(ctx, c, b.Rows)
+	if len(newStacks) > 0 {
+		err := appendAll(dc, w.tb.StackDict, len(newStacks), func(a *duckdb.Appender, i int) error {
+			return a.AppendRow(newStacks[i].id, newStacks[i].frames)
+		})
 		if err != nil {
-			return err
+			return fmt.Errorf("stacks: %w", err)
 		}
 	}
-	if rowByRow {
-		err = w.insertRows(ctx, c, b.Rows, ids, pct)
-	} else {
-		err = w.appendRows(dc, b.Rows, ids, pct)
-	}
-	if err != nil {
+	if err := w.appendRows(dc, b.Rows, ids); err != nil {
 		return err
-	}
-	if needPct {
-		if err := w.fixPercentages(ctx, c, b.Rows); err != nil {
-			return err
-		}
 	}
 	if err := w.upsertBinaries(ctx, c, b.Binaries); err != nil {
 		return err
@@ -420,15 +443,39 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch, rowByRow
 	if _, err := c.ExecContext(ctx, "COMMIT", nil); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	w.dict.Commit()
+	w.dicts.Frames.Commit()
+	w.dicts.Stacks.Commit()
 	return nil
 }
 
-func nullable(s string) driver.Value {
-	if s == "" {
+type newStack struct {
+	id     int32
+	frames []int32
+}
+
+// appendAll appends n rows to table through one Appender.
+func appendAll(dc driver.Conn, table string, n int, row func(a *duckdb.Appender, i int) error) error {
+	a, err := duckdb.NewAppenderFromConn(dc, "", table)
+	if err != nil {
+		return fmt.Errorf("appender for %s: %w", table, err)
+	}
+	for i := 0; i < n; i++ {
+		if err := row(a, i); err != nil {
+			a.Close()
+			return fmt.Errorf("append to %s: %w", table, err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		return fmt.Errorf("flush %s: %w", table, err)
+	}
+	return nil
+}
+
+func nullablePeriod(ns int64) driver.Value {
+	if ns <= 0 {
 		return nil
 	}
-	return s
+	return ns
 }
 
 func clampCount(n int64) int32 {
@@ -438,49 +485,101 @@ func clampCount(n int64) int32 {
 	return int32(n)
 }
 
-func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids [][]int32, pct []float64) error {
+// aggKey is what Samples rows are merged by: a trace-tagged row and an
+// untraced one of the same stack are one aggregate row.
+type aggKey struct {
+	at                  int64
+	service, pod, build string
+	stack               int32
+	period              int64
+}
+
+// appendRows writes every row's samples to Samples (trace-tagged rows
+// merged into the untraced row of their key) and the trace-tagged rows to
+// Traces with binary IDs.
+func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	a, err := duckdb.NewAppenderFromConn(dc, "", w.tb.Stacks)
+	summary := w.tier == schema.Summary
+	// Trace-tagged samples by aggregate key; untraced rows pick theirs up.
+	var traced map[aggKey]int64
+	var tracedRows []int
+	for i := range rows {
+		if rows[i].TraceID != "" {
+			if traced == nil {
+				traced = map[aggKey]int64{}
+			}
+			r := &rows[i]
+			traced[aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, ids[i], r.PeriodNanos}] += r.Count
+			tracedRows = append(tracedRows, i)
+		}
+	}
+	a, err := duckdb.NewAppenderFromConn(dc, "", w.tb.Samples)
 	if err != nil {
-		return fmt.Errorf("stack appender: %w", err)
+		return fmt.Errorf("appender for %s: %w", w.tb.Samples, err)
+	}
+	appendAgg := func(r *StackRow, stack int32, count int64) error {
+		if summary {
+			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, stack, clampCount(count), nullablePeriod(r.PeriodNanos))
+		}
+		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, stack, clampCount(count), nullablePeriod(r.PeriodNanos))
 	}
 	for i := range rows {
 		r := &rows[i]
-		if w.tier == schema.Summary {
-			err = a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, ids[i], clampCount(r.Count), pct[i], nullable(r.TraceID), nullable(r.SpanID))
-		} else {
-			err = a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, ids[i], clampCount(r.Count), nullable(r.TraceID), nullable(r.SpanID))
+		if r.TraceID != "" {
+			continue
 		}
-		if err != nil {
+		count := r.Count
+		if traced != nil {
+			k := aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, ids[i], r.PeriodNanos}
+			if n, ok := traced[k]; ok {
+				count += n
+				delete(traced, k)
+			}
+		}
+		if err := appendAgg(r, ids[i], count); err != nil {
 			a.Close()
-			return fmt.Errorf("append stack row: %w", err)
+			return fmt.Errorf("append to %s: %w", w.tb.Samples, err)
+		}
+	}
+	// Keys with trace-tagged samples only, once each.
+	for _, i := range tracedRows {
+		r := &rows[i]
+		k := aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, ids[i], r.PeriodNanos}
+		if n, ok := traced[k]; ok {
+			delete(traced, k)
+			if err := appendAgg(r, ids[i], n); err != nil {
+				a.Close()
+				return fmt.Errorf("append to %s: %w", w.tb.Samples, err)
+			}
 		}
 	}
 	if err := a.Close(); err != nil {
-		return fmt.Errorf("flush stack rows: %w", err)
+		return fmt.Errorf("flush %s: %w", w.tb.Samples, err)
 	}
-	return nil
-}
-
-// insertRows is the row-at-a-time path, kept only so the benchmark can show
-// what the Appender buys.
-func (w *Writer) insertRows(ctx context.Context, c rawConn, rows []StackRow, ids [][]int32, pct []float64) error {
-	for i := range rows {
-		r := &rows[i]
-		list := intList(ids[i])
-		var err error
-		if w.tier == schema.Summary {
-			_, err = c.ExecContext(ctx, "INSERT INTO "+w.tb.Stacks+" VALUES (?, ?, ?, ?, "+list+", ?, ?, ?, ?)", named(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, int64(clampCount(r.Count)), pct[i], nullable(r.TraceID), nullable(r.SpanID)))
-		} else {
-			_, err = c.ExecContext(ctx, "INSERT INTO "+w.tb.Stacks+" VALUES (?, ?, ?, "+list+", ?, ?, ?)", named(r.Time.UTC(), r.ServiceID, r.BuildID, int64(clampCount(r.Count)), nullable(r.TraceID), nullable(r.SpanID)))
-		}
-		if err != nil {
-			return fmt.Errorf("insert stack row: %w", err)
-		}
+	if len(tracedRows) == 0 {
+		return nil
 	}
-	return nil
+	return appendAll(dc, w.tb.Traces, len(tracedRows), func(a *duckdb.Appender, j int) error {
+		r := &rows[tracedRows[j]]
+		trace, err := hex.DecodeString(r.TraceID)
+		if err != nil || len(trace) != 16 {
+			return fmt.Errorf("trace ID %q: want 32 hex characters", r.TraceID)
+		}
+		var span driver.Value
+		if r.SpanID != "" {
+			b, err := hex.DecodeString(r.SpanID)
+			if err != nil || len(b) != 8 {
+				return fmt.Errorf("span ID %q: want 16 hex characters", r.SpanID)
+			}
+			span = b
+		}
+		if summary {
+			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, ids[tracedRows[j]], trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos))
+		}
+		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, ids[tracedRows[j]], trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos))
+	})
 }
 
 func named(vs ...driver.Value) []driver.NamedValue {
@@ -489,19 +588,6 @@ func named(vs ...driver.Value) []driver.NamedValue {
 		out[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
 	}
 	return out
-}
-
-func intList(ids []int32) string {
-	var sb strings.Builder
-	sb.WriteString("[")
-	for i, id := range ids {
-		if i > 0 {
-			sb.WriteString(",")
-		}
-		sb.WriteString(strconv.FormatInt(int64(id), 10))
-	}
-	sb.WriteString("]::INTEGER[]")
-	return sb.String()
 }
 
 // addFrameCounts raises frame_count of already-known frames in one UPDATE.
@@ -526,67 +612,6 @@ func (w *Writer) addFrameCounts(ctx context.Context, c rawConn, delta map[int32]
 		") AS d(id, n) WHERE f.frame_id = d.id"
 	if _, err := c.ExecContext(ctx, q, nil); err != nil {
 		return fmt.Errorf("update frame counts: %w", err)
-	}
-	return nil
-}
-
-type bucketKey struct {
-	service string
-	bucket  time.Time
-}
-
-// percentages computes each row's share of its service's samples in its
-// bucket from the batch alone, and reports whether the file already holds
-// rows of those buckets (then the shares are recomputed in SQL after append).
-func (w *Writer) percentages(ctx context.Context, c rawConn, rows []StackRow) ([]float64, bool, error) {
-	totals := make(map[bucketKey]int64)
-	lo, hi := rows[0].Time, rows[0].Time
-	for i := range rows {
-		totals[bucketKey{rows[i].ServiceID, rows[i].Time}] += rows[i].Count
-		if rows[i].Time.Before(lo) {
-			lo = rows[i].Time
-		}
-		if rows[i].Time.After(hi) {
-			hi = rows[i].Time
-		}
-	}
-	pct := make([]float64, len(rows))
-	for i := range rows {
-		if t := totals[bucketKey{rows[i].ServiceID, rows[i].Time}]; t > 0 {
-			pct[i] = 100 * float64(rows[i].Count) / float64(t)
-		}
-	}
-	r, err := c.QueryContext(ctx, "SELECT count(*) FROM "+w.tb.Stacks+" WHERE bucket_time BETWEEN ? AND ?", named(lo.UTC(), hi.UTC()))
-	if err != nil {
-		return nil, false, fmt.Errorf("check existing buckets: %w", err)
-	}
-	defer r.Close()
-	vals := make([]driver.Value, 1)
-	if err := r.Next(vals); err != nil {
-		return nil, false, fmt.Errorf("check existing buckets: %w", err)
-	}
-	existing, _ := vals[0].(int64)
-	return pct, existing > 0, nil
-}
-
-// fixPercentages recomputes the shares of every bucket the batch touched
-// when earlier batches had already written to it.
-func (w *Writer) fixPercentages(ctx context.Context, c rawConn, rows []StackRow) error {
-	lo, hi := rows[0].Time, rows[0].Time
-	for i := range rows {
-		if rows[i].Time.Before(lo) {
-			lo = rows[i].Time
-		}
-		if rows[i].Time.After(hi) {
-			hi = rows[i].Time
-		}
-	}
-	q := `UPDATE ` + w.tb.Stacks + ` AS s SET sample_percentage = 100.0 * s.sample_count / t.total
-FROM (SELECT service_id, bucket_time, sum(sample_count) AS total FROM ` + w.tb.Stacks + `
-      WHERE bucket_time BETWEEN $1 AND $2 GROUP BY ALL) AS t
-WHERE s.bucket_time BETWEEN $1 AND $2 AND s.service_id = t.service_id AND s.bucket_time = t.bucket_time AND t.total > 0`
-	if _, err := c.ExecContext(ctx, q, named(lo.UTC(), hi.UTC())); err != nil {
-		return fmt.Errorf("update sample percentages: %w", err)
 	}
 	return nil
 }
@@ -636,9 +661,9 @@ ON CONFLICT (build_id) DO UPDATE SET
 
 // InTx runs fn in one transaction on the writer connection, with writes
 // paused. After a successful commit, fn's afterCommit (if any) runs with the
-// frame dictionary, still under the lock, so retention can drop the frames it
-// deleted before any batch could reuse them.
-func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sql.Conn) (afterCommit func(*framedict.FrameDict), err error)) error {
+// dictionaries, still under the lock, so retention can drop the frames and
+// stacks it deleted before any batch could reuse them.
+func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sql.Conn) (afterCommit func(Dicts), err error)) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.ready(ctx); err != nil {
@@ -660,7 +685,7 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 		return err
 	}
 	if after != nil {
-		after(w.dict)
+		after(w.dicts)
 	}
 	return nil
 }

@@ -1,0 +1,246 @@
+package schema
+
+import (
+	"compress/gzip"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	_ "github.com/duckdb/duckdb-go/v2" // the "duckdb" database/sql driver
+)
+
+// openV2 copies testdata/v2-<tier>.duckdb.gz, a file written by the schema
+// version 2 exporter (exporter/duckdbprofileexporter/v2fixture_test.go at
+// commit 70ce0a8), to a new path.
+func openV2(t *testing.T, tier Tier) string {
+	t.Helper()
+	in, err := os.Open(filepath.Join("..", "..", "testdata", "v2-"+string(tier)+".duckdb.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	zr, err := gzip.NewReader(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), string(tier)+".duckdb")
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, zr); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func openDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// totals reads a grouped query into "key columns... → last column" lines,
+// sorted, for comparison.
+func totals(t *testing.T, db *sql.DB, q string) []string {
+	t.Helper()
+	rows, err := db.Query(q)
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var out []string
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprint(vals...))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// perMinute is the samples per service, stack (frame names) and minute, and
+// perTrace the samples per trace, span and service, as the RFD tables answer
+// them (tables before version 4, views after).
+func perMinute(tb Tables) string {
+	return `WITH dict AS (` + namesSQL(tb) + `)
+SELECT service_id, time_bucket(INTERVAL 1 MINUTE, ` + tb.TimeCol + `) AS minute, array_to_string(` + decodeSQL("stack_frame_ids") + `, ';'), sum(sample_count)
+FROM ` + tb.Stacks + `, dict GROUP BY ALL`
+}
+
+func perTrace(tb Tables) string {
+	return `SELECT trace_id, span_id, service_id, sum(sample_count) FROM ` + tb.Stacks + ` WHERE trace_id IS NOT NULL GROUP BY ALL`
+}
+
+func version(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var v int
+	if err := db.QueryRow("SELECT version FROM schema_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func same(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		t.Fatalf("%s: no rows to compare", what)
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("%s differ: %d rows after, %d before\nafter (first 5): %v\nbefore (first 5): %v", what, len(got), len(want), got[:min(5, len(got))], want[:min(5, len(want))])
+	}
+}
+
+// TestMigrateV2FilesKeepsEveryTotal upgrades the version 2 files of both
+// tiers in place: the same samples per service, stack and minute and per
+// trace and span, through the RFD names and through the new tables.
+func TestMigrateV2FilesKeepsEveryTotal(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []Tier{Local, Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			tb := TablesFor(tier)
+			path := openV2(t, tier)
+			db := openDB(t, path)
+			if v := version(t, db); v != 2 {
+				t.Fatalf("fixture has version %d, want 2", v)
+			}
+			minutes, traces := totals(t, db, perMinute(tb)), totals(t, db, perTrace(tb))
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			if v := version(t, db); v != Version {
+				t.Fatalf("version %d after migration, want %d", v, Version)
+			}
+			same(t, "samples per service, stack and minute (RFD view)", totals(t, db, perMinute(tb)), minutes)
+			same(t, "samples per trace, span and service (RFD view)", totals(t, db, perTrace(tb)), traces)
+			// The new tables directly: Samples holds every sample, Traces
+			// the trace-tagged ones with binary IDs.
+			same(t, "samples per service, stack and minute (Samples)", totals(t, db, `WITH dict AS (`+namesSQL(tb)+`)
+SELECT service_id, time_bucket(INTERVAL 1 MINUTE, `+tb.TimeCol+`) AS minute, array_to_string(`+decodeSQL("s.stack_frame_ids")+`, ';'), sum(sample_count)
+FROM `+tb.Samples+` JOIN `+tb.StackDict+` s USING (stack_id), dict GROUP BY ALL`), minutes)
+			same(t, "samples per trace (Traces)", totals(t, db, `SELECT lower(hex(trace_id)), lower(hex(span_id)), service_id, sum(sample_count) FROM `+tb.Traces+` GROUP BY ALL`), traces)
+			if err := CheckIntegrity(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			// Opening again changes nothing.
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			same(t, "samples after reopening", totals(t, db, perMinute(tb)), minutes)
+		})
+	}
+}
+
+const childEnv = "HOTPATH_SCHEMA_CHILD"
+
+// TestMigrationChild is the body of the crashing child process (it does
+// nothing in a normal run): it migrates a file and exits without any
+// cleanup in the middle of the version 3 → 4 step, after the new tables
+// are filled.
+func TestMigrationChild(t *testing.T) {
+	v := os.Getenv(childEnv)
+	if v == "" {
+		return
+	}
+	tier, path, _ := strings.Cut(v, ":")
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		os.Exit(3)
+	}
+	n := 0
+	migrationFault = func(v int) error {
+		if v == 3 {
+			if n++; n == 6 {
+				os.Exit(7) // a crash: no rollback, no close
+			}
+		}
+		return nil
+	}
+	err = Ensure(context.Background(), db, Tier(tier))
+	fmt.Println("migration finished:", err)
+	os.Exit(0)
+}
+
+// TestMigrationInterruptedLeavesOldFile fails the migration midway, once
+// with an error (rolled back) and once by killing the process, and checks
+// the file opens as version 2 with its data, then migrates.
+func TestMigrationInterruptedLeavesOldFile(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []Tier{Local, Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			tb := TablesFor(tier)
+
+			// An error halfway through the version 3 → 4 step.
+			path := openV2(t, tier)
+			db := openDB(t, path)
+			minutes := totals(t, db, perMinute(tb))
+			injected := errors.New("injected failure")
+			n := 0
+			migrationFault = func(v int) error {
+				if v == 3 {
+					if n++; n == 6 {
+						return injected
+					}
+				}
+				return nil
+			}
+			err := Ensure(ctx, db, tier)
+			migrationFault = nil
+			if !errors.Is(err, injected) {
+				t.Fatalf("Ensure with a failing step: %v", err)
+			}
+			if v := version(t, db); v != 2 {
+				t.Fatalf("version %d after a failed migration, want 2", v)
+			}
+			same(t, "samples after a failed migration", totals(t, db, perMinute(tb)), minutes)
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			same(t, "samples after migrating again", totals(t, db, perMinute(tb)), minutes)
+
+			// A crash (the process exits) at the same point.
+			path = openV2(t, tier)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestMigrationChild$")
+			cmd.Env = append(os.Environ(), childEnv+"="+string(tier)+":"+path)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 7 {
+				t.Fatalf("child did not crash mid-migration: %v\n%s", err, out)
+			}
+			db = openDB(t, path)
+			if v := version(t, db); v != 2 {
+				t.Fatalf("version %d after a crash mid-migration, want 2", v)
+			}
+			same(t, "samples after a crash", totals(t, db, perMinute(tb)), minutes)
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			same(t, "samples after migrating the crashed file", totals(t, db, perMinute(tb)), minutes)
+			if err := CheckIntegrity(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
