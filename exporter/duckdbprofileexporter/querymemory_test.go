@@ -71,8 +71,9 @@ type ingestor struct {
 	halted         sync.Once
 }
 
-// rowsPerPush is the rows each push stores: two distinct stacks.
-const rowsPerPush = 2
+// samplesPerPush is the samples each push stores (3 + 1, two stacks). The
+// summary tier merges rows of one minute, so samples, not rows, are counted.
+const samplesPerPush = 4
 
 func startIngestor(e *profilesExporter) *ingestor {
 	in := &ingestor{stop: make(chan struct{}), done: make(chan struct{})}
@@ -152,15 +153,15 @@ func TestHostileQueryFailsCleanlyWhileIngesting(t *testing.T) {
 			}
 
 			// Ingestion goes on: more batches are stored after the query,
-			// and the table holds exactly the stored ones.
+			// and the table holds exactly the samples of the stored ones.
 			storedAtEnd := in.stored.Load()
 			waitUntil(t, "ingestion to store 20 more batches after the query", 30*time.Second, func() bool {
 				return in.stored.Load() >= storedAtEnd+20
 			})
 			in.halt()
-			got := rowsOf(t, e.w.DB(), "SELECT count(*) FROM "+map[string]string{"local": "cpu_profile_samples_local", "summary": "cpu_profile_summaries"}[tier])
-			if want := fmt.Sprint(in.stored.Load() * rowsPerPush); strings.Join(got, "") != want {
-				t.Errorf("table holds %v rows, want %s (%d stored pushes × %d)", got, want, in.stored.Load(), rowsPerPush)
+			got := rowsOf(t, e.w.DB(), "SELECT sum(sample_count) FROM "+map[string]string{"local": "cpu_profile_samples_local", "summary": "cpu_profile_summaries"}[tier])
+			if want := fmt.Sprint(in.stored.Load() * samplesPerPush); strings.Join(got, "") != want {
+				t.Errorf("table holds %v samples, want %s (%d stored pushes × %d)", got, want, in.stored.Load(), samplesPerPush)
 			}
 			// And the endpoint answers ordinary queries again.
 			if _, err := (sqlquery.Client{Endpoint: e.server.Addr()}).Query(context.Background(), "SELECT count(*) FROM range(10)"); err != nil {
