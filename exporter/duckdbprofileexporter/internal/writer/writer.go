@@ -6,6 +6,7 @@ package writer
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
@@ -319,11 +320,46 @@ func (w *Writer) Write(ctx context.Context, b *Batch) error {
 	if errors.Is(err, ErrDuplicate) {
 		return fmt.Errorf("batch %q: %w", b.ID, err)
 	}
+	var ce *commitError
+	if errors.As(err, &ce) {
+		// DuckDB can report an error from COMMIT (out of memory while
+		// writing its log) after the transaction became durable: seen
+		// under a hostile query. Retrying that batch would store it twice.
+		w.noteFailure(ctx, err) // reloads the dictionaries either way
+		if stored, lerr := w.committed(ctx, ce.writeID); lerr == nil && stored {
+			return nil
+		}
+	}
 	if err != nil {
 		w.noteFailure(ctx, err)
 		return fmt.Errorf("write batch of %d stacks to %s: %w", len(b.Rows), w.path, err)
 	}
 	return nil
+}
+
+// commitError is a COMMIT that reported an error; whether it happened is
+// told by writeID in ingested_batches.
+type commitError struct {
+	writeID string
+	err     error
+}
+
+func (e *commitError) Error() string { return "commit: " + e.err.Error() }
+func (e *commitError) Unwrap() error { return e.err }
+
+// newWriteID names a write whose batch has no id of its own.
+func newWriteID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "write-" + hex.EncodeToString(b[:])
+}
+
+// committed looks id up outside the writer's connection, which may be in
+// any state after a failed COMMIT.
+func (w *Writer) committed(ctx context.Context, id string) (bool, error) {
+	var n int
+	err := w.db.QueryRowContext(context.WithoutCancel(ctx), "SELECT count(*) FROM "+schema.IngestedBatches+" WHERE batch_id = ?", id).Scan(&n)
+	return n > 0, err
 }
 
 func batchStored(ctx context.Context, c rawConn, id string) (bool, error) {
@@ -375,9 +411,15 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 		if stored {
 			return ErrDuplicate
 		}
-		if _, err := c.ExecContext(ctx, "INSERT INTO "+schema.IngestedBatches+" VALUES (?, now()::TIMESTAMP)", named(b.ID)); err != nil {
-			return fmt.Errorf("record batch id: %w", err)
-		}
+	}
+	// Every write records an id, its batch's or one of its own, so a
+	// COMMIT that reports an error can be checked for having happened.
+	writeID := b.ID
+	if writeID == "" {
+		writeID = newWriteID()
+	}
+	if _, err := c.ExecContext(ctx, "INSERT INTO "+schema.IngestedBatches+" VALUES (?, now()::TIMESTAMP)", named(writeID)); err != nil {
+		return fmt.Errorf("record batch id: %w", err)
 	}
 
 	// Stack IDs: one map access per row for a known stack. A new stack
@@ -441,7 +483,7 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 		return err
 	}
 	if _, err := c.ExecContext(ctx, "COMMIT", nil); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return &commitError{writeID: writeID, err: err}
 	}
 	w.dicts.Frames.Commit()
 	w.dicts.Stacks.Commit()
