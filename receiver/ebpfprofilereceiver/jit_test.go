@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -215,13 +216,14 @@ func (r *runtimeRun) measured(t *testing.T) map[string]float64 {
 // symbolized frame at all (the process itself could not be read: not
 // what the perf map decides) are counted apart.
 type jitSplit struct {
-	inFunc     map[string]int64
-	unnamed    int64
-	unresolved int64
+	inFunc       map[string]int64
+	unnamed      int64
+	unresolved   int64
+	unnamedStack map[string]int64 // the unnamed samples' stacks, for the failure message
 }
 
 func tallyJITSplit(tl testworkload.Tally) jitSplit {
-	s := jitSplit{inFunc: map[string]int64{}}
+	s := jitSplit{inFunc: map[string]int64{}, unnamedStack: map[string]int64{}}
 	for stack, n := range tl.Folded {
 		frames := userFrames(stack)
 		found := ""
@@ -248,6 +250,7 @@ func tallyJITSplit(tl testworkload.Tally) jitSplit {
 			s.unresolved += n
 		case unnamed:
 			s.unnamed += n
+			s.unnamedStack[stack] += n
 		}
 	}
 	return s
@@ -267,7 +270,12 @@ func (s jitSplit) check(t *testing.T, measured map[string]float64, minSamples in
 	share := float64(named) / float64(named+s.unnamed)
 	t.Logf("hot functions named in %.3f of JIT samples (%d named, %d unnamed; %d samples of the process unresolved altogether); top:%s", share, named, s.unnamed, s.unresolved, tl.Top(3))
 	if share < 0.95 {
-		t.Errorf("hot functions named in %.3f of JIT samples (%d named, %d unnamed), want ≥ 0.95; top:%s", share, named, s.unnamed, tl.Top(8))
+		var unnamed []string
+		for st, n := range s.unnamedStack {
+			unnamed = append(unnamed, fmt.Sprintf("%d %s", n, st))
+		}
+		sort.Strings(unnamed)
+		t.Errorf("hot functions named in %.3f of JIT samples (%d named, %d unnamed), want ≥ 0.95; top:%s\nunnamed:\n%s", share, named, s.unnamed, tl.Top(8), strings.Join(unnamed, "\n"))
 	}
 	checkShares(t, s.inFunc, measured, tl)
 }

@@ -129,10 +129,11 @@ func TestGoServiceRequestProfile(t *testing.T) {
 	svc := exec.Command(bin)
 	svc.Env = append(os.Environ(), "GOMAXPROCS=2", "OTEL_SERVICE_NAME=tracesvc")
 	stdout, _ := svc.StdoutPipe()
+	stdin, _ := svc.StdinPipe() // tracesvc serves while it is open
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { svc.Process.Kill(); svc.Wait() })
+	t.Cleanup(func() { stdin.Close(); svc.Process.Kill(); svc.Wait() })
 	var addr string
 	var procs int
 	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {

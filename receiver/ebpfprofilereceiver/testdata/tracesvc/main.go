@@ -9,12 +9,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"runtime"
 	"strconv"
-	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
@@ -65,7 +65,9 @@ func main() {
 	}
 	fmt.Printf("listening %s gomaxprocs %d\n", ln.Addr(), runtime.GOMAXPROCS(0))
 	srv := &http.Server{Handler: otelhttp.NewHandler(tracectx.Middleware(mux), "tracesvc")}
-	// Stop on its own after a while even if the test dies.
-	go func() { time.Sleep(60 * time.Second); os.Exit(0) }()
+	// Serve while standard input is open: the test holds a pipe, so the
+	// server goes when the test does (even killed), however long a loaded
+	// machine makes the requests take.
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); os.Exit(0) }()
 	_ = srv.Serve(ln)
 }
