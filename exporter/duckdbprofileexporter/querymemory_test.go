@@ -173,7 +173,7 @@ func TestHostileQueryFailsCleanlyWhileIngesting(t *testing.T) {
 			in.halt()
 			got := rowsOf(t, e.w.DB(), "SELECT sum(sample_count) FROM "+map[string]string{"local": "cpu_profile_samples_local", "summary": "cpu_profile_summaries"}[tier])
 			if want := fmt.Sprint(in.stored.Load() * samplesPerPush); strings.Join(got, "") != want {
-				t.Errorf("table holds %v samples, want %s (%d stored pushes × %d)", got, want, in.stored.Load(), samplesPerPush)
+				t.Errorf("table holds %v samples, want %s (%d acknowledged batches × %d)", got, want, in.stored.Load(), samplesPerPush)
 			}
 			// And the endpoint answers ordinary queries again.
 			if _, err := (sqlquery.Client{Endpoint: e.server.Addr()}).Query(context.Background(), "SELECT count(*) FROM range(10)"); err != nil {
