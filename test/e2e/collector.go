@@ -77,16 +77,8 @@ func startCollector(t *testing.T, config string, args ...string) *collector {
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return startCollectorFile(t, path, nil, args...)
-}
-
-// startCollectorFile starts the collector with the config file at path and
-// env added to this process's environment.
-func startCollectorFile(t *testing.T, path string, env []string, args ...string) *collector {
-	t.Helper()
 	c := &collector{out: &syncBuffer{}}
 	c.cmd = exec.Command(collectorBinary(t), append([]string{"--config", path}, args...)...)
-	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout = c.out
 	c.cmd.Stderr = c.out
 	if err := c.cmd.Start(); err != nil {

@@ -131,34 +131,9 @@ func nextMinuteCommit(now time.Time) time.Time {
 }
 
 func runCrashScenario(t *testing.T, plan crashPlan) crashReport {
-	dir := t.TempDir()
 	service := fmt.Sprintf("e2e-crash-%d", time.Now().UnixNano()%1_000_000)
-	grpc, httpPort, gwMetrics, gwQuery := freePort(t), freePort(t), freePort(t), freePort(t)
-	agMetrics, agQuery, agControl := freePort(t), freePort(t), freePort(t)
-	gateway := &shippedCollector{t: t, role: "gateway", env: []string{
-		"HOTPATH_STATE_DIR=" + filepath.Join(dir, "gateway"),
-		fmt.Sprintf("HOTPATH_GATEWAY_GRPC=127.0.0.1:%d", grpc),
-		fmt.Sprintf("HOTPATH_GATEWAY_HTTP=127.0.0.1:%d", httpPort),
-		fmt.Sprintf("HOTPATH_GATEWAY_METRICS=%d", gwMetrics),
-		fmt.Sprintf("HOTPATH_GATEWAY_QUERY=127.0.0.1:%d", gwQuery),
-	}}
-	agent := &shippedCollector{t: t, role: "agent", env: []string{
-		"HOTPATH_STATE_DIR=" + filepath.Join(dir, "agent"),
-		fmt.Sprintf("HOTPATH_GATEWAY_ENDPOINT=127.0.0.1:%d", grpc),
-		fmt.Sprintf("HOTPATH_AGENT_METRICS=%d", agMetrics),
-		fmt.Sprintf("HOTPATH_AGENT_QUERY=127.0.0.1:%d", agQuery),
-		fmt.Sprintf("HOTPATH_AGENT_CONTROL=127.0.0.1:%d", agControl),
-	}}
-	t.Cleanup(func() {
-		for _, c := range []*shippedCollector{agent, gateway} {
-			if c.cur != nil {
-				c.kill()
-			}
-		}
-		if t.Failed() {
-			t.Logf("%s\n%s", gateway.output(), agent.output())
-		}
-	})
+	pair := newShippedPair(t)
+	gateway, agent, dir := pair.gateway, pair.agent, pair.dir
 	gateway.start()
 	agent.start()
 	waitFor(t, "the agent to start sampling", 60*time.Second, func() bool {
@@ -230,7 +205,7 @@ func runCrashScenario(t *testing.T, plan crashPlan) crashReport {
 	// Everything of the program is in the agent's table once its total
 	// stops moving for longer than a window plus its delay; everything the
 	// agent queued is at the gateway once the queue is empty.
-	agentEndpoint := fmt.Sprintf("127.0.0.1:%d", agQuery)
+	agentEndpoint := pair.agentQuery
 	where := fmt.Sprintf("service_id = '%s'", service)
 	var last int64 = -1
 	since := time.Now()
@@ -242,7 +217,7 @@ func runCrashScenario(t *testing.T, plan crashPlan) crashReport {
 		return n > 0 && time.Since(since) > 25*time.Second
 	})
 	waitFor(t, "the agent's send queue to empty", 10*time.Minute, func() bool {
-		return queueSize(agMetrics) == 0
+		return queueSize(pair.agentMetrics) == 0
 	})
 	agentMinutes := perMinute(t, func(q string) (*sqlquery.Result, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

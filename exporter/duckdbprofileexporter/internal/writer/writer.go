@@ -337,6 +337,12 @@ func (w *Writer) Write(ctx context.Context, b *Batch) error {
 	return nil
 }
 
+// noTransaction is DuckDB's answer to ROLLBACK once the transaction ended
+// (a failed COMMIT can end it): the connection is not stuck.
+func noTransaction(err error) bool {
+	return strings.Contains(err.Error(), "no transaction is active")
+}
+
 // commitError is a COMMIT that reported an error; whether it happened is
 // told by writeID in ingested_batches.
 type commitError struct {
@@ -395,7 +401,7 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 	}
 	defer func() {
 		if err != nil {
-			if _, rerr := c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil); rerr != nil {
+			if _, rerr := c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil); rerr != nil && !noTransaction(rerr) {
 				w.connStuck = rerr
 				err = fmt.Errorf("%w (and rollback failed: %w)", err, rerr)
 			}
@@ -720,7 +726,7 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 		_, err = w.conn.ExecContext(ctx, "COMMIT")
 	}
 	if err != nil {
-		if _, rerr := w.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+		if _, rerr := w.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil && !noTransaction(rerr) {
 			w.connStuck = rerr
 		}
 		w.noteFailure(ctx, err)
