@@ -69,13 +69,18 @@ func (c *Config) resources() writer.Resources {
 
 // RetentionConfig says how long rows are kept. Zero values take the tier's
 // default (RFD 072): local 1h stacks / 7d metadata / every 10m; summary 30d
-// stacks / 7d trace-tagged stacks / 90d metadata / daily.
+// stacks / 7d trace-tagged stacks / 1 year hourly / 3 years daily roll-ups /
+// 90d metadata / daily.
 type RetentionConfig struct {
 	Stacks      time.Duration `mapstructure:"stacks"`
 	TraceStacks time.Duration `mapstructure:"trace_stacks"`
-	Metadata    time.Duration `mapstructure:"metadata"`
-	Interval    time.Duration `mapstructure:"interval"`
-	ChunkRows   int           `mapstructure:"chunk_rows"`
+	// Hourly and Daily keep the summary tier's roll-ups, which answer long
+	// ranges in a fraction of the minutes' rows and bytes.
+	Hourly    time.Duration `mapstructure:"hourly"`
+	Daily     time.Duration `mapstructure:"daily"`
+	Metadata  time.Duration `mapstructure:"metadata"`
+	Interval  time.Duration `mapstructure:"interval"`
+	ChunkRows int           `mapstructure:"chunk_rows"`
 }
 
 // QueryConfig is the read-only SQL endpoint (DuckDB lets one process open
@@ -125,13 +130,20 @@ func (c *Config) effectiveRetention() RetentionConfig {
 	r := c.Retention
 	def := RetentionConfig{Stacks: time.Hour, Metadata: 7 * 24 * time.Hour, Interval: 10 * time.Minute, ChunkRows: 50_000}
 	if schema.Tier(c.Tier) == schema.Summary {
-		def = RetentionConfig{Stacks: 30 * 24 * time.Hour, TraceStacks: 7 * 24 * time.Hour, Metadata: 90 * 24 * time.Hour, Interval: 24 * time.Hour, ChunkRows: 50_000}
+		def = RetentionConfig{Stacks: 30 * 24 * time.Hour, TraceStacks: 7 * 24 * time.Hour, Hourly: 365 * 24 * time.Hour, Daily: 3 * 365 * 24 * time.Hour,
+			Metadata: 90 * 24 * time.Hour, Interval: 24 * time.Hour, ChunkRows: 50_000}
 	}
 	if r.Stacks == 0 {
 		r.Stacks = def.Stacks
 	}
 	if r.TraceStacks == 0 {
 		r.TraceStacks = def.TraceStacks
+	}
+	if r.Hourly == 0 {
+		r.Hourly = def.Hourly
+	}
+	if r.Daily == 0 {
+		r.Daily = def.Daily
 	}
 	if r.Metadata == 0 {
 		r.Metadata = def.Metadata
@@ -170,6 +182,7 @@ func (c *Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"retention.stacks": c.Retention.Stacks, "retention.trace_stacks": c.Retention.TraceStacks,
+		"retention.hourly": c.Retention.Hourly, "retention.daily": c.Retention.Daily,
 		"retention.metadata": c.Retention.Metadata, "retention.interval": c.Retention.Interval,
 	} {
 		if d < 0 {

@@ -72,7 +72,7 @@ func (e *profilesExporter) start(ctx context.Context, _ component.Host) error {
 	}
 	r := e.cfg.effectiveRetention()
 	e.cleaner = retention.Start(w, retention.Policy{
-		Stacks: r.Stacks, TraceStacks: r.TraceStacks, Binaries: r.Metadata, BatchIDs: batchIDRetention,
+		Stacks: r.Stacks, TraceStacks: r.TraceStacks, Hourly: r.Hourly, Daily: r.Daily, Binaries: r.Metadata, BatchIDs: batchIDRetention,
 		ChunkRows: r.ChunkRows, ChunkTimeout: time.Minute,
 	}, r.Interval, time.Now, func(res retention.Result, err error) {
 		if err != nil {

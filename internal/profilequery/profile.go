@@ -151,8 +151,15 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 	}
 	tb := tablesOf(src)
 	fallback := fallbackPeriod(sel.FallbackHz)
+	table := tb.stacks
 	where := fmt.Sprintf("service_id = %s AND %s >= %s AND %s < %s",
 		quote(sel.Service), tb.timeCol, sqlTime(sel.Range.Since), tb.timeCol, sqlTime(sel.Range.Until))
+	if tb.samplesIn {
+		// The file's macro reads the coarsest tier that answers the
+		// range exactly (the gateway's hourly and daily roll-ups).
+		table = fmt.Sprintf("samples_in(%s, %s, %s)", quote(sel.Service), sqlTime(sel.Range.Since), sqlTime(sel.Range.Until))
+		where = "true"
+	}
 	if sel.Pod != "" {
 		if src.Tier() != Summary {
 			return nil, fmt.Errorf("--pod needs the gateway tier: the agent tier (%s) is per node and has no pod column", src.Describe())
@@ -164,7 +171,7 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 	}
 	// Rows of different sampling periods stay apart (one stack may come
 	// from nodes at 19 and 99 Hz) and merge in Go.
-	stmt := tb.stacksSQL(tb.stacks, "build_id", where, fallback)
+	stmt := tb.stacksSQL(table, "build_id", where, fallback)
 	res, err := src.Query(ctx, stmt)
 	if err != nil {
 		return nil, fmt.Errorf("read stacks from %s: %w", src.Describe(), err)

@@ -41,6 +41,9 @@ type tables struct {
 	// period is the sampling period of a row in nanoseconds, NULL when
 	// unknown (files before schema version 3 did not store it).
 	period string
+	// samplesIn: the file has samples_in(service, since, until), which
+	// picks the coarsest tier answering a range (schema version 5).
+	samplesIn bool
 }
 
 func tablesFor(t Tier) tables {
@@ -65,7 +68,11 @@ func rfdStacks(t Tier) string {
 func tablesOf(src Source) tables {
 	tb := tablesFor(src.Tier())
 	v, ok := src.(interface{ version() int64 })
-	if !ok || v.version() >= 4 {
+	if !ok || v.version() >= 5 {
+		tb.samplesIn = true
+		return tb
+	}
+	if v.version() == 4 {
 		return tb
 	}
 	tb.stacks, tb.traces, tb.stackDict = rfdStacks(src.Tier()), rfdStacks(src.Tier()), ""
@@ -114,7 +121,7 @@ FROM agg%[11]s, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where
 }
 
 // supportedVersions are the schema versions whose tables are read here.
-var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true}
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -319,10 +326,14 @@ type Tables struct {
 }
 
 // WritableVersion is the schema version whose tables TablesOf names.
-const WritableVersion = 4
+const WritableVersion = 5
 
-// TablesOf returns the table names of tier t (schema version 4).
+// TablesOf returns the table names of tier t (schema version 5).
 func TablesOf(t Tier) Tables {
 	tb := tablesFor(t)
-	return Tables{Frames: tb.frames, StackDict: tb.stackDict, Binaries: tb.binaries, Rows: []string{tb.stacks, tb.traces}, HasSymbolStorage: t == Summary}
+	rows := []string{tb.stacks, tb.traces}
+	if t == Summary {
+		rows = append(rows, "stack_summaries_hourly", "stack_summaries_daily")
+	}
+	return Tables{Frames: tb.frames, StackDict: tb.stackDict, Binaries: tb.binaries, Rows: rows, HasSymbolStorage: t == Summary}
 }

@@ -178,6 +178,28 @@ FROM %[1]s WHERE bucket_time >= %[3]s AND bucket_time < %[4]s ORDER BY bucket_ti
 			}
 		}
 	}
+	// The roll-ups are rebuilt from the replicated minutes: the exporter
+	// rolls up the closed hours and days of a file when it opens it.
+	for _, table := range []string{"stack_summaries_hourly", "stack_summaries_daily", "rollup_progress"} {
+		if _, err := db.ExecContext(ctx, "DELETE FROM "+table); err != nil {
+			return fmt.Errorf("reset %s in %s: %w", table, path, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	exp, err := startExporter(ctx, "summary", path)
+	if err != nil {
+		return fmt.Errorf("roll up %s: %w", path, err)
+	}
+	if err := exp.Shutdown(ctx); err != nil {
+		return fmt.Errorf("roll up %s: %w", path, err)
+	}
+	db, err = sql.Open("duckdb", path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
 	if _, err := db.ExecContext(ctx, "CHECKPOINT"); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}

@@ -206,6 +206,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{summaryTables.traces, "trace_id, span_id"},
 		{summaryTables.stackDict, "*"},
 		{summaryTables.frames, "*"},
+		{"stack_summaries_hourly", "*"},
+		{"stack_summaries_daily", "*"},
 	} {
 		p, err := breakdown(ctx, o.Dir, summaryPath, part.table, []string{part.cols})
 		if err != nil {

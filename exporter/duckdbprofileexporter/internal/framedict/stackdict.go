@@ -50,26 +50,50 @@ func NewStacks() *StackDict {
 	return &StackDict{ids: map[StackKey]int32{}, byID: map[int32]StackKey{}, next: 1}
 }
 
-// LoadStacks reads table's stacks, naming their frames with frames' table.
+// LoadStacks reads table's stacks, naming their frames with frameTable
+// (read once into memory: decoding in SQL costs more than the hashing).
 func LoadStacks(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }, table, frameTable string) (*StackDict, error) {
-	rows, err := q.QueryContext(ctx, `WITH dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM `+frameTable+`)
-SELECT stack_id, list_transform(stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')) FROM `+table+`, dict`)
+	names := map[int32]string{}
+	frows, err := q.QueryContext(ctx, "SELECT frame_id, frame_name FROM "+frameTable)
+	if err != nil {
+		return nil, fmt.Errorf("load stack dictionary %s: %w", table, err)
+	}
+	for frows.Next() {
+		var id int32
+		var name string
+		if err := frows.Scan(&id, &name); err != nil {
+			frows.Close()
+			return nil, fmt.Errorf("load stack dictionary %s: %w", table, err)
+		}
+		names[id] = name
+	}
+	frows.Close()
+	if err := frows.Err(); err != nil {
+		return nil, fmt.Errorf("load stack dictionary %s: %w", table, err)
+	}
+	rows, err := q.QueryContext(ctx, "SELECT stack_id, stack_frame_ids FROM "+table)
 	if err != nil {
 		return nil, fmt.Errorf("load stack dictionary %s: %w", table, err)
 	}
 	defer rows.Close()
 	d := NewStacks()
+	var frames []string
 	for rows.Next() {
 		var id int32
-		var names []any
-		if err := rows.Scan(&id, &names); err != nil {
+		var ids []any
+		if err := rows.Scan(&id, &ids); err != nil {
 			return nil, fmt.Errorf("load stack dictionary %s: %w", table, err)
 		}
-		frames := make([]string, len(names))
-		for i, n := range names {
-			frames[i], _ = n.(string)
+		frames = frames[:0]
+		for _, v := range ids {
+			fid, _ := v.(int32)
+			name, ok := names[fid]
+			if !ok {
+				name = "[missing]"
+			}
+			frames = append(frames, name)
 		}
 		k := KeyOf(frames)
 		d.ids[k] = id

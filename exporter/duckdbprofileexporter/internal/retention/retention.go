@@ -21,6 +21,8 @@ import (
 type Policy struct {
 	Stacks       time.Duration // the samples (flame-graph rows)
 	TraceStacks  time.Duration // trace-tagged rows (0 or longer: as Stacks)
+	Hourly       time.Duration // summary tier: the hourly roll-up
+	Daily        time.Duration // summary tier: the daily roll-up
 	Binaries     time.Duration // binary metadata, by last_seen
 	BatchIDs     time.Duration // ids of stored batches (dedup of resends), by stored_at
 	ChunkRows    int           // rows per delete transaction
@@ -50,7 +52,11 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 	if traceAge <= 0 || (p.Stacks > 0 && traceAge > p.Stacks) {
 		traceAge = p.Stacks
 	}
-	for _, r := range []rule{{tb.Samples, p.Stacks}, {tb.Traces, traceAge}} {
+	rules := []rule{{tb.Samples, p.Stacks}, {tb.Traces, traceAge}}
+	if tb.Hourly != "" {
+		rules = append(rules, rule{tb.Hourly, p.Hourly}, rule{tb.Daily, p.Daily})
+	}
+	for _, r := range rules {
 		if r.age <= 0 {
 			continue
 		}

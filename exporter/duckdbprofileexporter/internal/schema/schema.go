@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Tier is which side of the pipeline a file belongs to.
@@ -33,7 +34,10 @@ const (
 //	   samples also in a narrow table keyed by binary trace ID. The RFD
 //	   names (cpu_profile_samples_local, cpu_profile_summaries) become views
 //	   answering what the tables did.
-const Version = 4
+//	5: hourly and daily roll-ups of the summary tier's samples, written as
+//	   hours and days close, and samples_in(), which reads the coarsest
+//	   tier that answers a range exactly.
+const Version = 5
 
 // IngestedBatches records the hotpath.batch.id of every batch stored, in
 // the batch's own transaction, so a batch sent again is not stored twice.
@@ -56,6 +60,9 @@ type Tables struct {
 	Binaries  string // binary metadata
 	Decoded   string // view decoding Stacks
 	TimeCol   string // time column of Samples, Traces and Stacks
+	// Hourly and Daily are the summary tier's roll-ups of Samples ("" on
+	// the local tier); Rollups records how far each is complete.
+	Hourly, Daily, Rollups string
 }
 
 // TablesFor returns the table names of a tier.
@@ -70,6 +77,9 @@ func TablesFor(t Tier) Tables {
 			Binaries:  "binary_metadata_registry",
 			Decoded:   "cpu_profile_summaries_decoded",
 			TimeCol:   "bucket_time",
+			Hourly:    "stack_summaries_hourly",
+			Daily:     "stack_summaries_daily",
+			Rollups:   "rollup_progress",
 		}
 	}
 	return Tables{
@@ -85,7 +95,12 @@ func TablesFor(t Tier) Tables {
 }
 
 // RowTables are the tables whose rows reference the stack dictionary.
-func (tb Tables) RowTables() []string { return []string{tb.Samples, tb.Traces} }
+func (tb Tables) RowTables() []string {
+	if tb.Hourly != "" {
+		return []string{tb.Samples, tb.Traces, tb.Hourly, tb.Daily}
+	}
+	return []string{tb.Samples, tb.Traces}
+}
 
 // podCol is the pod column of the tier's row tables, with a trailing comma
 // and space ("" on the local tier, which has none).
@@ -150,7 +165,82 @@ func tableDDL(t Tier) []string {
     symbol_storage VARCHAR`
 	}
 	binaries += "\n)"
-	return []string{frames, stacks, samples, traces, binaries}
+	return append([]string{frames, stacks, samples, traces, binaries}, rollupDDL(t)...)
+}
+
+// rollupDDL is the summary tier's roll-up tables: Samples summed per hour
+// and per day (sample_count BIGINT: a day of a busy stack exceeds INTEGER),
+// and rollup_progress, which says up to when each is complete.
+func rollupDDL(t Tier) []string {
+	if t != Summary {
+		return nil
+	}
+	tb := TablesFor(t)
+	var out []string
+	for _, table := range []string{tb.Hourly, tb.Daily} {
+		out = append(out, `CREATE TABLE `+table+` (
+    bucket_time      TIMESTAMP NOT NULL,
+    service_id       VARCHAR   NOT NULL,
+    pod_name         VARCHAR   NOT NULL,
+    build_id         VARCHAR   NOT NULL,
+    stack_id         INTEGER   NOT NULL,
+    sample_count     BIGINT    NOT NULL,
+    sample_period_ns BIGINT
+)`)
+	}
+	return append(out, `CREATE TABLE `+tb.Rollups+` (
+    rollup       VARCHAR   PRIMARY KEY, -- 'hourly' or 'daily'
+    rolled_until TIMESTAMP NOT NULL     -- every bucket before it is in the roll-up
+)`)
+}
+
+// RollupMacros say up to when the roll-ups are complete, as constants, so
+// a range query's bounds fold to constants and DuckDB prunes row groups by
+// them. The writer replaces them when it advances a roll-up; zero times
+// (none yet) are -infinity.
+func RollupMacros(hourly, daily time.Time) []string {
+	lit := func(t time.Time) string {
+		if t.IsZero() {
+			return "TIMESTAMP '-infinity'"
+		}
+		return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05") + "'"
+	}
+	return []string{
+		`CREATE OR REPLACE MACRO rolled_until_hourly() AS ` + lit(hourly),
+		`CREATE OR REPLACE MACRO rolled_until_daily() AS ` + lit(daily),
+	}
+}
+
+// samplesInSQL is the body of samples_in(service, since, until): the rows of
+// one service in [since, until) from the coarsest tier that answers each
+// part exactly. Whole days the daily roll-up holds come from it, whole hours
+// the hourly one holds from that, the rest from Samples. Every bound is a
+// constant when since and until are.
+func samplesInSQL(t Tier) string {
+	tb := TablesFor(t)
+	cols := "build_id, " + podCol(t, "") + "stack_id, sample_count, sample_period_ns"
+	part := func(table, lo, hi string) string {
+		return fmt.Sprintf("SELECT %s FROM %s WHERE service_id = service AND %s >= %s AND %s < %s", cols, table, tb.TimeCol, lo, tb.TimeCol, hi)
+	}
+	if t != Summary {
+		return part(tb.Samples, "since", "until")
+	}
+	ceil := func(unit, ts string) string {
+		return fmt.Sprintf("date_trunc('%[1]s', %[2]s + INTERVAL 1 %[1]s - INTERVAL 1 MICROSECOND)", unit, ts)
+	}
+	hcLo, hcHi := ceil("hour", "since"), "least(date_trunc('hour', until), rolled_until_hourly())"
+	hOK := "(" + hcLo + " < " + hcHi + ")"
+	hLo := "(CASE WHEN " + hOK + " THEN " + hcLo + " ELSE until END)"
+	hHi := "(CASE WHEN " + hOK + " THEN " + hcHi + " ELSE until END)"
+	dcLo, dcHi := ceil("day", "since"), "least(date_trunc('day', until), rolled_until_daily())"
+	dOK := "(" + dcLo + " < " + dcHi + ")"
+	dLo := "(CASE WHEN " + dOK + " THEN " + dcLo + " ELSE " + hHi + " END)"
+	dHi := "(CASE WHEN " + dOK + " THEN " + dcHi + " ELSE " + hHi + " END)"
+	return strings.Join([]string{
+		part(tb.Daily, dLo, dHi),
+		part(tb.Hourly, hLo, dLo), part(tb.Hourly, dHi, hHi),
+		part(tb.Samples, "since", hLo), part(tb.Samples, hHi, "until"),
+	}, "\nUNION ALL\n")
 }
 
 // rfdRows is the RFD layout's rows with stack_id in place of the frame
@@ -213,8 +303,12 @@ FROM r JOIN s USING (stack_id)`, tb.Decoded, namesSQL(tb), decodeSQL("stack_fram
 	// and reads Samples: every sample once, trace-tagged or not. Stored times
 	// are UTC; utc_now() is "now" on that clock, whatever the session's time
 	// zone. Rows are summed per stack_id before any frame is decoded.
-	inRange := fmt.Sprintf("service_id = service AND %[1]s >= since AND %[1]s < until", tb.TimeCol)
+	// samples_in picks the tiers; the macros read through it.
+	inRange := "true"
+	rows := "samples_in(service, since, until)"
 	macros := []string{
+		`CREATE OR REPLACE MACRO samples_in(service, since, until) AS TABLE
+` + samplesInSQL(t),
 		`CREATE OR REPLACE MACRO utc_now() AS (now() AT TIME ZONE 'UTC')`,
 		// Folded stacks (flamegraph.pl input): "root;...;leaf <count>" lines.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO folded_stacks(service, since, until) AS TABLE
@@ -223,7 +317,7 @@ WITH agg AS (
 ), dict AS (%[3]s)
 SELECT array_to_string(%[4]s, ';') AS folded, sum(agg.samples)::BIGINT AS samples
 FROM agg JOIN %[5]s s USING (stack_id), dict
-GROUP BY folded ORDER BY samples DESC, folded`, tb.Samples, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
+GROUP BY folded ORDER BY samples DESC, folded`, rows, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
 		// Leaf (self time) functions ranked by samples.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO top_functions(service, since, until, n) AS TABLE
 WITH agg AS (
@@ -236,7 +330,7 @@ WITH agg AS (
 SELECT coalesce(f.frame_name, '[missing]') AS function, sum(agg.samples)::BIGINT AS samples,
        round(100.0 * sum(agg.samples) / sum(sum(agg.samples)) OVER (), 2) AS percent
 FROM agg LEFT JOIN %[3]s f ON f.frame_id = agg.leaf
-GROUP BY function ORDER BY samples DESC, function LIMIT n`, tb.Samples, inRange, tb.Frames, tb.StackDict),
+GROUP BY function ORDER BY samples DESC, function LIMIT n`, rows, inRange, tb.Frames, tb.StackDict),
 		// Stacks passing through a function at any depth.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO stacks_containing(service, fn, since, until) AS TABLE
 WITH matching AS (
@@ -249,7 +343,7 @@ WITH matching AS (
 ), dict AS (%[5]s)
 SELECT array_to_string(%[6]s, ';') AS folded, sum(agg.samples)::BIGINT AS samples
 FROM agg JOIN matching s USING (stack_id), dict
-GROUP BY folded ORDER BY samples DESC, folded`, tb.Samples, inRange, tb.Frames, tb.StackDict, namesSQL(tb), decodeSQL("s.stack_frame_ids")),
+GROUP BY folded ORDER BY samples DESC, folded`, rows, inRange, tb.Frames, tb.StackDict, namesSQL(tb), decodeSQL("s.stack_frame_ids")),
 		// Inclusive share of samples per function in two builds (a function
 		// counted once per stack even when recursive), largest change first.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO compare_builds(service, build_a, build_b, since, until) AS TABLE
@@ -277,7 +371,7 @@ SELECT function, a::BIGINT AS samples_a, b::BIGINT AS samples_b,
        round(coalesce(100.0 * b / nullif(total_b, 0), 0), 2) AS percent_b,
        round(coalesce(100.0 * b / nullif(total_b, 0), 0) - coalesce(100.0 * a / nullif(total_a, 0), 0), 2) AS percent_change
 FROM per_fn, totals
-ORDER BY abs(percent_change) DESC, function`, tb.Samples, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
+ORDER BY abs(percent_change) DESC, function`, rows, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
 	}
 	return append([]string{rfd, decoded}, macros...)
 }
@@ -296,6 +390,9 @@ var migrations = map[int]func(t Tier) []string{
 		return []string{`ALTER TABLE ` + TablesFor(t).Stacks + ` ADD COLUMN sample_period_ns BIGINT`}
 	},
 	3: migrateToStackDictionary,
+	// The roll-ups start empty; the writer builds them from the samples
+	// when it opens the file.
+	4: rollupDDL,
 }
 
 // migrateToStackDictionary moves version 3's one table of frame lists into
@@ -413,7 +510,11 @@ func Ensure(ctx context.Context, db *sql.DB, t Tier) error {
 	if _, err := tx.ExecContext(ctx, ingestedBatchesDDL); err != nil {
 		return fmt.Errorf("create %s: %w", IngestedBatches, err)
 	}
-	if err := execAll(ctx, tx, viewDDL(t)); err != nil {
+	hourly, daily, err := readRollups(ctx, tx, t)
+	if err != nil {
+		return err
+	}
+	if err := execAll(ctx, tx, append(RollupMacros(hourly, daily), viewDDL(t)...)); err != nil {
 		return fmt.Errorf("create views and macros: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -452,6 +553,41 @@ func LegacyV1(t Tier) []string {
 	return []string{ddl[0], legacyStacksDDL(t, 1), ddl[4],
 		`CREATE TABLE schema_version (version INTEGER NOT NULL, tier VARCHAR NOT NULL, updated_at TIMESTAMP NOT NULL)`,
 		fmt.Sprintf(`INSERT INTO schema_version VALUES (1, '%s', now()::TIMESTAMP)`, t)}
+}
+
+// Rollups is how far the summary tier's roll-ups are complete (zero: not
+// started, or the local tier).
+func Rollups(ctx context.Context, q querier, t Tier) (hourly, daily time.Time, err error) {
+	return readRollups(ctx, q, t)
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func readRollups(ctx context.Context, q querier, t Tier) (hourly, daily time.Time, err error) {
+	if t != Summary {
+		return
+	}
+	rows, err := q.QueryContext(ctx, `SELECT rollup, rolled_until FROM `+TablesFor(t).Rollups)
+	if err != nil {
+		return hourly, daily, fmt.Errorf("read roll-up progress: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var until time.Time
+		if err := rows.Scan(&name, &until); err != nil {
+			return hourly, daily, fmt.Errorf("read roll-up progress: %w", err)
+		}
+		switch name {
+		case "hourly":
+			hourly = until.UTC()
+		case "daily":
+			daily = until.UTC()
+		}
+	}
+	return hourly, daily, rows.Err()
 }
 
 type execer interface {

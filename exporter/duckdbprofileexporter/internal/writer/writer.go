@@ -90,7 +90,8 @@ type Writer struct {
 	readers   atomic.Pointer[sql.DB] // db, for readers that must not wait for a batch
 	conn      *sql.Conn              // dedicated to writing (the Appender is not goroutine-safe)
 	dicts     Dicts
-	broken    error // set when DuckDB invalidated the instance; reopen on next write
+	rolled    rollState // summary tier: how far the roll-ups are complete
+	broken    error     // set when DuckDB invalidated the instance; reopen on next write
 	// connStuck is set when the writer connection no longer runs statements
 	// after a failure (a ROLLBACK that failed leaves its transaction
 	// aborted); the next write replaces the connection.
@@ -193,7 +194,17 @@ func (w *Writer) open(ctx context.Context) error {
 		cleanup()
 		return fmt.Errorf("open writer connection: %w", err)
 	}
-	w.connector, w.db, w.conn, w.dicts, w.broken = c, db, conn, dicts, nil
+	hourly, daily, err := schema.Rollups(ctx, db, w.tier)
+	if err != nil {
+		conn.Close()
+		cleanup()
+		return err
+	}
+	w.connector, w.db, w.conn, w.dicts, w.rolled, w.broken = c, db, conn, dicts, rollState{hourly, daily}, nil
+	if err := w.catchUpRollups(ctx); err != nil {
+		_ = w.closeLocked()
+		return err
+	}
 	w.readers.Store(db)
 	return nil
 }
@@ -297,8 +308,13 @@ func (w *Writer) noteFailure(ctx context.Context, err error) {
 	if perr := w.conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT 1").Scan(&probe); perr != nil {
 		w.connStuck = perr
 	}
-	if d, lerr := loadDicts(ctx, w.db, w.tb); lerr == nil {
-		w.dicts = d
+	// The failed request's context may be what expired: the reload must
+	// not fail with it, or one slow batch would force a reopen.
+	ctx = context.WithoutCancel(ctx)
+	d, lerr := loadDicts(ctx, w.db, w.tb)
+	hourly, daily, rerr := schema.Rollups(ctx, w.db, w.tier)
+	if lerr = errors.Join(lerr, rerr); lerr == nil {
+		w.dicts, w.rolled = d, rollState{hourly, daily}
 	} else {
 		w.broken = lerr
 	}
@@ -485,12 +501,25 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 	if err := w.appendRows(dc, b.Rows, ids); err != nil {
 		return err
 	}
+	rolled := w.rolled
+	if w.tier == schema.Summary && len(b.Rows) > 0 {
+		newest := b.Rows[0].Time
+		for i := range b.Rows {
+			if b.Rows[i].Time.After(newest) {
+				newest = b.Rows[i].Time
+			}
+		}
+		if rolled, err = w.rollUp(ctx, dc, c, b.Rows, ids, newest); err != nil {
+			return err
+		}
+	}
 	if err := w.upsertBinaries(ctx, c, b.Binaries); err != nil {
 		return err
 	}
 	if _, err := c.ExecContext(ctx, "COMMIT", nil); err != nil {
 		return &commitError{writeID: writeID, err: err}
 	}
+	w.rolled = rolled
 	w.dicts.Frames.Commit()
 	w.dicts.Stacks.Commit()
 	return nil
