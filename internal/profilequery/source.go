@@ -111,13 +111,16 @@ func (tb tables) stacksSQL(table, group, where string, fallback time.Duration) s
 	for _, c := range strings.Split(group, ", ") {
 		aggGroup = append(aggGroup, "agg."+c)
 	}
-	return fmt.Sprintf(`WITH agg AS (
+	// The join is materialized before decoding: planned after the
+	// dictionary's cross product, DuckDB would decode every stack.
+	return fmt.Sprintf(`WITH agg0 AS (
     SELECT %[1]s, %[2]s, %[3]s AS period, sum(sample_count)::BIGINT AS samples, %[4]s AS cpu_ns
     FROM %[5]s WHERE %[6]s%[7]s
     GROUP BY ALL
-), dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[8]s)
-SELECT %[9]s, list_transform(%[10]s, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples, agg.cpu_ns, agg.period
-FROM agg%[11]s, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty, tb.frames, strings.Join(aggGroup, ", "), frames, join)
+), agg AS MATERIALIZED (SELECT agg.*, %[10]s AS stack_frame_list FROM agg0 AS agg%[11]s),
+dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[8]s)
+SELECT %[9]s, list_transform(agg.stack_frame_list, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples, agg.cpu_ns, agg.period
+FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty, tb.frames, strings.Join(aggGroup, ", "), frames, join)
 }
 
 // supportedVersions are the schema versions whose tables are read here.

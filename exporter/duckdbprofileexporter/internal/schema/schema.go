@@ -314,9 +314,11 @@ FROM r JOIN s USING (stack_id)`, tb.Decoded, namesSQL(tb), decodeSQL("stack_fram
 		fmt.Sprintf(`CREATE OR REPLACE MACRO folded_stacks(service, since, until) AS TABLE
 WITH agg AS (
     SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %[1]s WHERE %[2]s GROUP BY stack_id
+), s AS MATERIALIZED (
+    SELECT s.stack_frame_ids, agg.samples FROM agg JOIN %[5]s s USING (stack_id)
 ), dict AS (%[3]s)
-SELECT array_to_string(%[4]s, ';') AS folded, sum(agg.samples)::BIGINT AS samples
-FROM agg JOIN %[5]s s USING (stack_id), dict
+SELECT array_to_string(%[4]s, ';') AS folded, sum(s.samples)::BIGINT AS samples
+FROM s, dict
 GROUP BY folded ORDER BY samples DESC, folded`, rows, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
 		// Leaf (self time) functions ranked by samples.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO top_functions(service, since, until, n) AS TABLE
@@ -340,9 +342,11 @@ WITH matching AS (
     SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %[1]s
     WHERE %[2]s AND stack_id IN (SELECT stack_id FROM matching)
     GROUP BY stack_id
+), s AS MATERIALIZED (
+    SELECT s.stack_frame_ids, agg.samples FROM agg JOIN matching s USING (stack_id)
 ), dict AS (%[5]s)
-SELECT array_to_string(%[6]s, ';') AS folded, sum(agg.samples)::BIGINT AS samples
-FROM agg JOIN matching s USING (stack_id), dict
+SELECT array_to_string(%[6]s, ';') AS folded, sum(s.samples)::BIGINT AS samples
+FROM s, dict
 GROUP BY folded ORDER BY samples DESC, folded`, rows, inRange, tb.Frames, tb.StackDict, namesSQL(tb), decodeSQL("s.stack_frame_ids")),
 		// Inclusive share of samples per function in two builds (a function
 		// counted once per stack even when recursive), largest change first.
@@ -352,9 +356,10 @@ WITH picked AS (
     WHERE %[2]s AND build_id IN (build_a, build_b)
     GROUP BY build_id, stack_id
 ), dict AS (%[3]s),
-fns AS (
-    SELECT stack_id, list_distinct(%[4]s) AS fns FROM %[5]s s, dict
-    WHERE stack_id IN (SELECT stack_id FROM picked)
+s AS MATERIALIZED (
+    SELECT stack_id, stack_frame_ids FROM %[5]s WHERE stack_id IN (SELECT stack_id FROM picked)
+), fns AS (
+    SELECT stack_id, list_distinct(%[4]s) AS fns FROM s, dict
 ), totals AS (
     SELECT sum(sample_count) FILTER (WHERE build_id = build_a) AS total_a,
            sum(sample_count) FILTER (WHERE build_id = build_b) AS total_b

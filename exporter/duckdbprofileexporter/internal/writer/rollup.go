@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"time"
@@ -113,13 +114,41 @@ FROM %s WHERE bucket_time < $1%s GROUP BY ALL ORDER BY 1`, s.to, s.unit, s.from,
 	return st, nil
 }
 
-// catchUpRollups rolls up, in its own transaction, the hours and days that
-// closed before the file was opened (a migrated file, or a gateway stopped
-// for a while): the newest stored bucket says what is closed.
+// catchUpRollups rolls up the hours and days that closed before the file
+// was opened (a migrated file, or a gateway stopped for a while): the
+// newest stored bucket says what is closed. It goes a day per transaction,
+// so a month of minutes never has to fit in DuckDB's memory at once.
 func (w *Writer) catchUpRollups(ctx context.Context) error {
 	if w.tier != schema.Summary {
 		return nil
 	}
+	var oldest, newest sql.NullTime
+	if err := w.conn.QueryRowContext(ctx, "SELECT min(bucket_time), max(bucket_time) FROM "+w.tb.Samples).Scan(&oldest, &newest); err != nil {
+		return fmt.Errorf("catch up roll-ups: %w", err)
+	}
+	if !newest.Valid {
+		return nil // no samples
+	}
+	from := w.rolled.hourly
+	if from.IsZero() {
+		from = oldest.Time.UTC()
+	}
+	for target := from.Truncate(24 * time.Hour).Add(24 * time.Hour); ; target = target.Add(24 * time.Hour) {
+		last := !target.Before(newest.Time)
+		if last {
+			target = newest.Time.UTC()
+		}
+		if err := w.closeInTx(ctx, target); err != nil {
+			return fmt.Errorf("catch up roll-ups to %s: %w", target, err)
+		}
+		if last {
+			return nil
+		}
+	}
+}
+
+// closeInTx runs closeRollups up to newest in a transaction of its own.
+func (w *Writer) closeInTx(ctx context.Context, newest time.Time) error {
 	return w.conn.Raw(func(dcAny any) error {
 		c, ok := dcAny.(rawConn)
 		if !ok {
@@ -128,29 +157,13 @@ func (w *Writer) catchUpRollups(ctx context.Context) error {
 		if _, err := c.ExecContext(ctx, "BEGIN TRANSACTION", nil); err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
-		st, err := func() (rollState, error) {
-			r, err := c.QueryContext(ctx, "SELECT max(bucket_time) FROM "+w.tb.Samples, nil)
-			if err != nil {
-				return w.rolled, err
-			}
-			vals := make([]driver.Value, 1)
-			err = r.Next(vals)
-			r.Close()
-			if err != nil {
-				return w.rolled, err
-			}
-			newest, ok := vals[0].(time.Time)
-			if !ok {
-				return w.rolled, nil // no samples
-			}
-			return w.closeRollups(ctx, c, w.rolled, newest)
-		}()
+		st, err := w.closeRollups(ctx, c, w.rolled, newest)
 		if err == nil {
 			_, err = c.ExecContext(ctx, "COMMIT", nil)
 		}
 		if err != nil {
 			_, _ = c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
-			return fmt.Errorf("catch up roll-ups: %w", err)
+			return err
 		}
 		w.rolled = st
 		return nil
