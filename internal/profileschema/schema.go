@@ -286,6 +286,19 @@ func PodName(res pcommon.Resource) string {
 	return ""
 }
 
+// PodUID is the resource's k8s.pod.uid, or "".
+func PodUID(res pcommon.Resource) string { return strAttr(res, AttrK8sPodUID) }
+
+// ContainerID is the resource's container.id, or "".
+func ContainerID(res pcommon.Resource) string { return strAttr(res, AttrContainerID) }
+
+func strAttr(res pcommon.Resource, key string) string {
+	if v, ok := res.Attributes().Get(key); ok && v.Type() == pcommon.ValueTypeStr {
+		return v.Str()
+	}
+	return ""
+}
+
 // BuildID is the resource's canonical build ID, or "" when none is known.
 func BuildID(res pcommon.Resource) string {
 	if v, ok := res.Attributes().Get(AttrBuildID); ok {
