@@ -19,7 +19,7 @@ DEPS_STAMP := .deps-installed
 
 APT_PACKAGES := bash-completion clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless
 
-.PHONY: all deps build collector generate check-generated run stop test test-unit test-race lint bench soak clean
+.PHONY: all deps build collector generate check-generated run stop test test-unit test-race test-deploy lint bench soak clean
 
 all: build
 
@@ -85,9 +85,15 @@ lint: deps
 # test-unit: the tests any user can run, no root, no built collector. Tests
 # that load BPF programs, mount file systems or run the built collector as
 # root are in files with `//go:build privileged`; make test runs them.
-test-unit: deps
+test-unit: deps test-deploy
 	$(GO) test -count=1 ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
+
+# test-deploy decodes the Kubernetes manifests strictly with the API types
+# and checks they mount the shipped configs (its own module: the Kubernetes
+# types stay out of the collector's dependencies).
+test-deploy:
+	cd deploy/kubernetes && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # test-race runs the packages that need no BPF with the race detector:
 # processors, the exporter, the CLI and the internal packages (symbolizer,
@@ -99,7 +105,7 @@ test-race: deps
 # the packages without BPF, all tests including the privileged ones (eBPF
 # tests need root and fail, not skip, without it), then the collector end to
 # end.
-test: check-generated lint build test-race
+test: check-generated lint build test-race test-deploy
 	@[ "$$(id -u)" = 0 ] || { echo "make test must run as root: the eBPF tests load real BPF programs"; exit 1; }
 	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath $(GO) test -tags privileged -count=1 -timeout 30m ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done

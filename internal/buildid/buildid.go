@@ -31,6 +31,11 @@ type Info struct {
 	// the file has neither note (hashing a large binary is the expensive
 	// path, and a note already identifies the build).
 	SHA256 string
+	// HTLHash is the OpenTelemetry eBPF profiler's file ID
+	// (process.executable.build_id.htlhash: a hash of the file's head, tail
+	// and length). hotpath never computes it; it is read from received
+	// profiles, and identifies a build only when no note is known.
+	HTLHash string
 	// HasDebugInfo is set when the file carries DWARF (.debug_info or
 	// .zdebug_info) or points at a separate debug file (.gnu_debuglink).
 	HasDebugInfo bool
@@ -48,6 +53,7 @@ func (i Info) Attributes() [][2]string {
 		{profileschema.AttrBuildIDGNU, i.GNU},
 		{profileschema.AttrBuildIDGo, i.Go},
 		{profileschema.AttrBuildIDSHA256, i.SHA256},
+		{profileschema.AttrBuildIDHTLHash, i.HTLHash},
 		{profileschema.AttrBuildID, i.Canonical()},
 	} {
 		if kv[1] != "" {
@@ -60,13 +66,17 @@ func (i Info) Attributes() [][2]string {
 // SHA256Prefix marks a canonical ID that is a file hash rather than a note.
 const SHA256Prefix = "sha256:"
 
+// HTLHashPrefix marks a canonical ID that is the eBPF profiler's file hash.
+const HTLHashPrefix = "htlhash:"
+
 // Canonical is the one ID storage and symbol caches key by:
 //   - the GNU build ID as lowercase hex when present (the form debuginfod
 //     and `file` use), else
 //   - the Go build ID verbatim (it contains '/' between its parts), else
-//   - "sha256:" followed by the file's SHA-256 in lowercase hex.
+//   - "sha256:" followed by the file's SHA-256 in lowercase hex, else
+//   - "htlhash:" followed by the eBPF profiler's file hash.
 //
-// The prefix keeps a hash from being mistaken for a 32-byte GNU note.
+// The prefixes keep a hash from being mistaken for a GNU note.
 func (i Info) Canonical() string {
 	switch {
 	case i.GNU != "":
@@ -75,8 +85,32 @@ func (i Info) Canonical() string {
 		return i.Go
 	case i.SHA256 != "":
 		return SHA256Prefix + i.SHA256
+	case i.HTLHash != "":
+		return HTLHashPrefix + i.HTLHash
 	}
 	return ""
+}
+
+// FromAttributes reads the build-ID kinds a producer put in attributes (a
+// resource's, or a mapping's where the profiles semantic conventions put
+// them); get returns an attribute's string value. The canonical
+// hotpath.build_id is derived, not read: Canonical gives it.
+func FromAttributes(get func(key string) (string, bool)) Info {
+	var i Info
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{
+		{profileschema.AttrBuildIDGNU, &i.GNU},
+		{profileschema.AttrBuildIDGo, &i.Go},
+		{profileschema.AttrBuildIDSHA256, &i.SHA256},
+		{profileschema.AttrBuildIDHTLHash, &i.HTLHash},
+	} {
+		if v, ok := get(f.key); ok {
+			*f.dst = v
+		}
+	}
+	return i
 }
 
 // Read identifies the binary at path.

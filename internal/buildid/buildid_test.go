@@ -184,3 +184,29 @@ func TestParseNotesToleratesDamage(t *testing.T) {
 		t.Errorf("GNU = %q, want abcd", info.GNU)
 	}
 }
+
+func TestFromAttributesCanonical(t *testing.T) {
+	for _, tc := range []struct {
+		attrs map[string]string
+		want  string
+	}{
+		{map[string]string{"process.executable.build_id.gnu": "27be6e4f", "process.executable.build_id.htlhash": "429ed717"}, "27be6e4f"},
+		{map[string]string{"process.executable.build_id.go": "a/b/c/d", "process.executable.build_id.htlhash": "429ed717"}, "a/b/c/d"},
+		{map[string]string{"hotpath.build_id.sha256": "ff00"}, "sha256:ff00"},
+		{map[string]string{"process.executable.build_id.htlhash": "429ed717"}, "htlhash:429ed717"},
+		{map[string]string{"hotpath.build_id": "ignored: derived, not read"}, ""},
+	} {
+		info := FromAttributes(func(k string) (string, bool) { v, ok := tc.attrs[k]; return v, ok })
+		if got := info.Canonical(); got != tc.want {
+			t.Errorf("FromAttributes(%v).Canonical() = %q, want %q", tc.attrs, got, tc.want)
+		}
+		// What Attributes writes, FromAttributes reads back.
+		back := map[string]string{}
+		for _, kv := range info.Attributes() {
+			back[kv[0]] = kv[1]
+		}
+		if again := FromAttributes(func(k string) (string, bool) { v, ok := back[k]; return v, ok }); again != info {
+			t.Errorf("round trip of %v: %+v, want %+v", tc.attrs, again, info)
+		}
+	}
+}

@@ -12,27 +12,41 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // Scope identifies profiles produced by hotpath's receiver.
 const ScopeName = "github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver"
 
-// Resource attribute keys (OpenTelemetry semantic conventions where one exists).
+// SchemaURL is the semantic-conventions version the keys below come from;
+// resources and scopes hotpath emits carry it.
+const SchemaURL = semconv.SchemaURL
+
+// Resource and mapping attribute keys: the OpenTelemetry semantic
+// conventions' (semconv package of the pinned OTel version) where one
+// exists, hotpath.* where none does.
 const (
-	AttrServiceName        = "service.name"
-	AttrServiceVersion     = "service.version"
-	AttrHostName           = "host.name"
-	AttrContainerID        = "container.id"
-	AttrK8sPodName         = "k8s.pod.name"
-	AttrK8sNamespaceName   = "k8s.namespace.name"
-	AttrDeploymentEnv      = "deployment.environment"
-	AttrProcessPID         = "process.pid"
-	AttrProcessExeName     = "process.executable.name"
-	AttrProcessExePath     = "process.executable.path"
-	AttrBuildIDGNU         = "process.executable.build_id.gnu"
-	AttrBuildIDGo          = "process.executable.build_id.go"
+	AttrServiceName        = string(semconv.ServiceNameKey)
+	AttrServiceVersion     = string(semconv.ServiceVersionKey)
+	AttrHostName           = string(semconv.HostNameKey)
+	AttrHostID             = string(semconv.HostIDKey)
+	AttrHostArch           = string(semconv.HostArchKey)
+	AttrOSType             = string(semconv.OSTypeKey)
+	AttrContainerID        = string(semconv.ContainerIDKey)
+	AttrContainerRuntime   = string(semconv.ContainerRuntimeNameKey)
+	AttrK8sPodName         = string(semconv.K8SPodNameKey)
+	AttrK8sPodUID          = string(semconv.K8SPodUIDKey)
+	AttrK8sNamespaceName   = string(semconv.K8SNamespaceNameKey)
+	AttrDeploymentEnv      = string(semconv.DeploymentEnvironmentNameKey)
+	AttrProcessPID         = string(semconv.ProcessPIDKey)
+	AttrProcessExeName     = string(semconv.ProcessExecutableNameKey)
+	AttrProcessExePath     = string(semconv.ProcessExecutablePathKey)
+	AttrThreadName         = string(semconv.ThreadNameKey)
+	AttrBuildIDGNU         = string(semconv.ProcessExecutableBuildIDGNUKey)
+	AttrBuildIDGo          = string(semconv.ProcessExecutableBuildIDGoKey)
+	AttrBuildIDHTLHash     = string(semconv.ProcessExecutableBuildIDHtlhashKey)
 	AttrBuildIDSHA256      = "hotpath.build_id.sha256"
-	AttrBuildID            = "hotpath.build_id" // canonical: GNU, else Go, else SHA-256
+	AttrBuildID            = "hotpath.build_id" // canonical: see buildid.Info.Canonical
 	AttrBinaryHasDebugInfo = "hotpath.binary.has_debug_info"
 )
 
@@ -78,7 +92,7 @@ const (
 // FrameTypePython a CPython interpreter frame (function, file, line), named
 // like any other function.
 const (
-	AttrFrameType   = "profile.frame.type"
+	AttrFrameType   = string(semconv.ProfileFrameTypeKey)
 	FrameTypeKernel = "kernel"
 	FrameTypeNative = "native"
 	FrameTypeGo     = "go"
@@ -225,10 +239,38 @@ func FrameType(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
 // OpenTelemetry SDKs name it.
 const UnknownService = "unknown_service"
 
-// ServiceName is the resource's service.name, or UnknownService.
+// ServiceName is the resource's service.name; for a producer that sends
+// none (the OpenTelemetry eBPF profiler), the service ProcessService
+// derives from the resource's process attributes, so that each program
+// keeps its own service rather than one bucket for the whole host.
 func ServiceName(res pcommon.Resource) string {
-	if v, ok := res.Attributes().Get(AttrServiceName); ok && v.Str() != "" {
+	attrs := res.Attributes()
+	if v, ok := attrs.Get(AttrServiceName); ok && v.Str() != "" {
 		return v.Str()
+	}
+	var exeName, exePath string
+	if v, ok := attrs.Get(AttrProcessExeName); ok {
+		exeName = v.Str()
+	}
+	if v, ok := attrs.Get(AttrProcessExePath); ok {
+		exePath = v.Str()
+	}
+	return ProcessService(exeName, exePath, "")
+}
+
+// ProcessService is the service of a process that names none itself (no
+// OTEL_SERVICE_NAME, no service.name): its executable's name, else the base
+// name of its executable's path, else its command name (a kernel thread has
+// no executable), else UnknownService. The receiver names the processes it
+// samples this way and the gateway the resources of other producers.
+func ProcessService(exeName, exePath, comm string) string {
+	switch {
+	case exeName != "":
+		return exeName
+	case exePath != "":
+		return filepath.Base(exePath)
+	case comm != "":
+		return comm
 	}
 	return UnknownService
 }
@@ -240,6 +282,19 @@ func PodName(res pcommon.Resource) string {
 		if v, ok := res.Attributes().Get(k); ok && v.Str() != "" {
 			return v.Str()
 		}
+	}
+	return ""
+}
+
+// PodUID is the resource's k8s.pod.uid, or "".
+func PodUID(res pcommon.Resource) string { return strAttr(res, AttrK8sPodUID) }
+
+// ContainerID is the resource's container.id, or "".
+func ContainerID(res pcommon.Resource) string { return strAttr(res, AttrContainerID) }
+
+func strAttr(res pcommon.Resource, key string) string {
+	if v, ok := res.Attributes().Get(key); ok && v.Type() == pcommon.ValueTypeStr {
+		return v.Str()
 	}
 	return ""
 }

@@ -95,6 +95,7 @@ func (p *buildIDProcessor) process(ctx context.Context, pd pprofile.Profiles) (p
 	rps := pd.ResourceProfiles()
 	procs := make([]*process, rps.Len())
 	for r := 0; r < rps.Len(); r++ {
+		identifyFromProducer(pd.Dictionary(), rps.At(r))
 		procs[r] = p.annotateResource(ctx, rps.At(r).Resource().Attributes(), now)
 	}
 	p.annotateMappings(ctx, pd, procs)

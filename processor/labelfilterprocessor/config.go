@@ -23,9 +23,14 @@ var DefaultAllow = []string{
 	profileschema.AttrServiceVersion,
 	profileschema.AttrDeploymentEnv,
 	profileschema.AttrHostName,
+	profileschema.AttrHostID,   // resourcedetection's system detector
+	profileschema.AttrHostArch, // resourcedetection's system detector
+	profileschema.AttrOSType,   // resourcedetection's system detector
 	profileschema.AttrK8sNamespaceName,
 	profileschema.AttrK8sPodName,
+	profileschema.AttrK8sPodUID,
 	profileschema.AttrContainerID,
+	profileschema.AttrContainerRuntime,
 	"process.executable.*", // name, path, build_id.gnu, build_id.go
 	profileschema.AttrBuildID,
 	profileschema.AttrBuildIDSHA256,

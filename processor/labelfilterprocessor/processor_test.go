@@ -124,24 +124,30 @@ func keys(pd pprofile.Profiles) (res []string, sample []string) {
 func TestDefaultAllowListKeepsStorageKeysOnly(t *testing.T) {
 	h := newHarness(t, NewFactory().CreateDefaultConfig().(*Config))
 	pd := input(map[string]string{
-		profileschema.AttrServiceName:     "checkout",
-		profileschema.AttrHostName:        "node-1",
-		profileschema.AttrK8sPodName:      "checkout-7d9",
-		profileschema.AttrProcessExePath:  "/usr/bin/checkout",
-		profileschema.AttrBuildIDGNU:      "abcd",
-		profileschema.AttrBuildID:         "abcd",
-		profileschema.AttrBinaryFirstSeen: "1",
-		"process.pid":                     "42",
-		"user.email":                      "a@example.com",
-		"process.executable":              "no dot after the prefix",
-		"hotpath.build_idx":               "not the build-id key",
+		profileschema.AttrServiceName:      "checkout",
+		profileschema.AttrHostName:         "node-1",
+		profileschema.AttrK8sPodName:       "checkout-7d9",
+		profileschema.AttrProcessExePath:   "/usr/bin/checkout",
+		profileschema.AttrBuildIDGNU:       "abcd",
+		profileschema.AttrBuildID:          "abcd",
+		profileschema.AttrBinaryFirstSeen:  "1",
+		profileschema.AttrK8sPodUID:        "4c9f1974-5c46-44c2-b42f-3bbf0e98eef9",
+		profileschema.AttrContainerRuntime: "containerd",
+		profileschema.AttrHostID:           "d41d8cd98f00b204e9800998ecf8427e",
+		profileschema.AttrOSType:           "linux",
+		"deployment.environment":           "the deprecated key",
+		"process.pid":                      "42",
+		"user.email":                       "a@example.com",
+		"process.executable":               "no dot after the prefix",
+		"hotpath.build_idx":                "not the build-id key",
 	}, [][2]string{{"thread.name", "worker"}, {profileschema.AttrContainerID, "c1"}})
 	out := h.run(t, pd)
 	res, sample := keys(out)
 	want := map[string]bool{
 		profileschema.AttrServiceName: true, profileschema.AttrHostName: true, profileschema.AttrK8sPodName: true,
 		profileschema.AttrProcessExePath: true, profileschema.AttrBuildIDGNU: true, profileschema.AttrBuildID: true,
-		profileschema.AttrBinaryFirstSeen: true,
+		profileschema.AttrBinaryFirstSeen: true, profileschema.AttrK8sPodUID: true, profileschema.AttrContainerRuntime: true,
+		profileschema.AttrHostID: true, profileschema.AttrOSType: true,
 	}
 	if len(res) != len(want) {
 		t.Errorf("resource keys %v, want %d keys", res, len(want))
@@ -161,8 +167,8 @@ func TestDefaultAllowListKeepsStorageKeysOnly(t *testing.T) {
 		t.Error("the frame-type dictionary entry locations use was removed")
 	}
 	got := h.dropped(t)
-	if got[levelResource] != 4 || got[levelSample] != 1 || got[levelScope] != 1 {
-		t.Errorf("dropped %v, want resource 4, sample 1, scope 1", got)
+	if got[levelResource] != 5 || got[levelSample] != 1 || got[levelScope] != 1 {
+		t.Errorf("dropped %v, want resource 5, sample 1, scope 1", got)
 	}
 	if v := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).Values().At(0); v != 3 {
 		t.Errorf("sample value = %d, want 3 (samples are kept, only labels dropped)", v)

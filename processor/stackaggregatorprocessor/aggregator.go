@@ -20,9 +20,10 @@ const (
 )
 
 // seriesKey is what samples are merged by: processes of one service on one
-// pod (or host) running one build are one series.
+// pod (or host) running one build in one container are one series.
 type seriesKey struct {
 	Service, Pod, BuildID string
+	PodUID, ContainerID   string
 }
 
 // sampleKey is a merged sample inside a series: identical stacks with the
@@ -107,7 +108,7 @@ const OverflowService = "[overflow]"
 func (w *window) overflowSeries(sp pprofile.ScopeProfiles) *series {
 	if w.overflow == nil {
 		w.overflow = &series{
-			key:      seriesKey{OverflowService, "", ""},
+			key:      seriesKey{Service: OverflowService},
 			resource: pcommon.NewMap(), scopeName: sp.Scope().Name(), scopeVer: sp.Scope().Version(),
 			index: map[sampleKey]int32{}, truncated: -1, overflow: true,
 		}
@@ -369,7 +370,10 @@ func (a *aggregator) Add(pd pprofile.Profiles, now time.Time, routes []wal.Route
 	for r := 0; r < rps.Len(); r++ {
 		rp := rps.At(r)
 		res := rp.Resource()
-		key := seriesKey{profileschema.ServiceName(res), profileschema.PodName(res), profileschema.BuildID(res)}
+		key := seriesKey{
+			Service: profileschema.ServiceName(res), Pod: profileschema.PodName(res), BuildID: profileschema.BuildID(res),
+			PodUID: profileschema.PodUID(res), ContainerID: profileschema.ContainerID(res),
+		}
 		var rs resourceSeries
 		seriesIn := func(w *window, sp pprofile.ScopeProfiles) *series {
 			for i, have := range rs.windows {

@@ -481,3 +481,25 @@ func TestMaxSeriesFoldsIntoOverflow(t *testing.T) {
 		t.Errorf("emitted %d samples, sent %d", sum, want)
 	}
 }
+
+// Two replicas of one service on one node run the same build in different
+// pods: they stay two series, each with its pod UID and container ID.
+func TestSeriesKeepContainerAttribution(t *testing.T) {
+	a := newAggregator(testConfig(15 * time.Second))
+	s := []sampleSpec{{stack: []string{"f", "main"}, n: 1}}
+	a.Add(input(t0, 15*time.Second, nil, nil,
+		procSpec{service: "api", host: "h", buildID: "b1", pid: 1, podUID: "pod-a", containerID: "c-a", samples: s},
+		procSpec{service: "api", host: "h", buildID: "b1", pid: 2, podUID: "pod-b", containerID: "c-b", samples: s},
+		procSpec{service: "api", host: "h", buildID: "b1", pid: 3, podUID: "pod-b", containerID: "c-b", samples: s},
+	), t0, nil)
+	pd := oneWindow(t, emitAll(a, 15*time.Second))
+	got := map[string]int64{}
+	for i := 0; i < pd.ResourceProfiles().Len(); i++ {
+		rp := pd.ResourceProfiles().At(i)
+		res := rp.Resource()
+		got[profileschema.PodUID(res)+"/"+profileschema.ContainerID(res)] += rp.ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).Values().At(0)
+	}
+	if len(got) != 2 || got["pod-a/c-a"] != 1 || got["pod-b/c-b"] != 2 {
+		t.Errorf("series by pod/container = %v, want pod-a/c-a:1 pod-b/c-b:2", got)
+	}
+}

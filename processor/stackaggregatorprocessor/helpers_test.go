@@ -28,6 +28,7 @@ type sampleSpec struct {
 
 type procSpec struct {
 	service, host, buildID string
+	podUID, containerID    string
 	pid                    int64
 	samples                []sampleSpec
 }
@@ -147,6 +148,10 @@ func (b *inputBuilder) add(start time.Time, interval time.Duration, p procSpec) 
 	attrs.PutStr(profileschema.AttrProcessExePath, "/usr/bin/app")
 	if p.buildID != "" {
 		attrs.PutStr(profileschema.AttrBuildID, p.buildID)
+	}
+	if p.containerID != "" {
+		attrs.PutStr(profileschema.AttrContainerID, p.containerID)
+		attrs.PutStr(profileschema.AttrK8sPodUID, p.podUID)
 	}
 	sp := rp.ScopeProfiles().AppendEmpty()
 	sp.Scope().SetName(profileschema.ScopeName)

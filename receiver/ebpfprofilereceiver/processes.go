@@ -481,7 +481,7 @@ func (t *processTable) readProcess(pid int) *processEntry {
 	e.startTime = info.StartTime
 	e.resource.ExeName = info.ExeName
 	e.resource.ExePath = info.ExePath
-	e.resource.ContainerID = info.ContainerID
+	e.resource.Container = info.Container
 	e.resource.ServiceName = t.serviceName(info)
 	e.keep = (t.cfg.Include.empty() || t.cfg.Include.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)) &&
 		!t.cfg.Exclude.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)
@@ -575,10 +575,7 @@ func (t *processTable) serviceName(info procinfo.Info) string {
 			return r.Service
 		}
 	}
-	if info.ExeName != "" {
-		return info.ExeName
-	}
-	return profileschema.UnknownService
+	return profileschema.ProcessService(info.ExeName, info.ExePath, info.Comm)
 }
 
 func (f Filter) matches(pid int, exePath, exeName, service string) bool {

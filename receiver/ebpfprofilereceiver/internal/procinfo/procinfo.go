@@ -7,19 +7,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
 )
 
 // Info describes one process.
 type Info struct {
-	PID         int
-	ExePath     string // as the process sees it (inside its mount namespace)
-	ExeName     string
-	Comm        string
-	EnvService  string // OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES
-	ContainerID string
+	PID        int
+	ExePath    string // as the process sees it (inside its mount namespace)
+	ExeName    string
+	Comm       string
+	EnvService string // OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES
+	Container  cgroupattr.Container
 	// StartTime is when the process started, in clock ticks after boot
 	// (field 22 of /proc/PID/stat): with the PID it names one process, so
 	// a reused PID is told apart from the process that had it before.
@@ -47,8 +48,8 @@ func Read(procRoot string, pid int) (Info, error) {
 	if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
 		info.EnvService = serviceFromEnviron(env)
 	}
-	if cg, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
-		info.ContainerID = ContainerID(string(cg))
+	if c, err := cgroupattr.Read(procRoot, pid); err == nil {
+		info.Container = c
 	}
 	return info, nil
 }
@@ -99,24 +100,4 @@ func serviceFromEnviron(env []byte) string {
 		}
 	}
 	return fromAttrs
-}
-
-// A container ID is 64 hex digits in the cgroup path, as Docker, containerd,
-// CRI-O and podman name them (".../docker-<id>.scope", ".../<id>", "cri-containerd-<id>.scope").
-var containerIDPattern = regexp.MustCompile(`(?:^|[/-])([0-9a-f]{64})(?:\.scope)?$`)
-
-// ContainerID extracts the container ID from the contents of /proc/PID/cgroup,
-// or "" when the process is not in a container.
-func ContainerID(cgroup string) string {
-	for _, line := range strings.Split(cgroup, "\n") {
-		// hierarchy-ID:controllers:path
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if m := containerIDPattern.FindStringSubmatch(parts[2]); m != nil {
-			return m[1]
-		}
-	}
-	return ""
 }

@@ -8,23 +8,6 @@ import (
 	"time"
 )
 
-func TestContainerID(t *testing.T) {
-	id := "3f1e2d4c5b6a79881726354453627180918273645546372819a0b1c2d3e4f5a6"
-	for _, tc := range []struct{ name, cgroup, want string }{
-		{"docker cgroup v1", "12:memory:/docker/" + id + "\n", id},
-		{"systemd docker scope", "0::/system.slice/docker-" + id + ".scope\n", id},
-		{"containerd cri", "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-" + id + ".scope\n", id},
-		{"host process", "0::/user.slice/user-0.slice/session-1.scope\n", ""},
-		{"too short", "0::/docker/3f1e2d4c\n", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := ContainerID(tc.cgroup); got != tc.want {
-				t.Fatalf("ContainerID(%q) = %q, want %q", tc.cgroup, got, tc.want)
-			}
-		})
-	}
-}
-
 func TestServiceFromEnviron(t *testing.T) {
 	for _, tc := range []struct{ env, want string }{
 		{"A=1\x00OTEL_SERVICE_NAME=checkout\x00", "checkout"},

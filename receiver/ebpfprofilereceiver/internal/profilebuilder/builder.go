@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/internal/buildid"
+	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
 	"github.com/hotpath-dev/hotpath/internal/pdict"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
@@ -72,7 +73,7 @@ type Process struct {
 	ExeName     string
 	ExePath     string
 	HostName    string
-	ContainerID string
+	Container   cgroupattr.Container
 	// Build identifies the executable, read when the process was; zero
 	// when it could not be (the buildid processor then tries).
 	Build buildid.Info
@@ -168,8 +169,10 @@ func (b *Builder) Profiles() pprofile.Profiles {
 	for _, pid := range pids {
 		ps := b.procs[pid]
 		rp := b.profiles.ResourceProfiles().AppendEmpty()
+		rp.SetSchemaUrl(profileschema.SchemaURL)
 		setResource(rp.Resource().Attributes(), ps.proc)
 		sp := rp.ScopeProfiles().AppendEmpty()
+		sp.SetSchemaUrl(profileschema.SchemaURL)
 		sp.Scope().SetName(profileschema.ScopeName)
 
 		keys := make([]sampleKey, 0, len(ps.counts))
@@ -221,8 +224,14 @@ func setResource(attrs pcommon.Map, p Process) {
 	if p.HostName != "" {
 		attrs.PutStr(profileschema.AttrHostName, p.HostName)
 	}
-	if p.ContainerID != "" {
-		attrs.PutStr(profileschema.AttrContainerID, p.ContainerID)
+	for _, kv := range [...][2]string{
+		{profileschema.AttrContainerID, p.Container.ID},
+		{profileschema.AttrContainerRuntime, p.Container.Runtime},
+		{profileschema.AttrK8sPodUID, p.Container.PodUID},
+	} {
+		if kv[1] != "" {
+			attrs.PutStr(kv[0], kv[1])
+		}
 	}
 	if p.Build.Canonical() != "" {
 		for _, kv := range p.Build.Attributes() {

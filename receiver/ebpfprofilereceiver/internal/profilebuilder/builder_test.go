@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
@@ -77,5 +78,37 @@ func TestBuilderLayout(t *testing.T) {
 	}
 	if wantCPU := int64(10) * int64(time.Second/19); cpu != wantCPU {
 		t.Errorf("cpu nanoseconds = %d, want %d (count × period)", cpu, wantCPU)
+	}
+}
+
+// A containerized process's resource names its container, pod and runtime
+// with the semantic-convention keys, and carries their schema URL; a host
+// process's resource has none of those keys.
+func TestBuilderContainerAttributes(t *testing.T) {
+	b := New(time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC), 15*time.Second, time.Second/19)
+	inPod := Process{PID: 7, ServiceName: "web", Container: cgroupattr.Container{
+		ID: "bacb920470900725e0aa7d914fee5eb0854315448b024b6b8420ad8429c607ba", PodUID: "4c9f1974-5c46-44c2-b42f-3bbf0e98eef9", Runtime: cgroupattr.RuntimeContainerd,
+	}}
+	onHost := Process{PID: 8, ServiceName: "sshd"}
+	b.Add(inPod, []Frame{{Address: 1, Function: "f"}}, [16]byte{}, [8]byte{}, 1)
+	b.Add(onHost, []Frame{{Address: 1, Function: "f"}}, [16]byte{}, [8]byte{}, 1)
+	pd := b.Profiles()
+	want := map[int64]map[string]string{
+		7: {"container.id": inPod.Container.ID, "k8s.pod.uid": inPod.Container.PodUID, "container.runtime.name": "containerd"},
+		8: {},
+	}
+	for i := 0; i < pd.ResourceProfiles().Len(); i++ {
+		rp := pd.ResourceProfiles().At(i)
+		if rp.SchemaUrl() != profileschema.SchemaURL || rp.ScopeProfiles().At(0).SchemaUrl() != profileschema.SchemaURL {
+			t.Errorf("schema URLs %q, %q; want %q", rp.SchemaUrl(), rp.ScopeProfiles().At(0).SchemaUrl(), profileschema.SchemaURL)
+		}
+		attrs := rp.Resource().Attributes()
+		pid, _ := attrs.Get(profileschema.AttrProcessPID)
+		for _, k := range []string{"container.id", "k8s.pod.uid", "container.runtime.name"} {
+			v, ok := attrs.Get(k)
+			if w, should := want[pid.Int()][k]; should != ok || (ok && v.Str() != w) {
+				t.Errorf("pid %d: %s = %v (present %v), want %q (present %v)", pid.Int(), k, v.AsRaw(), ok, w, should)
+			}
+		}
 	}
 }
