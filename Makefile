@@ -12,6 +12,12 @@ BENCHSTAT_VERSION := v0.0.0-20260908200009-22c9c6c9d4da# golang.org/x/perf
 VERSION := $(shell awk '$$1 == "version:" { print $$2; exit }' builder-config.yaml)
 COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
 CLI_LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.collectorVersion=$(OCB_VERSION)
+# mdatagen generates each component's internal/metadata, its component and
+# goleak tests and documentation.md from metadata.yaml. v0.159.0 is the
+# newest the module proxy serves whole: v0.160.0 and v0.162.0 are not
+# served, and v0.161.0 needs internal/schemagen v0.161.0, which is refused.
+MDATAGEN_VERSION := v0.159.0
+MDATAGEN := $(HOME)/go/bin/mdatagen-$(MDATAGEN_VERSION)
 BIN := bin
 COLLECTOR := $(BIN)/otelcol-hotpath
 RUN_DIR ?= var/run
@@ -41,15 +47,37 @@ $(DEPS_STAMP): Makefile
 # $(HOME)/go/bin/BINARY was built from exactly that version.
 install-tool = [ "$$($(GO) version -m $(HOME)/go/bin/$(1) 2>/dev/null | awk '$$1 == "mod" { print $$3 }')" = "$(3)" ] || { echo "installing $(1) $(3)"; $(GO) install $(2)@$(3); }
 
-# generate rebuilds the BPF objects and their Go bindings (committed, so a
-# build needs no clang).
-generate: deps
-	$(GO) generate ./receiver/...
+# $(MDATAGEN) is built in a scratch module: "go install ...@version" fails
+# here because the proxy does not serve mdatagen's version list, which go
+# install reads to check for deprecation.
+$(MDATAGEN):
+	@mkdir -p $(dir $@)
+	d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && cd "$$d" && \
+		$(GO) mod init mdatagen-build >/dev/null 2>&1 && \
+		$(GO) get go.opentelemetry.io/collector/cmd/mdatagen@$(MDATAGEN_VERSION) && \
+		$(GO) build -o $@ go.opentelemetry.io/collector/cmd/mdatagen
 
-# check-generated fails when the committed BPF objects are not what the C
-# sources compile to.
+# GENERATED is every file make generate writes (all committed): the BPF
+# objects and bindings, and what mdatagen makes of each metadata.yaml.
+GENERATED := '*_bpfel.go' '*_bpfel.o' '*generated_*.go' '*documentation.md' '*/internal/metadata/*' '*/internal/metadatatest/*'
+
+# generate rebuilds the BPF objects and their Go bindings (committed, so a
+# build needs no clang) and runs mdatagen on every metadata.yaml: the
+# components' metadata, telemetry builder, component tests and
+# documentation.md, and every package's goleak TestMain.
+generate: deps $(MDATAGEN)
+	$(GO) generate ./receiver/...
+	@for f in $$(find . -name metadata.yaml -not -path './build/*' -not -path './var/*' -not -path './.git/*' | sort); do \
+		(cd "$$(dirname "$$f")" && $(MDATAGEN) metadata.yaml) || { echo "mdatagen failed on $$f"; exit 1; }; \
+	done
+
+# check-generated fails when a committed generated file is not what make
+# generate writes (changed, missing or new), or when a package with tests
+# has no goleak TestMain (add a metadata.yaml there).
 check-generated: generate
-	@git diff --exit-code -- '*_bpfel.go' '*_bpfel.o' || { echo "generated BPF bindings are stale: run 'make generate' and commit"; exit 1; }
+	@out=$$(git status --porcelain -- $(GENERATED)); if [ -n "$$out" ]; then echo "$$out"; echo "generated files are stale: run 'make generate' and commit"; exit 1; fi
+	@missing=$$(for d in $$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}}{{end}}' ./...); do grep -qs 'goleak.VerifyTestMain' "$$d"/*_test.go || echo "$$d"; done); \
+		if [ -n "$$missing" ]; then echo "packages without a goleak TestMain:"; echo "$$missing"; exit 1; fi
 
 build: collector $(BIN)/hotpath
 

@@ -13,16 +13,15 @@ import (
 	"go.opentelemetry.io/collector/exporter/exporterhelper"
 	"go.opentelemetry.io/collector/exporter/exporterhelper/xexporterhelper"
 	"go.opentelemetry.io/collector/exporter/xexporter"
-)
 
-// TypeStr is the component type.
-const TypeStr = "duckdbprofile"
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/metadata"
+)
 
 // NewFactory returns the exporter factory.
 func NewFactory() xexporter.Factory {
-	return xexporter.NewFactory(component.MustNewType(TypeStr),
+	return xexporter.NewFactory(metadata.Type,
 		func() component.Config { return createDefaultConfig() },
-		xexporter.WithProfiles(createProfiles, component.StabilityLevelAlpha))
+		xexporter.WithProfiles(createProfiles, metadata.ProfilesStability))
 }
 
 func createProfiles(ctx context.Context, set exporter.Settings, cfg component.Config) (xexporter.Profiles, error) {
@@ -31,11 +30,11 @@ func createProfiles(ctx context.Context, set exporter.Settings, cfg component.Co
 		return nil, fmt.Errorf("duckdbprofile: config is %T, want *Config", cfg)
 	}
 	e := newProfilesExporter(c, set.Logger)
-	m, err := newExporterMetrics(set.TelemetrySettings.MeterProvider)
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, fmt.Errorf("duckdbprofile: create metrics: %w", err)
 	}
-	e.metrics = m
+	e.metrics = &exporterMetrics{tb: tb}
 	return xexporterhelper.NewProfiles(ctx, set, cfg, e.push,
 		exporterhelper.WithStart(e.start),
 		exporterhelper.WithShutdown(e.shutdown),

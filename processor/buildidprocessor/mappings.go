@@ -112,7 +112,7 @@ func (p *buildIDProcessor) resolveMapping(ctx context.Context, proc *process, fi
 	if filepath.Clean(file) != file {
 		// The kernel writes clean paths; "/../x" joined under
 		// /proc/PID/root would escape the process's root.
-		p.tel.unresolved.Add(ctx, 1)
+		p.tel.ProcessorBuildidUnresolvedBinaries.Add(ctx, 1)
 		return buildid.Info{}, false
 	}
 	if file == proc.exePath && proc.exe != nil {
@@ -132,7 +132,7 @@ func (p *buildIDProcessor) resolveMapping(ctx context.Context, proc *process, fi
 			return info, true
 		}
 	}
-	p.tel.unresolved.Add(ctx, 1)
+	p.tel.ProcessorBuildidUnresolvedBinaries.Add(ctx, 1)
 	return buildid.Info{}, false
 }
 

@@ -2,7 +2,6 @@ package buildidprocessor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,36 +13,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/processor/buildidprocessor/internal/metadata"
 )
-
-const meterName = "github.com/hotpath-dev/hotpath/processor/buildidprocessor"
-
-type telemetry struct {
-	hits, misses, unresolved metric.Int64Counter
-}
-
-func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
-	m := mp.Meter(meterName)
-	var t telemetry
-	var errs []error
-	counter := func(dst *metric.Int64Counter, name, desc string) {
-		c, err := m.Int64Counter("otelcol_processor_buildid_"+name, metric.WithDescription(desc), metric.WithUnit("{binaries}"))
-		errs = append(errs, err)
-		*dst = c
-	}
-	counter(&t.hits, "cache_hits", "Binary lookups answered from the build-ID cache.")
-	counter(&t.misses, "cache_misses", "Binaries read to find their build ID.")
-	counter(&t.unresolved, "unresolved_binaries", "Executables and mappings of local processes whose binary could not be read.")
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("create buildid metrics: %w", err)
-	}
-	return &t, nil
-}
 
 // seenBuild is when this collector first and last saw a build.
 type seenBuild struct{ first, last time.Time }
@@ -53,7 +28,7 @@ type buildIDProcessor struct {
 	procRoot string
 	cache    *buildid.Cache
 	logger   *zap.Logger
-	tel      *telemetry
+	tel      *metadata.TelemetryBuilder
 	now      func() time.Time
 
 	mu      sync.Mutex // guards seen
@@ -62,9 +37,9 @@ type buildIDProcessor struct {
 }
 
 func newProcessor(cfg *Config, set processor.Settings) (*buildIDProcessor, error) {
-	tel, err := newTelemetry(set.MeterProvider)
+	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create buildid metrics: %w", err)
 	}
 	host := cfg.HostName
 	if host == "" {
@@ -155,13 +130,13 @@ func (p *buildIDProcessor) local(ctx context.Context, attrs pcommon.Map) *proces
 	procDir := filepath.Join(p.procRoot, strconv.FormatInt(pid, 10))
 	link, err := os.Readlink(filepath.Join(procDir, "exe"))
 	if err != nil {
-		p.tel.unresolved.Add(ctx, 1)
+		p.tel.ProcessorBuildidUnresolvedBinaries.Add(ctx, 1)
 		p.logger.Debug("process not readable here", zap.Int64("pid", pid), zap.Error(err))
 		return nil
 	}
 	if exePath != "" && trimDeleted(link) != exePath {
 		// The pid was reused, or it is another host's pid.
-		p.tel.unresolved.Add(ctx, 1)
+		p.tel.ProcessorBuildidUnresolvedBinaries.Add(ctx, 1)
 		p.logger.Debug("pid runs another executable", zap.Int64("pid", pid), zap.String("want", exePath), zap.String("have", link))
 		return nil
 	}
@@ -195,7 +170,7 @@ func (p *buildIDProcessor) annotateResource(ctx context.Context, attrs pcommon.M
 	}
 	info, ok := p.lookup(ctx, file)
 	if !ok {
-		p.tel.unresolved.Add(ctx, 1)
+		p.tel.ProcessorBuildidUnresolvedBinaries.Add(ctx, 1)
 		return proc
 	}
 	proc.exe = &info
@@ -216,9 +191,9 @@ func (p *buildIDProcessor) lookup(ctx context.Context, file string) (buildid.Inf
 		return buildid.Info{}, false
 	}
 	if hit {
-		p.tel.hits.Add(ctx, 1)
+		p.tel.ProcessorBuildidCacheHits.Add(ctx, 1)
 	} else {
-		p.tel.misses.Add(ctx, 1)
+		p.tel.ProcessorBuildidCacheMisses.Add(ctx, 1)
 	}
 	return info, true
 }

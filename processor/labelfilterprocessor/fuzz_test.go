@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
-	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processortest"
 
 	"github.com/hotpath-dev/hotpath/internal/hostileotlp"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
@@ -25,7 +25,7 @@ func TestFuzzSeeds(t *testing.T) {
 // sample points at a key off the list (or outside the dictionary).
 // `go test` runs the committed seeds; `go test -fuzz FuzzFilter` explores.
 func FuzzFilter(f *testing.F) {
-	lf, err := newProcessor(createDefaultConfig(), processor.Settings{})
+	lf, err := newProcessor(createDefaultConfig(), processortest.NewNopSettings(Type))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -13,9 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/processor/labelfilterprocessor/internal/metadata"
 )
-
-const meterName = "github.com/hotpath-dev/hotpath/processor/labelfilterprocessor"
 
 // Where a dropped attribute was attached: the "scope" of the drop counter.
 const (
@@ -56,28 +55,22 @@ func newProcessor(cfg *Config, set processor.Settings) (*labelFilter, error) {
 		logger = zap.NewNop()
 	}
 	f := &labelFilter{allow: newAllowList(cfg.Allow), logger: logger, logged: map[string]bool{}}
-	if set.MeterProvider != nil {
-		c, err := set.MeterProvider.Meter(meterName).Int64Counter("otelcol_processor_labelfilter_dropped_attributes",
-			metric.WithDescription("Attributes dropped because their key is not on the allow-list (scope=resource|scope|profile|sample) or their index is outside the dictionary (scope=invalid)."),
-			metric.WithUnit("{attributes}"))
-		if err != nil {
-			return nil, fmt.Errorf("create labelfilter metrics: %w", err)
-		}
-		f.dropped = c
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, fmt.Errorf("create labelfilter metrics: %w", err)
 	}
+	f.dropped = tb.ProcessorLabelfilterDroppedAttributes
 	return f, nil
 }
 
 func (f *labelFilter) process(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
 	d := f.filter(pd)
-	if f.dropped != nil {
-		for level, n := range map[string]int64{
-			levelResource: d.Resource, levelScope: d.Scope, levelProfile: d.Profile,
-			levelSample: d.Sample, "invalid": d.Invalid,
-		} {
-			if n > 0 {
-				f.dropped.Add(ctx, n, metric.WithAttributes(attribute.String("scope", level)))
-			}
+	for level, n := range map[string]int64{
+		levelResource: d.Resource, levelScope: d.Scope, levelProfile: d.Profile,
+		levelSample: d.Sample, "invalid": d.Invalid,
+	} {
+		if n > 0 {
+			f.dropped.Add(ctx, n, metric.WithAttributes(attribute.String("scope", level)))
 		}
 	}
 	return pd, nil

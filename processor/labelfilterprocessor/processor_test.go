@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/processor/xprocessor"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -247,7 +248,7 @@ func TestValidate(t *testing.T) {
 // each (4 dropped), a scope attribute (dropped) and 100 samples each with 2
 // attributes (1 dropped).
 func BenchmarkFilter(b *testing.B) {
-	f, err := newProcessor(createDefaultConfig(), processor.Settings{})
+	f, err := newProcessor(createDefaultConfig(), processortest.NewNopSettings(Type))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,17 +14,19 @@ import (
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper/xprocessorhelper"
 	"go.opentelemetry.io/collector/processor/xprocessor"
+
+	"github.com/hotpath-dev/hotpath/processor/stackaggregatorprocessor/internal/metadata"
 )
 
 // Type is the component type used in collector configuration.
-var Type = component.MustNewType("stackaggregator")
+var Type = metadata.Type
 
 // NewFactory returns the stackaggregator processor factory.
 func NewFactory() xprocessor.Factory {
 	return xprocessor.NewFactory(
 		Type,
 		func() component.Config { return createDefaultConfig() },
-		xprocessor.WithProfiles(createProfiles, component.StabilityLevelAlpha),
+		xprocessor.WithProfiles(createProfiles, metadata.ProfilesStability),
 	)
 }
 

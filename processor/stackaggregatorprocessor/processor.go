@@ -13,58 +13,18 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor"
 	"go.opentelemetry.io/collector/processor/processorhelper"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/processor/stackaggregatorprocessor/internal/metadata"
 	"github.com/hotpath-dev/hotpath/processor/stackaggregatorprocessor/internal/wal"
 )
-
-const meterName = "github.com/hotpath-dev/hotpath/processor/stackaggregatorprocessor"
-
-// telemetry is the processor's own metrics.
-type telemetry struct {
-	stacksIn, stacksOut, windows, late, truncated, malformed, outOfRange, overflow metric.Int64Counter
-	duplicates, replayed, emitFailures, refused, gapSeconds                        metric.Int64Counter
-	pending                                                                        metric.Int64Gauge
-}
-
-func newTelemetry(mp metric.MeterProvider) (*telemetry, error) {
-	m := mp.Meter(meterName)
-	var t telemetry
-	var errs []error
-	counter := func(dst *metric.Int64Counter, name, desc, unit string) {
-		c, err := m.Int64Counter("otelcol_processor_stackaggregator_"+name, metric.WithDescription(desc), metric.WithUnit(unit))
-		errs = append(errs, err)
-		*dst = c
-	}
-	counter(&t.stacksIn, "stacks_in", "Sample records received.", "{samples}")
-	counter(&t.stacksOut, "stacks_out", "Merged sample records emitted.", "{samples}")
-	counter(&t.windows, "windows_emitted", "Windows emitted.", "{windows}")
-	counter(&t.late, "late_samples", "Sample records that arrived after their window closed (still emitted, in their own window).", "{samples}")
-	counter(&t.truncated, "truncated_samples", "Sample records folded into [truncated] by max_unique_stacks.", "{samples}")
-	counter(&t.malformed, "malformed_samples", "Sample records skipped for out-of-range dictionary indices or negative/overflowing values.", "{samples}")
-	counter(&t.overflow, "overflow_samples", "Sample records of series beyond max_series in a window, merged into the [overflow] series.", "{samples}")
-	counter(&t.outOfRange, "time_out_of_range_samples", "Sample values skipped for a time before 2020 or more than 10 minutes ahead of this host's clock.", "{samples}")
-	counter(&t.duplicates, "duplicate_batches", "Batches acknowledged without being merged: their hotpath.batch.id was already in the write-ahead log (a sender's retry).", "{batches}")
-	counter(&t.replayed, "replayed_batches", "Batches rebuilt from the write-ahead log at start.", "{batches}")
-	counter(&t.emitFailures, "emit_failures", "Attempts to hand a closed window to the next component that failed (the window is kept and retried).", "{windows}")
-	counter(&t.refused, "refused_batches", "Batches refused (retryable) because the write-ahead log could not take them or max_pending_windows windows wait for the next component.", "{batches}")
-	counter(&t.gapSeconds, "restart_gap", "Time between the last batch before a restart and the first after it, summed over restarts (also logged).", "s")
-	g, err := m.Int64Gauge("otelcol_processor_stackaggregator_pending_windows", metric.WithDescription("Closed windows the next component has not accepted yet."), metric.WithUnit("{windows}"))
-	errs = append(errs, err)
-	t.pending = g
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("create stackaggregator metrics: %w", err)
-	}
-	return &t, nil
-}
 
 type stackProcessor struct {
 	cfg    *Config
 	logger *zap.Logger
 	next   xconsumer.Profiles
-	tel    *telemetry
+	tel    *metadata.TelemetryBuilder
 	now    func() time.Time
 
 	mu  sync.Mutex // guards agg, and orders log appends with merges
@@ -88,9 +48,9 @@ type stackProcessor struct {
 }
 
 func newProcessor(cfg *Config, set processor.Settings, next xconsumer.Profiles) (*stackProcessor, error) {
-	tel, err := newTelemetry(set.MeterProvider)
+	tel, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create stackaggregator metrics: %w", err)
 	}
 	logger := set.Logger
 	if logger == nil {
@@ -104,7 +64,7 @@ func newProcessor(cfg *Config, set processor.Settings, next xconsumer.Profiles) 
 
 func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (pprofile.Profiles, error) {
 	if n := p.pendingN.Load(); n >= int64(p.cfg.MaxPendingWindows) {
-		p.tel.refused.Add(ctx, 1)
+		p.tel.ProcessorStackaggregatorRefusedBatches.Add(ctx, 1)
 		return pd, fmt.Errorf("stackaggregator: %d closed windows wait for the next component to accept them (max_pending_windows); retry later", n)
 	}
 	batchID := profileschema.BatchID(pd)
@@ -126,7 +86,7 @@ func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (ppr
 	p.mu.Lock()
 	if p.wal != nil && batchID != "" && p.wal.Seen(batchID) {
 		p.mu.Unlock()
-		p.tel.duplicates.Add(ctx, 1)
+		p.tel.ProcessorStackaggregatorDuplicateBatches.Add(ctx, 1)
 		return pd, processorhelper.ErrSkipProcessingData
 	}
 	var routes []wal.Route
@@ -136,7 +96,7 @@ func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (ppr
 		// on error nothing was merged and the sender keeps the batch.
 		if err := p.wal.Append(wal.Record{Received: now, BatchID: batchID, Routes: routes, Payload: payload}); err != nil {
 			p.mu.Unlock()
-			p.tel.refused.Add(ctx, 1)
+			p.tel.ProcessorStackaggregatorRefusedBatches.Add(ctx, 1)
 			return pd, fmt.Errorf("stackaggregator: %w", err)
 		}
 	}
@@ -153,7 +113,7 @@ func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (ppr
 	}
 	if reportGap {
 		gap := now.Sub(p.lastBefore)
-		p.tel.gapSeconds.Add(ctx, int64(gap.Seconds()))
+		p.tel.ProcessorStackaggregatorRestartGap.Add(ctx, int64(gap.Seconds()))
 		p.logger.Warn("first batch since start: nothing was received between the last batch before the restart and this one (samples of that span are not in storage)",
 			zap.Time("last_before_start", p.lastBefore), zap.Time("first_after_start", now), zap.Duration("gap", gap))
 	}
@@ -163,23 +123,23 @@ func (p *stackProcessor) process(ctx context.Context, pd pprofile.Profiles) (ppr
 }
 
 func (p *stackProcessor) record(ctx context.Context, st addStats) {
-	p.tel.stacksIn.Add(ctx, st.Samples)
+	p.tel.ProcessorStackaggregatorStacksIn.Add(ctx, st.Samples)
 	if st.Late > 0 {
-		p.tel.late.Add(ctx, st.Late)
+		p.tel.ProcessorStackaggregatorLateSamples.Add(ctx, st.Late)
 	}
 	if st.Truncated > 0 {
-		p.tel.truncated.Add(ctx, st.Truncated)
+		p.tel.ProcessorStackaggregatorTruncatedSamples.Add(ctx, st.Truncated)
 	}
 	if st.Malformed > 0 {
-		p.tel.malformed.Add(ctx, st.Malformed)
+		p.tel.ProcessorStackaggregatorMalformedSamples.Add(ctx, st.Malformed)
 		p.warnOnce(&p.loggedMalformed, "skipped malformed samples: dictionary index out of range, or negative or overflowing values (logged once; see otelcol_processor_stackaggregator_malformed_samples)", st.Malformed)
 	}
 	if st.Overflow > 0 {
-		p.tel.overflow.Add(ctx, st.Overflow)
+		p.tel.ProcessorStackaggregatorOverflowSamples.Add(ctx, st.Overflow)
 		p.warnOnce(&p.loggedOverflow, "more series in a window than max_series: samples merged into the [overflow] series (logged once; see otelcol_processor_stackaggregator_overflow_samples)", st.Overflow)
 	}
 	if st.OutOfRange > 0 {
-		p.tel.outOfRange.Add(ctx, st.OutOfRange)
+		p.tel.ProcessorStackaggregatorTimeOutOfRangeSamples.Add(ctx, st.OutOfRange)
 		p.warnOnce(&p.loggedOutOfRange, "skipped samples timed before 2020 or more than 10 minutes in the future (logged once; see otelcol_processor_stackaggregator_time_out_of_range_samples)", st.OutOfRange)
 	}
 }
@@ -259,7 +219,7 @@ func (p *stackProcessor) openWAL(ctx context.Context, dir string) error {
 		return fmt.Errorf("stackaggregator: replay write-ahead log %s: %w", dir, err)
 	}
 	st := l.Stats()
-	p.tel.replayed.Add(ctx, int64(batches))
+	p.tel.ProcessorStackaggregatorReplayedBatches.Add(ctx, int64(batches))
 	p.wal, p.lastBefore = l, l.LastReceived()
 	fields := []zap.Field{zap.String("directory", dir), zap.Int("segments", st.Segments), zap.Int("batches_replayed", batches)}
 	if st.TornBytes > 0 {
@@ -312,13 +272,13 @@ func (p *stackProcessor) flush(ctx context.Context, all bool) error {
 	for _, w := range queue {
 		pd, n := emit(w, p.cfg.Window)
 		if err := p.next.ConsumeProfiles(ctx, pd); err != nil {
-			p.tel.emitFailures.Add(ctx, 1)
+			p.tel.ProcessorStackaggregatorEmitFailures.Add(ctx, 1)
 			p.pending = append(p.pending, w)
 			errs = append(errs, fmt.Errorf("emit window %s: %w", time.Unix(0, w.start).UTC().Format(time.RFC3339), err))
 			continue
 		}
-		p.tel.windows.Add(ctx, 1)
-		p.tel.stacksOut.Add(ctx, n)
+		p.tel.ProcessorStackaggregatorWindowsEmitted.Add(ctx, 1)
+		p.tel.ProcessorStackaggregatorStacksOut.Add(ctx, n)
 		if p.wal != nil {
 			if err := p.wal.Committed(w.id); err != nil {
 				errs = append(errs, err)
@@ -326,6 +286,6 @@ func (p *stackProcessor) flush(ctx context.Context, all bool) error {
 		}
 	}
 	p.pendingN.Store(int64(len(p.pending)))
-	p.tel.pending.Record(ctx, int64(len(p.pending)))
+	p.tel.ProcessorStackaggregatorPendingWindows.Record(ctx, int64(len(p.pending)))
 	return errors.Join(errs...)
 }

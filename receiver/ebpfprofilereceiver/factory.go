@@ -10,15 +10,18 @@ import (
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
+
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/metadata"
 )
 
-var typeStr = component.MustNewType("ebpfprofile")
+// typeStr is the component type, as metadata.yaml declares it.
+var typeStr = metadata.Type
 
 // NewFactory returns the receiver factory.
 func NewFactory() xreceiver.Factory {
 	return xreceiver.NewFactory(typeStr,
 		func() component.Config { return createDefaultConfig() },
-		xreceiver.WithProfiles(createProfiles, component.StabilityLevelAlpha))
+		xreceiver.WithProfiles(createProfiles, metadata.ProfilesStability))
 }
 
 func createProfiles(_ context.Context, set receiver.Settings, cfg component.Config, next xconsumer.Profiles) (xreceiver.Profiles, error) {

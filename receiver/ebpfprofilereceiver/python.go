@@ -48,13 +48,8 @@ var inspectPython = python.Inspect
 // one entry).
 const maxPythonBinaries = 256
 
-func newPythonFrames(s *sampler.Sampler, sym *symbolize.Symbolizer, logger *zap.Logger, mp metric.MeterProvider) *pythonFrames {
-	c, err := mp.Meter(typeStr.String()).Int64Counter("hotpath_receiver_python_processes",
-		metric.WithDescription("CPython processes seen, by outcome: walked (Python frames named) or unknown_version (native frames only)"))
-	if err != nil {
-		logger.Warn("python metrics", zap.Error(err))
-	}
-	return &pythonFrames{sampler: s, symbolizer: sym, logger: logger, processes: c,
+func newPythonFrames(s *sampler.Sampler, sym *symbolize.Symbolizer, logger *zap.Logger, processes metric.Int64Counter) *pythonFrames {
+	return &pythonFrames{sampler: s, symbolizer: sym, logger: logger, processes: processes,
 		binaries: map[fileid.ID]pythonBinary{}, procs: map[int]*python.Process{}}
 }
 
@@ -97,9 +92,7 @@ func (p *pythonFrames) attach(snap *symbolize.Process) {
 }
 
 func (p *pythonFrames) count(outcome string) {
-	if p.processes != nil {
-		p.processes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
-	}
+	p.processes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 }
 
 // binary inspects mapping i's file once per file identity.

@@ -152,7 +152,7 @@ func checkPythonFrames(t *testing.T, py string) {
 
 // A CPython the agent has no offsets for stays native-only: no Python
 // frame (right or wrong) in its stacks, one log line, and the
-// hotpath_receiver_python_processes{outcome=unknown_version} counter.
+// otelcol_receiver_ebpfprofile_python_processes{outcome=unknown_version} counter.
 func TestUnknownPythonStaysNative(t *testing.T) {
 	real := inspectPython
 	defer func() { inspectPython = real }()
@@ -206,7 +206,7 @@ func TestUnknownPythonStaysNative(t *testing.T) {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	if got := counterValue(rm, "hotpath_receiver_python_processes", "outcome", "unknown_version"); got < 1 {
+	if got := counterValue(rm, "otelcol_receiver_ebpfprofile_python_processes", "outcome", "unknown_version"); got < 1 {
 		t.Errorf("unknown_version counter = %d, want ≥ 1", got)
 	}
 }

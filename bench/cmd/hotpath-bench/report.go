@@ -191,7 +191,7 @@ func agentRows(ag *agentResult) []row {
 		mean := 1000 * ag.SymbolizeSum / ag.SymbolizeCount
 		rows = append(rows, row{"symbolization in the running agent (mean per interval)", "< 50 ms", "—",
 			fmt.Sprintf("%.1f ms over %.0f intervals", mean, ag.SymbolizeCount), verdict(mean, 50, true),
-			"hotpath_receiver_symbolize_duration sum/count from the agent's /metrics (its buckets are too coarse for percentiles)"})
+			"otelcol_receiver_ebpfprofile_symbolize_duration sum/count from the agent's /metrics (its buckets are too coarse for percentiles)"})
 	}
 	if ag.PerfSeconds > 0 {
 		pc := 100 * ag.PerfCPUSeconds / ag.PerfSeconds
@@ -202,7 +202,7 @@ func agentRows(ag *agentResult) []row {
 	if ag.SamplesKept >= 0 {
 		expected := 19 * float64(ag.CPUs) * wall
 		rows = append(rows, row{"samples kept in the steady window (plausibility)", "—", fmt.Sprintf("≈ %.0f (19 Hz × %d busy CPUs)", expected, ag.CPUs),
-			fmt.Sprintf("%.0f kept, %.0f lost", ag.SamplesKept, ag.SamplesLost), "info", "hotpath_receiver_samples{outcome=kept} delta from /metrics"})
+			fmt.Sprintf("%.0f kept, %.0f lost", ag.SamplesKept, ag.SamplesLost), "info", "otelcol_receiver_ebpfprofile_samples{outcome=kept} delta from /metrics"})
 	}
 	return rows
 }

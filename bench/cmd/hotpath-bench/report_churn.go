@@ -128,7 +128,7 @@ func churnRows(res *churnResult) []row {
 				verdict(anon.Max, churnAnonGoal, true), "RssAnon from /proc/PID/status once a second in the window"},
 			row{tag + ": process starts per second (the churn's own; the workload's definition)", "—", "≥ 5 /s", fmt.Sprintf("%.1f /s (%s); machine: %.1f processes created /s", startsPerSecond(r), startsString(r), r.MachineForks),
 				verdict(-startsPerSecond(r), -5, true), "start times of the churn's children in the window; /proc/stat processes for the machine"},
-			row{tag + ": per-binary work done / deferred / skipped", "—", "—", binaryWorkString(r), "info", "hotpath_receiver_binary_work{outcome,kind} deltas over the window"},
+			row{tag + ": per-binary work done / deferred / skipped", "—", "—", binaryWorkString(r), "info", "otelcol_receiver_ebpfprofile_binary_work{outcome,kind} deltas over the window"},
 		)
 	}
 	return rows

@@ -55,7 +55,7 @@ type unwindRun struct {
 	// are inner maps whose fds the agent closes: they are not in this sum.
 	BPFMapBytes  uint64  `json:"bpf_map_bytes_fdinfo"`
 	BPFMapCount  int     `json:"bpf_map_count"`
-	BPFMapMetric float64 `json:"bpf_map_bytes_metric"` // hotpath_receiver_bpf_map_bytes at the end
+	BPFMapMetric float64 `json:"bpf_map_bytes_metric"` // otelcol_receiver_ebpfprofile_bpf_map_bytes at the end
 	// Unwind tables: the receiver's gauges at the end of the window, and
 	// the kernel's memlock of every inner map of the agent's unwind_tables
 	// map (read through the map's ID, independent of the receiver).

@@ -153,15 +153,16 @@ func splitLabels(s string) []string {
 
 // ReceiverNames are the names the ebpfprofile receiver's self-metric name
 // ("samples", "frequency", …) may be exported under, in the order they are
-// tried: as the receiver declares it (hotpath_receiver_<name>), with the
-// collector's namespace in front (otelcol_hotpath_receiver_<name>), and
-// under the collector's naming convention for a component
-// (otelcol_receiver_ebpfprofile_<name>); each bare and with every one of
-// suffixes (the Prometheus exporter appends the unit, "_hertz", "_bytes",
-// "_seconds", and "_total" to counters, depending on its version).
+// tried: the collector's naming convention for a component, as its
+// metadata.yaml declares it (otelcol_receiver_ebpfprofile_<name>), then the
+// names agents before that convention used (hotpath_receiver_<name>,
+// otelcol_hotpath_receiver_<name>), so a run against an older binary still
+// reads; each bare and with every one of suffixes (the Prometheus exporter
+// appends the unit, "_hertz", "_bytes", "_seconds", and "_total" to
+// counters, depending on its version).
 func ReceiverNames(name string, suffixes ...string) []string {
 	var out []string
-	for _, prefix := range []string{"hotpath_receiver_", "otelcol_hotpath_receiver_", "otelcol_receiver_ebpfprofile_"} {
+	for _, prefix := range []string{"otelcol_receiver_ebpfprofile_", "hotpath_receiver_", "otelcol_hotpath_receiver_"} {
 		out = append(out, prefix+name)
 		for _, s := range suffixes {
 			out = append(out, prefix+name+s)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // burnerSource burns CPU for argv[1] ms (wall clock) in argv[2] threads.
@@ -99,12 +101,15 @@ func burner(t testing.TB) string {
 	return burnerPath
 }
 
+// TestMain checks for leaked goroutines (written by hand, not by mdatagen
+// like other packages' TestMain: the burner's directory has to go after the
+// run).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if burnerDir != "" {
-		os.RemoveAll(burnerDir)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+		if burnerDir != "" {
+			os.RemoveAll(burnerDir)
+		}
+	}))
 }
 
 // startBurner runs the burner for d with n threads.
