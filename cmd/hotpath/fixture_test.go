@@ -104,7 +104,7 @@ func writeDB(t testing.TB, tier, path, endpoint string, batches []batch) (stop f
 	cfg.Tier = tier
 	cfg.Path = path
 	cfg.Query.Enabled = endpoint != ""
-	cfg.Query.Endpoint = endpoint
+	cfg.Query.HTTP.NetAddr.Endpoint = endpoint
 	ctx := context.Background()
 	exp, err := f.CreateProfiles(ctx, exportertest.NewNopSettings(f.Type()), cfg)
 	if err != nil {

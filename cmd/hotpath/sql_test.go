@@ -41,7 +41,7 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	f := duckdbprofileexporter.NewFactory()
 	cfg := f.CreateDefaultConfig().(*duckdbprofileexporter.Config)
 	cfg.Path = filepath.Join(t.TempDir(), "p.duckdb")
-	cfg.Query.Endpoint = freePort(t)
+	cfg.Query.HTTP.NetAddr.Endpoint = freePort(t)
 	exp, err := f.CreateProfiles(context.Background(), exportertest.NewNopSettings(f.Type()), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -50,11 +50,11 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out, stderr, code := runCLI(t, "sql", "--endpoint", cfg.Query.Endpoint, "--db", cfg.Path, "--format", "csv", probe)
+	out, stderr, code := runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "--db", cfg.Path, "--format", "csv", probe)
 	if code != 0 || out != "tier,version,ids,nothing\nlocal,5,\"[1, 2]\",\n" {
 		t.Fatalf("endpoint csv: code %d out %q err %q", code, out, stderr)
 	}
-	_, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.Endpoint, "DELETE FROM schema_version")
+	_, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "DELETE FROM schema_version")
 	if code != 1 || !strings.Contains(stderr, "read-only") {
 		t.Fatalf("write through endpoint: code %d err %q", code, stderr)
 	}
@@ -63,7 +63,7 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	}
 
 	// Collector gone: same command, answered from the file.
-	out, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.Endpoint, "--db", cfg.Path, "--format", "table", probe)
+	out, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "--db", cfg.Path, "--format", "table", probe)
 	want := "tier   version  ids     nothing\n" +
 		"-----  -------  ------  -------\n" +
 		"local        5  [1, 2]     NULL\n"
@@ -78,7 +78,7 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "read-only") {
 		t.Fatalf("write to file: code %d err %q", code, stderr)
 	}
-	_, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.Endpoint, probe)
+	_, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, probe)
 	if code != 1 || !strings.Contains(stderr, "no collector answers") {
 		t.Fatalf("nothing to query: code %d err %q", code, stderr)
 	}

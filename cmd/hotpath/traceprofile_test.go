@@ -71,7 +71,7 @@ func writeTraced(t testing.TB, tier, path, endpoint string, bs []tracedBatch) {
 	cfg.Tier = tier
 	cfg.Path = path
 	cfg.Query.Enabled = endpoint != ""
-	cfg.Query.Endpoint = endpoint
+	cfg.Query.HTTP.NetAddr.Endpoint = endpoint
 	ctx := context.Background()
 	exp, err := f.CreateProfiles(ctx, exportertest.NewNopSettings(f.Type()), cfg)
 	if err != nil {

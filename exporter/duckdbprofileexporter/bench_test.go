@@ -23,7 +23,7 @@ func BenchmarkPush(b *testing.B) {
 			cfg.Tier = tier
 			cfg.Path = b.TempDir() + "/bench.duckdb"
 			cfg.Query.Enabled = false
-			e := newProfilesExporter(cfg, exportertest.NewNopSettings(NewFactory().Type()).Logger)
+			e := newProfilesExporter(cfg, exportertest.NewNopSettings(NewFactory().Type()).TelemetrySettings)
 			if err := e.start(context.Background(), nil); err != nil {
 				b.Fatal(err)
 			}

@@ -88,13 +88,13 @@ type RetentionConfig struct {
 type QueryConfig struct {
 	// Enabled turns the endpoint on (default true).
 	Enabled bool `mapstructure:"enabled"`
-	// Endpoint is host:port; loopback unless Token is set.
-	Endpoint string `mapstructure:"endpoint"`
-	// Token, when set, must be sent as "Authorization: Bearer <token>".
-	Token    string        `mapstructure:"token"`
-	Timeout  time.Duration `mapstructure:"timeout"`
-	MaxRows  int           `mapstructure:"max_rows"`
-	MaxBytes int           `mapstructure:"max_bytes"`
+	// ServerConfig is the collector's HTTP server settings (endpoint, tls,
+	// auth, ...) plus token; the endpoint is loopback unless requests must
+	// authenticate.
+	localendpoint.ServerConfig `mapstructure:",squash"`
+	Timeout                    time.Duration `mapstructure:"timeout"`
+	MaxRows                    int           `mapstructure:"max_rows"`
+	MaxBytes                   int           `mapstructure:"max_bytes"`
 	// MaxConcurrent queries run at once; more are answered 429 with
 	// Retry-After, so ad-hoc queries cannot pile up in DuckDB's memory.
 	MaxConcurrent int `mapstructure:"max_concurrent"`
@@ -110,7 +110,7 @@ func createDefaultConfig() *Config {
 		BucketInterval: time.Minute,
 		Query: QueryConfig{
 			Enabled:       true,
-			Endpoint:      DefaultQueryEndpoint,
+			ServerConfig:  localendpoint.NewServerConfig(DefaultQueryEndpoint),
 			Timeout:       30 * time.Second,
 			MaxRows:       100_000,
 			MaxBytes:      100 << 20, // RFD 072: max profile size per query 100 MB
@@ -200,7 +200,7 @@ func (c *Config) Validate() error {
 
 func (q QueryConfig) validate() []error {
 	var errs []error
-	if err := localendpoint.Validate("query.endpoint", q.Endpoint, q.Token); err != nil {
+	if err := q.Check("query"); err != nil {
 		errs = append(errs, err)
 	}
 	if q.Timeout <= 0 {

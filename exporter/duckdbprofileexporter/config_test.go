@@ -43,8 +43,8 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 		"path":      {func(c *Config) { c.Path = "" }, "path must name the DuckDB file"},
 		"bucket":    {func(c *Config) { c.Tier = "summary"; c.BucketInterval = 0 }, "bucket_interval must be positive"},
 		"retention": {func(c *Config) { c.Retention.Stacks = -time.Hour }, "retention.stacks must not be negative"},
-		"public":    {func(c *Config) { c.Query.Endpoint = "0.0.0.0:7072" }, "not a loopback address; set a token"},
-		"endpoint":  {func(c *Config) { c.Query.Endpoint = "7072" }, "query.endpoint must be host:port"},
+		"public":    {func(c *Config) { c.Query.HTTP.NetAddr.Endpoint = "0.0.0.0:7072" }, "not a loopback address; set a token"},
+		"endpoint":  {func(c *Config) { c.Query.HTTP.NetAddr.Endpoint = "7072" }, "query.endpoint must be host:port"},
 		"rows":      {func(c *Config) { c.Query.MaxRows = 0 }, "query.max_rows must be positive"},
 		"memory":    {func(c *Config) { c.DuckDB.MemoryLimit = "64 potatoes" }, "duckdb.memory_limit must be a size"},
 		"threads":   {func(c *Config) { c.DuckDB.Threads = -1 }, "duckdb.threads must be between"},
@@ -65,7 +65,7 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 	// Without the endpoint, its settings do not matter.
 	cfg := createDefaultConfig()
 	cfg.Query.Enabled = false
-	cfg.Query.Endpoint = "0.0.0.0:1"
+	cfg.Query.HTTP.NetAddr.Endpoint = "0.0.0.0:1"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +103,28 @@ func TestReadmeExampleIsValid(t *testing.T) {
 func TestSendingQueueIsOffByDefault(t *testing.T) {
 	if createDefaultConfig().QueueConfig.HasValue() {
 		t.Fatal("sending_queue is on by default")
+	}
+}
+
+// The query section holds the collector's HTTP server settings beside our
+// own keys, and every one of them is decoded (confighttp's own Unmarshal
+// must not swallow the section), while a misspelt key is still refused.
+func TestQueryConfigDecodesServerSettingsAndOwnKeys(t *testing.T) {
+	cfg := createDefaultConfig()
+	cm := confmap.NewFromStringMap(map[string]any{"query": map[string]any{
+		"endpoint": "10.0.0.5:7072", "token": "s3cret", "timeout": "7s", "max_rows": 5,
+		"tls": map[string]any{"cert_file": "server.crt", "key_file": "server.key"},
+	}})
+	if err := cm.Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	q := cfg.Query
+	if q.Endpoint() != "10.0.0.5:7072" || string(q.Token) != "s3cret" || q.Timeout != 7*time.Second || q.MaxRows != 5 || !q.HTTP.TLS.HasValue() {
+		t.Fatalf("decoded query config: endpoint %q, token set %v, timeout %s, max_rows %d, tls %v",
+			q.Endpoint(), q.Token != "", q.Timeout, q.MaxRows, q.HTTP.TLS.HasValue())
+	}
+	bad := confmap.NewFromStringMap(map[string]any{"query": map[string]any{"tokn": "x"}})
+	if err := bad.Unmarshal(createDefaultConfig()); err == nil || !strings.Contains(err.Error(), "tokn") {
+		t.Fatalf("misspelt key: err = %v, want it named", err)
 	}
 }

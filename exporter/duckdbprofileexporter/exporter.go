@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
 
@@ -26,6 +27,7 @@ const batchIDRetention = 7 * 24 * time.Hour
 
 type profilesExporter struct {
 	cfg    *Config
+	set    component.TelemetrySettings
 	logger *zap.Logger
 	conv   converter
 
@@ -41,16 +43,28 @@ type profilesExporter struct {
 	loggedSkip map[string]bool
 }
 
-func newProfilesExporter(cfg *Config, logger *zap.Logger) *profilesExporter {
+func newProfilesExporter(cfg *Config, set component.TelemetrySettings) *profilesExporter {
 	return &profilesExporter{
 		cfg:        cfg,
-		logger:     logger,
+		set:        set,
+		logger:     set.Logger,
 		conv:       converter{tier: schema.Tier(cfg.Tier), bucket: cfg.BucketInterval, now: time.Now},
 		loggedSkip: map[string]bool{},
 	}
 }
 
-func (e *profilesExporter) start(ctx context.Context, _ component.Host) error {
+// start opens the file and the query endpoint. A failure is also reported
+// as a permanent error through componentstatus, so health checks show this
+// exporter, and not only the collector's exit, as the cause.
+func (e *profilesExporter) start(ctx context.Context, host component.Host) error {
+	err := e.open(ctx, host)
+	if err != nil {
+		componentstatus.ReportStatus(host, componentstatus.NewPermanentErrorEvent(err))
+	}
+	return err
+}
+
+func (e *profilesExporter) open(ctx context.Context, host component.Host) error {
 	w, err := writer.Open(ctx, e.cfg.Path, schema.Tier(e.cfg.Tier), writer.WithResources(e.cfg.resources()))
 	if err != nil {
 		return err
@@ -58,13 +72,13 @@ func (e *profilesExporter) start(ctx context.Context, _ component.Host) error {
 	e.w = w
 	if e.cfg.Query.Enabled {
 		q := e.cfg.Query
-		srv, err := queryserver.Start(queryserver.Config{
-			Endpoint: q.Endpoint, Token: q.Token,
+		srv, err := queryserver.Start(ctx, &q.ServerConfig, host, e.set, queryserver.Config{
 			Limits:        sqlquery.Limits{Timeout: q.Timeout, MaxRows: q.MaxRows, MaxBytes: q.MaxBytes},
 			MaxConcurrent: q.MaxConcurrent, MemoryLimit: e.cfg.resources().MemoryLimit,
-		}, w.DB, e.logger)
+		}, w.DB)
 		if err != nil {
 			_ = w.Close()
+			e.w = nil
 			return fmt.Errorf("start query endpoint: %w", err)
 		}
 		e.server = srv

@@ -32,7 +32,7 @@ func testConfig(t *testing.T, tier string) *Config {
 	cfg := createDefaultConfig()
 	cfg.Tier = tier
 	cfg.Path = filepath.Join(t.TempDir(), tier+".duckdb")
-	cfg.Query.Endpoint = "127.0.0.1:0"
+	cfg.Query.HTTP.NetAddr.Endpoint = "127.0.0.1:0"
 	return cfg
 }
 
@@ -44,7 +44,7 @@ func startExporter(t *testing.T, cfg *Config) *profilesExporter {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	e := newProfilesExporter(cfg, exportertest.NewNopSettings(NewFactory().Type()).Logger)
+	e := newProfilesExporter(cfg, exportertest.NewNopSettings(NewFactory().Type()).TelemetrySettings)
 	if err := e.start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}

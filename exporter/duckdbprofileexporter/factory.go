@@ -29,7 +29,7 @@ func createProfiles(ctx context.Context, set exporter.Settings, cfg component.Co
 	if !ok {
 		return nil, fmt.Errorf("duckdbprofile: config is %T, want *Config", cfg)
 	}
-	e := newProfilesExporter(c, set.Logger)
+	e := newProfilesExporter(c, set.TelemetrySettings)
 	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
 	if err != nil {
 		return nil, fmt.Errorf("duckdbprofile: create metrics: %w", err)

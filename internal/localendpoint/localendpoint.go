@@ -1,6 +1,8 @@
 // Package localendpoint holds the rules every hotpath HTTP endpoint (the
-// exporters' read-only SQL, the agent's control API) follows: loopback by
-// default, a bearer token required to listen anywhere else.
+// exporters' read-only SQL, the agent's control API) follows: served by the
+// collector's confighttp (TLS, auth extensions, limits), loopback by
+// default, a bearer token or an authenticator required to listen anywhere
+// else.
 package localendpoint
 
 import (
@@ -12,15 +14,15 @@ import (
 )
 
 // Validate checks that endpoint is host:port and that it is a loopback
-// address unless a token is set. key names the setting in messages
-// ("query.endpoint").
-func Validate(key, endpoint, token string) error {
+// address unless requests must authenticate. key names the setting in
+// messages ("query.endpoint").
+func Validate(key, endpoint string, authenticated bool) error {
 	host, _, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return fmt.Errorf("%s must be host:port, got %q: %w", key, endpoint, err)
 	}
-	if !IsLoopback(host) && token == "" {
-		return fmt.Errorf("%s %q is not a loopback address; set a token to listen beyond this host", key, endpoint)
+	if !IsLoopback(host) && !authenticated {
+		return fmt.Errorf("%s %q is not a loopback address; set a token or an auth authenticator to listen beyond this host", key, endpoint)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ func TestValidate(t *testing.T) {
 		{"0.0.0.0:7072", "s3cret", ""},
 		{"7072", "", "must be host:port"},
 	} {
-		err := Validate("x.endpoint", tc.endpoint, tc.token)
+		err := Validate("x.endpoint", tc.endpoint, tc.token != "")
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("Validate(%q, token %q) = %v, want %q", tc.endpoint, tc.token, err, tc.want)
 		}

@@ -105,13 +105,11 @@ type TraceContextConfig struct {
 	RescanInterval time.Duration `mapstructure:"rescan_interval"`
 }
 
-// ControlConfig configures the control endpoint.
+// ControlConfig configures the control endpoint: the collector's HTTP
+// server settings (endpoint, tls, auth, ...) plus token. An empty endpoint
+// turns it off; it is loopback unless requests must authenticate.
 type ControlConfig struct {
-	// Endpoint is host:port; "" turns the endpoint off. Loopback unless a
-	// token is set.
-	Endpoint string `mapstructure:"endpoint"`
-	// Token, when set, must be sent as "Authorization: Bearer <token>".
-	Token string `mapstructure:"token"`
+	localendpoint.ServerConfig `mapstructure:",squash"`
 }
 
 // ServiceNameRule maps executables to a service name.
@@ -138,7 +136,7 @@ func createDefaultConfig() *Config {
 	return &Config{
 		Enabled:         true,
 		MaxCPUPercent:   1,
-		Control:         ControlConfig{Endpoint: controlapi.DefaultEndpoint},
+		Control:         ControlConfig{localendpoint.NewServerConfig(controlapi.DefaultEndpoint)},
 		FrequencyHz:     19,
 		Interval:        15 * time.Second,
 		MaxUniqueStacks: 10000,
@@ -168,8 +166,8 @@ func (c *Config) Validate() error {
 	if c.MaxCPUPercent < 0 || c.MaxCPUPercent > 100 || c.MaxCPUPercent != c.MaxCPUPercent {
 		errs = append(errs, fmt.Errorf("max_cpu_percent must be between 0 (guard off) and 100 percent of the machine (got %v)", c.MaxCPUPercent))
 	}
-	if c.Control.Endpoint != "" {
-		if err := localendpoint.Validate("control.endpoint", c.Control.Endpoint, c.Control.Token); err != nil {
+	if c.Control.Endpoint() != "" {
+		if err := c.Control.Check("control"); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
@@ -23,17 +23,13 @@ import (
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 )
 
-// controlServer serves the control endpoint (controlapi) on loopback.
+// controlServer serves the control endpoint (controlapi), by default on
+// loopback.
 type controlServer struct {
-	srv *http.Server
-	ln  net.Listener
+	*localendpoint.Server
 }
 
-func startControlServer(r *profileReceiver, cfg ControlConfig) (*controlServer, error) {
-	ln, err := net.Listen("tcp", cfg.Endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Endpoint, err)
-	}
+func startControlServer(ctx context.Context, r *profileReceiver, host component.Host) (*controlServer, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+controlapi.PathStatus, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, r.status())
@@ -68,26 +64,18 @@ func startControlServer(r *profileReceiver, cfg ControlConfig) (*controlServer, 
 		}
 		writeJSON(w, res)
 	})
-	c := &controlServer{ln: ln, srv: &http.Server{
-		Handler:           localendpoint.RequireToken(cfg.Token, mux),
-		ReadHeaderTimeout: 10 * time.Second,
-	}}
-	go func() {
-		if err := c.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			r.set.Logger.Error("control endpoint stopped", zap.Error(err))
-		}
-	}()
-	r.set.Logger.Info("control endpoint listening", zap.String("endpoint", ln.Addr().String()))
-	return c, nil
+	srv, err := r.cfg.Control.Serve(ctx, host, r.set.TelemetrySettings, mux)
+	if err != nil {
+		return nil, err
+	}
+	r.set.Logger.Info("control endpoint listening", zap.String("endpoint", srv.Addr()))
+	return &controlServer{srv}, nil
 }
 
+// shutdown stops the endpoint; running captures end with their request
+// context.
 func (c *controlServer) shutdown(ctx context.Context) error {
-	// Running captures end with their request context.
-	err := c.srv.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return c.srv.Close()
-	}
-	return err
+	return c.Shutdown(ctx)
 }
 
 func readJSON(w http.ResponseWriter, req *http.Request, v any) bool {

@@ -30,10 +30,10 @@ func TestControlCapture(t *testing.T) {
 	cBin := testworkload.BuildC(t)
 	cfg := testConfig()
 	cfg.FrequencyHz = 19
-	cfg.Control.Endpoint = freeLoopback(t)
+	cfg.Control.HTTP.NetAddr.Endpoint = freeLoopback(t)
 	r, _ := startReceiver(t, cfg)
 	defer r.Shutdown(context.Background())
-	client := controlapi.Client{Endpoint: cfg.Control.Endpoint}
+	client := controlapi.Client{Endpoint: cfg.Control.HTTP.NetAddr.Endpoint}
 	ctx := context.Background()
 
 	st, err := client.Status(ctx)
@@ -85,10 +85,10 @@ func TestControlCapture(t *testing.T) {
 func TestControlKillSwitch(t *testing.T) {
 	cBin := testworkload.BuildC(t)
 	cfg := testConfig()
-	cfg.Control.Endpoint = freeLoopback(t)
+	cfg.Control.HTTP.NetAddr.Endpoint = freeLoopback(t)
 	r, sink := startReceiver(t, cfg)
 	defer r.Shutdown(context.Background())
-	client := controlapi.Client{Endpoint: cfg.Control.Endpoint}
+	client := controlapi.Client{Endpoint: cfg.Control.HTTP.NetAddr.Endpoint}
 	ctx := context.Background()
 
 	st, err := client.SetSampling(ctx, false)
@@ -121,10 +121,10 @@ func TestControlKillSwitch(t *testing.T) {
 func TestDisabledByConfig(t *testing.T) {
 	cfg := testConfig()
 	cfg.Enabled = false
-	cfg.Control.Endpoint = freeLoopback(t)
+	cfg.Control.HTTP.NetAddr.Endpoint = freeLoopback(t)
 	r, _ := startReceiver(t, cfg)
 	defer r.Shutdown(context.Background())
-	client := controlapi.Client{Endpoint: cfg.Control.Endpoint}
+	client := controlapi.Client{Endpoint: cfg.Control.HTTP.NetAddr.Endpoint}
 	st, err := client.Status(context.Background())
 	if err != nil || st.Enabled {
 		t.Fatalf("status of a disabled receiver: %+v, %v", st, err)
@@ -140,10 +140,10 @@ func TestOverheadGuardLowersFrequency(t *testing.T) {
 	cfg := testConfig()
 	cfg.FrequencyHz = 64
 	cfg.MaxCPUPercent = 0.000001
-	cfg.Control.Endpoint = freeLoopback(t)
+	cfg.Control.HTTP.NetAddr.Endpoint = freeLoopback(t)
 	r, _ := startReceiver(t, cfg)
 	defer r.Shutdown(context.Background())
-	client := controlapi.Client{Endpoint: cfg.Control.Endpoint}
+	client := controlapi.Client{Endpoint: cfg.Control.HTTP.NetAddr.Endpoint}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st, err := client.Status(context.Background())

@@ -12,7 +12,7 @@ func testConfig() *Config {
 	// shares to a few percentage points.
 	cfg.FrequencyHz = 99
 	cfg.Interval = time.Second
-	cfg.Control.Endpoint = "" // tests that need it pick a free port
+	cfg.Control.HTTP.NetAddr.Endpoint = "" // tests that need it pick a free port
 	// The test binary builds workloads: its CPU use says nothing about the
 	// receiver's, and the guard would lower the rate under the tests' feet.
 	cfg.MaxCPUPercent = 0

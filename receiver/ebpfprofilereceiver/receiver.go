@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/component/componentstatus"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver"
@@ -92,7 +93,18 @@ func newReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*
 // Start refuses to start, with one sentence saying what to do, when this
 // process cannot load BPF programs or open perf events. With enabled: false
 // it loads nothing and waits for the control endpoint to turn sampling on.
-func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
+//
+// A refusal is also reported as a permanent error through componentstatus,
+// so health checks name this receiver (and why) as the cause.
+func (r *profileReceiver) Start(ctx context.Context, host component.Host) error {
+	err := r.start(ctx, host)
+	if err != nil {
+		componentstatus.ReportStatus(host, componentstatus.NewPermanentErrorEvent(err))
+	}
+	return err
+}
+
+func (r *profileReceiver) start(ctx context.Context, host component.Host) error {
 	r.symbolizer = symbolize.New(symbolize.Options{
 		OnTableLoad: func(cpu time.Duration) { r.work.charge(workSymbolTable, 1, cpu) },
 	})
@@ -128,8 +140,8 @@ func (r *profileReceiver) Start(_ context.Context, _ component.Host) error {
 	} else {
 		r.set.Logger.Warn("sampling is off (enabled: false): no BPF program is loaded")
 	}
-	if r.cfg.Control.Endpoint != "" {
-		c, err := startControlServer(r, r.cfg.Control)
+	if r.cfg.Control.Endpoint() != "" {
+		c, err := startControlServer(ctx, r, host)
 		if err != nil {
 			r.stopAll()
 			return fmt.Errorf("ebpfprofile receiver control endpoint: %w", err)

@@ -10,10 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"time"
 
+	"go.opentelemetry.io/collector/component"
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
@@ -22,9 +21,7 @@ import (
 
 // Config is what the endpoint needs from the exporter's configuration.
 type Config struct {
-	Endpoint string
-	Token    string
-	Limits   sqlquery.Limits
+	Limits sqlquery.Limits
 	// MaxConcurrent queries run at once; more are refused with 429 rather
 	// than queued, so waiting queries cannot pile up either.
 	MaxConcurrent int
@@ -39,21 +36,19 @@ const retryAfter = "1"
 
 // Server is a running endpoint.
 type Server struct {
-	srv *http.Server
-	ln  net.Listener
+	*localendpoint.Server
 	sem chan struct{}
 }
 
-// Start listens on cfg.Endpoint and serves queries against db() (a
-// function: the writer may reopen the file after a fatal error).
-func Start(cfg Config, db func() *sql.DB, logger *zap.Logger) (*Server, error) {
-	ln, err := net.Listen("tcp", cfg.Endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Endpoint, err)
-	}
-	s := &Server{ln: ln, sem: make(chan struct{}, max(cfg.MaxConcurrent, 1))}
+// Start serves queries against db() (a function: the writer may reopen the
+// file after a fatal error) on the endpoint that endpoint configures (the
+// collector's HTTP server: TLS, auth extension, limits); host supplies its
+// authenticator extension, if any.
+func Start(ctx context.Context, endpoint *localendpoint.ServerConfig, host component.Host, set component.TelemetrySettings, cfg Config, db func() *sql.DB) (*Server, error) {
+	logger := set.Logger
+	s := &Server{sem: make(chan struct{}, max(cfg.MaxConcurrent, 1))}
 	mux := http.NewServeMux()
-	mux.Handle(sqlquery.Path, localendpoint.RequireToken(cfg.Token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle(sqlquery.Path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			localendpoint.WriteError(w, http.StatusMethodNotAllowed, errors.New("use POST with {\"sql\": \"...\"}"))
 			return
@@ -93,21 +88,14 @@ func Start(cfg Config, db func() *sql.DB, logger *zap.Logger) (*Server, error) {
 		if err := json.NewEncoder(w).Encode(res); err != nil {
 			logger.Debug("write query result", zap.Error(err))
 		}
-	})))
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("query endpoint stopped", zap.Error(err))
-		}
-	}()
+	}))
+	srv, err := endpoint.Serve(ctx, host, set, mux)
+	if err != nil {
+		return nil, err
+	}
+	s.Server = srv
 	return s, nil
 }
 
 // Running is the number of queries running now.
 func (s *Server) Running() int { return len(s.sem) }
-
-// Addr is the address actually listened on (useful with port 0).
-func (s *Server) Addr() string { return s.ln.Addr().String() }
-
-// Shutdown stops accepting queries and waits for running ones.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
