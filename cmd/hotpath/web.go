@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/pprof/driver"
 	"github.com/google/pprof/profile"
+
+	"github.com/hotpath-dev/hotpath/internal/localendpoint"
 )
 
 const webExamples = `  hotpath web --service api --since 1h                 # prints the URL; open it in a browser
@@ -48,7 +50,7 @@ func serveWeb(ctx context.Context, target *targetFlags, sel *selectFlags, addr s
 	if err != nil {
 		return fmt.Errorf("--http %q: %w", addr, err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if !localendpoint.IsLoopback(host) {
 		return fmt.Errorf("--http %q: profiles show what the code does; serve them on a loopback address only", addr)
 	}
 	p, err := loadProfile(ctx, target, sel, time.Now(), stderr)

@@ -1,10 +1,10 @@
 package buildid
 
 import (
-	"container/list"
 	"fmt"
 	"os"
-	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 )
@@ -14,20 +14,16 @@ import (
 // holds at most its size of entries, evicting the least recently used.
 // Safe for concurrent use.
 type Cache struct {
-	mu      sync.Mutex
-	max     int
-	entries map[fileid.ID]*list.Element
-	lru     *list.List // front: most recently used; values are *cacheEntry
-}
-
-type cacheEntry struct {
-	id   fileid.ID
-	info Info
+	entries *lru.Cache[fileid.ID, Info]
 }
 
 // NewCache returns a cache holding at most size binaries (at least 1).
 func NewCache(size int) *Cache {
-	return &Cache{max: max(size, 1), entries: map[fileid.ID]*list.Element{}, lru: list.New()}
+	entries, err := lru.New[fileid.ID, Info](max(size, 1))
+	if err != nil {
+		panic(err) // only for a size below 1, excluded above
+	}
+	return &Cache{entries: entries}
 }
 
 // Lookup identifies the binary at path. hit reports whether it came from the
@@ -37,7 +33,7 @@ func (c *Cache) Lookup(path string) (info Info, id fileid.ID, hit bool, err erro
 	if err != nil {
 		return Info{}, fileid.ID{}, false, fmt.Errorf("stat binary: %w", err)
 	}
-	if info, ok := c.get(id); ok {
+	if info, ok := c.entries.Get(id); ok {
 		return info, id, true, nil
 	}
 	f, err := os.Open(path)
@@ -50,46 +46,15 @@ func (c *Cache) Lookup(path string) (info Info, id fileid.ID, hit bool, err erro
 	if id, err = fileid.OfFile(f); err != nil {
 		return Info{}, fileid.ID{}, false, fmt.Errorf("stat binary: %w", err)
 	}
-	if info, ok := c.get(id); ok {
+	if info, ok := c.entries.Get(id); ok {
 		return info, id, true, nil
 	}
 	if info, err = ReadFile(f); err != nil {
 		return Info{}, fileid.ID{}, false, err
 	}
-	c.put(id, info)
+	c.entries.Add(id, info)
 	return info, id, false, nil
 }
 
-func (c *Cache) get(id fileid.ID) (Info, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	el, ok := c.entries[id]
-	if !ok {
-		return Info{}, false
-	}
-	c.lru.MoveToFront(el)
-	return el.Value.(*cacheEntry).info, true
-}
-
-func (c *Cache) put(id fileid.ID, info Info) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.entries[id]; ok {
-		el.Value.(*cacheEntry).info = info
-		c.lru.MoveToFront(el)
-		return
-	}
-	c.entries[id] = c.lru.PushFront(&cacheEntry{id: id, info: info})
-	for c.lru.Len() > c.max {
-		old := c.lru.Back()
-		c.lru.Remove(old)
-		delete(c.entries, old.Value.(*cacheEntry).id)
-	}
-}
-
 // Len is the number of binaries cached.
-func (c *Cache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lru.Len()
-}
+func (c *Cache) Len() int { return c.entries.Len() }

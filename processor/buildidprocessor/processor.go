@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/processor"
@@ -31,9 +32,9 @@ type buildIDProcessor struct {
 	tel      *metadata.TelemetryBuilder
 	now      func() time.Time
 
-	mu      sync.Mutex // guards seen
-	seen    map[string]*seenBuild
-	maxSeen int
+	// mu makes a build's first/last update one step with its lookup.
+	mu   sync.Mutex
+	seen *lru.Cache[string, *seenBuild]
 }
 
 func newProcessor(cfg *Config, set processor.Settings) (*buildIDProcessor, error) {
@@ -51,10 +52,16 @@ func newProcessor(cfg *Config, set processor.Settings) (*buildIDProcessor, error
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	// Builds seen are remembered four times as long as binaries' IDs: a
+	// build outlives the file identities (restarts, copies) it had.
+	seen, err := lru.New[string, *seenBuild](4 * cfg.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("buildid: %w", err)
+	}
 	return &buildIDProcessor{
 		host: host, procRoot: cfg.ProcRoot, cache: buildid.NewCache(cfg.CacheSize),
 		logger: logger, tel: tel, now: time.Now,
-		seen: map[string]*seenBuild{}, maxSeen: 4 * cfg.CacheSize,
+		seen: seen,
 	}, nil
 }
 
@@ -204,19 +211,10 @@ func (p *buildIDProcessor) lookup(ctx context.Context, file string) (buildid.Inf
 func (p *buildIDProcessor) sawBuild(id string, now time.Time) seenBuild {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := p.seen[id]
-	if s == nil {
-		if len(p.seen) >= p.maxSeen {
-			var oldest string
-			for k, v := range p.seen {
-				if oldest == "" || v.last.Before(p.seen[oldest].last) {
-					oldest = k
-				}
-			}
-			delete(p.seen, oldest)
-		}
+	s, ok := p.seen.Get(id)
+	if !ok {
 		s = &seenBuild{first: now}
-		p.seen[id] = s
+		p.seen.Add(id, s)
 	}
 	if now.After(s.last) {
 		s.last = now
