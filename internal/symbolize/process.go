@@ -1,7 +1,6 @@
 package symbolize
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
 // Mapping is one executable mapping of a process.
@@ -188,80 +188,13 @@ func openMapped(dir string, m *Mapping) (*os.File, error) {
 // Non-executable ones are not needed: SymbolTable.FileAddr turns the
 // executable mapping's own file offset into an ELF address.
 func parseMaps(raw []byte) ([]Mapping, error) {
-	var out []Mapping
-	for n, line := range bytes.Split(raw, []byte{'\n'}) {
-		if len(line) == 0 {
-			continue
-		}
-		// start-limit perms offset dev inode [path]
-		fields := bytes.Fields(line)
-		if len(fields) < 5 {
-			return nil, fmt.Errorf("parse maps line %d %q: want at least 5 fields", n+1, line)
-		}
-		if len(fields[1]) < 3 || fields[1][2] != 'x' {
-			continue
-		}
-		dash := bytes.IndexByte(fields[0], '-')
-		if dash < 0 {
-			return nil, fmt.Errorf("parse maps line %d %q: bad address range", n+1, line)
-		}
-		var m Mapping
-		var errs [5]error
-		m.Start, errs[0] = strconv.ParseUint(string(fields[0][:dash]), 16, 64)
-		m.Limit, errs[1] = strconv.ParseUint(string(fields[0][dash+1:]), 16, 64)
-		m.Offset, errs[2] = strconv.ParseUint(string(fields[2]), 16, 64)
-		m.Dev, errs[3] = parseDev(string(fields[3]))
-		m.Inode, errs[4] = strconv.ParseUint(string(fields[4]), 10, 64)
-		if err := errors.Join(errs[:]...); err != nil {
-			return nil, fmt.Errorf("parse maps line %d %q: %w", n+1, line, err)
-		}
-		m.Path = mapsPath(line)
-		if p, ok := strings.CutSuffix(m.Path, " (deleted)"); ok {
-			m.Path, m.Deleted = p, true
-		}
-		m.file = -1
-		out = append(out, m)
+	ms, err := procmaps.ParseExecutable(raw)
+	if err != nil {
+		return nil, err
 	}
-	slices.SortFunc(out, func(a, b Mapping) int {
-		switch {
-		case a.Start < b.Start:
-			return -1
-		case a.Start > b.Start:
-			return 1
-		}
-		return 0
-	})
+	out := make([]Mapping, len(ms))
+	for i, m := range ms {
+		out[i] = Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path, Dev: m.Dev, Inode: m.Inode, Deleted: m.Deleted, file: -1}
+	}
 	return out, nil
-}
-
-// parseDev turns "fd:01" into the kernel's dev_t encoding (as in stat).
-func parseDev(s string) (uint64, error) {
-	maj, min, ok := strings.Cut(s, ":")
-	if !ok {
-		return 0, fmt.Errorf("bad device %q", s)
-	}
-	major, err := strconv.ParseUint(maj, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("bad device %q: %w", s, err)
-	}
-	minor, err := strconv.ParseUint(min, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("bad device %q: %w", s, err)
-	}
-	return (minor & 0xff) | (major&0xfff)<<8 | (minor&^0xff)<<12 | (major&^0xfff)<<32, nil
-}
-
-// mapsPath returns what follows the fifth field of a maps line: the path,
-// which may contain spaces.
-func mapsPath(line []byte) string {
-	rest := line
-	for range 5 {
-		rest = bytes.TrimLeft(rest, " ")
-		i := bytes.IndexByte(rest, ' ')
-		if i < 0 {
-			return ""
-		}
-		rest = rest[i:]
-	}
-	return string(bytes.TrimLeft(rest, " "))
 }

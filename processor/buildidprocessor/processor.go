@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +18,8 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/processor/buildidprocessor/internal/metadata"
+
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
 // seenBuild is when this collector first and last saw a build.
@@ -84,9 +85,10 @@ func (p *buildIDProcessor) process(ctx context.Context, pd pprofile.Profiles) (p
 	return pd, nil
 }
 
-const deletedSuffix = " (deleted)"
-
-func trimDeleted(path string) string { return strings.TrimSuffix(path, deletedSuffix) }
+func trimDeleted(path string) string {
+	p, _ := procmaps.TrimDeleted(path)
+	return p
+}
 
 func pidOf(attrs pcommon.Map) int64 {
 	v, ok := attrs.Get(profileschema.AttrProcessPID)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
 // Info describes one process.
@@ -39,7 +40,7 @@ func Read(procRoot string, pid int) (Info, error) {
 	}
 	info.Comm, info.StartTime = comm, start
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
-		info.ExePath = strings.TrimSuffix(exe, " (deleted)")
+		info.ExePath, _ = procmaps.TrimDeleted(exe)
 		info.ExeName = filepath.Base(info.ExePath)
 	} else {
 		// Kernel threads have no executable; their comm is their name.

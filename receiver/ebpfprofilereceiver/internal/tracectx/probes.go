@@ -3,7 +3,6 @@
 package tracectx
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
 // maxPlainBinaries bounds the cache of binaries known to have no markers;
@@ -398,32 +398,25 @@ func (p *Probes) addPlain(id fileid.ID) {
 
 // mappedFiles lists the distinct files pid maps executable.
 func (p *Probes) mappedFiles(pid int) ([]string, error) {
-	f, err := os.Open(filepath.Join(p.procRoot, strconv.Itoa(pid), "maps"))
+	raw, err := os.ReadFile(filepath.Join(p.procRoot, strconv.Itoa(pid), "maps"))
 	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var paths []string
-	seen := map[string]struct{}{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// 55d0c2a00000-55d0c2a01000 r-xp 00001000 08:01 1234  /path
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || !strings.Contains(fields[1], "x") || !strings.HasPrefix(fields[5], "/") {
-			continue
-		}
-		path := strings.Join(fields[5:], " ")
-		if strings.HasSuffix(path, " (deleted)") {
-			continue // replaced on disk: the path now names another file
-		}
-		if _, ok := seen[path]; !ok {
-			seen[path] = struct{}{}
-			paths = append(paths, path)
-		}
-	}
-	if err := sc.Err(); err != nil {
 		// ESRCH while reading: the process exited.
 		return nil, fmt.Errorf("read maps of pid %d: %w", pid, err)
+	}
+	ms, err := procmaps.ParseExecutable(raw)
+	if err != nil {
+		return nil, fmt.Errorf("maps of pid %d: %w", pid, err)
+	}
+	var paths []string
+	seen := map[string]struct{}{}
+	for _, m := range ms {
+		if m.Deleted || !strings.HasPrefix(m.Path, "/") {
+			continue // deleted: the path now names another file
+		}
+		if _, ok := seen[m.Path]; !ok {
+			seen[m.Path] = struct{}{}
+			paths = append(paths, m.Path)
+		}
 	}
 	return paths, nil
 }
