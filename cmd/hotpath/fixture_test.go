@@ -14,9 +14,9 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/pdict"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // batch is what one process reported at one time: stacks ROOT FIRST as

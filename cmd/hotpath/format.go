@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 func write(w io.Writer, res *sqlquery.Result, format string, header bool) error {

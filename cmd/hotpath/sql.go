@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 const sqlExamples = `  hotpath sql "SELECT * FROM top_functions('api', utc_now() - INTERVAL 1 HOUR, utc_now(), 10)"

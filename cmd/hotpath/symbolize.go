@@ -15,9 +15,9 @@ import (
 	duckdb "github.com/duckdb/duckdb-go/v2"
 	"github.com/spf13/cobra"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/buildid"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // fileOffsetOf returns the file offset of code at fn+8 in this test binary,

@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/pdict"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // tracedBatch is a batch whose samples were all taken under one trace and

@@ -14,8 +14,8 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/localendpoint"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // Config of the duckdbprofile exporter.

@@ -16,8 +16,8 @@ import (
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/retention"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // batchIDRetention is how long ids of stored batches are kept to recognise a

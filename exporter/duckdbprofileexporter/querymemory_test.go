@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // hostileQuery builds a 3 GB list in one aggregate: the query that took a

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 func TestQueryEndpointServesReadOnlySQL(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // Tier is which side of the pipeline a file belongs to ("local": the agent's

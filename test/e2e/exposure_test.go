@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // The read-only SQL endpoint of the real binary: it refuses writes, DDL,

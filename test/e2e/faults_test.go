@@ -19,9 +19,9 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/hostileotlp"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 

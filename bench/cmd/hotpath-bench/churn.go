@@ -19,7 +19,7 @@ import (
 	"github.com/hotpath-dev/hotpath/bench/internal/benchfmt"
 	"github.com/hotpath-dev/hotpath/bench/internal/collectorproc"
 	"github.com/hotpath-dev/hotpath/bench/internal/procstat"
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // churnResult is the agent on a node that keeps starting processes and

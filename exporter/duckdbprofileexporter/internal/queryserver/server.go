@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.uber.org/zap"
 
-	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/localendpoint"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // Config is what the endpoint needs from the exporter's configuration.
