@@ -12,6 +12,7 @@
 package ehframe
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -128,15 +129,7 @@ func New(section []byte, addr uint64) (*Table, error) {
 		}
 		off = end
 	}
-	slices.SortFunc(t.fdes, func(a, b fdeRef) int {
-		switch {
-		case a.lo < b.lo:
-			return -1
-		case a.lo > b.lo:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(t.fdes, func(a, b fdeRef) int { return cmp.Compare(a.lo, b.lo) })
 	return t, nil
 }
 

@@ -5,6 +5,7 @@ package procmaps
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -67,15 +68,7 @@ func ParseExecutable(raw []byte) ([]Mapping, error) {
 		m.Path, m.Deleted = TrimDeleted(m.Path)
 		out = append(out, m)
 	}
-	slices.SortFunc(out, func(a, b Mapping) int {
-		switch {
-		case a.Start < b.Start:
-			return -1
-		case a.Start > b.Start:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
 	return out, nil
 }
 

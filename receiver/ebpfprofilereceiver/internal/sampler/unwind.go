@@ -3,6 +3,7 @@
 package sampler
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
@@ -176,15 +177,7 @@ func (s *Sampler) SetProcessUnwind(pid uint32, ms []UnwindMapping) error {
 		return fmt.Errorf("unwind tables of pid %d: %d mappings (at most %d)", pid, len(ms), MaxUnwindMappings)
 	}
 	sorted := slices.Clone(ms)
-	slices.SortFunc(sorted, func(a, b UnwindMapping) int {
-		switch {
-		case a.Start < b.Start:
-			return -1
-		case a.Start > b.Start:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(sorted, func(a, b UnwindMapping) int { return cmp.Compare(a.Start, b.Start) })
 	var v cpuProfileProcUnwind
 	v.N = uint32(len(sorted))
 	for i, m := range sorted {
