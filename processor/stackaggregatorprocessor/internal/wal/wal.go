@@ -205,7 +205,13 @@ func (l *Log) Append(r Record) error {
 	if err := l.writeLocked(kindBatch, body, l.opts.Sync); err != nil {
 		return err
 	}
-	s := l.segs[len(l.segs)-1]
+	l.noteLocked(l.segs[len(l.segs)-1], r)
+	return nil
+}
+
+// noteLocked records what segment s now holds of r: the windows it feeds,
+// its batch id (also in the seen set) and its receive time.
+func (l *Log) noteLocked(s *segment, r Record) {
 	for _, rt := range r.Routes {
 		s.open[rt.WindowID] = struct{}{}
 	}
@@ -215,7 +221,6 @@ func (l *Log) Append(r Record) error {
 		l.seen[r.BatchID] = rn
 	}
 	s.lastReceived = max(s.lastReceived, rn)
-	return nil
 }
 
 // Committed records that window id is stored downstream. Segments whose
@@ -554,16 +559,8 @@ func (l *Log) apply(s *segment, kind byte, body []byte) error {
 		if err != nil {
 			return err
 		}
-		for _, rt := range r.Routes {
-			s.open[rt.WindowID] = struct{}{}
-		}
-		rn := r.Received.UnixNano()
-		if r.BatchID != "" {
-			s.batches[r.BatchID] = rn
-			l.seen[r.BatchID] = rn
-		}
-		s.lastReceived = max(s.lastReceived, rn)
-		if rn > l.stats.LastReceived.UnixNano() {
+		l.noteLocked(s, r)
+		if r.Received.After(l.stats.LastReceived) {
 			l.stats.LastReceived = r.Received
 		}
 		l.stats.Records++
