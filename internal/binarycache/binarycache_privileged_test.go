@@ -6,21 +6,17 @@ package binarycache
 
 import (
 	"os"
-	"syscall"
 	"testing"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/smalldisk"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 )
 
 // A full disk: the write fails cleanly (no entry, no temporary file), the
 // cache goes read-only and says so, and what it had stays readable.
 func TestFullDisk(t *testing.T) {
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
-		t.Fatalf("mount a 64 KB tmpfs (the test runs as root): %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, 0) })
+	dir := smalldisk.Mount(t, 64<<10)
 	c := open(t, dir, 64<<20)
 	small := fileid.ID{Inode: 1}
 	c.PutUnwind(small, Unwind{Rows: make([]unwindtable.Row, 100)})

@@ -8,23 +8,19 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/smalldisk"
 )
 
 // A full disk refuses the batch (the sender keeps it) instead of
 // acknowledging what the log could not take.
 func TestFullDiskRefusesBatchesAndLosesNoneAcknowledged(t *testing.T) {
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=128k"); err != nil {
-		t.Fatalf("mount tmpfs (needs root): %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, 0) })
+	dir := smalldisk.Mount(t, 128<<10)
 	minute := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	clk := &fakeClock{t: minute.Add(5 * time.Second)}
 	sink := newStoreSink()

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/internal/selfmetrics"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
@@ -301,25 +300,15 @@ func perMinute(t *testing.T, query func(string) (*sqlquery.Result, error), q str
 // queueSize is the agent's otlp_grpc/gateway send-queue length from its
 // self-metrics; -1 when it cannot be read.
 func queueSize(metricsPort int) int64 {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	m, err := selfmetrics.Scrape(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	if err != nil {
 		return -1
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "otelcol_exporter_queue_size{") && strings.Contains(line, `exporter="otlp_grpc/gateway"`) {
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err != nil {
-				return -1
-			}
-			return int64(v)
-		}
+	v, ok := m.Sum("otelcol_exporter_queue_size", `exporter="otlp_grpc/gateway"`)
+	if !ok {
+		return -1
 	}
-	return -1
+	return int64(v)
 }
 
 // The short crash test of `make test`: the shipped agent and gateway, a

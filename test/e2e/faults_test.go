@@ -21,6 +21,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/hostileotlp"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/smalldisk"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
@@ -405,11 +406,7 @@ func TestGatewayKilledDuringWritesReopensWithWholeBatches(t *testing.T) {
 // sent meanwhile is stored.
 func TestGatewayDiskFullRecovers(t *testing.T) {
 	const stacks = 300
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=24m"); err != nil {
-		t.Fatalf("mount tmpfs (needs root): %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	dir := smalldisk.Mount(t, 24<<20)
 	ports := newGatewayPorts(t)
 	retrying := `    sending_queue:
       enabled: true

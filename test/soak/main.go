@@ -16,7 +16,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +40,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/selfmetrics"
 )
 
 func main() {
@@ -237,7 +237,11 @@ func measure(pid int, metricsURL string) (footprint, error) {
 		}
 	}
 	if metricsURL != "" {
-		f.HeapBytes = scrape(metricsURL, "otelcol_process_runtime_heap_alloc_bytes")
+		if m, err := selfmetrics.Scrape(metricsURL); err == nil {
+			if v, ok := m.Sum("otelcol_process_runtime_heap_alloc_bytes"); ok {
+				f.HeapBytes = v
+			}
+		}
 	}
 	return f, nil
 }
@@ -299,25 +303,6 @@ func allZeroValue(e json.RawMessage) bool {
 		}
 	}
 	return true
-}
-
-func scrape(url, metric string) float64 {
-	resp, err := http.Get(url)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, metric) {
-			fields := strings.Fields(line)
-			v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
-			return v
-		}
-	}
-	return -1
 }
 
 func freePort() (int, error) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/bench/internal/collectorproc"
 	"github.com/hotpath-dev/hotpath/bench/internal/procstat"
+	"github.com/hotpath-dev/hotpath/internal/selfmetrics"
 )
 
 // readyLine is what the receiver logs once its BPF programs sample every CPU.
@@ -255,7 +256,7 @@ type steadyWindow struct {
 	RSS, Anon, File          []float64 // MB, once a second
 	PeakRSSMB                float64   // VmHWM at the end
 	Maps                     procstat.BPFMaps
-	M0, M1                   collectorproc.Metrics
+	M0, M1                   selfmetrics.Metrics
 	Progs0, Progs1           []procstat.BPFProgram
 	WatchedCPU               []float64 // seconds, per watched pid
 }
@@ -291,7 +292,7 @@ func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.D
 	}
 	sw := &steadyWindow{}
 	var err error
-	if sw.M0, err = collectorproc.Scrape(r.metricsURL); err != nil {
+	if sw.M0, err = selfmetrics.Scrape(r.metricsURL); err != nil {
 		return nil, err
 	}
 	w0 := cpuOf(opt.Watch)
@@ -328,7 +329,7 @@ func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.D
 	sw.Progs1, _ = procstat.ReadBPFPrograms(pid)
 	sw.Seconds = time.Since(t0).Seconds()
 	sw.CPUSeconds = (c1 - c0).Seconds()
-	if sw.M1, err = collectorproc.Scrape(r.metricsURL); err != nil {
+	if sw.M1, err = selfmetrics.Scrape(r.metricsURL); err != nil {
 		return nil, err
 	}
 	mem, err := procstat.ReadMemory(pid)
@@ -428,7 +429,7 @@ var perfEventsRe = regexp.MustCompile(`^# Event count \(approx\.\): (\d+)`)
 
 // Suffixes the Prometheus exporter may append to a receiver counter, and
 // to the count of the symbolization histogram (see
-// collectorproc.ReceiverNames).
+// selfmetrics.ReceiverNames).
 var (
 	counterSuffixes        = []string{"_total"}
 	symbolizeCountSuffixes = []string{"_seconds_count", "_count"}
@@ -437,7 +438,7 @@ var (
 // metricDelta is the growth of the first of names present in m1 (names
 // differ by exporter version in their unit and _total suffixes), or -1
 // when none is; name is the one read.
-func metricDelta(m0, m1 collectorproc.Metrics, names []string, labels ...string) (delta float64, name string) {
+func metricDelta(m0, m1 selfmetrics.Metrics, names []string, labels ...string) (delta float64, name string) {
 	v1, name, ok := m1.First(names, labels...)
 	if !ok {
 		return -1, ""
@@ -449,7 +450,7 @@ func metricDelta(m0, m1 collectorproc.Metrics, names []string, labels ...string)
 // selfMetrics takes the deltas of the receiver's own counters over the
 // steady window; names are tried with and without the unit suffixes the
 // Prometheus exporter adds.
-func (r *agentRun) selfMetrics(res *agentResult, m0, m1 collectorproc.Metrics) {
+func (r *agentRun) selfMetrics(res *agentResult, m0, m1 selfmetrics.Metrics) {
 	delta := func(names []string, labels ...string) float64 {
 		d, name := metricDelta(m0, m1, names, labels...)
 		if name != "" {
@@ -457,10 +458,10 @@ func (r *agentRun) selfMetrics(res *agentResult, m0, m1 collectorproc.Metrics) {
 		}
 		return d
 	}
-	res.SamplesKept = delta(collectorproc.ReceiverNames("samples", counterSuffixes...), `outcome="kept"`)
-	res.SamplesLost = delta(collectorproc.ReceiverNames("samples_lost", counterSuffixes...))
-	res.SymbolizeSum = delta(collectorproc.ReceiverNames("symbolize_duration", "_seconds_sum", "_sum"))
-	res.SymbolizeCount = delta(collectorproc.ReceiverNames("symbolize_duration", symbolizeCountSuffixes...))
+	res.SamplesKept = delta(selfmetrics.ReceiverNames("samples", counterSuffixes...), `outcome="kept"`)
+	res.SamplesLost = delta(selfmetrics.ReceiverNames("samples_lost", counterSuffixes...))
+	res.SymbolizeSum = delta(selfmetrics.ReceiverNames("symbolize_duration", "_seconds_sum", "_sum"))
+	res.SymbolizeCount = delta(selfmetrics.ReceiverNames("symbolize_duration", symbolizeCountSuffixes...))
 	if v, name, ok := m1.Receiver("processes", nil); ok {
 		res.Processes = v
 		res.MetricNames = append(res.MetricNames, name)
@@ -610,10 +611,10 @@ func envValue(env []string, key string) (string, bool) {
 // waitFirstInterval polls the agent's self-metrics until it has
 // symbolized (and so emitted) its first interval.
 func (r *agentRun) waitFirstInterval(timeout time.Duration) error {
-	names := collectorproc.ReceiverNames("symbolize_duration", symbolizeCountSuffixes...)
+	names := selfmetrics.ReceiverNames("symbolize_duration", symbolizeCountSuffixes...)
 	deadline := time.Now().Add(timeout)
 	for {
-		if m, err := collectorproc.Scrape(r.metricsURL); err == nil {
+		if m, err := selfmetrics.Scrape(r.metricsURL); err == nil {
 			if n, _, ok := m.First(names); ok && n >= 1 {
 				return nil
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/hotpath-dev/hotpath/bench/internal/benchfmt"
 	"github.com/hotpath-dev/hotpath/bench/internal/collectorproc"
 	"github.com/hotpath-dev/hotpath/bench/internal/procstat"
+	"github.com/hotpath-dev/hotpath/internal/selfmetrics"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
@@ -324,7 +325,7 @@ func (r *agentRun) startTimeline(a *collectorproc.Process) *timeline {
 		defer t.Stop()
 		for {
 			p := churnPoint{T: time.Since(a.Started).Seconds(), Hz: -1, Forks: machineForks()}
-			if m, err := collectorproc.Scrape(r.metricsURL); err == nil {
+			if m, err := selfmetrics.Scrape(r.metricsURL); err == nil {
 				if v, _, ok := m.Receiver("frequency", []string{"_hertz", "_Hz"}); ok {
 					p.Hz = v
 				}
@@ -387,8 +388,8 @@ func forksIn(tl []churnPoint, started, from, to time.Time) float64 {
 // churnSelfMetrics reads the receiver's per-binary work counters (by
 // outcome and kind, when this build has them), samples kept over the
 // window and its gauges at the end.
-func churnSelfMetrics(run *churnRun, m0, m1 collectorproc.Metrics) {
-	for _, n := range collectorproc.ReceiverNames("binary_work", counterSuffixes...) {
+func churnSelfMetrics(run *churnRun, m0, m1 selfmetrics.Metrics) {
+	for _, n := range selfmetrics.ReceiverNames("binary_work", counterSuffixes...) {
 		kinds := m1.ByLabel(n, "kind")
 		if len(kinds) == 0 {
 			continue
@@ -411,9 +412,9 @@ func churnSelfMetrics(run *churnRun, m0, m1 collectorproc.Metrics) {
 		}
 		break
 	}
-	run.BinaryWorkCPU, _ = metricDelta(m0, m1, collectorproc.ReceiverNames("binary_work_cpu", "_seconds_total", "_total", "_seconds"))
+	run.BinaryWorkCPU, _ = metricDelta(m0, m1, selfmetrics.ReceiverNames("binary_work_cpu", "_seconds_total", "_total", "_seconds"))
 	var name string
-	if run.SamplesKept, name = metricDelta(m0, m1, collectorproc.ReceiverNames("samples", counterSuffixes...), `outcome="kept"`); name != "" {
+	if run.SamplesKept, name = metricDelta(m0, m1, selfmetrics.ReceiverNames("samples", counterSuffixes...), `outcome="kept"`); name != "" {
 		run.MetricNames = append(run.MetricNames, name)
 	}
 	for _, g := range []struct {

@@ -16,8 +16,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/hotpath-dev/hotpath/bench/internal/benchfmt"
-	"github.com/hotpath-dev/hotpath/bench/internal/collectorproc"
 	"github.com/hotpath-dev/hotpath/bench/internal/procstat"
+	"github.com/hotpath-dev/hotpath/internal/selfmetrics"
 )
 
 // unwindModes is the order of the runs: interleaved, so a drift in the
@@ -299,9 +299,9 @@ func (r *agentRun) unwindRun(mode, native, python string, window, warmup time.Du
 
 // unwindSelfMetrics takes the receiver's counters (deltas over the window)
 // and gauges (at its end). A counter the agent does not export reads -1.
-func unwindSelfMetrics(run *unwindRun, m0, m1 collectorproc.Metrics) {
+func unwindSelfMetrics(run *unwindRun, m0, m1 selfmetrics.Metrics) {
 	delta := func(name string, labels ...string) float64 {
-		d, found := metricDelta(m0, m1, collectorproc.ReceiverNames(name, counterSuffixes...), labels...)
+		d, found := metricDelta(m0, m1, selfmetrics.ReceiverNames(name, counterSuffixes...), labels...)
 		if found != "" {
 			run.MetricNames = append(run.MetricNames, found)
 		}
@@ -320,7 +320,7 @@ func unwindSelfMetrics(run *unwindRun, m0, m1 collectorproc.Metrics) {
 	run.SamplesLost = delta("samples_lost")
 	run.DWARFUnwound = delta("dwarf_unwound")
 	run.EndedEarly = map[string]float64{}
-	for _, n := range collectorproc.ReceiverNames("stacks_ended_early", counterSuffixes...) {
+	for _, n := range selfmetrics.ReceiverNames("stacks_ended_early", counterSuffixes...) {
 		by1 := m1.ByLabel(n, "reason")
 		if len(by1) == 0 {
 			continue

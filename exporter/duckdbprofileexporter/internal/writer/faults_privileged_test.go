@@ -8,11 +8,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
+	"github.com/hotpath-dev/hotpath/internal/smalldisk"
 )
 
 // TestFullAndReadOnlyDiskReturnErrorsThenRecover writes to a small tmpfs:
@@ -20,11 +20,7 @@ import (
 // (the collector's retry and queue keep the data) and works again once the
 // cause is gone.
 func TestFullAndReadOnlyDiskReturnErrorsThenRecover(t *testing.T) {
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=16m"); err != nil {
-		t.Fatalf("mount tmpfs (needs root/CAP_SYS_ADMIN): %v", err)
-	}
-	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	dir := smalldisk.Mount(t, 16<<20)
 	ctx := context.Background()
 	w := open(t, filepath.Join(dir, "p.duckdb"), schema.Local)
 	defer w.Close()

@@ -10,16 +10,14 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+
+	"github.com/hotpath-dev/hotpath/internal/smalldisk"
 )
 
 // A full disk: Append fails, nothing of the record is left behind, and once
 // space is back the log takes records again and replays exactly those.
 func TestFullDiskFailsAppendAndLeavesNoPartialRecord(t *testing.T) {
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
-		t.Fatalf("mount tmpfs (needs root): %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, 0) })
+	dir := smalldisk.Mount(t, 256<<10)
 	c := &clock{t0}
 	l := openLog(t, dir, c)
 	big := func(i int) Record {
