@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/stacknames"
 )
 
 // Tier is which side of the pipeline a file belongs to ("local": the agent's
@@ -118,9 +119,10 @@ func (tb tables) stacksSQL(table, group, where string, fallback time.Duration) s
     FROM %[5]s WHERE %[6]s%[7]s
     GROUP BY ALL
 ), agg AS MATERIALIZED (SELECT agg.*, %[10]s AS stack_frame_list FROM agg0 AS agg%[11]s),
-dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %[8]s)
-SELECT %[9]s, list_transform(agg.stack_frame_list, lambda f: coalesce(dict.names[f], '[missing]')) AS frames, agg.samples, agg.cpu_ns, agg.period
-FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty, tb.frames, strings.Join(aggGroup, ", "), frames, join)
+dict AS (%[8]s)
+SELECT %[9]s, %[12]s AS frames, agg.samples, agg.cpu_ns, agg.period
+FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty, stacknames.DictSQL(tb.frames), strings.Join(aggGroup, ", "), frames, join,
+		stacknames.DecodeSQL("agg.stack_frame_list"))
 }
 
 // supportedVersions are the schema versions whose tables are read here.

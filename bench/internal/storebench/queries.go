@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/stacknames"
 )
 
 const tsLayout = "2006-01-02 15:04:05"
@@ -35,9 +37,9 @@ func timeQueries(ctx context.Context, o Options, res *Result, localPath, summary
 	// summed per stack, each distinct stack decoded once.
 	trace := func(tb tierTables) string {
 		return fmt.Sprintf(`WITH agg AS (SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %s WHERE trace_id = unhex('%s') GROUP BY stack_id),
-dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM %s)
-SELECT array_to_string(list_transform(s.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded, samples
-FROM agg JOIN %s s USING (stack_id), dict ORDER BY samples DESC`, tb.traces, o.Trace.TraceID, tb.frames, tb.stackDict)
+dict AS (%s)
+SELECT array_to_string(%s, ';') AS folded, samples
+FROM agg JOIN %s s USING (stack_id), dict ORDER BY samples DESC`, tb.traces, o.Trace.TraceID, stacknames.DictSQL(tb.frames), stacknames.DecodeSQL("s.stack_frame_ids"), tb.stackDict)
 	}
 
 	run := []struct {
@@ -79,9 +81,9 @@ FROM agg JOIN %s s USING (stack_id), dict ORDER BY samples DESC`, tb.traces, o.T
 	idsFirst := fmt.Sprintf(`WITH agg AS (
   SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM stack_summaries
   WHERE service_id = '%s' AND bucket_time >= %s AND bucket_time < %s GROUP BY stack_id),
-dict AS (SELECT map(list(frame_id), list(frame_name)) AS names FROM profile_frame_dictionary)
-SELECT array_to_string(list_transform(s.stack_frame_ids, lambda f: coalesce(dict.names[f], '[missing]')), ';') AS folded, samples
-FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples DESC`, service, ts(daysAgo), ts(end))
+dict AS (%s)
+SELECT array_to_string(%s, ';') AS folded, samples
+FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples DESC`, service, ts(daysAgo), ts(end), stacknames.DictSQL("profile_frame_dictionary"), stacknames.DecodeSQL("s.stack_frame_ids"))
 	wantLong := want(summaryTables, daysAgo)
 	for _, r := range []struct {
 		name, sql, want string

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/stacknames"
 )
 
 // Tier is which side of the pipeline a file belongs to.
@@ -194,6 +196,13 @@ func rollupDDL(t Tier) []string {
 )`)
 }
 
+// TimestampSQL is t as a DuckDB TIMESTAMP literal (UTC, microseconds). A
+// literal, unlike a bound parameter, lets DuckDB prune row groups by their
+// min/max.
+func TimestampSQL(t time.Time) string {
+	return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'"
+}
+
 // RollupMacros say up to when the roll-ups are complete, as constants, so
 // a range query's bounds fold to constants and DuckDB prunes row groups by
 // them. The writer replaces them when it advances a roll-up; zero times
@@ -203,7 +212,7 @@ func RollupMacros(hourly, daily time.Time) []string {
 		if t.IsZero() {
 			return "TIMESTAMP '-infinity'"
 		}
-		return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05") + "'"
+		return TimestampSQL(t)
 	}
 	return []string{
 		`CREATE OR REPLACE MACRO rolled_until_hourly() AS ` + lit(hourly),
@@ -265,15 +274,15 @@ SELECT %[4]s, service_id, %[7]sbuild_id, stack_id, sample_count, lower(hex(trace
 FROM %[3]s`, key, tb.Samples, tb.Traces, tb.TimeCol, podCol(t, "a."), on, podCol(t, ""))
 }
 
-// namesSQL is the frame dictionary as one map, looked up per frame: a join
-// per array element would re-sort every stack.
+// namesSQL is the frame dictionary as one list indexed by frame ID
+// (internal/stacknames), cross-joined as dict.
 func namesSQL(tb Tables) string {
-	return `SELECT map(list(frame_id), list(frame_name)) AS names FROM ` + tb.Frames
+	return stacknames.DictSQL(tb.Frames)
 }
 
 // decodeSQL names the frames of the list expression ids.
 func decodeSQL(ids string) string {
-	return `list_transform(` + ids + `, lambda f: coalesce(dict.names[f], '[missing]'))`
+	return stacknames.DecodeSQL(ids)
 }
 
 // viewDDL returns the RFD views and the table macros. They are derived

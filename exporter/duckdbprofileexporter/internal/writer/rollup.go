@@ -86,16 +86,19 @@ func (w *Writer) closeRollups(ctx context.Context, c rawConn, st rollState, newe
 		if !s.end.After(*s.done) {
 			continue
 		}
-		lower := ""
-		args := []driver.Value{s.end}
+		// The bounds are literals, not parameters: DuckDB prunes row groups
+		// by a constant's zone map but scans the whole table for a bound
+		// parameter, and a month of minutes is ~100 M rows. Rows are
+		// ordered by service and stack within each bucket so services'
+		// rows share row groups and the columns compress.
+		where := "bucket_time < " + schema.TimestampSQL(s.end)
 		if !s.done.IsZero() {
-			lower = " AND bucket_time >= $2"
-			args = append(args, *s.done)
+			where += " AND bucket_time >= " + schema.TimestampSQL(*s.done)
 		}
 		q := fmt.Sprintf(`INSERT INTO %s
-SELECT date_trunc('%s', bucket_time), service_id, pod_name, build_id, stack_id, sum(sample_count), sample_period_ns
-FROM %s WHERE bucket_time < $1%s GROUP BY ALL ORDER BY 1`, s.to, s.unit, s.from, lower)
-		if _, err := c.ExecContext(ctx, q, named(args...)); err != nil {
+SELECT date_trunc('%s', bucket_time) AS bucket, service_id, pod_name, build_id, stack_id, sum(sample_count), sample_period_ns
+FROM %s WHERE %s GROUP BY ALL ORDER BY bucket, service_id, stack_id`, s.to, s.unit, s.from, where)
+		if _, err := c.ExecContext(ctx, q, nil); err != nil {
 			return st, fmt.Errorf("roll up %s: %w", s.name, err)
 		}
 		if _, err := c.ExecContext(ctx, "INSERT OR REPLACE INTO "+w.tb.Rollups+" VALUES ($1, $2)", named(s.name, s.end)); err != nil {

@@ -1,0 +1,34 @@
+// Package stacknames is the SQL that names the frames of stored stacks: a
+// hotpath file keeps each distinct stack once, as a list of frame IDs into
+// the frame dictionary. The exporter's views and macros and the CLI's
+// queries (internal/profilequery) decode through it, so both name frames
+// the same way and at the same cost.
+package stacknames
+
+// Missing is the name of a frame ID that is not in the frame dictionary.
+const Missing = "[missing]"
+
+// DictSQL is a one-row query of the frame dictionary frames (frame_id,
+// frame_name) as the list names, where names[id] is frame id's name (NULL
+// for an ID the dictionary does not hold). Callers cross-join it as dict and
+// decode with DecodeSQL.
+//
+// Frame IDs are small positive integers handed out in order, so the list
+// is about as long as the dictionary. Measured on 9,152 stacks of 15 frames
+// (one DuckDB thread): indexing this list costs ~35 ms, a MAP of the
+// dictionary ~115 ms (its lookup is per key), and unnesting the stacks and
+// joining the frame table ~400 ms (the frames must be listed again in
+// order).
+func DictSQL(frames string) string {
+	return `SELECT list(f.frame_name ORDER BY r.id) AS names
+FROM range(1, (SELECT coalesce(max(frame_id), 0) + 1 FROM ` + frames + `)) r(id)
+LEFT JOIN ` + frames + ` f ON f.frame_id = r.id`
+}
+
+// DecodeSQL is the expression naming the frames of the INTEGER[] expression
+// ids through DictSQL's list (in scope as dict), in the list's order; an ID
+// the dictionary does not hold (including 0 and negative ones, which would
+// index from the list's end) is Missing.
+func DecodeSQL(ids string) string {
+	return `list_transform(` + ids + `, lambda f: coalesce(CASE WHEN f > 0 THEN dict.names[f] END, '` + Missing + `'))`
+}
