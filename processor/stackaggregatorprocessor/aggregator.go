@@ -32,12 +32,13 @@ type sampleKey struct {
 	stack, link, attrs int32
 }
 
-// slot is one sample type of a series (samples/count, cpu/nanoseconds, ...).
-// Each input profile is merged into the slot of its sample type.
+// slot is one sample type of a series (samples/count, cpu/nanoseconds, ...)
+// at one sampling period. Each input profile is merged into the slot of its
+// sample type and period.
 type slot struct {
 	sampleType, sampleUnit string
 	periodType, periodUnit string
-	period                 int64 // first seen
+	period                 int64
 }
 
 type entry struct {
@@ -58,9 +59,13 @@ type series struct {
 	overflow  bool  // the window's OverflowService series
 }
 
+// slotIndex is the slot of s's sample type at s's period: samples taken at
+// another frequency (a node moved from 19 to 49 Hz mid-window, a 99 Hz
+// capture beside continuous profiling) stay apart, so each is emitted, and
+// later turned into CPU time, at its own period.
 func (sr *series) slotIndex(s slot) int {
 	for i, have := range sr.slots {
-		if have.sampleType == s.sampleType && have.sampleUnit == s.sampleUnit {
+		if have == s {
 			return i
 		}
 	}

@@ -503,3 +503,54 @@ func TestSeriesKeepContainerAttribution(t *testing.T) {
 		t.Errorf("series by pod/container = %v, want pod-a/c-a:1 pod-b/c-b:2", got)
 	}
 }
+
+// TestSamplesAtDifferentFrequenciesStayApart merges one service's samples
+// taken at 19, 49 and 99 Hz within one window (a node reconfigured, a
+// capture beside the continuous profile): each frequency is emitted as its
+// own profile at its own period, with its own counts and CPU time, never
+// counted at the first period seen.
+func TestSamplesAtDifferentFrequenciesStayApart(t *testing.T) {
+	a := newAggregator(testConfig(15 * time.Second))
+	s := func(n int64) []sampleSpec { return []sampleSpec{{stack: []string{"f", "main"}, n: n}} }
+	periods := map[int64]int64{int64(1e9) / 19: 3, int64(1e9) / 49: 5, int64(1e9) / 99: 7} // period → samples
+	var procs []procSpec
+	pid := int64(1)
+	for period, n := range periods {
+		// Two batches per frequency: equal periods still merge.
+		for range 2 {
+			procs = append(procs, procSpec{service: "api", host: "h", buildID: "b1", pid: pid, period: period, samples: s(n)})
+			pid++
+		}
+	}
+	for _, p := range procs {
+		a.Add(input(t0, 15*time.Second, nil, nil, p), t0, nil)
+	}
+	pd := oneWindow(t, emitAll(a, 15*time.Second))
+	type got struct{ samples, cpu int64 }
+	byPeriod := map[int64]got{}
+	for i := 0; i < pd.ResourceProfiles().Len(); i++ {
+		profs := pd.ResourceProfiles().At(i).ScopeProfiles().At(0).Profiles()
+		for j := 0; j < profs.Len(); j++ {
+			prof := profs.At(j)
+			g := byPeriod[prof.Period()]
+			for k := 0; k < prof.Samples().Len(); k++ {
+				v := prof.Samples().At(k).Values().At(0)
+				switch profileschema.Str(pd.Dictionary(), prof.SampleType().TypeStrindex()) {
+				case profileschema.SampleTypeSamples:
+					g.samples += v
+				case profileschema.SampleTypeCPU:
+					g.cpu += v
+				}
+			}
+			byPeriod[prof.Period()] = g
+		}
+	}
+	if len(byPeriod) != len(periods) {
+		t.Fatalf("emitted periods %v, want one profile set per period of %v", byPeriod, periods)
+	}
+	for period, n := range periods {
+		if g := byPeriod[period]; g.samples != 2*n || g.cpu != 2*n*period {
+			t.Errorf("period %d ns: %d samples, %d ns CPU; want %d, %d", period, g.samples, g.cpu, 2*n, 2*n*period)
+		}
+	}
+}

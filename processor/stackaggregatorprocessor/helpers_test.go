@@ -30,6 +30,7 @@ type procSpec struct {
 	service, host, buildID string
 	podUID, containerID    string
 	pid                    int64
+	period                 int64 // sampling period in ns; 0 = testPeriod (19 Hz)
 	samples                []sampleSpec
 }
 
@@ -153,6 +154,10 @@ func (b *inputBuilder) add(start time.Time, interval time.Duration, p procSpec) 
 		attrs.PutStr(profileschema.AttrContainerID, p.containerID)
 		attrs.PutStr(profileschema.AttrK8sPodUID, p.podUID)
 	}
+	period := p.period
+	if period == 0 {
+		period = testPeriod
+	}
 	sp := rp.ScopeProfiles().AppendEmpty()
 	sp.Scope().SetName(profileschema.ScopeName)
 	for k, typ := range [][2]string{{profileschema.SampleTypeSamples, profileschema.UnitCount}, {profileschema.SampleTypeCPU, profileschema.UnitNanoseconds}} {
@@ -161,7 +166,7 @@ func (b *inputBuilder) add(start time.Time, interval time.Duration, p procSpec) 
 		prof.SampleType().SetUnitStrindex(b.str(typ[1]))
 		prof.PeriodType().SetTypeStrindex(b.str(profileschema.SampleTypeCPU))
 		prof.PeriodType().SetUnitStrindex(b.str(profileschema.UnitNanoseconds))
-		prof.SetPeriod(testPeriod)
+		prof.SetPeriod(period)
 		prof.SetTime(pcommon.NewTimestampFromTime(start))
 		prof.SetDurationNano(uint64(interval))
 		for _, s := range p.samples {
@@ -170,7 +175,7 @@ func (b *inputBuilder) add(start time.Time, interval time.Duration, p procSpec) 
 			smp.SetLinkIndex(b.link(s.trace))
 			mul := int64(1)
 			if k == 1 {
-				mul = testPeriod
+				mul = period
 			}
 			if len(s.ts) > 0 {
 				for _, t := range s.ts {
