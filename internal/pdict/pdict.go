@@ -5,7 +5,7 @@
 package pdict
 
 import (
-	"strings"
+	"encoding/binary"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -17,17 +17,22 @@ type Builder struct {
 	dict pprofile.ProfilesDictionary
 
 	strings   map[string]int32
-	functions map[functionKey]int32
-	mappings  map[MappingKey]int32
-	locations map[locationKey]int32
+	functions map[Func]int32
+	attrs     map[attrKey]int32 // string attributes without a unit
+	values    map[string]int32  // every other attribute, by encoded content
+	mappings  map[string]int32  // by encoded content
+	locations map[string]int32  // by encoded content
 	stacks    map[string]int32
 	links     map[linkKey]int32
-	attrs     map[attrKey]int32
 
-	stackKey strings.Builder
+	key []byte // scratch for the encoded keys
 }
 
-type functionKey struct{ name, file int32 }
+// Func is a function by content.
+type Func struct {
+	Name, SystemName, File string
+	StartLine              int64
+}
 
 // MappingKey describes one mapping of a binary into an address space.
 type MappingKey struct {
@@ -36,12 +41,11 @@ type MappingKey struct {
 	Attr                 int32 // index into the attribute table, 0 for none
 }
 
-type locationKey struct {
-	mapping  int32
-	address  uint64
-	function int32
-	line     int64
-	attr     int32
+// Line is one line of a location: a function (index into the function
+// table, 0 for none) and where in it.
+type Line struct {
+	Function     int32
+	Line, Column int64
 }
 
 type linkKey struct {
@@ -57,12 +61,13 @@ func New(dict pprofile.ProfilesDictionary) *Builder {
 	b := &Builder{
 		dict:      dict,
 		strings:   map[string]int32{},
-		functions: map[functionKey]int32{},
-		mappings:  map[MappingKey]int32{},
-		locations: map[locationKey]int32{},
+		functions: map[Func]int32{},
+		attrs:     map[attrKey]int32{},
+		values:    map[string]int32{},
+		mappings:  map[string]int32{},
+		locations: map[string]int32{},
 		stacks:    map[string]int32{},
 		links:     map[linkKey]int32{},
-		attrs:     map[attrKey]int32{},
 	}
 	if dict.StringTable().Len() == 0 {
 		dict.StringTable().Append("")
@@ -80,7 +85,7 @@ func New(dict pprofile.ProfilesDictionary) *Builder {
 	if dict.StackTable().Len() == 0 {
 		dict.StackTable().AppendEmpty()
 	}
-	b.stacks[""] = 0
+	b.stacks[string(appendIndices(nil, nil))] = 0 // the empty stack
 	if dict.LinkTable().Len() == 0 {
 		dict.LinkTable().AppendEmpty()
 	}
@@ -105,18 +110,24 @@ func (b *Builder) String(s string) int32 {
 	return i
 }
 
-// Function returns the index of the function called name defined in file.
+// Function returns the index of the function called name (its system name
+// too) defined in file.
 func (b *Builder) Function(name, file string) int32 {
-	k := functionKey{b.String(name), b.String(file)}
-	if i, ok := b.functions[k]; ok {
+	return b.FunctionOf(Func{Name: name, SystemName: name, File: file})
+}
+
+// FunctionOf returns the index of the function f.
+func (b *Builder) FunctionOf(f Func) int32 {
+	if i, ok := b.functions[f]; ok {
 		return i
 	}
 	i := int32(b.dict.FunctionTable().Len())
-	f := b.dict.FunctionTable().AppendEmpty()
-	f.SetNameStrindex(k.name)
-	f.SetSystemNameStrindex(k.name)
-	f.SetFilenameStrindex(k.file)
-	b.functions[k] = i
+	fn := b.dict.FunctionTable().AppendEmpty()
+	fn.SetNameStrindex(b.String(f.Name))
+	fn.SetSystemNameStrindex(b.String(f.SystemName))
+	fn.SetFilenameStrindex(b.String(f.File))
+	fn.SetStartLine(f.StartLine)
+	b.functions[f] = i
 	return i
 }
 
@@ -134,21 +145,57 @@ func (b *Builder) Attribute(key, value string) int32 {
 	return i
 }
 
-// Mapping returns the index of the mapping m.
-func (b *Builder) Mapping(m MappingKey) int32 {
-	if i, ok := b.mappings[m]; ok {
+// AttributeOf returns the index of the attribute key=v in unit ("" for
+// none), of any value type.
+func (b *Builder) AttributeOf(key, unit string, v pcommon.Value) int32 {
+	if unit == "" && v.Type() == pcommon.ValueTypeStr {
+		return b.Attribute(key, v.Str())
+	}
+	b.key = appendString(b.key[:0], key)
+	b.key = appendString(b.key, unit)
+	// The type first: the string forms of 1 and "1" are equal.
+	b.key = append(b.key, byte(v.Type()))
+	b.key = appendString(b.key, v.AsString())
+	if i, ok := b.values[string(b.key)]; ok {
 		return i
 	}
+	i := int32(b.dict.AttributeTable().Len())
+	a := b.dict.AttributeTable().AppendEmpty()
+	a.SetKeyStrindex(b.String(key))
+	a.SetUnitStrindex(b.String(unit))
+	v.CopyTo(a.Value())
+	b.values[string(b.key)] = i
+	return i
+}
+
+// Mapping returns the index of the mapping m.
+func (b *Builder) Mapping(m MappingKey) int32 {
+	if m.Attr > 0 {
+		return b.MappingOf(m.Start, m.Limit, m.Offset, m.File, []int32{m.Attr})
+	}
+	return b.MappingOf(m.Start, m.Limit, m.Offset, m.File, nil)
+}
+
+// MappingOf returns the index of the mapping of file at [start, limit) from
+// offset, with attributes attrs (indices into the attribute table).
+func (b *Builder) MappingOf(start, limit, offset uint64, file string, attrs []int32) int32 {
+	b.key = binary.LittleEndian.AppendUint64(b.key[:0], start)
+	b.key = binary.LittleEndian.AppendUint64(b.key, limit)
+	b.key = binary.LittleEndian.AppendUint64(b.key, offset)
+	b.key = appendString(b.key, file)
+	b.key = appendIndices(b.key, attrs)
+	if i, ok := b.mappings[string(b.key)]; ok {
+		return i
+	}
+	key := string(b.key)
 	i := int32(b.dict.MappingTable().Len())
 	pm := b.dict.MappingTable().AppendEmpty()
-	pm.SetMemoryStart(m.Start)
-	pm.SetMemoryLimit(m.Limit)
-	pm.SetFileOffset(m.Offset)
-	pm.SetFilenameStrindex(b.String(m.File))
-	if m.Attr > 0 {
-		pm.AttributeIndices().Append(m.Attr)
-	}
-	b.mappings[m] = i
+	pm.SetMemoryStart(start)
+	pm.SetMemoryLimit(limit)
+	pm.SetFileOffset(offset)
+	pm.SetFilenameStrindex(b.String(file))
+	pm.AttributeIndices().Append(attrs...)
+	b.mappings[key] = i
 	return i
 }
 
@@ -156,40 +203,56 @@ func (b *Builder) Mapping(m MappingKey) int32 {
 // none), with one line in function (0 for an unresolved address) and an
 // optional attribute (0 for none).
 func (b *Builder) Location(mapping int32, address uint64, function int32, line int64, attr int32) int32 {
-	k := locationKey{mapping, address, function, line, attr}
-	if i, ok := b.locations[k]; ok {
+	var lines []Line
+	if function > 0 {
+		lines = []Line{{Function: function, Line: line}}
+	}
+	var attrs []int32
+	if attr > 0 {
+		attrs = []int32{attr}
+	}
+	return b.LocationOf(mapping, address, lines, attrs)
+}
+
+// LocationOf returns the index of a location at address in mapping (0 for
+// none) with lines (innermost inlined call first, as OTLP orders them) and
+// attributes attrs.
+func (b *Builder) LocationOf(mapping int32, address uint64, lines []Line, attrs []int32) int32 {
+	b.key = binary.LittleEndian.AppendUint32(b.key[:0], uint32(mapping))
+	b.key = binary.LittleEndian.AppendUint64(b.key, address)
+	b.key = binary.LittleEndian.AppendUint32(b.key, uint32(len(lines)))
+	for _, l := range lines {
+		b.key = binary.LittleEndian.AppendUint32(b.key, uint32(l.Function))
+		b.key = binary.LittleEndian.AppendUint64(b.key, uint64(l.Line))
+		b.key = binary.LittleEndian.AppendUint64(b.key, uint64(l.Column))
+	}
+	b.key = appendIndices(b.key, attrs)
+	if i, ok := b.locations[string(b.key)]; ok {
 		return i
 	}
+	key := string(b.key)
 	i := int32(b.dict.LocationTable().Len())
-	l := b.dict.LocationTable().AppendEmpty()
-	l.SetMappingIndex(mapping)
-	l.SetAddress(address)
-	if function > 0 {
-		ln := l.Lines().AppendEmpty()
-		ln.SetFunctionIndex(function)
-		ln.SetLine(line)
+	loc := b.dict.LocationTable().AppendEmpty()
+	loc.SetMappingIndex(mapping)
+	loc.SetAddress(address)
+	for _, l := range lines {
+		ol := loc.Lines().AppendEmpty()
+		ol.SetFunctionIndex(l.Function)
+		ol.SetLine(l.Line)
+		ol.SetColumn(l.Column)
 	}
-	if attr > 0 {
-		l.AttributeIndices().Append(attr)
-	}
-	b.locations[k] = i
+	loc.AttributeIndices().Append(attrs...)
+	b.locations[key] = i
 	return i
 }
 
 // Stack returns the index of the stack of locations (leaf first).
 func (b *Builder) Stack(locations []int32) int32 {
-	b.stackKey.Reset()
-	for _, l := range locations {
-		// Fixed-width little-endian bytes: cheap, collision-free key.
-		b.stackKey.WriteByte(byte(l))
-		b.stackKey.WriteByte(byte(l >> 8))
-		b.stackKey.WriteByte(byte(l >> 16))
-		b.stackKey.WriteByte(byte(l >> 24))
-	}
-	key := b.stackKey.String()
-	if i, ok := b.stacks[key]; ok {
+	b.key = appendIndices(b.key[:0], locations)
+	if i, ok := b.stacks[string(b.key)]; ok {
 		return i
 	}
+	key := string(b.key)
 	i := int32(b.dict.StackTable().Len())
 	s := b.dict.StackTable().AppendEmpty()
 	s.LocationIndices().FromRaw(locations)
@@ -209,4 +272,20 @@ func (b *Builder) Link(trace [16]byte, span [8]byte) int32 {
 	l.SetSpanID(pcommon.SpanID(span))
 	b.links[k] = i
 	return i
+}
+
+// appendString appends s with its length first, so that concatenated
+// fields cannot run into each other.
+func appendString(dst []byte, s string) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
+	return append(dst, s...)
+}
+
+// appendIndices appends a count and then fixed-width table indices.
+func appendIndices(dst []byte, idx []int32) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(idx)))
+	for _, i := range idx {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(i))
+	}
+	return dst
 }

@@ -6,110 +6,48 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/internal/pdict"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
-// dictBuilder writes one output ProfilesDictionary. Only what the emitted
-// samples reference is written, so pruned and truncated stacks leave no
-// trace in it. Lookups use its own maps: the pprofile.Set* helpers scan.
+// dictBuilder writes one output ProfilesDictionary through a pdict.Builder.
+// Only what the emitted samples reference is written, so pruned and
+// truncated stacks leave no trace in it. Beside the builder it remembers
+// what each of the window's ids became, so a frame, stack, link or
+// attribute set shared by many samples is translated once.
 type dictBuilder struct {
-	src   *frameDict
-	dict  pprofile.ProfilesDictionary
-	strs  map[string]int32
-	funcs map[function]int32
-	maps  map[string]int32
-	attrs map[string]int32
+	src *frameDict
+	out *pdict.Builder
 
 	locOf   []int32 // window frame id → output location index; 0 = not yet
 	stackOf []int32 // window stack id → output stack index; 0 = not yet
 	linkOf  []int32
 	setOf   [][]int32 // window attribute set id → output attribute indices
-	key     []byte
+	lines   []pdict.Line
+	idx     []int32
 }
 
 func newDictBuilder(src *frameDict, dict pprofile.ProfilesDictionary) *dictBuilder {
-	b := &dictBuilder{
-		src: src, dict: dict,
-		strs:    map[string]int32{},
-		funcs:   map[function]int32{},
-		maps:    map[string]int32{},
-		attrs:   map[string]int32{},
+	return &dictBuilder{
+		src: src, out: pdict.New(dict),
 		locOf:   make([]int32, len(src.frames)),
 		stackOf: make([]int32, len(src.stackOff)),
 		linkOf:  make([]int32, len(src.links)),
 		setOf:   make([][]int32, len(src.attrSets)),
 	}
-	// Index 0 of every table is the zero entry.
-	b.str("")
-	dict.MappingTable().AppendEmpty()
-	dict.LocationTable().AppendEmpty()
-	dict.FunctionTable().AppendEmpty()
-	dict.LinkTable().AppendEmpty()
-	dict.AttributeTable().AppendEmpty()
-	dict.StackTable().AppendEmpty()
-	return b
 }
 
-func (b *dictBuilder) str(s string) int32 {
-	if i, ok := b.strs[s]; ok {
-		return i
-	}
-	i := int32(b.dict.StringTable().Len())
-	b.dict.StringTable().Append(s)
-	b.strs[s] = i
-	return i
-}
+func (b *dictBuilder) str(s string) int32 { return b.out.String(s) }
 
-func (b *dictBuilder) attr(a attr) int32 {
-	b.key = appendAttrs(b.key[:0], []attr{a})
-	if i, ok := b.attrs[string(b.key)]; ok {
-		return i
+func (b *dictBuilder) attrs(as []attr) []int32 {
+	if len(as) == 0 {
+		return nil
 	}
-	i := int32(b.dict.AttributeTable().Len())
-	kv := b.dict.AttributeTable().AppendEmpty()
-	kv.SetKeyStrindex(b.str(a.key))
-	kv.SetUnitStrindex(b.str(a.unit))
-	a.value.CopyTo(kv.Value())
-	b.attrs[string(b.key)] = i
-	return i
-}
-
-func (b *dictBuilder) putAttrs(dst pcommon.Int32Slice, as []attr) {
-	for _, a := range as {
-		dst.Append(b.attr(a))
+	idx := make([]int32, len(as))
+	for j, a := range as {
+		idx[j] = b.out.AttributeOf(a.key, a.unit, a.value)
 	}
-}
-
-func (b *dictBuilder) function(f function) int32 {
-	if i, ok := b.funcs[f]; ok {
-		return i
-	}
-	i := int32(b.dict.FunctionTable().Len())
-	fn := b.dict.FunctionTable().AppendEmpty()
-	fn.SetNameStrindex(b.str(f.name))
-	fn.SetSystemNameStrindex(b.str(f.systemName))
-	fn.SetFilenameStrindex(b.str(f.file))
-	fn.SetStartLine(f.startLine)
-	b.funcs[f] = i
-	return i
-}
-
-func (b *dictBuilder) mapping(m *mapping) int32 {
-	// A frame holding only the mapping keys the mapping's content.
-	fr := frame{mapping: m}
-	b.key = appendFrameKey(b.key[:0], &fr)
-	if i, ok := b.maps[string(b.key)]; ok {
-		return i
-	}
-	i := int32(b.dict.MappingTable().Len())
-	om := b.dict.MappingTable().AppendEmpty()
-	om.SetFilenameStrindex(b.str(m.file))
-	om.SetMemoryStart(m.start)
-	om.SetMemoryLimit(m.limit)
-	om.SetFileOffset(m.offset)
-	b.putAttrs(om.AttributeIndices(), m.attrs)
-	b.maps[string(b.key)] = i
-	return i
+	return idx
 }
 
 func (b *dictBuilder) location(id int32) int32 {
@@ -117,21 +55,19 @@ func (b *dictBuilder) location(id int32) int32 {
 		return i
 	}
 	fr := &b.src.frames[id]
-	i := int32(b.dict.LocationTable().Len())
-	loc := b.dict.LocationTable().AppendEmpty()
-	loc.SetAddress(fr.address)
-	if fr.mapping != nil {
-		loc.SetMappingIndex(b.mapping(fr.mapping))
+	var mi int32
+	if m := fr.mapping; m != nil {
+		mi = b.out.MappingOf(m.start, m.limit, m.offset, m.file, b.attrs(m.attrs))
 	}
+	b.lines = b.lines[:0]
 	for _, l := range fr.lines {
-		ol := loc.Lines().AppendEmpty()
+		var fn int32
 		if l.hasFn {
-			ol.SetFunctionIndex(b.function(l.fn))
+			fn = b.out.FunctionOf(pdict.Func{Name: l.fn.name, SystemName: l.fn.systemName, File: l.fn.file, StartLine: l.fn.startLine})
 		}
-		ol.SetLine(l.line)
-		ol.SetColumn(l.column)
+		b.lines = append(b.lines, pdict.Line{Function: fn, Line: l.line, Column: l.column})
 	}
-	b.putAttrs(loc.AttributeIndices(), fr.attrs)
+	i := b.out.LocationOf(mi, fr.address, b.lines, b.attrs(fr.attrs))
 	b.locOf[id] = i
 	return i
 }
@@ -144,13 +80,11 @@ func (b *dictBuilder) stack(id int32) int32 {
 	if len(frames) == 0 {
 		return 0 // the zero entry is the empty stack
 	}
-	i := int32(b.dict.StackTable().Len())
-	st := b.dict.StackTable().AppendEmpty()
-	li := st.LocationIndices()
-	li.EnsureCapacity(len(frames))
+	b.idx = b.idx[:0]
 	for _, f := range frames {
-		li.Append(b.location(f))
+		b.idx = append(b.idx, b.location(f))
 	}
+	i := b.out.Stack(b.idx)
 	b.stackOf[id] = i
 	return i
 }
@@ -163,10 +97,7 @@ func (b *dictBuilder) link(id int32) int32 {
 		return i
 	}
 	k := b.src.links[id]
-	i := int32(b.dict.LinkTable().Len())
-	l := b.dict.LinkTable().AppendEmpty()
-	l.SetTraceID(pcommon.TraceID(k[:16]))
-	l.SetSpanID(pcommon.SpanID(k[16:]))
+	i := b.out.Link([16]byte(k[:16]), [8]byte(k[16:]))
 	b.linkOf[id] = i
 	return i
 }
@@ -176,12 +107,7 @@ func (b *dictBuilder) sampleAttrs(dst pcommon.Int32Slice, id int32) {
 		return
 	}
 	if b.setOf[id] == nil {
-		as := b.src.attrSets[id]
-		idx := make([]int32, len(as))
-		for j, a := range as {
-			idx[j] = b.attr(a)
-		}
-		b.setOf[id] = idx
+		b.setOf[id] = b.attrs(b.src.attrSets[id])
 	}
 	dst.FromRaw(b.setOf[id])
 }
