@@ -196,13 +196,6 @@ func rollupDDL(t Tier) []string {
 )`)
 }
 
-// TimestampSQL is t as a DuckDB TIMESTAMP literal (UTC, microseconds). A
-// literal, unlike a bound parameter, lets DuckDB prune row groups by their
-// min/max.
-func TimestampSQL(t time.Time) string {
-	return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'"
-}
-
 // RollupMacros say up to when the roll-ups are complete, as constants, so
 // a range query's bounds fold to constants and DuckDB prunes row groups by
 // them. The writer replaces them when it advances a roll-up; zero times
@@ -212,7 +205,7 @@ func RollupMacros(hourly, daily time.Time) []string {
 		if t.IsZero() {
 			return "TIMESTAMP '-infinity'"
 		}
-		return TimestampSQL(t)
+		return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05") + "'"
 	}
 	return []string{
 		`CREATE OR REPLACE MACRO rolled_until_hourly() AS ` + lit(hourly),

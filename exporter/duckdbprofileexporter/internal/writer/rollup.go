@@ -74,31 +74,33 @@ func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []S
 // constant macros samples_in reads).
 func (w *Writer) closeRollups(ctx context.Context, c rawConn, st rollState, newest time.Time) (rollState, error) {
 	changed := false
+	// The daily roll-up's rows are ordered by service and stack within a
+	// day: a service's rows then share row groups, and the long-range
+	// queries, which read one service's days, scan half as much (measured
+	// on 30 days of 10 services). The hourly roll-up stays in time order: a
+	// catch-up sorts millions of rows a day for it.
 	steps := []struct {
-		name, from, to, unit string
-		done                 *time.Time
-		end                  time.Time
+		name, from, to, unit, order string
+		done                        *time.Time
+		end                         time.Time
 	}{
-		{"hourly", w.tb.Samples, w.tb.Hourly, "hour", &st.hourly, newest.UTC().Truncate(time.Hour)},
-		{"daily", w.tb.Hourly, w.tb.Daily, "day", &st.daily, newest.UTC().Truncate(24 * time.Hour)},
+		{"hourly", w.tb.Samples, w.tb.Hourly, "hour", "bucket", &st.hourly, newest.UTC().Truncate(time.Hour)},
+		{"daily", w.tb.Hourly, w.tb.Daily, "day", "bucket, service_id, stack_id", &st.daily, newest.UTC().Truncate(24 * time.Hour)},
 	}
 	for _, s := range steps {
 		if !s.end.After(*s.done) {
 			continue
 		}
-		// The bounds are literals, not parameters: DuckDB prunes row groups
-		// by a constant's zone map but scans the whole table for a bound
-		// parameter, and a month of minutes is ~100 M rows. Rows are
-		// ordered by service and stack within each bucket so services'
-		// rows share row groups and the columns compress.
-		where := "bucket_time < " + schema.TimestampSQL(s.end)
+		lower := ""
+		args := []driver.Value{s.end}
 		if !s.done.IsZero() {
-			where += " AND bucket_time >= " + schema.TimestampSQL(*s.done)
+			lower = " AND bucket_time >= $2"
+			args = append(args, *s.done)
 		}
 		q := fmt.Sprintf(`INSERT INTO %s
 SELECT date_trunc('%s', bucket_time) AS bucket, service_id, pod_name, build_id, stack_id, sum(sample_count), sample_period_ns
-FROM %s WHERE %s GROUP BY ALL ORDER BY bucket, service_id, stack_id`, s.to, s.unit, s.from, where)
-		if _, err := c.ExecContext(ctx, q, nil); err != nil {
+FROM %s WHERE bucket_time < $1%s GROUP BY ALL ORDER BY %s`, s.to, s.unit, s.from, lower, s.order)
+		if _, err := c.ExecContext(ctx, q, named(args...)); err != nil {
 			return st, fmt.Errorf("roll up %s: %w", s.name, err)
 		}
 		if _, err := c.ExecContext(ctx, "INSERT OR REPLACE INTO "+w.tb.Rollups+" VALUES ($1, $2)", named(s.name, s.end)); err != nil {
