@@ -503,6 +503,7 @@ func (t *processTable) readProcess(pid int) *processEntry {
 		e.mappings[i] = profilebuilder.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path}
 		if m.Path == info.ExePath {
 			e.unsettled = false
+			e.mappings[i].Build = e.resource.Build
 		}
 	}
 	return e

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/buildid"
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
@@ -68,12 +71,23 @@ func TestSamplesRealProcessesWithSymbolsAndShares(t *testing.T) {
 	for _, tc := range []struct {
 		name, service, a, b, caller string
 		cmd                         *exec.Cmd
+		buildKey                    string // the build-ID kind the binary has
 	}{
-		{"c", "spin-c", "hot_a", "hot_b", "dispatch", c},
-		{"go", "spin_go", "main.hotA", "main.hotB", "main.dispatch", g},
-		{"go stripped", "spin-go-stripped", "main.hotA", "main.hotB", "main.dispatch", gs},
+		{"c", "spin-c", "hot_a", "hot_b", "dispatch", c, profileschema.AttrBuildIDGNU},
+		{"go", "spin_go", "main.hotA", "main.hotB", "main.dispatch", g, profileschema.AttrBuildIDGo},
+		{"go stripped", "spin-go-stripped", "main.hotA", "main.hotB", "main.dispatch", gs, profileschema.AttrBuildIDGo},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The executable's mapping names its build the way the
+			// profiles conventions say, as read from the file itself.
+			want, _, _, err := buildid.NewCache(4).Lookup(tc.cmd.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := exeMappingAttrs(all, tc.cmd.Process.Pid, tc.cmd.Path)
+			if got[profileschema.AttrBuildID] != want.Canonical() || got[tc.buildKey] == "" {
+				t.Errorf("mapping of %s carries %v; want %s and %s=%s", tc.cmd.Path, got, tc.buildKey, profileschema.AttrBuildID, want.Canonical())
+			}
 			st := testworkload.TallyProcess(all, tc.cmd.Process.Pid)
 			if st.Service != tc.service {
 				t.Errorf("service.name = %q, want %q", st.Service, tc.service)
@@ -148,4 +162,29 @@ func TestShortLivedProcessKeepsFrames(t *testing.T) {
 	if len(st.BuildIDs) != 1 || st.BuildIDs[want.Canonical()] != st.Total {
 		t.Errorf("samples by build ID %v, want all %d under %s", st.BuildIDs, st.Total, want.Canonical())
 	}
+}
+
+// exeMappingAttrs is the string attributes of the mapping of file exe that
+// pid's samples reach.
+func exeMappingAttrs(all []pprofile.Profiles, pid int, exe string) map[string]string {
+	out := map[string]string{}
+	for _, pd := range all {
+		dict := pd.Dictionary()
+		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
+			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() != int64(pid) {
+				return
+			}
+			for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+				m := dict.MappingTable().At(int(dict.LocationTable().At(int(li)).MappingIndex()))
+				if profileschema.Str(dict, m.FilenameStrindex()) != exe {
+					continue
+				}
+				for _, ai := range m.AttributeIndices().All() {
+					a := dict.AttributeTable().At(int(ai))
+					out[profileschema.Str(dict, a.KeyStrindex())] = a.Value().Str()
+				}
+			}
+		})
+	}
+	return out
 }

@@ -48,6 +48,11 @@ func (k FrameKind) attr() string {
 type Mapping struct {
 	Start, Limit, Offset uint64
 	File                 string
+	// Build identifies the mapped file where the receiver read it (the
+	// executable's, read with the process): it goes on the mapping as the
+	// profiles conventions say (process.executable.build_id.gnu, .go).
+	// Zero when not read; the buildid processor resolves the rest.
+	Build buildid.Info
 }
 
 // Frame is one symbolized stack frame. Function is "" when the address could
@@ -90,6 +95,7 @@ type Builder struct {
 	procs    map[uint32]*processSamples
 	kindAttr [numFrameKinds]int32
 	locs     []int32
+	attrs    []int32
 }
 
 type processSamples struct {
@@ -139,10 +145,12 @@ func (b *Builder) Add(proc Process, frames []Frame, trace [16]byte, span [8]byte
 
 func (b *Builder) location(f *Frame) int32 {
 	var mapping int32
-	if f.Mapping != nil {
-		mapping = b.dict.Mapping(pdict.MappingKey{
-			Start: f.Mapping.Start, Limit: f.Mapping.Limit, Offset: f.Mapping.Offset, File: f.Mapping.File,
-		})
+	if m := f.Mapping; m != nil {
+		b.attrs = b.attrs[:0]
+		for _, kv := range m.Build.Attributes() {
+			b.attrs = append(b.attrs, b.dict.Attribute(kv[0], kv[1]))
+		}
+		mapping = b.dict.MappingOf(m.Start, m.Limit, m.Offset, m.File, b.attrs)
 	}
 	var fn int32
 	if f.Function != "" {

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
@@ -110,5 +111,39 @@ func TestBuilderContainerAttributes(t *testing.T) {
 				t.Errorf("pid %d: %s = %v (present %v), want %q (present %v)", pid.Int(), k, v.AsRaw(), ok, w, should)
 			}
 		}
+	}
+}
+
+// TestMappingBuildIDs: a mapping whose file's build is known carries it the
+// way the profiles conventions say, each kind under its own key, and a
+// mapping without one carries none.
+func TestMappingBuildIDs(t *testing.T) {
+	b := New(time.Unix(1_700_000_000, 0), 15*time.Second, time.Second/19)
+	exe := &Mapping{Start: 0x400000, Limit: 0x500000, File: "/srv/api", Build: buildid.Info{GNU: "abc123", Go: "go/id", IsELF: true}}
+	lib := &Mapping{Start: 0x7f0000000000, Limit: 0x7f0000100000, File: "/lib/libc.so.6"}
+	b.Add(Process{PID: 1, ServiceName: "api"}, []Frame{{Address: 0x401000, Function: "main.work", Mapping: exe}, {Address: 0x7f0000001000, Mapping: lib}}, [16]byte{}, [8]byte{}, 1)
+	pd := b.Profiles()
+	dict := pd.Dictionary()
+	attrs := map[string]map[string]string{}
+	for i := 1; i < dict.MappingTable().Len(); i++ {
+		m := dict.MappingTable().At(i)
+		file := profileschema.Str(dict, m.FilenameStrindex())
+		attrs[file] = map[string]string{}
+		for _, ai := range m.AttributeIndices().All() {
+			a := dict.AttributeTable().At(int(ai))
+			attrs[file][profileschema.Str(dict, a.KeyStrindex())] = a.Value().Str()
+		}
+	}
+	want := map[string]string{profileschema.AttrBuildIDGNU: "abc123", profileschema.AttrBuildIDGo: "go/id", profileschema.AttrBuildID: "abc123"}
+	if len(attrs["/srv/api"]) != len(want) {
+		t.Errorf("executable mapping attributes %v, want %v", attrs["/srv/api"], want)
+	}
+	for k, v := range want {
+		if attrs["/srv/api"][k] != v {
+			t.Errorf("executable mapping %s = %q, want %q", k, attrs["/srv/api"][k], v)
+		}
+	}
+	if len(attrs["/lib/libc.so.6"]) != 0 {
+		t.Errorf("library mapping without a known build carries %v", attrs["/lib/libc.so.6"])
 	}
 }
