@@ -21,7 +21,9 @@ import (
 
 // batch is what one process reported at one time: stacks ROOT FIRST as
 // "a;b;c" with counts. A frame "raw:0x1a2b" is an unsymbolized address at
-// file offset 0x1a2b of the process's executable.
+// file offset 0x1a2b of the process's executable; "python:fn@file:line"
+// (or any frame type for python) is a frame of that type with its
+// function's file and the line.
 type batch struct {
 	at      time.Time
 	service string
@@ -83,7 +85,7 @@ func otlp(batches []batch) pprofile.Profiles {
 					locs = append(locs, b.Location(mapping, start+v-fileOff, 0, 0, 0))
 					continue
 				}
-				locs = append(locs, b.Location(mapping, 0, b.Function(f, ""), 0, 0))
+				locs = append(locs, typedLocation(b, mapping, f))
 			}
 			s := p.Samples().AppendEmpty()
 			s.SetStackIndex(b.Stack(locs))
@@ -176,4 +178,18 @@ func deployFixture(now time.Time) []batch {
 		bs = append(bs, batch{at: now.Add(-10*time.Minute + time.Duration(i)*time.Minute), service: "worker", stacks: map[string]int64{"main;loop": 50}})
 	}
 	return bs
+}
+
+// typedLocation is the location of frame f: "type:fn@file:line" carries
+// profile.frame.type, the function's file name and the line, as the
+// receiver's CPython walker reports them; a plain name carries nothing.
+func typedLocation(b *pdict.Builder, mapping int32, f string) int32 {
+	kind, rest, typed := strings.Cut(f, ":")
+	if !typed {
+		return b.Location(mapping, 0, b.Function(f, ""), 0, 0)
+	}
+	name, src, _ := strings.Cut(rest, "@")
+	file, lineStr, _ := strings.Cut(src, ":")
+	line, _ := strconv.ParseInt(lineStr, 10, 64)
+	return b.Location(mapping, 0, b.Function(name, file), line, b.Attribute(profileschema.AttrFrameType, kind))
 }

@@ -89,7 +89,7 @@ func writeProfile(w io.Writer, p *profilequery.Profile, format, title string) er
 		for _, l := range p.Folded() {
 			root.Add(splitFolded(l.Stack), float64(l.Count), 0)
 		}
-		opt := flamegraph.Options{Title: title, Subtitle: subtitle(p)}
+		opt := flamegraph.Options{Title: title, Subtitle: subtitle(p), FrameType: p.FrameTypes()}
 		if format == "svg" {
 			return flamegraph.WriteSVG(w, root, opt)
 		}

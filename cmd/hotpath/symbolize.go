@@ -245,7 +245,9 @@ JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, $2) OR
 		if errors.Is(err, sql.ErrNoRows) {
 			maxID++
 			id = maxID
-			_, err = tx.ExecContext(ctx, "INSERT INTO "+tb.Frames+" (frame_id, frame_name, frame_count) VALUES (?, ?, 0)", id, name)
+			// The symbolized frame is the same code: it keeps the
+			// address frame's type (file and line are unknown).
+			_, err = tx.ExecContext(ctx, "INSERT INTO "+tb.Frames+" (frame_id, frame_name, frame_count, frame_type) VALUES (?, ?, 0, (SELECT frame_type FROM "+tb.Frames+" WHERE frame_id = ?))", id, name, old)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("frame %q: %w", name, err)

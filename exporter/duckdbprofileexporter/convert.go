@@ -124,6 +124,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	links := dict.LinkTable()
 	// Frame names by location index, resolved once per request.
 	names := make([]string, locs.Len())
+	metas := make([]writer.FrameMeta, locs.Len())
 	resolved := make([]bool, locs.Len())
 	// Stacks by stack index, resolved once per request: processes share
 	// stacks through the dictionary. Frames are merged by name, so stacks
@@ -131,6 +132,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	stackCache := make([]struct {
 		done    bool
 		frames  []string // root first; shared by rows, never modified
+		meta    []writer.FrameMeta
 		key     string
 		dictKey framedict.StackKey
 		bad     string // reason the stack cannot be stored
@@ -191,7 +193,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					st := &stackCache[sx]
 					if !st.done {
 						st.done = true
-						st.frames, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), names, resolved)
+						st.frames, st.meta, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), names, metas, resolved)
 						st.key = strings.Join(st.frames, "\x00")
 						st.dictKey = framedict.KeyOf(st.frames)
 					}
@@ -253,7 +255,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					index[key.String()] = len(batch.Rows)
 					batch.Rows = append(batch.Rows, writer.StackRow{
 						Time: at, ServiceID: service, PodName: pod, BuildID: build,
-						Frames: frames, Key: st.dictKey, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
+						Frames: frames, Meta: st.meta, Key: st.dictKey, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
 					})
 				}
 			}
@@ -267,13 +269,14 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 
 // stackFrames names a stack's frames root first (OTLP lists them leaf
 // first), or says why it cannot (bad, with detail). repair says why the
-// stored frames differ from the input (cleaned names, cut depth).
-func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Stack, names []string, resolved []bool) (frames []string, bad, detail, repair string) {
+// stored frames differ from the input (cleaned names, cut depth). meta
+// says what each frame is (same index).
+func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Stack, names []string, metas []writer.FrameMeta, resolved []bool) (frames []string, meta []writer.FrameMeta, bad, detail, repair string) {
 	locs := dict.LocationTable()
 	li := st.LocationIndices()
 	n := li.Len()
 	if n == 0 {
-		return nil, reasonEmptyStack, "no location indices", ""
+		return nil, nil, reasonEmptyStack, "no location indices", ""
 	}
 	keep := n
 	if n > maxStackDepth {
@@ -282,12 +285,14 @@ func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Sta
 	}
 	for j := 0; j < n; j++ {
 		if loc := li.At(j); loc < 0 || int(loc) >= locs.Len() {
-			return nil, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len()), ""
+			return nil, nil, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len()), ""
 		}
 	}
 	frames = make([]string, 0, keep+1)
+	meta = make([]writer.FrameMeta, 0, keep+1)
 	if keep < n {
 		frames = append(frames, truncatedFrame)
+		meta = append(meta, writer.FrameMeta{})
 	}
 	for j := keep - 1; j >= 0; j-- {
 		loc := li.At(j)
@@ -297,13 +302,30 @@ func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Sta
 				repair, detail = reasonInvalidUTF8, fmt.Sprintf("frame %q", name)
 			}
 			names[loc] = name
+			metas[loc] = frameMeta(dict, locs.At(int(loc)))
 			resolved[loc] = true
 		} else if repair == "" && strings.Contains(names[loc], "\uFFFD") {
 			repair, detail = reasonInvalidUTF8, fmt.Sprintf("frame %q", names[loc])
 		}
 		frames = append(frames, names[loc])
+		meta = append(meta, metas[loc])
 	}
-	return frames, "", detail, repair
+	return frames, meta, "", detail, repair
+}
+
+// frameMeta is what a location is and where its code lives, cleaned for
+// storage (a type or file that is not valid UTF-8 is dropped: the name
+// already carries the frame).
+func frameMeta(dict pprofile.ProfilesDictionary, loc pprofile.Location) writer.FrameMeta {
+	file, line := profileschema.FrameSource(dict, loc)
+	m := writer.FrameMeta{Type: profileschema.FrameType(dict, loc), File: file, Line: line}
+	if _, ok := cleanName(m.Type); !ok {
+		m.Type = ""
+	}
+	if _, ok := cleanName(m.File); !ok {
+		m.File = ""
+	}
+	return m
 }
 
 // sampleTime is the row time: the sample's own (local tier) or the start of

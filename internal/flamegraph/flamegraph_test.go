@@ -3,6 +3,7 @@ package flamegraph
 import (
 	"bytes"
 	"fmt"
+	"html"
 	"image/png"
 	"os"
 	"os/exec"
@@ -255,5 +256,84 @@ func TestColourByFrameType(t *testing.T) {
 		if r, g, b := fill(native); !(r >= 205 && b < 60 && g < 235) {
 			t.Errorf("native frame %s rgb(%d,%d,%d), want the warm palette", native, r, g, b)
 		}
+	}
+}
+
+// With FrameType, frames take their type's colour whatever their name says
+// (a CPython function has no suffix), the legend names every type once, and
+// frames of unknown type keep the suffix and warm defaults.
+func TestColourByStoredFrameType(t *testing.T) {
+	types := map[string]string{"_start": "native", "<module>": "python", "handle": "python",
+		"py::handle:/srv/app.py_[j]": "jit", "runtime.mallocgc": "go", "do_syscall_64_[k]": "kernel"}
+	root := NewRoot()
+	root.Add([]string{"_start", "<module>", "handle", "py::handle:/srv/app.py_[j]"}, 50, 0)
+	root.Add([]string{"_start", "<module>", "do_syscall_64_[k]"}, 20, 0)
+	root.Add([]string{"_start", "runtime.mallocgc", "untyped"}, 30, 0)
+	var buf bytes.Buffer
+	if err := WriteSVG(&buf, root, Options{FrameType: func(name string) string { return types[name] }}); err != nil {
+		t.Fatal(err)
+	}
+	svg := buf.String()
+	rgb := func(s string) [3]int {
+		var c [3]int
+		if _, err := fmt.Sscanf(s, "rgb(%d,%d,%d)", &c[0], &c[1], &c[2]); err != nil {
+			t.Fatalf("colour %q: %v", s, err)
+		}
+		return c
+	}
+	fill := func(name string) [3]int {
+		m := regexp.MustCompile(`data-n="` + regexp.QuoteMeta(html.EscapeString(name)) + `">.*?fill="(rgb\([0-9,]+\))"`).FindStringSubmatch(svg)
+		if m == nil {
+			t.Fatalf("frame %s not drawn", name)
+		}
+		return rgb(m[1])
+	}
+	// The legend: one swatch per type, in a colour of that type's range.
+	legend := regexp.MustCompile(`<rect class="legend" data-type="(\w+)"[^>]*fill="(rgb\([0-9,]+\))"`).FindAllStringSubmatch(svg, -1)
+	var names []string
+	for _, m := range legend {
+		names = append(names, m[1])
+	}
+	if strings.Join(names, ",") != "python,jit,native,kernel,go" {
+		t.Fatalf("legend types %v", names)
+	}
+	within := func(c [3]int, typ string) bool {
+		p, ok := paletteOf(typ)
+		if !ok {
+			t.Fatalf("no palette for %s", typ)
+		}
+		for i := range c {
+			if c[i] < p.base[i] || c[i] > p.base[i]+p.spread[i] {
+				return false
+			}
+		}
+		return true
+	}
+	for _, m := range legend {
+		if !within(rgb(m[2]), m[1]) {
+			t.Errorf("legend swatch %s is %s", m[1], m[2])
+		}
+	}
+	for name, typ := range types {
+		if c := fill(name); !within(c, typ) {
+			t.Errorf("%s frame %s is rgb%v, outside the %s colours", typ, name, c, typ)
+		}
+	}
+	// Python and JIT do not share colours with native code.
+	for _, name := range []string{"<module>", "handle", "py::handle:/srv/app.py_[j]"} {
+		if within(fill(name), "native") {
+			t.Errorf("%s looks native: rgb%v", name, fill(name))
+		}
+	}
+	if c := fill("untyped"); !within(c, "native") {
+		t.Errorf("untyped frame rgb%v, want the warm default", c)
+	}
+	// No FrameType: no legend.
+	buf.Reset()
+	if err := WriteSVG(&buf, root, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), `id="legend"`) {
+		t.Error("legend drawn without frame types")
 	}
 }

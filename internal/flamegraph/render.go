@@ -25,7 +25,51 @@ type Options struct {
 	// (default 0.1): they cannot be seen or clicked, and a profile with
 	// 100k tiny frames would otherwise make a file browsers choke on.
 	MinWidth float64
+	// FrameType says what a frame is (profileschema.FrameType*: python,
+	// jit, native, kernel, go; "" unknown) by its name. When set, frames
+	// are coloured by type and a legend names the colours; unknown frames
+	// fall back to their name's suffix ("_[k]", "_[j]"). Ignored in diffs,
+	// which colour by change.
+	FrameType func(name string) string
 }
+
+// palette is a frame type's colour: each channel base + spread × a hash of
+// the frame's name, so neighbouring frames of one type stay apart.
+type palette struct{ base, spread [3]int }
+
+// palettes by frame type, in legend order. native is flamegraph.pl's warm
+// default; kernel and jit keep its java palette's orange and green.
+var palettes = []struct {
+	typ string
+	pal palette
+}{
+	{profileschema.FrameTypePython, palette{[3]int{60, 120, 215}, [3]int{40, 50, 40}}},
+	{profileschema.FrameTypeJIT, palette{[3]int{50, 180, 50}, [3]int{60, 50, 60}}},
+	{profileschema.FrameTypeNative, palette{[3]int{205, 0, 0}, [3]int{50, 230, 55}}},
+	{profileschema.FrameTypeKernel, palette{[3]int{220, 130, 40}, [3]int{30, 60, 20}}},
+	{profileschema.FrameTypeGo, palette{[3]int{0, 173, 190}, [3]int{40, 50, 50}}},
+}
+
+func paletteOf(typ string) (palette, bool) {
+	for _, p := range palettes {
+		if p.typ == typ {
+			return p.pal, true
+		}
+	}
+	return palette{}, false
+}
+
+// rgb is p's colour at hash values v (each 0..1).
+func (p palette) rgb(v [3]float64) string {
+	var c [3]int
+	for i := range c {
+		c[i] = p.base[i] + int(float64(p.spread[i])*v[i])
+	}
+	return fmt.Sprintf("rgb(%d,%d,%d)", c[0], c[1], c[2])
+}
+
+// legendH is the header row the legend takes.
+const legendH = 16.0
 
 const (
 	imageWidth  = 1200.0
@@ -98,6 +142,10 @@ func writeSVG(bw *bufio.Writer, root *Node, opt Options, standalone bool) error 
 		l.maxDelta = maxDelta(root)
 	}
 	l.height = headerH + float64(l.depth)*frameHeight + footerH
+	legend := opt.FrameType != nil && !opt.Diff
+	if legend {
+		l.height += legendH
+	}
 	fmt.Fprintf(bw, `<svg version="1.1" width="%d" height="%d" viewBox="0 0 %d %d" xmlns="http://www.w3.org/2000/svg" data-width="%g" data-pad="%g" data-total="%g" data-unit="%s" data-diff="%t">`+"\n",
 		int(imageWidth), int(l.height), int(imageWidth), int(l.height), imageWidth, padX, root.Value, html.EscapeString(opt.Unit), opt.Diff)
 	fmt.Fprintf(bw, `<style>
@@ -118,6 +166,9 @@ text{font-family:Verdana,"DejaVu Sans",sans-serif;font-size:%gpx;fill:#000}
 	fmt.Fprintf(bw, `<text id="search" class="btn" x="%g" y="24" text-anchor="end">Search</text>`+"\n", imageWidth-padX)
 	fmt.Fprintf(bw, `<text id="matched" x="%g" y="%g" text-anchor="end"></text>`+"\n", imageWidth-padX, l.height-12)
 	fmt.Fprintf(bw, `<text id="details" x="%g" y="%g">%s</text>`+"\n", padX, l.height-12, html.EscapeString(fmt.Sprintf("%s: %s %s", root.Name, num(root.Value), opt.Unit)))
+	if legend {
+		writeLegend(bw)
+	}
 	fmt.Fprintln(bw, `<g id="frames">`)
 	l.node(root, 0, 0)
 	fmt.Fprintln(bw, `</g>`)
@@ -126,6 +177,20 @@ text{font-family:Verdana,"DejaVu Sans",sans-serif;font-size:%gpx;fill:#000}
 	}
 	fmt.Fprintln(bw, `</svg>`)
 	return nil
+}
+
+// writeLegend names the frame type colours under the subtitle, each swatch
+// at its palette's middle.
+func writeLegend(bw *bufio.Writer) {
+	const y, box, step = headerH - 4, 10.0, 90.0
+	x := imageWidth/2 - step*float64(len(palettes))/2
+	fmt.Fprintln(bw, `<g id="legend">`)
+	for _, p := range palettes {
+		fmt.Fprintf(bw, `<rect class="legend" data-type="%s" x="%g" y="%g" width="%g" height="%g" fill="%s"/><text x="%g" y="%g">%s</text>`+"\n",
+			p.typ, x, y, box, box, p.pal.rgb([3]float64{0.5, 0.5, 0.5}), x+box+4, y+box-1, p.typ)
+		x += step
+	}
+	fmt.Fprintln(bw, `</g>`)
 }
 
 func maxDelta(n *Node) float64 {
@@ -203,19 +268,32 @@ func (l *layout) colour(n *Node) string {
 	h := fnv.New32a()
 	h.Write([]byte(n.Name))
 	s := h.Sum32()
-	v1, v2, v3 := float64(s&0xff)/255, float64(s>>8&0xff)/255, float64(s>>16&0xff)/255
+	v := [3]float64{float64(s&0xff) / 255, float64(s>>8&0xff) / 255, float64(s>>16&0xff) / 255}
+	typ := ""
+	if l.opt.FrameType != nil {
+		typ = l.opt.FrameType(n.Name)
+	}
+	if typ == "" {
+		switch {
+		case strings.HasSuffix(n.Name, profileschema.KernelSuffix):
+			typ = profileschema.FrameTypeKernel
+		case strings.HasSuffix(n.Name, profileschema.JITSuffix):
+			typ = profileschema.FrameTypeJIT
+		}
+	}
+	unresolved := strings.Contains(n.Name, "+0x") || strings.HasPrefix(n.Name, "0x") || strings.HasPrefix(n.Name, "[build_id:")
 	switch {
 	case n.Name == "all":
 		return "rgb(200,200,200)"
 	case strings.HasPrefix(n.Name, "[build_id:") && !strings.Contains(n.Name, "] 0x"):
-		return fmt.Sprintf("rgb(%d,%d,%d)", 120+int(40*v1), 170+int(40*v2), 230)
-	case strings.HasSuffix(n.Name, profileschema.KernelSuffix):
-		return fmt.Sprintf("rgb(%d,%d,%d)", 220+int(30*v1), 130+int(60*v2), 40+int(20*v3))
-	case strings.HasSuffix(n.Name, profileschema.JITSuffix):
-		return fmt.Sprintf("rgb(%d,%d,%d)", 50+int(60*v1), 180+int(50*v2), 50+int(60*v3))
-	case strings.Contains(n.Name, "+0x") || strings.HasPrefix(n.Name, "0x") || strings.HasPrefix(n.Name, "[build_id:"):
-		g := 160 + int(50*v1)
+		return fmt.Sprintf("rgb(%d,%d,%d)", 120+int(40*v[0]), 170+int(40*v[1]), 230)
+	case unresolved && (typ == "" || typ == profileschema.FrameTypeNative):
+		g := 160 + int(50*v[0])
 		return fmt.Sprintf("rgb(%d,%d,%d)", g, g, g)
 	}
-	return fmt.Sprintf("rgb(%d,%d,%d)", 205+int(50*v3), int(230*v1), int(55*v2))
+	if p, ok := paletteOf(typ); ok {
+		return p.rgb(v)
+	}
+	p, _ := paletteOf(profileschema.FrameTypeNative)
+	return p.rgb([3]float64{v[2], v[0], v[1]})
 }

@@ -26,7 +26,8 @@ func (p *Profile) mainPeriod() time.Duration {
 }
 
 // Pprof converts the profile to pprof's model: one mapping per build ID
-// (with the build ID and binary path), one function per frame name, one
+// (with the build ID and binary path), one function per frame name (with
+// the frame's source file and line when the file recorded them), one
 // location per build and frame, and a "build_id" label on every sample when
 // the range spans several builds (pprof -tagfocus can split them).
 func (p *Profile) Pprof() (*profile.Profile, error) {
@@ -65,16 +66,17 @@ func (p *Profile) Pprof() (*profile.Profile, error) {
 		// pprof lists locations leaf first.
 		for i := len(frames) - 1; i >= 0; i-- {
 			name := frames[i]
+			info := p.Frame(s.Frames[i])
 			k := locKey{s.BuildID, name}
 			loc, ok := locs[k]
 			if !ok {
 				fn, ok := funcs[name]
 				if !ok {
-					fn = &profile.Function{ID: uint64(len(out.Function) + 1), Name: name, SystemName: name}
+					fn = &profile.Function{ID: uint64(len(out.Function) + 1), Name: name, SystemName: name, Filename: info.File}
 					funcs[name] = fn
 					out.Function = append(out.Function, fn)
 				}
-				loc = &profile.Location{ID: uint64(len(out.Location) + 1), Mapping: mappings[s.BuildID], Line: []profile.Line{{Function: fn}}}
+				loc = &profile.Location{ID: uint64(len(out.Location) + 1), Mapping: mappings[s.BuildID], Line: []profile.Line{{Function: fn, Line: info.Line}}}
 				locs[k] = loc
 				out.Location = append(out.Location, loc)
 			}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/timerange"
 )
 
@@ -37,6 +38,81 @@ type Profile struct {
 	Periods map[time.Duration]int64
 	// Fallback is the period assumed for rows stored without one.
 	Fallback time.Duration
+	// FrameInfo is what the file says about the frames of Stacks, by
+	// stored name (files before schema version 6: nothing; Frame derives
+	// what the name says).
+	FrameInfo map[string]FrameInfo
+}
+
+// FrameInfo is what a frame is and where its code lives; zero values are
+// unknown.
+type FrameInfo struct {
+	Type string `json:"type,omitempty"` // python, jit, native, kernel, go
+	File string `json:"file,omitempty"`
+	Line int64  `json:"line,omitempty"`
+}
+
+// Frame is what is known of the frame stored as name: what the file
+// recorded, else the type its name's suffix says (kernel, jit).
+func (p *Profile) Frame(name string) FrameInfo {
+	fi := p.FrameInfo[name]
+	if fi.Type == "" {
+		switch {
+		case strings.HasSuffix(name, profileschema.KernelSuffix):
+			fi.Type = profileschema.FrameTypeKernel
+		case strings.HasSuffix(name, profileschema.JITSuffix):
+			fi.Type = profileschema.FrameTypeJIT
+		}
+	}
+	return fi
+}
+
+// FrameTypes is the type of each frame by its shown name (DisplayFrames,
+// as in Folded), for colouring flame graphs; "" when unknown.
+func (p *Profile) FrameTypes() func(name string) string {
+	types := map[string]string{}
+	for _, s := range p.Stacks {
+		for i, name := range p.DisplayFrames(s) {
+			if t := p.Frame(s.Frames[i]).Type; t != "" {
+				types[name] = t
+			}
+		}
+	}
+	return func(name string) string { return types[name] }
+}
+
+// loadFrameInfo reads what the file knows of the profile's frames.
+func (p *Profile) loadFrameInfo(ctx context.Context, src Source, tb tables) error {
+	p.FrameInfo = map[string]FrameInfo{}
+	if !tb.frameMeta {
+		return nil
+	}
+	used := map[string]bool{}
+	for _, s := range p.Stacks {
+		for _, f := range s.Frames {
+			used[f] = true
+		}
+	}
+	res, err := src.Query(ctx, "SELECT frame_name, coalesce(frame_type, ''), coalesce(file_name, ''), coalesce(line_number, 0) FROM "+tb.frames+
+		" WHERE frame_type IS NOT NULL OR file_name IS NOT NULL OR line_number IS NOT NULL")
+	if err != nil {
+		return fmt.Errorf("read frame types from %s: %w", src.Describe(), err)
+	}
+	if res.Truncated != "" {
+		return fmt.Errorf("read frame types from %s: result truncated (%s)", src.Describe(), res.Truncated)
+	}
+	for _, r := range res.Rows {
+		name := asString(r[0])
+		if !used[name] {
+			continue
+		}
+		line, err := asInt64(r[3])
+		if err != nil {
+			return fmt.Errorf("read frame types: line_number: %w", err)
+		}
+		p.FrameInfo[name] = FrameInfo{Type: asString(r[1]), File: asString(r[2]), Line: line}
+	}
+	return nil
 }
 
 // DefaultFallbackHz is the frequency assumed for samples stored without a
@@ -222,6 +298,9 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 	for _, r := range bres.Rows {
 		p.Binaries[asString(r[0])] = asString(r[1])
 	}
+	if err := p.loadFrameInfo(ctx, src, tb); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -346,7 +425,9 @@ func (p *Profile) WriteJSON(w io.Writer) error {
 	type stack struct {
 		BuildID string   `json:"build_id"`
 		Frames  []string `json:"frames"`
-		Samples int64    `json:"samples"`
+		// FrameInfo is what each of Frames is (same index).
+		FrameInfo []FrameInfo `json:"frame_info"`
+		Samples   int64       `json:"samples"`
 	}
 	doc := struct {
 		Service  string            `json:"service"`
@@ -359,7 +440,11 @@ func (p *Profile) WriteJSON(w io.Writer) error {
 		Stacks   []stack           `json:"stacks"`
 	}{p.Service, p.Tier, p.Range.Since, p.Range.Until, p.Total(), p.BuildIDs(), p.Binaries, nil}
 	for _, s := range p.Stacks {
-		doc.Stacks = append(doc.Stacks, stack{s.BuildID, p.DisplayFrames(s), s.Count})
+		info := make([]FrameInfo, len(s.Frames))
+		for i, f := range s.Frames {
+			info[i] = p.Frame(f)
+		}
+		doc.Stacks = append(doc.Stacks, stack{s.BuildID, p.DisplayFrames(s), info, s.Count})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

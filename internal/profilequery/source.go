@@ -43,8 +43,11 @@ type tables struct {
 	// unknown (files before schema version 3 did not store it).
 	period string
 	// samplesIn: the file has samples_in(service, since, until), which
-	// picks the coarsest tier answering a range (schema version 5).
+	// picks the coarsest tier answering a range (schema version 6).
 	samplesIn bool
+	// frameMeta: the frame dictionary has frame_type, file_name and
+	// line_number (schema version 6).
+	frameMeta bool
 }
 
 func tablesFor(t Tier) tables {
@@ -71,6 +74,7 @@ func tablesOf(src Source) tables {
 	v, ok := src.(interface{ version() int64 })
 	if !ok || v.version() >= 5 {
 		tb.samplesIn = true
+		tb.frameMeta = !ok || v.version() >= 6
 		return tb
 	}
 	if v.version() == 4 {
@@ -126,7 +130,7 @@ FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonE
 }
 
 // supportedVersions are the schema versions whose tables are read here.
-var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true}
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -331,9 +335,9 @@ type Tables struct {
 }
 
 // WritableVersion is the schema version whose tables TablesOf names.
-const WritableVersion = 5
+const WritableVersion = 6
 
-// TablesOf returns the table names of tier t (schema version 5).
+// TablesOf returns the table names of tier t (schema version 6).
 func TablesOf(t Tier) Tables {
 	tb := tablesFor(t)
 	rows := []string{tb.stacks, tb.traces}

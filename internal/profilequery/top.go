@@ -2,11 +2,13 @@ package profilequery
 
 import "sort"
 
-// FunctionShare is a function's samples in a profile: Self where it is the
+// FunctionShare is a function's samples in a profile, with what the frame
+// is (type, file, line; JSON "type", "file", "line" when known): Self where it is the
 // leaf (pprof's "flat"), Cum where it is anywhere on the stack, counted once
 // per stack even when recursive (pprof's "cum").
 type FunctionShare struct {
-	Name      string  `json:"function"`
+	Name string `json:"function"`
+	FrameInfo
 	Self      int64   `json:"self_samples"`
 	Cum       int64   `json:"cum_samples"`
 	SelfShare float64 `json:"self_share"` // fraction of all samples, 0..1
@@ -18,12 +20,12 @@ type FunctionShare struct {
 func (p *Profile) Functions() []FunctionShare {
 	idx := map[string]int{}
 	var out []FunctionShare
-	get := func(name string) *FunctionShare {
+	get := func(name string, info FrameInfo) *FunctionShare {
 		i, ok := idx[name]
 		if !ok {
 			i = len(out)
 			idx[name] = i
-			out = append(out, FunctionShare{Name: name})
+			out = append(out, FunctionShare{Name: name, FrameInfo: info})
 		}
 		return &out[i]
 	}
@@ -33,12 +35,13 @@ func (p *Profile) Functions() []FunctionShare {
 		if len(frames) == 0 {
 			continue
 		}
-		get(frames[len(frames)-1]).Self += s.Count
+		leaf := len(frames) - 1
+		get(frames[leaf], p.Frame(s.Frames[leaf])).Self += s.Count
 		clear(seen)
-		for _, f := range frames {
+		for i, f := range frames {
 			if !seen[f] {
 				seen[f] = true
-				get(f).Cum += s.Count
+				get(f, p.Frame(s.Frames[i])).Cum += s.Count
 			}
 		}
 	}

@@ -373,3 +373,23 @@ func ForEachSample(pd pprofile.Profiles, fn func(res pcommon.Resource, p pprofil
 		}
 	}
 }
+
+// FrameSource is where a location's innermost function lives: the
+// function's file name and the line (the location's own line, else the
+// function's start line). "" and 0 when the sender did not say.
+func FrameSource(dict pprofile.ProfilesDictionary, loc pprofile.Location) (file string, line int64) {
+	lines := loc.Lines()
+	if lines.Len() == 0 {
+		return "", 0
+	}
+	ln := lines.At(0)
+	line = ln.Line()
+	if fi := ln.FunctionIndex(); fi > 0 && int(fi) < dict.FunctionTable().Len() {
+		fn := dict.FunctionTable().At(int(fi))
+		file = str(dict, fn.FilenameStrindex())
+		if line == 0 {
+			line = fn.StartLine()
+		}
+	}
+	return file, line
+}

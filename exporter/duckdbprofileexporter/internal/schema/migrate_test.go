@@ -244,3 +244,38 @@ func TestMigrationInterruptedLeavesOldFile(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrateV2FilesTypesFramesBySuffix: frames stored before frame types
+// (names only) get the type their suffix says, the rest stay unknown, and
+// no frame is added or lost (counts: TestMigrateV2FilesKeepsEveryTotal).
+func TestMigrateV2FilesTypesFramesBySuffix(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []Tier{Local, Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			tb := TablesFor(tier)
+			db := openDB(t, openV2(t, tier))
+			// The fixture's frames plus one of each suffix (unreferenced:
+			// frame_count 0).
+			for _, name := range []string{"migrate_test_jit_[j]", "migrate_test_kernel_[k]"} {
+				if _, err := db.Exec(`INSERT INTO ` + tb.Frames + ` SELECT max(frame_id) + 1, '` + name + `', 0 FROM ` + tb.Frames); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := totals(t, db, `SELECT frame_id, frame_name FROM `+tb.Frames)
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			same(t, "frames", totals(t, db, `SELECT frame_id, frame_name FROM `+tb.Frames), before)
+			got := totals(t, db, `SELECT concat_ws('|', coalesce(frame_type, 'NULL'), count(file_name), count(line_number)) FROM `+tb.Frames+`
+WHERE frame_type IS DISTINCT FROM CASE WHEN suffix(frame_name, '_[j]') THEN 'jit' WHEN suffix(frame_name, '_[k]') THEN 'kernel' END
+   OR file_name IS NOT NULL OR line_number IS NOT NULL GROUP BY frame_type`)
+			if len(got) != 0 {
+				t.Fatalf("frames typed otherwise than by their suffix, or with a file or line: %v", got)
+			}
+			got = totals(t, db, `SELECT frame_type || ' ' || count(*) FROM `+tb.Frames+` WHERE frame_name LIKE 'migrate_test_%' GROUP BY frame_type`)
+			if strings.Join(got, ",") != "jit 1,kernel 1" {
+				t.Fatalf("test frames' types: %v", got)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/stacknames"
 )
 
@@ -39,7 +40,11 @@ const (
 //	5: hourly and daily roll-ups of the summary tier's samples, written as
 //	   hours and days close, and samples_in(), which reads the coarsest
 //	   tier that answers a range exactly.
-const Version = 5
+//	6: frame_type, file_name and line_number in the frame dictionary (what
+//	   a frame is and where its code lives; NULL = unknown). Frames written
+//	   before get the type their name's suffix says ("_[j]" jit, "_[k]"
+//	   kernel), else NULL.
+const Version = 6
 
 // IngestedBatches records the hotpath.batch.id of every batch stored, in
 // the batch's own transaction, so a batch sent again is not stored twice.
@@ -127,7 +132,10 @@ func tableDDL(t Tier) []string {
 	frames := `CREATE TABLE ` + tb.Frames + ` (
     frame_id    INTEGER PRIMARY KEY,
     frame_name  VARCHAR UNIQUE NOT NULL,
-    frame_count BIGINT  NOT NULL DEFAULT 0 -- occurrences in the stack dictionary; 0 = removable
+    frame_count BIGINT  NOT NULL DEFAULT 0, -- occurrences in the stack dictionary; 0 = removable
+    frame_type  VARCHAR, -- python, jit, native, kernel, go; NULL = unknown
+    file_name   VARCHAR, -- source file of the function; NULL = unknown
+    line_number INTEGER  -- line of the first sample seen, else the function's first line; NULL = unknown
 )`
 	stacks := `CREATE TABLE ` + tb.StackDict + ` (
     stack_id        INTEGER   PRIMARY KEY,
@@ -400,6 +408,29 @@ var migrations = map[int]func(t Tier) []string{
 	// The roll-ups start empty; the writer builds them from the samples
 	// when it opens the file.
 	4: rollupDDL,
+	5: migrateFrameTypes,
+}
+
+// migrateFrameTypes adds what a frame is and where its code lives to the
+// frame dictionary. Old frames only kept a name; the suffixes FrameName
+// gave kernel and JIT frames still say their type. IDs, names and counts
+// are copied as they are, so every total stays the same. The table is
+// rebuilt rather than altered: DuckDB refuses to commit an ALTER of a table
+// an earlier step of the same transaction updated (3 → 4 sets frame_count).
+func migrateFrameTypes(t Tier) []string {
+	f := TablesFor(t).Frames
+	old := f + "_v5"
+	return []string{
+		`CREATE TEMP TABLE ` + old + ` AS SELECT * FROM ` + f,
+		`DROP TABLE ` + f,
+		tableDDL(t)[0],
+		`INSERT INTO ` + f + ` (frame_id, frame_name, frame_count, frame_type)
+SELECT frame_id, frame_name, frame_count, CASE
+    WHEN suffix(frame_name, '` + profileschema.JITSuffix + `') THEN '` + profileschema.FrameTypeJIT + `'
+    WHEN suffix(frame_name, '` + profileschema.KernelSuffix + `') THEN '` + profileschema.FrameTypeKernel + `' END
+FROM ` + old,
+		`DROP TABLE ` + old,
+	}
 }
 
 // migrateToStackDictionary moves version 3's one table of frame lists into
@@ -557,7 +588,12 @@ func legacyStacksDDL(t Tier, version int) string {
 // migration path on a real old file.
 func LegacyV1(t Tier) []string {
 	ddl := tableDDL(t)
-	return []string{ddl[0], legacyStacksDDL(t, 1), ddl[4],
+	frames := `CREATE TABLE ` + TablesFor(t).Frames + ` (
+    frame_id    INTEGER PRIMARY KEY,
+    frame_name  VARCHAR UNIQUE NOT NULL,
+    frame_count BIGINT  NOT NULL DEFAULT 0
+)`
+	return []string{frames, legacyStacksDDL(t, 1), ddl[4],
 		`CREATE TABLE schema_version (version INTEGER NOT NULL, tier VARCHAR NOT NULL, updated_at TIMESTAMP NOT NULL)`,
 		fmt.Sprintf(`INSERT INTO schema_version VALUES (1, '%s', now()::TIMESTAMP)`, t)}
 }

@@ -42,6 +42,27 @@ type StackRow struct {
 	// Key is framedict.KeyOf(Frames), when the caller has it (computed
 	// once per stack rather than per row); zero: the writer computes it.
 	Key framedict.StackKey
+	// Meta, when not nil, says what each of Frames is (same index). A
+	// frame's row is written once, with the metadata of its first stack:
+	// frames stay keyed by name, so flame graphs merge as before.
+	Meta []FrameMeta
+}
+
+// FrameMeta is what a frame is and where its code lives, as the sender
+// said; zero values are stored as NULL (unknown).
+type FrameMeta struct {
+	Type string // profileschema.FrameType* ("python", "jit", ...)
+	File string // source file of the function
+	Line int64  // line of the frame, else the function's first line
+}
+
+// nullable stores zero values as NULL.
+func nullable[T comparable](v T) any {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return v
 }
 
 // Binary is one row of binary metadata seen in a batch.
@@ -452,6 +473,7 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 	delta := make(map[int32]int64)
 	var newFrames []int32
 	var newNames []string
+	var newMetas []FrameMeta
 	for i := range b.Rows {
 		r := &b.Rows[i]
 		key := r.Key
@@ -469,6 +491,11 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 			if isNewFrame {
 				newFrames = append(newFrames, fid)
 				newNames = append(newNames, name)
+				var m FrameMeta
+				if j < len(r.Meta) {
+					m = r.Meta[j]
+				}
+				newMetas = append(newMetas, m)
 			}
 			delta[fid]++
 			frameIDs[j] = fid
@@ -481,7 +508,12 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 	}
 	if len(newFrames) > 0 {
 		err := appendAll(dc, w.tb.Frames, len(newFrames), func(a *duckdb.Appender, i int) error {
-			return a.AppendRow(newFrames[i], newNames[i], delta[newFrames[i]])
+			m := newMetas[i]
+			line := m.Line
+			if line < math.MinInt32 || line > math.MaxInt32 {
+				line = 0 // not a line number: unknown
+			}
+			return a.AppendRow(newFrames[i], newNames[i], delta[newFrames[i]], nullable(m.Type), nullable(m.File), nullable(int32(line)))
 		})
 		if err != nil {
 			return fmt.Errorf("frames: %w", err)
