@@ -248,7 +248,19 @@ func writeTraceGraph(w io.Writer, tp *profilequery.TraceProfile, format, title s
 	for _, s := range tp.Services {
 		parts = append(parts, fmt.Sprintf("%s %s", s.Service, profilequery.FormatCPUTime(s.CPU())))
 	}
-	opt := flamegraph.Options{Title: title, Subtitle: fmt.Sprintf("%d samples (%s): %s", tp.Total(), frequencies(tp.Frequencies()), strings.Join(parts, ", "))}
+	types := make([]func(string) string, len(tp.Services))
+	for i, s := range tp.Services {
+		types[i] = s.FrameTypes()
+	}
+	frameType := func(name string) string {
+		for _, t := range types {
+			if typ := t(name); typ != "" {
+				return typ
+			}
+		}
+		return ""
+	}
+	opt := flamegraph.Options{Title: title, Subtitle: fmt.Sprintf("%d samples (%s): %s", tp.Total(), frequencies(tp.Frequencies()), strings.Join(parts, ", ")), FrameType: frameType}
 	if format == "svg" {
 		return flamegraph.WriteSVG(w, root, opt)
 	}

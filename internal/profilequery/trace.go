@@ -265,6 +265,9 @@ FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.he
 
 	for _, sp := range byService {
 		sortStacks(sp.Stacks)
+		if err := sp.loadFrameInfo(ctx, src, tb); err != nil {
+			return nil, err
+		}
 		tp.Services = append(tp.Services, *sp)
 	}
 	sort.Slice(tp.Services, func(i, j int) bool {
