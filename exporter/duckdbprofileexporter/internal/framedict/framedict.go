@@ -16,19 +16,24 @@ type FrameDict struct {
 	ids     map[string]int32
 	next    int32
 	pending []string // names assigned since the last Commit/Rollback
+	// untyped are frames stored with neither type nor file (written
+	// before schema version 6, or sent without them): the first stack
+	// that says what they are fills them in.
+	untyped map[int32]bool
+	filled  []int32 // untyped frames filled since the last Commit/Rollback
 }
 
 // New returns an empty dictionary whose first ID is 1 (0 is never used, so a
 // zero in a stack is always an error).
 func New() *FrameDict {
-	return &FrameDict{ids: make(map[string]int32), next: 1}
+	return &FrameDict{ids: make(map[string]int32), untyped: map[int32]bool{}, next: 1}
 }
 
 // Load reads table's frames into a new dictionary.
 func Load(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }, table string) (*FrameDict, error) {
-	rows, err := q.QueryContext(ctx, "SELECT frame_id, frame_name FROM "+table)
+	rows, err := q.QueryContext(ctx, "SELECT frame_id, frame_name, frame_type IS NULL AND file_name IS NULL FROM "+table)
 	if err != nil {
 		return nil, fmt.Errorf("load frame dictionary %s: %w", table, err)
 	}
@@ -37,10 +42,14 @@ func Load(ctx context.Context, q interface {
 	for rows.Next() {
 		var id int32
 		var name string
-		if err := rows.Scan(&id, &name); err != nil {
+		var untyped bool
+		if err := rows.Scan(&id, &name, &untyped); err != nil {
 			return nil, fmt.Errorf("load frame dictionary %s: %w", table, err)
 		}
 		d.ids[name] = id
+		if untyped {
+			d.untyped[id] = true
+		}
 		if id >= d.next {
 			d.next = id + 1
 		}
@@ -64,8 +73,26 @@ func (d *FrameDict) ID(name string) (id int32, isNew bool) {
 	return id, true
 }
 
-// Commit makes the IDs assigned since the last Commit permanent.
-func (d *FrameDict) Commit() { d.pending = d.pending[:0] }
+// MarkUntyped records that frame id was stored with neither type nor file.
+func (d *FrameDict) MarkUntyped(id int32) { d.untyped[id] = true }
+
+// Fill reports whether frame id was stored untyped, and from now on counts
+// it as filled: the caller writes its type and file in the current batch.
+func (d *FrameDict) Fill(id int32) bool {
+	if !d.untyped[id] {
+		return false
+	}
+	delete(d.untyped, id)
+	d.filled = append(d.filled, id)
+	return true
+}
+
+// Commit makes the IDs assigned and frames filled since the last Commit
+// permanent.
+func (d *FrameDict) Commit() {
+	d.pending = d.pending[:0]
+	d.filled = d.filled[:0]
+}
 
 // Rollback forgets the IDs assigned since the last Commit (their batch was
 // not written). The counter is not rewound: an ID is never handed out twice
@@ -75,6 +102,10 @@ func (d *FrameDict) Rollback() {
 		delete(d.ids, name)
 	}
 	d.pending = d.pending[:0]
+	for _, id := range d.filled {
+		d.untyped[id] = true
+	}
+	d.filled = d.filled[:0]
 }
 
 // Forget drops frames that retention removed from the file.

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -474,6 +475,7 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 	var newFrames []int32
 	var newNames []string
 	var newMetas []FrameMeta
+	var fills []frameFill
 	for i := range b.Rows {
 		r := &b.Rows[i]
 		key := r.Key
@@ -488,14 +490,20 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 		frameIDs := make([]int32, len(r.Frames))
 		for j, name := range r.Frames {
 			fid, isNewFrame := w.dicts.Frames.ID(name)
-			if isNewFrame {
+			var m FrameMeta
+			if j < len(r.Meta) {
+				m = r.Meta[j]
+			}
+			switch {
+			case isNewFrame:
 				newFrames = append(newFrames, fid)
 				newNames = append(newNames, name)
-				var m FrameMeta
-				if j < len(r.Meta) {
-					m = r.Meta[j]
-				}
 				newMetas = append(newMetas, m)
+				if m == (FrameMeta{}) {
+					w.dicts.Frames.MarkUntyped(fid)
+				}
+			case m != (FrameMeta{}) && w.dicts.Frames.Fill(fid):
+				fills = append(fills, frameFill{fid, m})
 			}
 			delta[fid]++
 			frameIDs[j] = fid
@@ -520,6 +528,9 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 		}
 	}
 	if err := w.addFrameCounts(ctx, c, delta, isNew); err != nil {
+		return err
+	}
+	if err := w.fillFrames(ctx, c, fills); err != nil {
 		return err
 	}
 	if len(newStacks) > 0 {
@@ -721,6 +732,45 @@ func (w *Writer) addFrameCounts(ctx context.Context, c rawConn, delta map[int32]
 		") AS d(id, n) WHERE f.frame_id = d.id"
 	if _, err := c.ExecContext(ctx, q, nil); err != nil {
 		return fmt.Errorf("update frame counts: %w", err)
+	}
+	return nil
+}
+
+// frameFill is what a frame stored untyped turned out to be.
+type frameFill struct {
+	id   int32
+	meta FrameMeta
+}
+
+// fillFrames writes the type, file and line of frames stored without them
+// (files upgraded to schema version 6 keep their frames; new samples say
+// what they are), in one UPDATE. Strings are quoted: file names come from
+// the sender (cleaned to valid UTF-8 without NUL by the converter).
+func (w *Writer) fillFrames(ctx context.Context, c rawConn, fills []frameFill) error {
+	if len(fills) == 0 {
+		return nil
+	}
+	str := func(s string) string {
+		if s == "" {
+			return "NULL::VARCHAR"
+		}
+		return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	}
+	var sb strings.Builder
+	for i, f := range fills {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		line := "NULL::INTEGER"
+		if l := f.meta.Line; l > 0 && l <= math.MaxInt32 {
+			line = strconv.FormatInt(l, 10)
+		}
+		fmt.Fprintf(&sb, "(%d,%s,%s,%s)", f.id, str(f.meta.Type), str(f.meta.File), line)
+	}
+	q := "UPDATE " + w.tb.Frames + " AS f SET frame_type = d.t, file_name = d.f, line_number = d.l FROM (VALUES " + sb.String() +
+		") AS d(id, t, f, l) WHERE f.frame_id = d.id AND f.frame_type IS NULL AND f.file_name IS NULL"
+	if _, err := c.ExecContext(ctx, q, nil); err != nil {
+		return fmt.Errorf("fill frame types: %w", err)
 	}
 	return nil
 }

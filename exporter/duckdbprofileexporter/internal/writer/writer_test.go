@@ -366,3 +366,52 @@ func TestStuckWriterConnectionIsReplaced(t *testing.T) {
 		t.Fatalf("frame counts: %v", got)
 	}
 }
+
+// Frames keep the type, file and line of the first stack that said them;
+// a frame stored without (before schema version 6, or by a sender that did
+// not say) is filled by the first stack that does, also after a restart,
+// and never overwritten.
+func TestFrameTypesFirstSeenAndFilled(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "local.duckdb")
+	w := open(t, path, schema.Local)
+	py := FrameMeta{Type: "python", File: "/srv/app.py", Line: 12}
+	write := func(w *Writer, frames []string, meta []FrameMeta) {
+		t.Helper()
+		if err := w.Write(ctx, &Batch{Rows: []StackRow{{Time: t0, ServiceID: "api", Frames: frames, Meta: meta, Count: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames := func(w *Writer) string {
+		return strings.Join(queryStrings(t, w.DB(), `SELECT frame_name, coalesce(frame_type, 'NULL'), coalesce(file_name, 'NULL'), coalesce(line_number, 0) FROM profile_frame_dictionary_local ORDER BY frame_id`), ",")
+	}
+	write(w, []string{"main", "handle"}, nil)
+	if got := frames(w); got != "main|NULL|NULL|0,handle|NULL|NULL|0" {
+		t.Fatalf("untyped: %s", got)
+	}
+	// A new stack types handle; main stays unknown (zero meta).
+	write(w, []string{"main", "handle", "parse"}, []FrameMeta{{}, py, {Type: "python", File: "/srv/parse.py"}})
+	want := "main|NULL|NULL|0,handle|python|/srv/app.py|12,parse|python|/srv/parse.py|0"
+	if got := frames(w); got != want {
+		t.Fatalf("after typed stack: %s\nwant %s", got, want)
+	}
+	// Another file or line for handle later does not overwrite the first.
+	write(w, []string{"handle", "x"}, []FrameMeta{{Type: "python", File: "/srv/other.py", Line: 99}, {}})
+	if got := frames(w); got != want+",x|NULL|NULL|0" {
+		t.Fatalf("first seen overwritten: %s", got)
+	}
+	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// After a restart the dictionary knows which frames are untyped.
+	w = open(t, path, schema.Local)
+	defer w.Close()
+	write(w, []string{"main", "y"}, []FrameMeta{{Type: "native"}, {Type: "kernel"}})
+	want = "main|native|NULL|0,handle|python|/srv/app.py|12,parse|python|/srv/parse.py|0,x|NULL|NULL|0,y|kernel|NULL|0"
+	if got := frames(w); got != want {
+		t.Fatalf("after restart: %s\nwant %s", got, want)
+	}
+}
