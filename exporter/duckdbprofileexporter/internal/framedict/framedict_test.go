@@ -27,3 +27,26 @@ func TestIDsRollbackAndForget(t *testing.T) {
 		t.Fatal("forgotten frame still known")
 	}
 }
+
+// A frame filled in a batch that failed is untyped again; one filled in a
+// committed batch is not filled twice.
+func TestFillRollsBackWithTheBatch(t *testing.T) {
+	d := New()
+	id, _ := d.ID("main")
+	d.MarkUntyped(id)
+	d.Commit()
+	if !d.Fill(id) {
+		t.Fatal("untyped frame not fillable")
+	}
+	if d.Fill(id) {
+		t.Fatal("frame filled twice in one batch")
+	}
+	d.Rollback()
+	if !d.Fill(id) {
+		t.Fatal("frame of a failed batch's fill is not untyped again")
+	}
+	d.Commit()
+	if d.Fill(id) {
+		t.Fatal("committed fill filled again")
+	}
+}
