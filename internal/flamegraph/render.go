@@ -274,12 +274,7 @@ func (l *layout) colour(n *Node) string {
 		typ = l.opt.FrameType(n.Name)
 	}
 	if typ == "" {
-		switch {
-		case strings.HasSuffix(n.Name, profileschema.KernelSuffix):
-			typ = profileschema.FrameTypeKernel
-		case strings.HasSuffix(n.Name, profileschema.JITSuffix):
-			typ = profileschema.FrameTypeJIT
-		}
+		typ = profileschema.TypeFromName(n.Name)
 	}
 	unresolved := strings.Contains(n.Name, "+0x") || strings.HasPrefix(n.Name, "0x") || strings.HasPrefix(n.Name, "[build_id:")
 	switch {

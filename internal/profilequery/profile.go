@@ -57,12 +57,7 @@ type FrameInfo struct {
 func (p *Profile) Frame(name string) FrameInfo {
 	fi := p.FrameInfo[name]
 	if fi.Type == "" {
-		switch {
-		case strings.HasSuffix(name, profileschema.KernelSuffix):
-			fi.Type = profileschema.FrameTypeKernel
-		case strings.HasSuffix(name, profileschema.JITSuffix):
-			fi.Type = profileschema.FrameTypeJIT
-		}
+		fi.Type = profileschema.TypeFromName(name)
 	}
 	return fi
 }

@@ -393,3 +393,16 @@ func FrameSource(dict pprofile.ProfilesDictionary, loc pprofile.Location) (file 
 	}
 	return file, line
 }
+
+// TypeFromName is the frame type a name's suffix says (FrameName's "_[k]"
+// kernel, "_[j]" JIT), "" otherwise: what is known of frames stored before
+// types were.
+func TypeFromName(name string) string {
+	switch {
+	case strings.HasSuffix(name, KernelSuffix):
+		return FrameTypeKernel
+	case strings.HasSuffix(name, JITSuffix):
+		return FrameTypeJIT
+	}
+	return ""
+}
