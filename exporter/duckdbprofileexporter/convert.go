@@ -313,16 +313,24 @@ func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Sta
 	return frames, meta, "", detail, repair
 }
 
+// Longest frame type and source file stored. Types are short words
+// (python, jit, cpython, hotspot, …) and paths end at PATH_MAX: a sender's
+// longer strings would only cost every frame row their bytes.
+const (
+	maxFrameTypeLen = 32
+	maxFrameFileLen = 4096
+)
+
 // frameMeta is what a location is and where its code lives, cleaned for
-// storage (a type or file that is not valid UTF-8 is dropped: the name
-// already carries the frame).
+// storage (a type or file that is not valid UTF-8, or longer than any real
+// one, is dropped: the name already carries the frame).
 func frameMeta(dict pprofile.ProfilesDictionary, loc pprofile.Location) writer.FrameMeta {
 	file, line := profileschema.FrameSource(dict, loc)
 	m := writer.FrameMeta{Type: profileschema.FrameType(dict, loc), File: file, Line: line}
-	if _, ok := cleanName(m.Type); !ok {
+	if _, ok := cleanName(m.Type); !ok || len(m.Type) > maxFrameTypeLen {
 		m.Type = ""
 	}
-	if _, ok := cleanName(m.File); !ok {
+	if _, ok := cleanName(m.File); !ok || len(m.File) > maxFrameFileLen {
 		m.File = ""
 	}
 	return m
