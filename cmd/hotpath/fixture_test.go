@@ -30,7 +30,10 @@ type batch struct {
 	build   string
 	exe     string
 	pod     string
-	stacks  map[string]int64
+	// podUID and container say where the process ran (k8s.pod.uid,
+	// container.id); "" for none.
+	podUID, container string
+	stacks            map[string]int64
 	// hz is the sampling frequency recorded with the samples (the
 	// profile's cpu/nanoseconds period); 0 records none.
 	hz int
@@ -54,6 +57,12 @@ func otlp(batches []batch) pprofile.Profiles {
 		}
 		if bt.pod != "" {
 			attrs.PutStr(profileschema.AttrK8sPodName, bt.pod)
+		}
+		if bt.podUID != "" {
+			attrs.PutStr(profileschema.AttrK8sPodUID, bt.podUID)
+		}
+		if bt.container != "" {
+			attrs.PutStr(profileschema.AttrContainerID, bt.container)
 		}
 		sp := rp.ScopeProfiles().AppendEmpty()
 		sp.Scope().SetName(profileschema.ScopeName)

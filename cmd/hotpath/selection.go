@@ -60,13 +60,14 @@ func (t *targetFlags) open(ctx context.Context) (profilequery.Source, error) {
 
 // selectFlags pick a profile: service, pod, build, time range.
 type selectFlags struct {
-	service, pod, buildID, since, until, tz string
+	service, pod, container, buildID, since, until, tz string
 }
 
 func addSelectFlags(fs *pflag.FlagSet) *selectFlags {
 	s := &selectFlags{}
 	fs.StringVar(&s.service, "service", "", "service name (service.name); required")
-	fs.StringVar(&s.pod, "pod", "", "only this pod (gateway tier)")
+	fs.StringVar(&s.pod, "pod", "", "only this pod: its UID (k8s.pod.uid, either tier) or name (gateway tier)")
+	fs.StringVar(&s.container, "container", "", "only this container: its ID (container.id) or a prefix of it, as docker ps and crictl ps print it")
 	fs.StringVar(&s.buildID, "build-id", "", "only this build ID (or a prefix of it)")
 	fs.StringVar(&s.since, "since", "1h", "start: a duration before now (15m, 2h, 7d), \"2025-12-15 14:00:00\" or RFC 3339")
 	fs.StringVar(&s.until, "until", "", "end, same forms as --since (default now)")
@@ -91,7 +92,7 @@ func (s *selectFlags) selector(now time.Time) (profilequery.Selector, error) {
 	if err != nil {
 		return profilequery.Selector{}, err
 	}
-	return profilequery.Selector{Service: s.service, Pod: s.pod, BuildID: s.buildID, Range: r}, nil
+	return profilequery.Selector{Service: s.service, Pod: s.pod, Container: s.container, BuildID: s.buildID, Range: r}, nil
 }
 
 // needService explains a missing --service by listing the services that

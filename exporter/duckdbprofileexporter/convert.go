@@ -156,7 +156,9 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 		}
 		pod, okPod := cleanName(pod)
 		build, okBuild := cleanName(profileschema.BuildID(res))
-		resourceRepaired := !okService || !okPod || !okBuild
+		container, okContainer := cleanName(profileschema.ContainerID(res))
+		podUID, okPodUID := cleanName(profileschema.PodUID(res))
+		resourceRepaired := !okService || !okPod || !okBuild || !okContainer || !okPodUID
 		var latest time.Time
 
 		sps := rp.ScopeProfiles()
@@ -238,7 +240,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					key.Write(strconv.AppendInt(nil, at.UnixNano(), 10))
 					key.WriteByte(0)
 					key.Write(strconv.AppendInt(nil, period, 10))
-					for _, part := range [...]string{service, pod, build, traceID, spanID, st.key} {
+					for _, part := range [...]string{service, pod, build, container, podUID, traceID, spanID, st.key} {
 						key.WriteByte(0)
 						key.WriteString(part)
 					}
@@ -254,7 +256,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					}
 					index[key.String()] = len(batch.Rows)
 					batch.Rows = append(batch.Rows, writer.StackRow{
-						Time: at, ServiceID: service, PodName: pod, BuildID: build,
+						Time: at, ServiceID: service, PodName: pod, BuildID: build, ContainerID: container, PodUID: podUID,
 						Frames: frames, Meta: st.meta, Key: st.dictKey, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
 					})
 				}

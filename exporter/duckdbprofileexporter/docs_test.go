@@ -40,6 +40,7 @@ func populate(t *testing.T, e *profilesExporter) {
 		for _, pod := range []string{"api-1", "api-2"} {
 			b.process(at, map[string]any{
 				profileschema.AttrServiceName: "api", profileschema.AttrK8sPodName: pod,
+				profileschema.AttrK8sPodUID: "uid-" + pod, profileschema.AttrContainerID: "cid-" + pod,
 				profileschema.AttrBuildID: build, profileschema.AttrProcessExePath: "/usr/local/bin/api",
 				profileschema.AttrBinaryHasDebugInfo: build == buildV1,
 			})

@@ -176,9 +176,14 @@ func (p *Profile) Frequencies() []float64 {
 // Selector picks the stacks of a profile.
 type Selector struct {
 	Service string
-	Pod     string // summary tier only
-	BuildID string // exact build ID or a prefix of it; "" = every build
-	Range   timerange.Range
+	// Pod is a pod's name (gateway tier) or UID (k8s.pod.uid, either
+	// tier); "" = every pod.
+	Pod string
+	// Container is a container ID (container.id) or a unique prefix of it,
+	// as `docker ps` and `crictl ps` print them; "" = every container.
+	Container string
+	BuildID   string // exact build ID or a prefix of it; "" = every build
+	Range     timerange.Range
 	// FallbackHz is the frequency of rows stored without a sampling
 	// period (0: DefaultFallbackHz).
 	FallbackHz float64
@@ -231,11 +236,12 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 		table = fmt.Sprintf("samples_in(%s, %s, %s)", quote(sel.Service), sqlTime(sel.Range.Since), sqlTime(sel.Range.Until))
 		where = "true"
 	}
-	if sel.Pod != "" {
-		if src.Tier() != Summary {
-			return nil, fmt.Errorf("--pod needs the gateway tier: the agent tier (%s) is per node and has no pod column", src.Describe())
+	if sel.Pod != "" || sel.Container != "" {
+		w, err := tb.workloadWhere(src, sel)
+		if err != nil {
+			return nil, err
 		}
-		where += " AND pod_name = " + quote(sel.Pod)
+		where += w
 	}
 	if sel.BuildID != "" {
 		where += " AND starts_with(build_id, " + quote(sel.BuildID) + ")"
@@ -308,6 +314,12 @@ func noSamplesError(ctx context.Context, src Source, sel Selector, tb tables) er
 	msg := fmt.Sprintf("%v for service %q in %s on %s", ErrNoSamples, sel.Service, sel.Range, src.Describe())
 	if sel.BuildID != "" {
 		msg += fmt.Sprintf(" with build ID %q", sel.BuildID)
+	}
+	if sel.Pod != "" {
+		msg += fmt.Sprintf(" in pod %q", sel.Pod)
+	}
+	if sel.Container != "" {
+		msg += fmt.Sprintf(" in container %q", sel.Container)
 	}
 	res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT FROM %s GROUP BY service_id ORDER BY 2 DESC, 1 LIMIT 11`, tb.stacks))
 	if err == nil && len(res.Rows) > 0 {
@@ -527,4 +539,29 @@ WHERE %s >= %s AND %s < %s GROUP BY service_id ORDER BY 2 DESC, 1`, tb.stacks, t
 		out = append(out, ServiceSummary{asString(row[0]), n, b})
 	}
 	return out, nil
+}
+
+// workloadWhere selects sel's pod and container. Files before schema
+// version 7 know pods by name on the gateway tier only, and no containers.
+func (tb tables) workloadWhere(src Source, sel Selector) (string, error) {
+	var where string
+	if sel.Pod != "" {
+		switch {
+		case tb.workload && src.Tier() == Summary:
+			where += " AND (pod_name = " + quote(sel.Pod) + " OR k8s_pod_uid = " + quote(sel.Pod) + ")"
+		case tb.workload:
+			where += " AND k8s_pod_uid = " + quote(sel.Pod)
+		case src.Tier() == Summary:
+			where += " AND pod_name = " + quote(sel.Pod)
+		default:
+			return "", fmt.Errorf("--pod: %s predates pod UIDs in storage (schema version 7) and its agent tier has no pod names; the collector upgrades it when it opens it", src.Describe())
+		}
+	}
+	if sel.Container != "" {
+		if !tb.workload {
+			return "", fmt.Errorf("--container: %s predates containers in storage (schema version 7); the collector upgrades it when it opens it", src.Describe())
+		}
+		where += " AND starts_with(container_id, " + quote(sel.Container) + ")"
+	}
+	return where, nil
 }

@@ -48,6 +48,9 @@ type tables struct {
 	// frameMeta: the frame dictionary has frame_type, file_name and
 	// line_number (schema version 6).
 	frameMeta bool
+	// workload: the row tables and samples_in have container_id and
+	// k8s_pod_uid (schema version 7).
+	workload bool
 }
 
 func tablesFor(t Tier) tables {
@@ -75,6 +78,7 @@ func tablesOf(src Source) tables {
 	if !ok || v.version() >= 5 {
 		tb.samplesIn = true
 		tb.frameMeta = !ok || v.version() >= 6
+		tb.workload = !ok || v.version() >= 7
 		return tb
 	}
 	if v.version() == 4 {
@@ -130,7 +134,7 @@ FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonE
 }
 
 // supportedVersions are the schema versions whose tables are read here.
-var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true}
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -335,9 +339,9 @@ type Tables struct {
 }
 
 // WritableVersion is the schema version whose tables TablesOf names.
-const WritableVersion = 6
+const WritableVersion = 7
 
-// TablesOf returns the table names of tier t (schema version 6).
+// TablesOf returns the table names of tier t (schema version 7).
 func TablesOf(t Tier) Tables {
 	tb := tablesFor(t)
 	rows := []string{tb.stacks, tb.traces}

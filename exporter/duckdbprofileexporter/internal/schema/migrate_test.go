@@ -279,3 +279,55 @@ WHERE frame_type IS DISTINCT FROM CASE WHEN suffix(frame_name, '_[j]') THEN 'jit
 		})
 	}
 }
+
+// TestMigrateV6AddsWorkloadColumns opens a file of version 6 (a migrated
+// v2 file with the version 7 columns taken out again): the row tables get
+// container_id and k8s_pod_uid, ” on every old row, and every total
+// stays.
+func TestMigrateV6AddsWorkloadColumns(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []Tier{Local, Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			tb := TablesFor(tier)
+			db := openDB(t, openV2(t, tier))
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			tables := []string{tb.Samples, tb.Traces}
+			if tier == Summary {
+				tables = append(tables, tb.Hourly, tb.Daily)
+			}
+			for _, table := range tables {
+				for _, col := range strings.Split(WorkloadColumns, ", ") {
+					if _, err := db.Exec(`ALTER TABLE ` + table + ` DROP COLUMN ` + col); err != nil {
+						t.Fatalf("make a version 6 file: %v", err)
+					}
+				}
+			}
+			if _, err := db.Exec(`UPDATE schema_version SET version = 6`); err != nil {
+				t.Fatal(err)
+			}
+			minutes := totals(t, db, `SELECT service_id, `+tb.TimeCol+`, stack_id, sum(sample_count) FROM `+tb.Samples+` GROUP BY ALL`)
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			if v := version(t, db); v != Version {
+				t.Fatalf("version %d after migration, want %d", v, Version)
+			}
+			same(t, "samples per service, minute and stack", totals(t, db, `SELECT service_id, `+tb.TimeCol+`, stack_id, sum(sample_count) FROM `+tb.Samples+` GROUP BY ALL`), minutes)
+			for _, table := range tables {
+				var rows, blank int
+				if err := db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE container_id = '' AND k8s_pod_uid = '') FROM `+table).Scan(&rows, &blank); err != nil {
+					t.Fatal(err)
+				}
+				if rows != blank {
+					t.Errorf("%s: %d of %d old rows have a container or pod", table, rows-blank, rows)
+				}
+			}
+			// samples_in answers with the new columns.
+			if _, err := db.Exec(`SELECT container_id, k8s_pod_uid FROM samples_in('x', TIMESTAMP '2000-01-01', TIMESTAMP '2100-01-01')`); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -44,7 +44,10 @@ const (
 //	   a frame is and where its code lives; NULL = unknown). Frames written
 //	   before get the type their name's suffix says ("_[j]" jit, "_[k]"
 //	   kernel), else NULL.
-const Version = 6
+//	7: container_id and k8s_pod_uid on the row tables of both tiers and the
+//	   roll-ups (the container and pod a sample's process ran in; '' =
+//	   none, as for every row written before).
+const Version = 7
 
 // IngestedBatches records the hotpath.batch.id of every batch stored, in
 // the batch's own transaction, so a batch sent again is not stored twice.
@@ -111,6 +114,15 @@ func (tb Tables) RowTables() []string {
 
 // podCol is the pod column of the tier's row tables, with a trailing comma
 // and space ("" on the local tier, which has none).
+// workloadCols are the row tables' last columns: where the sampled process
+// ran (container.id and k8s.pod.uid of its resource, from its cgroup).
+// Version 7 added them; rows written before hold ”.
+const workloadCols = `    container_id     VARCHAR   DEFAULT '', -- '' = not in a container
+    k8s_pod_uid      VARCHAR   DEFAULT ''  -- '' = not in a Kubernetes pod`
+
+// WorkloadColumns are workloadCols' names, in table order.
+const WorkloadColumns = "container_id, k8s_pod_uid"
+
 func podCol(t Tier, prefix string) string {
 	if t == Summary {
 		return prefix + "pod_name, "
@@ -151,7 +163,8 @@ func tableDDL(t Tier) []string {
     build_id         VARCHAR   NOT NULL, -- '' when unknown
     stack_id         INTEGER   NOT NULL,
     sample_count     INTEGER   NOT NULL, -- every sample, trace-tagged or not
-    sample_period_ns BIGINT              -- CPU time per sample (1e9 / frequency), NULL = unknown
+    sample_period_ns BIGINT,             -- CPU time per sample (1e9 / frequency), NULL = unknown
+` + workloadCols + `
 )`
 	traces := `CREATE TABLE ` + tb.Traces + ` (
     ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
@@ -161,7 +174,8 @@ func tableDDL(t Tier) []string {
     trace_id         BLOB      NOT NULL, -- 16 bytes
     span_id          BLOB,               -- 8 bytes, NULL without span
     sample_count     INTEGER   NOT NULL,
-    sample_period_ns BIGINT
+    sample_period_ns BIGINT,
+` + workloadCols + `
 )`
 	binaries := `CREATE TABLE ` + tb.Binaries + ` (
     build_id       VARCHAR PRIMARY KEY,
@@ -195,7 +209,8 @@ func rollupDDL(t Tier) []string {
     build_id         VARCHAR   NOT NULL,
     stack_id         INTEGER   NOT NULL,
     sample_count     BIGINT    NOT NULL,
-    sample_period_ns BIGINT
+    sample_period_ns BIGINT,
+`+workloadCols+`
 )`)
 	}
 	return append(out, `CREATE TABLE `+tb.Rollups+` (
@@ -228,7 +243,7 @@ func RollupMacros(hourly, daily time.Time) []string {
 // constant when since and until are.
 func samplesInSQL(t Tier) string {
 	tb := TablesFor(t)
-	cols := "build_id, " + podCol(t, "") + "stack_id, sample_count, sample_period_ns"
+	cols := "build_id, " + podCol(t, "") + "stack_id, sample_count, sample_period_ns, " + WorkloadColumns
 	part := func(table, lo, hi string) string {
 		return fmt.Sprintf("SELECT %s FROM %s WHERE service_id = service AND %s >= %s AND %s < %s", cols, table, tb.TimeCol, lo, tb.TimeCol, hi)
 	}
@@ -409,6 +424,26 @@ var migrations = map[int]func(t Tier) []string{
 	// when it opens the file.
 	4: rollupDDL,
 	5: migrateFrameTypes,
+	6: addWorkloadColumns,
+}
+
+// addWorkloadColumns adds container_id and k8s_pod_uid to every row table:
+// ” for every row written before (nobody knew). A column with a constant
+// default is added without rewriting the rows. Tables an earlier step of
+// this migration created (as this version writes them) have them already.
+func addWorkloadColumns(t Tier) []string {
+	tb := TablesFor(t)
+	tables := []string{tb.Samples, tb.Traces}
+	if t == Summary {
+		tables = append(tables, tb.Hourly, tb.Daily)
+	}
+	var out []string
+	for _, table := range tables {
+		out = append(out,
+			`ALTER TABLE `+table+` ADD COLUMN IF NOT EXISTS container_id VARCHAR DEFAULT ''`,
+			`ALTER TABLE `+table+` ADD COLUMN IF NOT EXISTS k8s_pod_uid VARCHAR DEFAULT ''`)
+	}
+	return out
 }
 
 // migrateFrameTypes adds what a frame is and where its code lives to the
@@ -450,12 +485,14 @@ func migrateToStackDictionary(t Tier) []string {
 	return append(stmts,
 		`INSERT INTO `+tb.StackDict+` SELECT (row_number() OVER (ORDER BY first_seen, stack_frame_ids))::INTEGER, stack_frame_ids
 FROM (SELECT stack_frame_ids, min(`+tb.TimeCol+`) AS first_seen FROM `+old+` GROUP BY stack_frame_ids)`,
-		fmt.Sprintf(`INSERT INTO %[1]s
-SELECT o.%[2]s, o.service_id, %[3]so.build_id, d.stack_id, least(sum(o.sample_count), 2147483647)::INTEGER, o.sample_period_ns
+		// BY NAME: the tables are created as this version writes them,
+		// with columns later versions added (and their defaults).
+		fmt.Sprintf(`INSERT INTO %[1]s BY NAME
+SELECT o.%[2]s, o.service_id, %[3]so.build_id, d.stack_id, least(sum(o.sample_count), 2147483647)::INTEGER AS sample_count, o.sample_period_ns
 FROM %[4]s o JOIN %[5]s d ON d.stack_frame_ids = o.stack_frame_ids
 GROUP BY ALL ORDER BY o.%[2]s`, tb.Samples, tb.TimeCol, pod, old, tb.StackDict),
-		fmt.Sprintf(`INSERT INTO %[1]s
-SELECT o.%[2]s, o.service_id, %[3]so.build_id, d.stack_id, unhex(o.trace_id), unhex(o.span_id), o.sample_count, o.sample_period_ns
+		fmt.Sprintf(`INSERT INTO %[1]s BY NAME
+SELECT o.%[2]s, o.service_id, %[3]so.build_id, d.stack_id, unhex(o.trace_id) AS trace_id, unhex(o.span_id) AS span_id, o.sample_count, o.sample_period_ns
 FROM %[4]s o JOIN %[5]s d ON d.stack_frame_ids = o.stack_frame_ids
 WHERE o.trace_id IS NOT NULL ORDER BY o.%[2]s`, tb.Traces, tb.TimeCol, pod, old, tb.StackDict),
 		`UPDATE `+tb.Frames+` SET frame_count = 0`,

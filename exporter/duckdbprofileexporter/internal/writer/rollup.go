@@ -23,6 +23,7 @@ type rollState struct {
 type rollKey struct {
 	at                  time.Time
 	service, pod, build string
+	container, podUID   string
 	stack               int32
 	period              int64
 }
@@ -49,7 +50,7 @@ func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []S
 			if !r.Time.Before(l.until) {
 				continue
 			}
-			k := rollKey{r.Time.UTC().Truncate(l.width), r.ServiceID, r.PodName, r.BuildID, ids[i], r.PeriodNanos}
+			k := rollKey{r.Time.UTC().Truncate(l.width), r.ServiceID, r.PodName, r.BuildID, r.ContainerID, r.PodUID, ids[i], r.PeriodNanos}
 			if _, ok := sums[k]; !ok {
 				order = append(order, k)
 			}
@@ -60,7 +61,7 @@ func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []S
 		}
 		err := appendAll(dc, l.table, len(order), func(a *duckdb.Appender, i int) error {
 			k := order[i]
-			return a.AppendRow(k.at, k.service, k.pod, k.build, k.stack, sums[k], nullablePeriod(k.period))
+			return a.AppendRow(k.at, k.service, k.pod, k.build, k.stack, sums[k], nullablePeriod(k.period), k.container, k.podUID)
 		})
 		if err != nil {
 			return st, fmt.Errorf("late rows: %w", err)
@@ -98,8 +99,8 @@ func (w *Writer) closeRollups(ctx context.Context, c rawConn, st rollState, newe
 			args = append(args, *s.done)
 		}
 		q := fmt.Sprintf(`INSERT INTO %s
-SELECT date_trunc('%s', bucket_time) AS bucket, service_id, pod_name, build_id, stack_id, sum(sample_count), sample_period_ns
-FROM %s WHERE bucket_time < $1%s GROUP BY ALL ORDER BY %s`, s.to, s.unit, s.from, lower, s.order)
+SELECT date_trunc('%s', bucket_time) AS bucket, service_id, pod_name, build_id, stack_id, sum(sample_count), sample_period_ns, %s
+FROM %s WHERE bucket_time < $1%s GROUP BY ALL ORDER BY %s`, s.to, s.unit, schema.WorkloadColumns, s.from, lower, s.order)
 		if _, err := c.ExecContext(ctx, q, named(args...)); err != nil {
 			return st, fmt.Errorf("roll up %s: %w", s.name, err)
 		}

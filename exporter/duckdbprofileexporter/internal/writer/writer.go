@@ -33,10 +33,13 @@ type StackRow struct {
 	ServiceID string
 	PodName   string // summary tier only
 	BuildID   string // "" when unknown
-	Frames    []string
-	Count     int64
-	TraceID   string // 32 hex chars, "" = no trace (stored as NULL)
-	SpanID    string // 16 hex chars, "" = no span (stored as NULL)
+	// ContainerID and PodUID say where the process ran (container.id,
+	// k8s.pod.uid); "" = not in a container / pod.
+	ContainerID, PodUID string
+	Frames              []string
+	Count               int64
+	TraceID             string // 32 hex chars, "" = no trace (stored as NULL)
+	SpanID              string // 16 hex chars, "" = no span (stored as NULL)
 	// PeriodNanos is the CPU time one sample stands for (1e9 / sampling
 	// frequency); 0 = unknown (stored as NULL).
 	PeriodNanos int64
@@ -610,8 +613,13 @@ func clampCount(n int64) int32 {
 type aggKey struct {
 	at                  int64
 	service, pod, build string
+	container, podUID   string
 	stack               int32
 	period              int64
+}
+
+func keyOf(r *StackRow, stack int32) aggKey {
+	return aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, r.ContainerID, r.PodUID, stack, r.PeriodNanos}
 }
 
 // appendRows writes every row's samples to Samples (trace-tagged rows
@@ -631,7 +639,7 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 				traced = map[aggKey]int64{}
 			}
 			r := &rows[i]
-			traced[aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, ids[i], r.PeriodNanos}] += r.Count
+			traced[keyOf(r, ids[i])] += r.Count
 			tracedRows = append(tracedRows, i)
 		}
 	}
@@ -641,9 +649,9 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 	}
 	appendAgg := func(r *StackRow, stack int32, count int64) error {
 		if summary {
-			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, stack, clampCount(count), nullablePeriod(r.PeriodNanos))
+			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, stack, clampCount(count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
 		}
-		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, stack, clampCount(count), nullablePeriod(r.PeriodNanos))
+		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, stack, clampCount(count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
 	}
 	for i := range rows {
 		r := &rows[i]
@@ -652,7 +660,7 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 		}
 		count := r.Count
 		if traced != nil {
-			k := aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, ids[i], r.PeriodNanos}
+			k := keyOf(r, ids[i])
 			if n, ok := traced[k]; ok {
 				count += n
 				delete(traced, k)
@@ -666,7 +674,7 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 	// Keys with trace-tagged samples only, once each.
 	for _, i := range tracedRows {
 		r := &rows[i]
-		k := aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, ids[i], r.PeriodNanos}
+		k := keyOf(r, ids[i])
 		if n, ok := traced[k]; ok {
 			delete(traced, k)
 			if err := appendAgg(r, ids[i], n); err != nil {
@@ -696,9 +704,9 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 			span = b
 		}
 		if summary {
-			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, ids[tracedRows[j]], trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos))
+			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, ids[tracedRows[j]], trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
 		}
-		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, ids[tracedRows[j]], trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos))
+		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, ids[tracedRows[j]], trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
 	})
 }
 
