@@ -30,6 +30,7 @@
 #define MAX_STACK_DEPTH 127
 #define EEXIST 17
 #define PF_KTHREAD 0x00200000
+#define PF_EXITING 0x00000004 // include/linux/sched.h
 
 // trace_id/span_id: the trace context active on the sampled thread or
 // goroutine (see trace_ctx.h), zero when there is none.
@@ -666,6 +667,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	__u32 set = active_set & 1;
 	struct sample_key key;
 	struct sample_stats *st;
+	struct task_struct *task;
 	__u64 exec_vm, *known_vm;
 
 	st = stats_for(set);
@@ -698,10 +700,18 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	else
 		count_sample(st, &counts_1, &key);
 
+	// A process past its exit event (tearing down its memory and files)
+	// is still sampled, and counted above, but not announced again: the
+	// exit already removed it from seen_pids, and a new announcement would
+	// make user space read a zombie (no executable, no environment) in place
+	// of what it read while the process lived.
+	task = bpf_get_current_task_btf();
+	if (task->flags & PF_EXITING)
+		return 0;
 	// Look up first: an LRU update takes a free node (maybe evicting) even
 	// when the key exists. BPF_NOEXIST: only the CPU that inserts the pid
 	// announces it.
-	exec_vm = bpf_get_current_task_btf()->mm->exec_vm;
+	exec_vm = task->mm->exec_vm;
 	known_vm = bpf_map_lookup_elem(&seen_pids, &pid);
 	if (!known_vm) {
 		if (bpf_map_update_elem(&seen_pids, &pid, &exec_vm, BPF_NOEXIST) == 0)

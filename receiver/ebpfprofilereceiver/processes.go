@@ -100,6 +100,9 @@ type processTable struct {
 	// together once the burst (a dynamic loader at work) settles.
 	refreshDue   map[int]struct{}
 	refreshTimer *time.Timer
+	// lastDrain is when the previous drain began: an exited process is
+	// dropped only once a whole drain began after its exit was reported.
+	lastDrain time.Time
 }
 
 // buildIDCacheSize bounds the executables whose build IDs are remembered.
@@ -154,15 +157,20 @@ func (t *processTable) attachWorker() {
 
 // seen handles the kernel's first sample of pid (since it started, exec'd,
 // or was forgotten): read it, unless it is the process already known — the
-// kernel forgot it (LRU) or an idle process woke up — rather than a new
-// process that reused the pid of one whose exit was missed.
+// kernel forgot it (LRU), an idle process woke up, or it was sampled on its
+// way out after its exit event — rather than a new process that reused the
+// pid.
 func (t *processTable) seen(pid int) {
 	t.mu.Lock()
 	known, ok := t.entries[pid]
 	execs := t.execs[pid]
 	t.mu.Unlock()
-	if ok && known.exitedAt.IsZero() && known.startTime != 0 && !known.unsettled {
-		if _, start, err := procinfo.ReadStat(t.procRoot, pid); err == nil && start == known.startTime {
+	if ok && known.startTime != 0 && !known.unsettled {
+		// Gone, or the same process: what was read of it while it lived
+		// stays. A read now would find at best a zombie (no executable, no
+		// environment, no mappings) and its remaining samples would lose
+		// their names and service.
+		if _, start, err := procinfo.ReadStat(t.procRoot, pid); err != nil || start == known.startTime {
 			return
 		}
 	}
@@ -317,19 +325,25 @@ func (t *processTable) exited(pid int, at time.Time) {
 	}
 }
 
-// forgetExitedBefore drops processes that exited before a drain began (all
-// their samples were in that drain) and processes with no samples for
-// idleIntervals: the kernel announces those again when they next run. A
-// process not sampled in this drain is checked for life (one stat), which
-// catches exits the kernel could not report.
+// forgetExitedBefore drops processes whose exit was reported before the
+// previous drain began, and processes with no samples for idleIntervals: the
+// kernel announces those again when they next run. An exited process is kept
+// through one more drain than its exit event suggests: the exit event comes
+// at the start of the kernel's exit work, which is still sampled (tearing
+// down a large address space takes a while) and may land in the next drain's
+// counts; those samples keep the process's names and service. A process not
+// sampled in this drain is checked for life (one stat), which catches exits
+// the kernel could not report.
 func (t *processTable) forgetExitedBefore(drain time.Time, interval time.Duration) {
 	idleSince := drain.Add(-idleIntervals * interval)
 	t.mu.Lock()
+	exitedBefore := t.lastDrain
+	t.lastDrain = drain
 	var drop []int
 	var check []int
 	for pid, e := range t.entries {
 		switch {
-		case !e.exitedAt.IsZero() && e.exitedAt.Before(drain):
+		case !e.exitedAt.IsZero() && e.exitedAt.Before(exitedBefore):
 			drop = append(drop, pid)
 		case !e.exitedAt.IsZero():
 		case e.readAt.Before(idleSince) && e.sampledAt.Before(idleSince):

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +108,64 @@ func TestSeenTellsReusedPIDApart(t *testing.T) {
 	table.seen(pid)
 	if again := table.lookup(pid); again == first || again.startTime != first.startTime+1 {
 		t.Error("a reused pid kept the previous process's entry")
+	}
+}
+
+// A process is sampled on its way out, after its exit event (the kernel's
+// exit work runs after the tracepoint): the first-sample event that follows
+// neither replaces what was read while it lived with a zombie's nothing nor
+// with an unreadable process, and its entry lasts through the next drain,
+// whose counts may hold those last samples.
+func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = append(os.Environ(), "OTEL_SERVICE_NAME=leaving")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	// The environment, set last by exec (the executable changes first).
+	waitFor(t, 5*time.Second, "sleep to exec", func() bool {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		return err == nil && strings.Contains(string(env), "OTEL_SERVICE_NAME=leaving")
+	})
+	table.seen(pid)
+	lived := table.lookup(pid)
+	if lived.snapshot == nil || lived.resource.ServiceName != "leaving" {
+		t.Fatalf("live process read as %+v (snapshot %v)", lived.resource, lived.snapshot != nil)
+	}
+	current := func() *processEntry {
+		table.mu.Lock()
+		defer table.mu.Unlock()
+		return table.entries[pid]
+	}
+
+	table.exited(pid, time.Now())
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "sleep to be a zombie", func() bool {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err == nil && strings.Contains(string(stat), ") Z ")
+	})
+	table.seen(pid)
+	if got := current(); got != lived {
+		t.Fatalf("announced again as a zombie, the entry became %+v (snapshot %v)", got.resource, got.snapshot != nil)
+	}
+	_ = cmd.Wait() // reaped: /proc/PID is gone
+	table.seen(pid)
+	if got := current(); got != lived {
+		t.Fatalf("announced again once reaped, the entry became %+v (snapshot %v)", got.resource, got.snapshot != nil)
+	}
+
+	table.forgetExitedBefore(time.Now(), time.Second)
+	if current() != lived {
+		t.Fatal("dropped at the first drain after its exit; that drain's successor may still count its last samples")
+	}
+	table.forgetExitedBefore(time.Now(), time.Second)
+	if current() != nil {
+		t.Error("still kept after a whole drain began after its exit")
 	}
 }
 
