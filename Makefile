@@ -97,6 +97,13 @@ FORCE:
 run: build
 	./scripts/run.sh
 
+# stop ends a make run started from another shell (or in the background):
+# its script stops both collectors and waits for them.
+stop:
+	@state=$${HOTPATH_STATE_DIR:-$(CURDIR)/var}; pid=$$(cat "$$state/run.pid" 2>/dev/null) || { echo "make run is not running (no $$state/run.pid)"; exit 0; }; \
+	kill -TERM $$pid 2>/dev/null || { echo "make run (pid $$pid) is gone"; rm -f "$$state/run.pid"; exit 0; }; \
+	while kill -0 $$pid 2>/dev/null; do sleep 0.2; done; echo "stopped make run (pid $$pid)"
+
 # SDK_MODULES are modules of their own that applications import (not part of
 # ./...); TEST_APP_MODULES are test applications that use them as a user would.
 SDK_MODULES := sdk/go/tracectx

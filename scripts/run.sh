@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # Starts the gateway and the agent on this machine with the shipped configs
-# (make run). Both log to $HOTPATH_STATE_DIR/*.log; Ctrl-C stops both.
+# (make run). Both log to $HOTPATH_STATE_DIR/*.log; Ctrl-C (or make stop,
+# from another shell) stops both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "make run must run as root: the agent loads eBPF programs (CAP_BPF, CAP_PERFMON)"; exit 1; }
 
 export HOTPATH_STATE_DIR=${HOTPATH_STATE_DIR:-$PWD/var}
 mkdir -p "$HOTPATH_STATE_DIR"
+runpid="$HOTPATH_STATE_DIR/run.pid"
+if [ -f "$runpid" ] && kill -0 "$(cat "$runpid")" 2>/dev/null; then
+	echo "make run is already running (pid $(cat "$runpid")); make stop ends it" >&2
+	exit 1
+fi
+echo $$ >"$runpid"
 collector=./bin/otelcol-hotpath
 pids=()
 stop() {
 	trap - INT TERM EXIT
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	rm -f "$runpid"
 }
 trap stop INT TERM EXIT
 
