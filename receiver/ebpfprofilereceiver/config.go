@@ -66,6 +66,12 @@ type Config struct {
 	// (unwinding: auto). Binaries that do not fit unwind with frame
 	// pointers and are counted.
 	MaxUnwindTableMiB int `mapstructure:"max_unwind_table_mib"`
+	// PythonFrames (unwinding: auto) walks the interpreter frames of
+	// CPython 3.11 and 3.12 processes in the kernel and names them (README:
+	// "CPython frames"). false leaves Python processes native-only, as with
+	// unwinding: frame_pointer: no walk in the kernel, no reads of their
+	// memory.
+	PythonFrames bool `mapstructure:"python_frames"`
 	// BinaryCache keeps what is derived from each binary (frame-pointer
 	// verdict, unwind rows) on disk, so a restart does not compute it all
 	// again. Off when Directory is empty.
@@ -143,6 +149,7 @@ func createDefaultConfig() *Config {
 		Unwinding:       UnwindingAuto,
 		// glibc is 0.2 MiB of rows, a large C++ service a few MiB.
 		MaxUnwindTableMiB: 64,
+		PythonFrames:      true,
 		BinaryCache:       BinaryCacheConfig{MaxMiB: 64},
 		TraceContext: TraceContextConfig{
 			Enabled:        true,

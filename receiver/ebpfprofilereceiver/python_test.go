@@ -188,17 +188,7 @@ func TestUnknownPythonStaysNative(t *testing.T) {
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
-	if tl.Total < 20 {
-		t.Fatalf("only %d samples; top:%s", tl.Total, tl.Top(5))
-	}
-	for stack := range tl.Folded {
-		for _, fn := range append([]string{"dispatch", "timed", "<module>", "wait_for_go"}, designedSplit...) {
-			if slices.Contains(strings.Split(stack, ";"), fn) {
-				t.Fatalf("Python frame %s in a native-only stack: %s", fn, stack)
-			}
-		}
-	}
+	assertNativeOnly(t, testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid))
 	if n := logs.FilterMessageSnippet("frames are not walked").Len(); n == 0 {
 		t.Errorf("no log line about the unknown CPython; logs: %v", logs.All())
 	}
@@ -208,6 +198,50 @@ func TestUnknownPythonStaysNative(t *testing.T) {
 	}
 	if got := counterValue(rm, "otelcol_receiver_ebpfprofile_python_processes", "outcome", "unknown_version"); got < 1 {
 		t.Errorf("unknown_version counter = %d, want ≥ 1", got)
+	}
+}
+
+// With python_frames: false a CPython the agent knows stays native-only
+// too: the interpreter's own frames, no Python frame.
+func TestPythonFramesOff(t *testing.T) {
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	cfg.PythonFrames = false
+	r, sink := startReceiver(t, cfg)
+	script := filepath.Join(t.TempDir(), "split.py")
+	if err := os.WriteFile(script, []byte(splitPyZlib), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := startRuntime(t, "/usr/bin/python3.11", script, "2")
+	run.runGated(t, r)
+	run.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	assertNativeOnly(t, testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid))
+}
+
+// assertNativeOnly fails when a stack of splitPyZlib's interpreter holds a
+// Python frame, or when the interpreter itself was not sampled.
+func assertNativeOnly(t *testing.T, tl testworkload.Tally) {
+	t.Helper()
+	if tl.Total < 20 {
+		t.Fatalf("only %d samples; top:%s", tl.Total, tl.Top(5))
+	}
+	var inEval int64
+	for stack, n := range tl.Folded {
+		frames := strings.Split(stack, ";")
+		for _, fn := range append([]string{"dispatch", "timed", "<module>", "wait_for_go"}, designedSplit...) {
+			if slices.Contains(frames, fn) {
+				t.Fatalf("Python frame %s in a native-only stack: %s", fn, stack)
+			}
+		}
+		if slices.Contains(frames, "_PyEval_EvalFrameDefault") {
+			inEval += n
+		}
+	}
+	if inEval < tl.Total/2 {
+		t.Errorf("only %d of %d samples in _PyEval_EvalFrameDefault: the interpreter's native frames are missing; top:%s", inEval, tl.Total, tl.Top(5))
 	}
 }
 

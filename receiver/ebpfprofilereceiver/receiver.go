@@ -208,7 +208,9 @@ func (r *profileReceiver) startSamplingLocked() error {
 	if scfg.DWARFUnwind {
 		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.binaryCache, r.set.Logger)
 		r.procs.setUnwinder(r.unwind)
-		r.procs.setPython(newPythonFrames(s, r.symbolizer, r.set.Logger, r.metrics.tb.ReceiverEbpfprofilePythonProcesses))
+		if r.cfg.PythonFrames {
+			r.procs.setPython(newPythonFrames(s, r.symbolizer, r.set.Logger, r.metrics.tb.ReceiverEbpfprofilePythonProcesses))
+		}
 	}
 	if err := s.LifecycleErr(); err != nil {
 		r.set.Logger.Warn("process exec/exit events are off; short-lived processes may lose their symbols", zap.Error(err))

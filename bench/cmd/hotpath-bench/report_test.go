@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,8 +95,8 @@ func TestReportUnwinding(t *testing.T) {
 	unw := unwindingResult{CPUs: 2, SteadySeconds: 60, WarmupSeconds: 20, NativeCFlags: nativeCFlags,
 		AgentArgs: []string{"--set=receivers.ebpfprofile.max_cpu_percent=0"}, Workload: []string{"burn", "native", "python"},
 		Runs: []unwindRun{
-			run(modeFP, 0.12, 20, 4000, 0), run(modeAuto, 0.15, 30, 5000, 570),
-			run(modeFP, 0.12, 22, 4000, 0), run(modeAuto, 0.21, 33, 7000, 570),
+			run(modeFP, 0.12, 20, 4000, 0), run(modeAuto, 0.15, 30, 5000, 570), run(modeAutoNoPython, 0.09, 28, 3000, 570),
+			run(modeFP, 0.12, 22, 4000, 0), run(modeAuto, 0.21, 33, 7000, 570), run(modeAutoNoPython, 0.11, 30, 5000, 570),
 		}}
 	dir := t.TempDir()
 	if err := writeJSON(filepath.Join(dir, "unwinding.json"), unw); err != nil {
@@ -115,15 +116,16 @@ func TestReportUnwinding(t *testing.T) {
 		"| agent CPU, % of one core (19 Hz, unwinding: auto, code without frame pointers) | < 1 % | ≤ 0.25 % | 0.300 % median of 2 runs [0.250, 0.350] | FAIL |",
 		"| agent RSS, steady (unwinding: frame_pointer) | — | ≤ 30 MB | 21.0 MB median of 2 runs [20.0, 22.0] | PASS |",
 		"| agent RSS, steady (unwinding: auto) | — | ≤ 30 MB | 31.5 MB median of 2 runs [30.0, 33.0] | FAIL |",
-		"## Unwinding: auto vs frame_pointer (19 Hz)",
-		"Runs in order frame_pointer, auto, frame_pointer, auto",
-		"| agent CPU, % of one core | 0.200 % | 0.300 % | 1.50× |",
-		"| agent RSS, median of 1 s samples | 21.0 MB | 31.5 MB | 1.50× |",
-		"| BPF cpu_sample, ns per sample (run_time_ns ÷ run_cnt) | 4000 ns | 6000 ns | 1.50× |",
-		"| unwind table memory, kernel (memlock of unwind_tables' inner maps) | 0.00 MB | 6.00 MB | — |",
-		"| BPF maps + unwind tables (kernel) | 8.00 MB | 14.00 MB | — |",
-		"| stacks ended early: no_unwind_rule | 0 | 12 | — |",
-		"| time to first sample (exec → \"sampling every CPU\"; goal ≤ 0.5 s) | 200 ms | 900 ms | — |",
+		"| agent CPU with the CPython frame walk ÷ without it (unwinding: auto, python_frames true / false) | — | ≤ 1.5× | 1.80× (0.300 % / 0.167 % of a core, medians of 2 and 2 runs) | FAIL |",
+		"## Unwinding: auto vs frame_pointer, and the CPython walk (19 Hz)",
+		"Runs in order frame_pointer, auto, auto_no_python, frame_pointer, auto, auto_no_python",
+		"| agent CPU, % of one core | 0.200 % | 0.300 % | 0.167 % | 1.50× | 1.80× |",
+		"| agent RSS, median of 1 s samples | 21.0 MB | 31.5 MB | 29.0 MB | 1.50× | 1.09× |",
+		"| BPF cpu_sample, ns per sample (run_time_ns ÷ run_cnt) | 4000 ns | 6000 ns | 4000 ns | 1.50× | 1.50× |",
+		"| unwind table memory, kernel (memlock of unwind_tables' inner maps) | 0.00 MB | 6.00 MB | 0.00 MB | — | — |",
+		"| BPF maps + unwind tables (kernel) | 8.00 MB | 14.00 MB | 8.00 MB | — | — |",
+		"| stacks ended early: no_unwind_rule | 0 | 12 | 0 | — | — |",
+		"| time to first sample (exec → \"sampling every CPU\"; goal ≤ 0.5 s) | 200 ms | 900 ms | 200 ms | — | — |",
 		"DWARF share of kept samples with unwinding: auto: 50.0 % (median of 2 runs; the C and python workload alone are 50.0 % of the samples by their CPU time).",
 		"- agent: not run (-phases \"unwinding\")",
 	} {
@@ -133,6 +135,23 @@ func TestReportUnwinding(t *testing.T) {
 	}
 	if strings.Contains(md, "not being used") {
 		t.Error("a DWARF share equal to the workload's share was called out")
+	}
+
+	// Without a run that has the walk off, the walk's ratio is an error,
+	// not a figure made up from the other modes.
+	noWalkOff := unw
+	noWalkOff.Runs = slices.DeleteFunc(slices.Clone(unw.Runs), func(r unwindRun) bool { return r.Mode == modeAutoNoPython })
+	if err := writeJSON(filepath.Join(dir, "unwinding.json"), noWalkOff); err != nil {
+		t.Fatal(err)
+	}
+	if err := reportCmd([]string{"-dir", dir, "-results", results, "-phases", "unwinding"}); err == nil {
+		t.Error("no run with python_frames: false, yet the report has every figure")
+	}
+	if raw, _ := os.ReadFile(results); !strings.Contains(string(raw), "no run without the walk (python_frames: false) | ERROR |") {
+		t.Error("the report does not say the walk's ratio is missing")
+	}
+	if err := writeJSON(filepath.Join(dir, "unwinding.json"), unw); err != nil {
+		t.Fatal(err)
 	}
 
 	// Tables that unwind next to nothing are said so, not hidden.

@@ -9,11 +9,18 @@ import (
 	"github.com/hotpath-dev/hotpath/bench/internal/benchfmt"
 )
 
-// The two values of receivers.ebpfprofile.unwinding, in report order.
+// The modes of the unwinding phase, in report order: the two values of
+// receivers.ebpfprofile.unwinding, and auto without the CPython frame walk
+// (python_frames: false), the native-only figure the walk is held to.
 const (
-	modeFP   = "frame_pointer"
-	modeAuto = "auto"
+	modeFP           = "frame_pointer"
+	modeAuto         = "auto"
+	modeAutoNoPython = "auto_no_python"
 )
+
+// pythonWalkGoal: agent CPU with the CPython walk at most this many times
+// the native-only figure (issue 18).
+const pythonWalkGoal = 1.5
 
 // unwindMedian is the median over the runs of one mode of f.
 func unwindMedian(res *unwindingResult, mode string, f func(*unwindRun) float64) benchfmt.Summary {
@@ -69,6 +76,15 @@ func unwindingRows(res *unwindingResult) []row {
 				"VmRSS from /proc/PID/status once a second in each window; median per run, then over the runs"},
 		)
 	}
+	with, without := unwindMedian(res, modeAuto, runCPU), unwindMedian(res, modeAutoNoPython, runCPU)
+	if with.N == 0 || without.N == 0 || without.Median <= 0 {
+		rows = append(rows, row{Figure: "agent CPU with the CPython walk ÷ without it", Measured: "no run without the walk (python_frames: false)", Status: "ERROR"})
+		return rows
+	}
+	ratio := with.Median / without.Median
+	rows = append(rows, row{"agent CPU with the CPython frame walk ÷ without it (unwinding: auto, python_frames true / false)", "—", fmt.Sprintf("≤ %.1f×", pythonWalkGoal),
+		fmt.Sprintf("%.2f× (%.3f %% / %.3f %% of a core, medians of %d and %d runs)", ratio, with.Median, without.Median, with.N, without.N), verdict(ratio, pythonWalkGoal, true),
+		fmt.Sprintf("the unwinding phase's workload (a python3 loop beside a C program without frame pointers and hotpath-burn), runs interleaved; the walk's BPF cost per sample is in the Unwinding section")})
 	return rows
 }
 
@@ -77,8 +93,8 @@ func unwindingRows(res *unwindingResult) []row {
 // (agent CPU, RSS, BPF time per sample), and every run.
 func unwindingSection(res *unwindingResult) string {
 	var b strings.Builder
-	b.WriteString("## Unwinding: auto vs frame_pointer (19 Hz)\n\n")
-	fmt.Fprintf(&b, "Same workload in every run, started before the agent: %s. Runs in order %s, %.0f s steady window each after %.0f s of warm-up; agent flags %s plus `--set=receivers.ebpfprofile.unwinding=MODE`. BPF program time: %s. Load average (1/5/15 min) at the phase's start and end: %v.\n\n",
+	b.WriteString("## Unwinding: auto vs frame_pointer, and the CPython walk (19 Hz)\n\n")
+	fmt.Fprintf(&b, "Same workload in every run, started before the agent: %s. Runs in order %s, %.0f s steady window each after %.0f s of warm-up; agent flags %s plus `--set=receivers.ebpfprofile.unwinding=MODE` (auto_no_python: `unwinding=auto` and `python_frames=false`). BPF program time: %s. Load average (1/5/15 min) at the phase's start and end: %v.\n\n",
 		"`"+strings.Join(res.Workload, "`, `")+"`", modeOrder(res), res.SteadySeconds, res.WarmupSeconds, strings.Join(res.AgentArgs, " "), res.BPFStats, res.LoadAvg)
 	type figure struct {
 		name  string
@@ -111,14 +127,22 @@ func unwindingSection(res *unwindingResult) string {
 		figs = append(figs, figure{"stacks ended early: " + reason, func(r *unwindRun) float64 { return r.EndedEarly[reason] }, "", 0, false})
 	}
 	num := func(v float64, prec int, unit string) string { return fmt.Sprintf("%.*f%s", prec, v, unit) }
-	b.WriteString("| figure (median over the runs) | frame_pointer | auto | auto / frame_pointer |\n|---|---|---|---|\n")
-	for _, f := range figs {
-		fp, au := unwindMedian(res, modeFP, f.f), unwindMedian(res, modeAuto, f.f)
-		ratio := "—"
-		if f.ratio && fp.N > 0 && au.N > 0 && fp.Median != 0 {
-			ratio = fmt.Sprintf("%.2f×", au.Median/fp.Median)
+	ratio := func(f figure, a, b benchfmt.Summary) string {
+		if !f.ratio || a.N == 0 || b.N == 0 || b.Median == 0 {
+			return "—"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", f.name, num(fp.Median, f.prec, f.unit), num(au.Median, f.prec, f.unit), ratio)
+		return fmt.Sprintf("%.2f×", a.Median/b.Median)
+	}
+	cell := func(v benchfmt.Summary, f figure) string {
+		if v.N == 0 {
+			return "not run"
+		}
+		return num(v.Median, f.prec, f.unit)
+	}
+	b.WriteString("| figure (median over the runs) | frame_pointer | auto | auto_no_python | auto / frame_pointer | auto / auto_no_python (the CPython walk) |\n|---|---|---|---|---|---|\n")
+	for _, f := range figs {
+		fp, au, np := unwindMedian(res, modeFP, f.f), unwindMedian(res, modeAuto, f.f), unwindMedian(res, modeAutoNoPython, f.f)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", f.name, cell(fp, f), cell(au, f), cell(np, f), ratio(f, au, fp), ratio(f, au, np))
 	}
 	share, noFP := unwindMedian(res, modeAuto, runDWARFShare), unwindMedian(res, modeAuto, runNoFPShare)
 	if share.N > 0 {

@@ -22,7 +22,15 @@ import (
 
 // unwindModes is the order of the runs: interleaved, so a drift in the
 // machine's load does not favour one mode.
-var unwindModes = []string{"frame_pointer", "auto", "frame_pointer", "auto"}
+var unwindModes = []string{modeFP, modeAuto, modeAutoNoPython, modeFP, modeAuto, modeAutoNoPython}
+
+// modeArgs are the agent flags of a mode.
+func modeArgs(mode string) []string {
+	if mode == modeAutoNoPython {
+		return []string{"--set=receivers.ebpfprofile.unwinding=" + modeAuto, "--set=receivers.ebpfprofile.python_frames=false"}
+	}
+	return []string{"--set=receivers.ebpfprofile.unwinding=" + mode}
+}
 
 // unwindingResult is the agent with unwinding: auto against unwinding:
 // frame_pointer on one workload that has code without frame pointers.
@@ -199,7 +207,7 @@ func unwindingCmd(args []string) error {
 	defer func() { _ = gw.Stop(30 * time.Second) }()
 
 	for i, mode := range unwindModes {
-		r.agentArgs = append(append([]string(nil), baseArgs...), "--set=receivers.ebpfprofile.unwinding="+mode)
+		r.agentArgs = append(append([]string(nil), baseArgs...), modeArgs(mode)...)
 		run, workload, err := r.unwindRun(mode, native, py, *steady, *warmup)
 		if err != nil {
 			return fmt.Errorf("run %d (%s): %w", i+1, mode, err)
@@ -210,7 +218,7 @@ func unwindingCmd(args []string) error {
 		if run.SamplesKept > 0 {
 			share = 100 * run.DWARFUnwound / run.SamplesKept
 		}
-		logf("unwinding: run %d/%d %-13s agent %.3f %% of a core, RSS %.1f MB, BPF %.0f ns/sample, DWARF %.0f of %.0f kept samples (%.1f %%), %.0f tables (%.1f MB)",
+		logf("unwinding: run %d/%d %-14s agent %.3f %% of a core, RSS %.1f MB, BPF %.0f ns/sample, DWARF %.0f of %.0f kept samples (%.1f %%), %.0f tables (%.1f MB)",
 			i+1, len(unwindModes), mode, 100*run.CPUSeconds/run.Seconds, run.RSSMB, nsPerRun(run), run.DWARFUnwound, run.SamplesKept, share,
 			run.UnwindTables, run.UnwindTableBytes/1e6)
 		time.Sleep(3 * time.Second) // the gateway writes the agent's last interval
