@@ -137,6 +137,7 @@ func (r *profileReceiver) start(ctx context.Context, host component.Host) error 
 			_ = r.traceCtx.close()
 			return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)
 		}
+		r.loadKallsyms()
 	} else {
 		r.set.Logger.Warn("sampling is off (enabled: false): no BPF program is loaded")
 	}
@@ -165,11 +166,20 @@ func (r *profileReceiver) warnMissingCapabilities() {
 	for _, m := range missing {
 		r.set.Logger.Warn("missing "+m.Name+": "+m.Loses+"; grant it (see docs/security.md)", zap.String("capability", m.Name))
 	}
-	// kallsyms is read now rather than at the first kernel frame, so that
-	// hidden addresses (no CAP_SYSLOG) are reported at start.
-	if err := r.symbolizer.RefreshKernel(); err != nil {
-		r.set.Logger.Warn("kernel frames will not be symbolized: "+err.Error(), zap.Error(err))
-	}
+}
+
+// loadKallsyms reads kallsyms beside the start rather than at the first
+// kernel frame, so that hidden addresses (no CAP_SYSLOG) are reported at
+// start; but not before sampling starts: a scan of /proc/kallsyms takes
+// ~100 ms, and the first drain waits for it anyway (the symbolizer's lock).
+func (r *profileReceiver) loadKallsyms() {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		if err := r.symbolizer.RefreshKernel(); err != nil {
+			r.set.Logger.Warn("kernel frames will not be symbolized: "+err.Error(), zap.Error(err))
+		}
+	}()
 }
 
 // openSampler is sampler.Open; tests replace it to see how the receiver
