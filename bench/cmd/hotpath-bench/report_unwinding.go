@@ -66,7 +66,7 @@ func unwindingRows(res *unwindingResult) []row {
 			rows = append(rows, row{Figure: "unwinding: " + mode, Measured: "no run in this mode", Status: "ERROR"})
 			continue
 		}
-		how := fmt.Sprintf("utime+stime of the agent (/proc/PID/stat) over %.0f s windows, unwinding: %s, while hotpath-burn (half the CPUs), a C program built with %s and a python3 loop run; %d runs interleaved with the other mode",
+		how := fmt.Sprintf("utime+stime of the agent (/proc/PID/stat) over %.0f s windows, unwinding: %s, while hotpath-burn (half the CPUs), a C program built with %s and a python3 loop run; %d runs interleaved with the other modes",
 			res.SteadySeconds, mode, res.NativeCFlags, cpu.N)
 		rows = append(rows,
 			row{fmt.Sprintf("agent CPU, %% of one core (19 Hz, unwinding: %s, code without frame pointers)", mode), "< 1 %", "≤ 0.25 %",
@@ -84,7 +84,7 @@ func unwindingRows(res *unwindingResult) []row {
 	ratio := with.Median / without.Median
 	rows = append(rows, row{"agent CPU with the CPython frame walk ÷ without it (unwinding: auto, python_frames true / false)", "—", fmt.Sprintf("≤ %.1f×", pythonWalkGoal),
 		fmt.Sprintf("%.2f× (%.3f %% / %.3f %% of a core, medians of %d and %d runs)", ratio, with.Median, without.Median, with.N, without.N), verdict(ratio, pythonWalkGoal, true),
-		fmt.Sprintf("the unwinding phase's workload (a python3 loop beside a C program without frame pointers and hotpath-burn), runs interleaved; the walk's BPF cost per sample is in the Unwinding section")})
+		"the unwinding phase's workload (a python3 loop beside a C program without frame pointers and hotpath-burn), runs interleaved; the walk's BPF cost per sample is in the Unwinding section"})
 	return rows
 }
 
