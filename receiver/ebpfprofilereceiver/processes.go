@@ -266,8 +266,10 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	t.mu.Lock()
 	old := t.entries[pid]
 	execs := t.execs[pid]
+	// exitedAt is written under t.mu by the lifecycle watcher.
+	current := old != nil && (!old.readAt.Before(readBefore) || !old.exitedAt.IsZero())
 	t.mu.Unlock()
-	if old != nil && (!old.readAt.Before(readBefore) || !old.exitedAt.IsZero()) {
+	if current {
 		return old
 	}
 	e := t.read(pid)
