@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -177,7 +178,11 @@ func (r *runtimeRun) runGated(t *testing.T, rs ...*profileReceiver) {
 			rc.procs.mu.Lock()
 			e := rc.procs.entries[pid]
 			rc.procs.mu.Unlock()
-			if e == nil || e.snapshot == nil {
+			// Read, and unwound as it will be from now on: its binaries'
+			// tables are built on first sight, by the worker on a busy
+			// machine, and its stacks until then are frame-pointer walks
+			// that a split measured in steady state should not count.
+			if e == nil || e.snapshot == nil || (rc.procs.unwind.Load() != nil && !e.unwindDecided.Load()) {
 				return false
 			}
 		}
@@ -226,6 +231,10 @@ func tallyJITSplit(tl testworkload.Tally) jitSplit {
 	s := jitSplit{inFunc: map[string]int64{}, unnamedStack: map[string]int64{}}
 	for stack, n := range tl.Folded {
 		frames := userFrames(stack)
+		// Not a hot function's sample, named or not.
+		if slices.ContainsFunc(frames, beforeGate) {
+			continue
+		}
 		found := ""
 		unnamed, symbolized := false, false
 		for _, f := range frames {
@@ -254,6 +263,15 @@ func tallyJITSplit(tl testworkload.Tally) jitSplit {
 		}
 	}
 	return s
+}
+
+// beforeGate: a frame of what the workloads do before the measured work,
+// while the agent may still be reading them and building their binaries'
+// unwind tables: the wait for "go" (wait_for_go in Python, waitForGo in
+// JavaScript, with whatever decoration the perf map adds) and Python's
+// imports at start (importlib's _find_and_load, named by the frame walk).
+func beforeGate(frame string) bool {
+	return strings.Contains(frame, "wait_for_go") || strings.Contains(frame, "waitForGo") || frame == "_find_and_load"
 }
 
 // check holds the split to the targets: each function named in

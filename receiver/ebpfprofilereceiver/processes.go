@@ -50,8 +50,11 @@ type processEntry struct {
 	// unsettled: read while the process was exec'ing (its executable was
 	// not mapped yet): read again at the next chance rather than trusted.
 	unsettled bool
-	// dwarf: the kernel unwinds its user stacks with unwind tables.
-	dwarf atomic.Bool
+	// dwarf: the kernel unwinds its user stacks with unwind tables;
+	// unwindDecided: tables were attached or found not needed at least
+	// once (until then a binary built without frame pointers is walked
+	// with them, and its stacks may break off early).
+	dwarf, unwindDecided atomic.Bool
 	// endedEarly counts its user stacks (in samples) that ended before the
 	// outermost frame, by reason; guarded by processTable.mu.
 	endedEarly map[sampler.StackEnd]uint64
@@ -432,11 +435,15 @@ func (t *processTable) countEndedEarly(e *processEntry, reason sampler.StackEnd,
 	e.endedEarly[reason] += n
 }
 
-// target describes e for the control endpoint; t.mu must be held.
-func (e *processEntry) target(pid int) controlapi.Target {
+// target describes e for the control endpoint (tables: unwinding is
+// auto); t.mu must be held.
+func (e *processEntry) target(pid int, tables bool) controlapi.Target {
 	tg := controlapi.Target{PID: pid, Service: e.resource.ServiceName, Executable: e.resource.ExePath, Unwinding: "frame_pointer"}
-	if e.dwarf.Load() {
+	switch {
+	case e.dwarf.Load():
 		tg.Unwinding = "dwarf"
+	case tables && e.snapshot != nil && !e.unwindDecided.Load():
+		tg.Unwinding = "pending"
 	}
 	for end, n := range e.endedEarly {
 		if tg.StacksEndedEarly == nil {
@@ -555,6 +562,7 @@ func (t *processTable) attachUnwind(e *processEntry, heavy bool) {
 	}
 	t.work.charge(workUnwindTable, n, cpu)
 	e.dwarf.Store(dwarf)
+	e.unwindDecided.Store(true)
 	t.mu.Lock()
 	e.unwindDeferred = false
 	t.mu.Unlock()
@@ -631,9 +639,10 @@ func (t *processTable) targets() []controlapi.Target {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]controlapi.Target, 0, len(t.entries))
+	tables := t.unwind.Load() != nil
 	for pid, e := range t.entries {
 		if e.exitedAt.IsZero() {
-			out = append(out, e.target(pid))
+			out = append(out, e.target(pid, tables))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
@@ -655,7 +664,7 @@ func (t *processTable) resolveTargets(pid int, service string) ([]controlapi.Tar
 		e := t.lookup(pid)
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		return []controlapi.Target{e.target(pid)}, nil
+		return []controlapi.Target{e.target(pid, t.unwind.Load() != nil)}, nil
 	case service != "":
 		var out []controlapi.Target
 		for _, tg := range t.targets() {

@@ -36,6 +36,10 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	if e.dwarf.Load() {
 		t.Fatalf("over budget, a small process got its tables (deferred %v, dwarf %v)", table.isUnwindDeferred(e), e.dwarf.Load())
 	}
+	// The control endpoint says its unwinding is not decided yet.
+	if tg := unwindingOf(t, table, pid); tg != "pending" {
+		t.Errorf("deferred process: unwinding %q in /v1/targets, want pending", tg)
+	}
 	// Symbols: an address in level3, resolved only once loads are allowed.
 	addr := symbolAddress(t, e.snapshot, bin, "level3")
 	e.snapshot.DeferLoads.Store(true)
@@ -55,8 +59,23 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	if table.isUnwindDeferred(e) || !e.dwarf.Load() {
 		t.Fatalf("a heavy process was not served (deferred %v, dwarf %v)", table.isUnwindDeferred(e), e.dwarf.Load())
 	}
+	if tg := unwindingOf(t, table, pid); tg != "dwarf" {
+		t.Errorf("served process: unwinding %q in /v1/targets, want dwarf", tg)
+	}
 	counts, _ := work.endInterval()
 	if counts[workCount{workUnwindTable, workDeferred}] == 0 || counts[workCount{workProcessRead, workDone}] != 1 {
 		t.Errorf("work counts %v: want a deferred unwind table and one process read", counts)
 	}
+}
+
+// unwindingOf is pid's unwinding as the control endpoint lists it.
+func unwindingOf(t *testing.T, table *processTable, pid int) string {
+	t.Helper()
+	for _, tg := range table.targets() {
+		if tg.PID == pid {
+			return tg.Unwinding
+		}
+	}
+	t.Fatalf("pid %d not in the targets", pid)
+	return ""
 }

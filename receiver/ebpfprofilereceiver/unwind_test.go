@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
@@ -373,13 +374,22 @@ func TestUnwindTablesAtExec(t *testing.T) {
 	cfg.TraceContext.Enabled = false
 	r, sink := startReceiver(t, cfg)
 
-	first := testworkload.Start(t, chain, "0.3")
-	_ = first.Wait()
-	waitFor(t, 10*time.Second, "the chain binary's unwind table loaded", func() bool {
+	chainID, err := fileid.Of(chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first process runs until its binary's table is in the kernel (on
+	// a busy machine the table is built by the worker, later than the
+	// process's first sample); any table would not do: the libraries'
+	// tables are loaded for the machine's other processes.
+	first := testworkload.Start(t, chain, "30")
+	waitFor(t, 20*time.Second, "the chain binary's unwind table loaded", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.unwind != nil && r.unwind.Stats().Tables > 0
+		return r.unwind != nil && r.unwind.ExecTable(chainID)
 	})
+	_ = first.Process.Kill()
+	_ = first.Wait()
 	second := testworkload.Start(t, chain, "2", "HOTPATH_TEST_NO_SETTLE=1")
 	_ = second.Wait()
 	if err := r.Shutdown(context.Background()); err != nil {

@@ -42,8 +42,11 @@ type Target struct {
 	Service    string `json:"service"`
 	Executable string `json:"executable"`
 	// Unwinding is how the kernel walks its user stacks: "dwarf" (unwind
-	// tables for its binaries built without frame pointers) or
-	// "frame_pointer".
+	// tables for its binaries built without frame pointers),
+	// "frame_pointer", or "pending" (unwinding: auto, and the agent has not
+	// yet decided: a binary new to it is being analysed; meanwhile its
+	// stacks are frame-pointer walks, which can break off early in code
+	// built without frame pointers).
 	Unwinding string `json:"unwinding,omitempty"`
 	// StacksEndedEarly counts its sampled user stacks that stopped before
 	// the outermost frame, by reason (truncated, unreadable_memory,

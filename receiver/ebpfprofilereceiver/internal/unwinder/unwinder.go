@@ -225,6 +225,15 @@ func (u *Unwinder) Detach(pid int) error {
 	return u.kernel.DeleteProcessUnwind(uint32(pid))
 }
 
+// ExecTable reports whether a process that execs the file id gets its
+// table at exec: the binary was analysed, needs a table and has it loaded.
+func (u *Unwinder) ExecTable(id fileid.ID) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	b, ok := u.binaries[id]
+	return ok && b.needs && b.loaded() && b.id.Inode != 0
+}
+
 // Stats reports the current state.
 func (u *Unwinder) Stats() Stats {
 	u.mu.Lock()
