@@ -13,8 +13,8 @@
 //                   when the frame is the entry frame of its
 //                   _PyEval_EvalFrameDefault call (3.11: the first Python
 //                   frame of the next native eval frame follows it); bit 1
-//                   set for 3.12's shim frame between two eval calls
-//   ips[n+2+2k]     the frame's last executed instruction (prev_instr)
+//                   set for the shim frame (3.12, 3.13) between two eval calls
+//   ips[n+2+2k]     the frame's last executed instruction (prev_instr; 3.13: instr_ptr)
 //
 // User space resolves code objects (name, file, line) and splices each
 // run of Python frames in at the matching _PyEval_EvalFrameDefault native
@@ -39,8 +39,8 @@ struct py_proc {
 	__u16 interp_threads_head;  // PyInterpreterState.threads.head
 	__u16 tstate_next;          // PyThreadState.next
 	__u16 tstate_thread_id;     // PyThreadState.thread_id
-	__u16 tstate_cframe;        // PyThreadState.cframe
-	__u16 cframe_current_frame; // _PyCFrame.current_frame
+	__u16 tstate_cframe;        // PyThreadState.cframe (3.13: .current_frame)
+	__u16 cframe_current_frame; // _PyCFrame.current_frame, or PY_NO_FIELD (3.13 has no _PyCFrame)
 	__u16 frame_code;           // _PyInterpreterFrame.f_code
 	__u16 frame_previous;       // _PyInterpreterFrame.previous
 	__u16 frame_prev_instr;     // _PyInterpreterFrame.prev_instr
@@ -194,7 +194,9 @@ __attribute__((noinline)) int python_stack(__u32 pid, __u32 n)
 		return n;
 	if (read_word(s.found + s.pp->tstate_cframe, &cframe) != 0 || !cframe)
 		return n;
-	if (read_word(cframe + s.pp->cframe_current_frame, &frame) != 0 || !frame)
+	if (s.pp->cframe_current_frame == PY_NO_FIELD)
+		frame = cframe; // 3.13: the thread state points at the frame itself
+	else if (read_word(cframe + s.pp->cframe_current_frame, &frame) != 0 || !frame)
 		return n;
 	// The empty asm pins slot to one register for both the check and the
 	// store: otherwise clang checks one copy of n and indexes with another,

@@ -97,6 +97,13 @@ func TestPython312FramesWithoutHelp(t *testing.T) {
 	checkPythonFrames(t, pythonVersion(t, 3, 12))
 }
 
+// TestPython313FramesWithoutHelp: the same with CPython 3.13, where one is
+// installed (pyenv): no _PyCFrame, f_executable and instr_ptr, and the
+// offsets read from the _Py_DebugOffsets the build carries, not a table.
+func TestPython313FramesWithoutHelp(t *testing.T) {
+	checkPythonFrames(t, pythonVersion(t, 3, 13))
+}
+
 // checkPythonFrames runs splitPyZlib on the interpreter py and checks the
 // targets.
 func checkPythonFrames(t *testing.T, py string) {

@@ -4,10 +4,11 @@
 // the code objects that walk records into function, file and line by
 // reading the process's memory.
 //
-// Offsets come from a table keyed by minor version, checked against the
-// DWARF of a real build of that version in the tests. A CPython whose
-// version is not in the table is reported (ErrUnknownVersion) and stays
-// native-only: wrong offsets would give wrong frames.
+// Offsets come from a table keyed by minor version (3.11, 3.12), checked
+// against the DWARF of a real build of that version in the tests, or, for
+// 3.13, from the _Py_DebugOffsets the build wrote into its own _PyRuntime
+// (debugoffsets.go). A CPython with neither is reported (ErrUnknownVersion)
+// and stays native-only: wrong offsets would give wrong frames.
 package python
 
 import (
@@ -26,14 +27,17 @@ type Offsets struct {
 	InterpThreadsHead  uint16 // PyInterpreterState.threads.head
 	TStateNext         uint16 // PyThreadState.next
 	TStateThreadID     uint16 // PyThreadState.thread_id (pthread_self)
-	TStateCFrame       uint16 // PyThreadState.cframe
+	TStateCFrame       uint16 // PyThreadState.cframe (3.13: .current_frame, see NoCFrame)
 	CFrameCurrentFrame uint16 // _PyCFrame.current_frame
-	FrameCode          uint16 // _PyInterpreterFrame.f_code
-	FramePrevious      uint16 // _PyInterpreterFrame.previous
-	FramePrevInstr     uint16 // _PyInterpreterFrame.prev_instr
-	FrameIsEntry       uint16 // _PyInterpreterFrame.is_entry (3.11; see HasIsEntry)
-	HasIsEntry         bool   // 3.12 marks eval entries with a shim frame instead
-	FrameOwner         uint16 // _PyInterpreterFrame.owner
+	// NoCFrame: the thread state points at its current frame itself (3.13
+	// removed _PyCFrame); CFrameCurrentFrame is unused.
+	NoCFrame       bool
+	FrameCode      uint16 // _PyInterpreterFrame.f_code
+	FramePrevious  uint16 // _PyInterpreterFrame.previous
+	FramePrevInstr uint16 // _PyInterpreterFrame.prev_instr
+	FrameIsEntry   uint16 // _PyInterpreterFrame.is_entry (3.11; see HasIsEntry)
+	HasIsEntry     bool   // 3.12 marks eval entries with a shim frame instead
+	FrameOwner     uint16 // _PyInterpreterFrame.owner
 
 	// Read in user space.
 	ObjectType       uint16 // PyObject.ob_type
@@ -164,9 +168,13 @@ func Inspect(f *elf.File) (*Interpreter, error) {
 	if in.CodeTypeVA == 0 {
 		return nil, fmt.Errorf("%s: no PyCode_Type symbol", in)
 	}
-	off, ok := knownOffsets[[2]int{in.Major, in.Minor}]
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownVersion, in)
+	if off, ok := knownOffsets[[2]int{in.Major, in.Minor}]; ok {
+		in.Offsets = off
+		return in, nil
+	}
+	off, err := debugOffsets(f, in.RuntimeVA, v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnknownVersion, in, err)
 	}
 	in.Offsets = off
 	return in, nil
@@ -196,17 +204,24 @@ func findSymbols(f *elf.File, want map[string]uint64) {
 
 // readUint32 reads the little-endian word at ELF address va from the file.
 func readUint32(f *elf.File, va uint64) (uint32, error) {
+	var b [4]byte
+	if err := readAt(f, va, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b[:]), nil
+}
+
+// readAt fills b from ELF address va of the file (initialised data: what
+// a process has there before it runs).
+func readAt(f *elf.File, va uint64, b []byte) error {
 	for _, p := range f.Progs {
-		if p.Type != elf.PT_LOAD || va < p.Vaddr || va+4 > p.Vaddr+p.Filesz {
+		if p.Type != elf.PT_LOAD || va < p.Vaddr || va+uint64(len(b)) > p.Vaddr+p.Filesz {
 			continue
 		}
-		var b [4]byte
-		if _, err := p.ReadAt(b[:], int64(va-p.Vaddr)); err != nil {
-			return 0, err
-		}
-		return binary.LittleEndian.Uint32(b[:]), nil
+		_, err := p.ReadAt(b, int64(va-p.Vaddr))
+		return err
 	}
-	return 0, fmt.Errorf("address %#x is in no loaded segment with file data", va)
+	return fmt.Errorf("address %#x (%d bytes) is in no loaded segment with file data", va, len(b))
 }
 
 // Bias is the difference between run-time and ELF addresses of the binary

@@ -163,6 +163,10 @@ func NewPythonProcess(runtime uint64, o python.Offsets) PythonProcess {
 	if o.HasIsEntry {
 		isEntry = o.FrameIsEntry
 	}
+	cframeFrame := o.CFrameCurrentFrame
+	if o.NoCFrame {
+		cframeFrame = NoField
+	}
 	return PythonProcess{
 		Runtime:            runtime,
 		RuntimeInterpHead:  o.RuntimeInterpHead,
@@ -170,7 +174,7 @@ func NewPythonProcess(runtime uint64, o python.Offsets) PythonProcess {
 		TStateNext:         o.TStateNext,
 		TStateThreadID:     o.TStateThreadID,
 		TStateCFrame:       o.TStateCFrame,
-		CFrameCurrentFrame: o.CFrameCurrentFrame,
+		CFrameCurrentFrame: cframeFrame,
 		FrameCode:          o.FrameCode,
 		FramePrevious:      o.FramePrevious,
 		FramePrevInstr:     o.FramePrevInstr,
