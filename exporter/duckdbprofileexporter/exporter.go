@@ -65,11 +65,23 @@ func (e *profilesExporter) start(ctx context.Context, host component.Host) error
 }
 
 func (e *profilesExporter) open(ctx context.Context, host component.Host) error {
-	w, err := writer.Open(ctx, e.cfg.Path, schema.Tier(e.cfg.Tier), writer.WithResources(e.cfg.resources()))
+	w, err := writer.Open(ctx, e.cfg.Path, schema.Tier(e.cfg.Tier), writer.WithResources(e.cfg.resources()),
+		writer.WithCatchUpReport(func(took time.Duration, err error) {
+			if err != nil {
+				e.logger.Warn("roll-up catch-up step failed; retrying (queries stay exact, from the minutes)", zap.String("path", e.cfg.Path), zap.Error(err))
+				return
+			}
+			e.logger.Info("roll-ups caught up", zap.String("path", e.cfg.Path), zap.Duration("took", took))
+		}))
 	if err != nil {
 		return err
 	}
 	e.w = w
+	if busy, _ := w.CatchingUp(); busy {
+		hourly, _ := w.RolledUp()
+		e.logger.Info("roll-ups are more than a day behind the stored minutes: closing them in the background, a day per transaction (queries stay exact meanwhile)",
+			zap.String("path", e.cfg.Path), zap.Time("hourly_complete_until", hourly))
+	}
 	if e.cfg.Query.Enabled {
 		q := e.cfg.Query
 		srv, err := queryserver.Start(ctx, &q.ServerConfig, host, e.set, queryserver.Config{

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/collector/exporter/xexporter"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/hotpath-dev/hotpath/bench/internal/simday"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
@@ -254,6 +255,12 @@ func countTraces(iv simday.Interval, counts map[string]int64) {
 // retention that cannot fire during the run (the simulated clock runs ahead
 // of the real one).
 func startExporter(ctx context.Context, tier, path string) (xexporter.Profiles, error) {
+	return startExporterLogging(ctx, tier, path, nil)
+}
+
+// startExporterLogging is startExporter with the exporter's log also going
+// to also (nil: none), which sees Info and up.
+func startExporterLogging(ctx context.Context, tier, path string, also zapcore.Core) (xexporter.Profiles, error) {
 	f := duckdbprofileexporter.NewFactory()
 	cfg := f.CreateDefaultConfig().(*duckdbprofileexporter.Config)
 	cfg.Tier = tier
@@ -268,6 +275,9 @@ func startExporter(ctx context.Context, tier, path string) (xexporter.Profiles, 
 	set.ID = component.NewIDWithName(f.Type(), tier)
 	if l, err := zap.NewProduction(zap.IncreaseLevel(zap.WarnLevel)); err == nil {
 		set.Logger = l
+	}
+	if also != nil {
+		set.Logger = zap.New(zapcore.NewTee(set.Logger.Core(), also))
 	}
 	exp, err := f.CreateProfiles(ctx, set, cfg)
 	if err != nil {

@@ -53,14 +53,22 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 		traceAge = p.Stacks
 	}
 	rules := []rule{{tb.Samples, p.Stacks}, {tb.Traces, traceAge}}
+	// A finer tier's rows are kept until the next roll-up holds them (its
+	// catch-up may still be running after an upgrade or a long stop):
+	// deleting them first would lose them from the long ranges.
+	kept := map[string]time.Time{}
 	if tb.Hourly != "" {
 		rules = append(rules, rule{tb.Hourly, p.Hourly}, rule{tb.Daily, p.Daily})
+		kept[tb.Samples], kept[tb.Hourly] = w.RolledUp()
 	}
 	for _, r := range rules {
 		if r.age <= 0 {
 			continue
 		}
 		cutoff := now.Add(-r.age).UTC()
+		if until, ok := kept[r.table]; ok && until.Before(cutoff) {
+			cutoff = until // zero: nothing rolled up yet, nothing deleted
+		}
 		for {
 			n, err := deleteChunk(ctx, w, r.table, tb.TimeCol, cutoff, p)
 			if err != nil {

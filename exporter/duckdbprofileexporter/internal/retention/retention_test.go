@@ -96,3 +96,53 @@ func TestRunnerStopsPromptly(t *testing.T) {
 	}
 	r.Stop()
 }
+
+// TestMinutesKeptUntilRolledUp: on the gateway, minutes past their age are
+// deleted only once the hourly roll-up holds them, and hourly rows only
+// once the daily one does (after an upgrade the roll-ups' catch-up may
+// still be running when retention first runs).
+func TestMinutesKeptUntilRolledUp(t *testing.T) {
+	ctx := context.Background()
+	w, err := writer.Open(ctx, filepath.Join(t.TempDir(), "g.duckdb"), schema.Summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var rows []writer.StackRow
+	for h := range 30 {
+		rows = append(rows, writer.StackRow{Time: t0.Add(time.Duration(h) * time.Hour), ServiceID: "s", PodName: "p", Frames: []string{"main"}, Count: 1})
+	}
+	if err := w.Write(ctx, &writer.Batch{Rows: rows}); err != nil {
+		t.Fatal(err)
+	}
+	hourly, daily := w.RolledUp()
+	if !hourly.Equal(t0.Add(29*time.Hour)) || !daily.Equal(t0.Add(24*time.Hour)) {
+		t.Fatalf("roll-ups at %s / %s", hourly, daily)
+	}
+	count := func(table string) int {
+		var n int
+		if err := w.DB().QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	tb := schema.TablesFor(schema.Summary)
+	// Everything is past a one-minute age, but the newest minute is not in
+	// the hourly roll-up and the second day's hours are not in the daily.
+	if _, err := Apply(ctx, w, Policy{Stacks: time.Minute, Hourly: time.Minute, ChunkRows: 7}, t0.Add(100*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(tb.Samples); n != 1 {
+		t.Errorf("%d minute rows left, want the one the hourly roll-up does not hold", n)
+	}
+	if n := count(tb.Hourly); n != 5 {
+		t.Errorf("%d hourly rows left, want the 5 of the day the daily roll-up does not hold", n)
+	}
+	var total int
+	if err := w.DB().QueryRow("SELECT sum(sample_count) FROM samples_in('s', TIMESTAMP '2000-01-01', TIMESTAMP '2100-01-01')").Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if total != 30 {
+		t.Errorf("samples_in over everything: %d, want all 30", total)
+	}
+}

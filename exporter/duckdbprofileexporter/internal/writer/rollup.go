@@ -67,6 +67,12 @@ func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []S
 			return st, fmt.Errorf("late rows: %w", err)
 		}
 	}
+	if w.catchingUp {
+		// The backlog is closed a day per transaction in the background
+		// (catchUpInBackground); closing it here would sum all of it in
+		// this batch's transaction.
+		return st, nil
+	}
 	return w.closeRollups(ctx, c, st, newest)
 }
 
@@ -120,37 +126,117 @@ FROM %s WHERE bucket_time < $1%s GROUP BY ALL ORDER BY %s`, s.to, s.unit, schema
 	return st, nil
 }
 
-// catchUpRollups rolls up the hours and days that closed before the file
-// was opened (a migrated file, or a gateway stopped for a while): the
-// newest stored bucket says what is closed. It goes a day per transaction,
-// so a month of minutes never has to fit in DuckDB's memory at once.
-func (w *Writer) catchUpRollups(ctx context.Context) error {
-	if w.tier != schema.Summary {
-		return nil
-	}
+// catchUpTarget says how far the next catch-up step closes the roll-ups:
+// the hours and days that closed before the file was opened (a migrated
+// file, or a gateway stopped for a while), a day of them per transaction,
+// so a month of minutes never has to fit in DuckDB's memory at once. The
+// newest stored bucket says what is closed; last: the step reaches it
+// (none: no samples at all). w.mu is held.
+func (w *Writer) catchUpTarget(ctx context.Context) (target time.Time, last, none bool, err error) {
 	var oldest, newest sql.NullTime
 	if err := w.conn.QueryRowContext(ctx, "SELECT min(bucket_time), max(bucket_time) FROM "+w.tb.Samples).Scan(&oldest, &newest); err != nil {
-		return fmt.Errorf("catch up roll-ups: %w", err)
+		return time.Time{}, false, false, fmt.Errorf("catch up roll-ups: %w", err)
 	}
 	if !newest.Valid {
-		return nil // no samples
+		return time.Time{}, true, true, nil
 	}
 	from := w.rolled.hourly
 	if from.IsZero() {
 		from = oldest.Time.UTC()
 	}
-	for target := from.Truncate(24 * time.Hour).Add(24 * time.Hour); ; target = target.Add(24 * time.Hour) {
-		last := !target.Before(newest.Time)
-		if last {
-			target = newest.Time.UTC()
+	target = from.Truncate(24 * time.Hour).Add(24 * time.Hour)
+	if last = !target.Before(newest.Time); last {
+		target = newest.Time.UTC()
+	}
+	return target, last, false, nil
+}
+
+// catchUpStep closes one day of the roll-ups' backlog (catchUpTarget) and
+// reports whether they are complete up to the newest bucket. w.mu is held.
+func (w *Writer) catchUpStep(ctx context.Context) (done bool, err error) {
+	target, last, none, err := w.catchUpTarget(ctx)
+	if err != nil || none {
+		return none, err
+	}
+	if err := w.closeInTx(ctx, target); err != nil {
+		return false, fmt.Errorf("catch up roll-ups to %s: %w", target, err)
+	}
+	return last, nil
+}
+
+// catchUpRetry is how long the background catch-up waits after a failed
+// step (DuckDB out of memory while queries run, a full disk) before trying
+// again.
+const catchUpRetry = 30 * time.Second
+
+// beforeCatchUpStep runs before each background catch-up step; tests
+// pause the catch-up with it to look at a file halfway.
+var beforeCatchUpStep = func() {}
+
+// catchUpInBackground closes the roll-ups' backlog a day at a time, taking
+// the writer's lock for one day only, so batches are stored and queries
+// answered meanwhile: samples_in reads the minutes past the roll-ups'
+// progress, so every answer stays exact; retention keeps minutes the
+// roll-ups do not hold yet. It ends when the backlog is closed, the file
+// is closed or reopened (gen), or stop is closed.
+func (w *Writer) catchUpInBackground(gen uint64, stop <-chan struct{}) {
+	defer w.catchUpWG.Done()
+	ctx := context.Background()
+	began := time.Now()
+	report := w.catchUpReport
+	if report == nil {
+		report = func(time.Duration, error) {}
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		default:
 		}
-		if err := w.closeInTx(ctx, target); err != nil {
-			return fmt.Errorf("catch up roll-ups to %s: %w", target, err)
+		beforeCatchUpStep()
+		w.mu.Lock()
+		if w.gen != gen || w.conn == nil || !w.catchingUp {
+			w.mu.Unlock()
+			return
 		}
-		if last {
-			return nil
+		done, err := w.catchUpStep(ctx)
+		if done {
+			w.catchingUp = false
+		}
+		if err != nil {
+			w.catchUpErr = err
+		}
+		w.mu.Unlock()
+		if done {
+			report(time.Since(began), nil)
+			return
+		}
+		if err != nil {
+			report(time.Since(began), err)
+			select {
+			case <-stop:
+				return
+			case <-time.After(catchUpRetry):
+			}
 		}
 	}
+}
+
+// CatchingUp reports whether the roll-ups' backlog is still being closed
+// in the background, and the last error a step of it met.
+func (w *Writer) CatchingUp() (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.catchingUp, w.catchUpErr
+}
+
+// RolledUp is how far the summary tier's roll-ups are complete: every
+// bucket before hourly is in the hourly roll-up, before daily in the daily
+// one (zero: nothing yet, and always for the local tier).
+func (w *Writer) RolledUp() (hourly, daily time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rolled.hourly, w.rolled.daily
 }
 
 // closeInTx runs closeRollups up to newest in a transaction of its own.

@@ -116,7 +116,18 @@ type Writer struct {
 	conn      *sql.Conn              // dedicated to writing (the Appender is not goroutine-safe)
 	dicts     Dicts
 	rolled    rollState // summary tier: how far the roll-ups are complete
-	broken    error     // set when DuckDB invalidated the instance; reopen on next write
+	// catchingUp: the roll-ups' backlog at open (more than a day) is being
+	// closed by catchUpInBackground, which started with generation gen
+	// (each open is one); catchUpErr is its last failure.
+	catchingUp bool
+	catchUpErr error
+	gen        uint64
+	catchUpWG  sync.WaitGroup
+	stopOnce   sync.Once
+	stop       chan struct{} // closed by Close: background work ends
+	// catchUpReport, when set, hears how the background catch-up went.
+	catchUpReport func(took time.Duration, err error)
+	broken        error // set when DuckDB invalidated the instance; reopen on next write
 	// connStuck is set when the writer connection no longer runs statements
 	// after a failure (a ROLLBACK that failed leaves its transaction
 	// aborted); the next write replaces the connection.
@@ -160,6 +171,13 @@ type Option func(*Writer)
 // WithResources applies r to the database when it is opened.
 func WithResources(r Resources) Option { return func(w *Writer) { w.res = r } }
 
+// WithCatchUpReport has report called from the background roll-up
+// catch-up (see CatchingUp): with err set after a step failed (it is
+// retried), and with err nil once the backlog is closed, after took.
+func WithCatchUpReport(report func(took time.Duration, err error)) Option {
+	return func(w *Writer) { w.catchUpReport = report }
+}
+
 func Open(ctx context.Context, path string, t schema.Tier, opts ...Option) (*Writer, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -173,7 +191,7 @@ func Open(ctx context.Context, path string, t schema.Tier, opts ...Option) (*Wri
 	openPaths[abs] = true
 	openMu.Unlock()
 
-	w := &Writer{path: abs, tier: t, tb: schema.TablesFor(t)}
+	w := &Writer{path: abs, tier: t, tb: schema.TablesFor(t), stop: make(chan struct{})}
 	for _, o := range opts {
 		o(w)
 	}
@@ -226,9 +244,25 @@ func (w *Writer) open(ctx context.Context) error {
 		return err
 	}
 	w.connector, w.db, w.conn, w.dicts, w.rolled, w.broken = c, db, conn, dicts, rollState{hourly, daily}, nil
-	if err := w.catchUpRollups(ctx); err != nil {
-		_ = w.closeLocked()
-		return err
+	w.gen++
+	w.catchingUp, w.catchUpErr = false, nil
+	if w.tier == schema.Summary {
+		// The usual restart has at most a day to close: done here. A
+		// longer backlog (a migrated file, a gateway stopped for days) is
+		// closed in the background, so the collector starts at once.
+		_, last, _, err := w.catchUpTarget(ctx)
+		if err == nil && last {
+			_, err = w.catchUpStep(ctx)
+		}
+		if err != nil {
+			_ = w.closeLocked()
+			return err
+		}
+		if !last {
+			w.catchingUp = true
+			w.catchUpWG.Add(1)
+			go w.catchUpInBackground(w.gen, w.stop)
+		}
 	}
 	w.readers.Store(db)
 	return nil
@@ -251,9 +285,13 @@ func (w *Writer) closeLocked() error {
 
 // Close closes the file.
 func (w *Writer) Close() error {
+	w.stopOnce.Do(func() { close(w.stop) })
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	err := w.closeLocked()
+	w.mu.Unlock()
+	// A catch-up step in progress ends with its day; the next sees the
+	// file closed.
+	w.catchUpWG.Wait()
 	openMu.Lock()
 	delete(openPaths, w.path)
 	openMu.Unlock()
