@@ -90,7 +90,11 @@ func capture(ctx context.Context, req captureRequest, stdout, stderr io.Writer) 
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "PID\tSERVICE\tUNWINDING\tSTACKS ENDED EARLY\tEXECUTABLE")
 		for _, t := range targets {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", t.PID, t.Service, t.Unwinding, endedEarly(t.StacksEndedEarly), t.Executable)
+			unwinding := t.Unwinding
+			if t.UnwindPending {
+				unwinding += " (pending)"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", t.PID, t.Service, unwinding, endedEarly(t.StacksEndedEarly), t.Executable)
 		}
 		return tw.Flush()
 	}

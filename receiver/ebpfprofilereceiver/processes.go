@@ -439,12 +439,10 @@ func (t *processTable) countEndedEarly(e *processEntry, reason sampler.StackEnd,
 // auto); t.mu must be held.
 func (e *processEntry) target(pid int, tables bool) controlapi.Target {
 	tg := controlapi.Target{PID: pid, Service: e.resource.ServiceName, Executable: e.resource.ExePath, Unwinding: "frame_pointer"}
-	switch {
-	case e.dwarf.Load():
+	if e.dwarf.Load() {
 		tg.Unwinding = "dwarf"
-	case tables && e.snapshot != nil && !e.unwindDecided.Load():
-		tg.Unwinding = "pending"
 	}
+	tg.UnwindPending = tables && e.snapshot != nil && !e.unwindDecided.Load()
 	for end, n := range e.endedEarly {
 		if tg.StacksEndedEarly == nil {
 			tg.StacksEndedEarly = map[string]uint64{}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 )
 
 // With the one-time budget spent, a small process's new binaries wait: no
@@ -37,8 +38,8 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 		t.Fatalf("over budget, a small process got its tables (deferred %v, dwarf %v)", table.isUnwindDeferred(e), e.dwarf.Load())
 	}
 	// The control endpoint says its unwinding is not decided yet.
-	if tg := unwindingOf(t, table, pid); tg != "pending" {
-		t.Errorf("deferred process: unwinding %q in /v1/targets, want pending", tg)
+	if tg := targetOf(t, table, pid); tg.Unwinding != "frame_pointer" || !tg.UnwindPending {
+		t.Errorf("deferred process in /v1/targets: %+v, want frame_pointer, pending", tg)
 	}
 	// Symbols: an address in level3, resolved only once loads are allowed.
 	addr := symbolAddress(t, e.snapshot, bin, "level3")
@@ -59,8 +60,8 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	if table.isUnwindDeferred(e) || !e.dwarf.Load() {
 		t.Fatalf("a heavy process was not served (deferred %v, dwarf %v)", table.isUnwindDeferred(e), e.dwarf.Load())
 	}
-	if tg := unwindingOf(t, table, pid); tg != "dwarf" {
-		t.Errorf("served process: unwinding %q in /v1/targets, want dwarf", tg)
+	if tg := targetOf(t, table, pid); tg.Unwinding != "dwarf" || tg.UnwindPending {
+		t.Errorf("served process in /v1/targets: %+v, want dwarf, not pending", tg)
 	}
 	counts, _ := work.endInterval()
 	if counts[workCount{workUnwindTable, workDeferred}] == 0 || counts[workCount{workProcessRead, workDone}] != 1 {
@@ -68,14 +69,14 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	}
 }
 
-// unwindingOf is pid's unwinding as the control endpoint lists it.
-func unwindingOf(t *testing.T, table *processTable, pid int) string {
+// targetOf is pid as the control endpoint lists it.
+func targetOf(t *testing.T, table *processTable, pid int) controlapi.Target {
 	t.Helper()
 	for _, tg := range table.targets() {
 		if tg.PID == pid {
-			return tg.Unwinding
+			return tg
 		}
 	}
 	t.Fatalf("pid %d not in the targets", pid)
-	return ""
+	return controlapi.Target{}
 }

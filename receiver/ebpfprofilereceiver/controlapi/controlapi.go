@@ -42,12 +42,15 @@ type Target struct {
 	Service    string `json:"service"`
 	Executable string `json:"executable"`
 	// Unwinding is how the kernel walks its user stacks: "dwarf" (unwind
-	// tables for its binaries built without frame pointers),
-	// "frame_pointer", or "pending" (unwinding: auto, and the agent has not
-	// yet decided: a binary new to it is being analysed; meanwhile its
-	// stacks are frame-pointer walks, which can break off early in code
-	// built without frame pointers).
+	// tables for its binaries built without frame pointers) or
+	// "frame_pointer".
 	Unwinding string `json:"unwinding,omitempty"`
+	// UnwindPending: with unwinding: auto, a binary of the process new to
+	// the agent is still to be analysed (queued, or deferred by the
+	// one-time work budget until the process is busy): until then its
+	// stacks are frame-pointer walks, which can break off early in code
+	// built without frame pointers.
+	UnwindPending bool `json:"unwind_pending,omitempty"`
 	// StacksEndedEarly counts its sampled user stacks that stopped before
 	// the outermost frame, by reason (truncated, unreadable_memory,
 	// no_unwind_rule), since the agent first saw it.
