@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -133,16 +132,24 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 		done    bool
 		frames  []string // root first; shared by rows, never modified
 		meta    []writer.FrameMeta
-		key     string
-		dictKey framedict.StackKey
-		bad     string // reason the stack cannot be stored
+		dictKey framedict.StackKey // the frame list's identity, also in rows' merge key
+		bad     string             // reason the stack cannot be stored
 		detail  string
 		repair  string // reason the stack was changed to be stored
 	}, stacks.Len())
 
 	batch := &writer.Batch{}
-	index := make(map[string]int)
-	var key strings.Builder
+	// Rows of a batch merge when everything stored about them is equal; the
+	// stack is its 128-bit key, not its frame names, so a sample costs one
+	// hash of a few short strings.
+	type rowKey struct {
+		at, period                          int64
+		service, pod, build, container, uid string
+		trace                               pcommon.TraceID
+		span                                pcommon.SpanID
+		stack                               framedict.StackKey
+	}
+	index := make(map[rowKey]int)
 
 	now := c.now()
 	rps := pd.ResourceProfiles()
@@ -196,7 +203,6 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					if !st.done {
 						st.done = true
 						st.frames, st.meta, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), names, metas, resolved)
-						st.key = strings.Join(st.frames, "\x00")
 						st.dictKey = framedict.KeyOf(st.frames)
 					}
 					if st.bad != "" {
@@ -204,19 +210,15 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						continue
 					}
 					frames := st.frames
-					var traceID, spanID string
+					var tid pcommon.TraceID
+					var sid pcommon.SpanID
 					if lx := s.LinkIndex(); lx != 0 {
 						if lx < 0 || int(lx) >= links.Len() {
 							skip.add(reasonBadLink, "service %s: link index %d out of range (%d links)", service, lx, links.Len())
 							continue
 						}
 						l := links.At(int(lx))
-						if tid := l.TraceID(); !tid.IsEmpty() {
-							traceID = hex.EncodeToString(tid[:])
-						}
-						if sid := l.SpanID(); !sid.IsEmpty() {
-							spanID = hex.EncodeToString(sid[:])
-						}
+						tid, sid = l.TraceID(), l.SpanID()
 					}
 					at, ok := c.sampleTime(profileschema.SampleTime(p, s), now)
 					if !ok {
@@ -236,15 +238,8 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						latest = at
 					}
 
-					key.Reset()
-					key.Write(strconv.AppendInt(nil, at.UnixNano(), 10))
-					key.WriteByte(0)
-					key.Write(strconv.AppendInt(nil, period, 10))
-					for _, part := range [...]string{service, pod, build, container, podUID, traceID, spanID, st.key} {
-						key.WriteByte(0)
-						key.WriteString(part)
-					}
-					if k, seen := index[key.String()]; seen {
+					key := rowKey{at.UnixNano(), period, service, pod, build, container, podUID, tid, sid, st.dictKey}
+					if k, seen := index[key]; seen {
 						row := &batch.Rows[k]
 						if row.Count > math.MaxInt64-count {
 							skip.repair(reasonCountClamped, "service %s: count %d + %d", service, row.Count, count)
@@ -254,7 +249,14 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						row.Count += count
 						continue
 					}
-					index[key.String()] = len(batch.Rows)
+					var traceID, spanID string
+					if !tid.IsEmpty() {
+						traceID = hex.EncodeToString(tid[:])
+					}
+					if !sid.IsEmpty() {
+						spanID = hex.EncodeToString(sid[:])
+					}
+					index[key] = len(batch.Rows)
 					batch.Rows = append(batch.Rows, writer.StackRow{
 						Time: at, ServiceID: service, PodName: pod, BuildID: build, ContainerID: container, PodUID: podUID,
 						Frames: frames, Meta: st.meta, Key: st.dictKey, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
