@@ -103,7 +103,7 @@ if wants micro; then
 	micro ./receiver/ebpfprofilereceiver/internal/sampler '^BenchmarkPythonWalk$' 20x
 	micro ./receiver/ebpfprofilereceiver/internal/sampler '^BenchmarkPythonResolve$' 2000x
 	micro ./processor/stackaggregatorprocessor '^(BenchmarkMerge|BenchmarkWindow)$' 0.5s
-	micro ./exporter/duckdbprofileexporter/internal/writer '^BenchmarkWrite$/^appender$' 5x
+	micro ./exporter/duckdbprofileexporter/internal/writer '^BenchmarkWrite$' 5x
 	micro ./exporter/duckdbprofileexporter '^BenchmarkPush$' 20x
 	if command -v benchstat >/dev/null; then
 		benchstat "$work/micro.txt" >"$work/benchstat.txt" 2>&1 || true

@@ -247,9 +247,13 @@ func microRows(r benchfmt.Results) []row {
 	// a millisecond of CPU per second even on a 64-CPU host.
 	add("stack merges/s (stackaggregator, steady window)", "BenchmarkMerge", "merges/s", "merges/s", 1, "—", "≥ 1 M/s", 1e6, true, false)
 	add("stack merges/s (stackaggregator, whole window incl. emit)", "BenchmarkWindow", "merges/s", "merges/s", 1, "—", "—", 0, false, false)
-	add("exporter rows/s (writer, appender)", "BenchmarkWrite/appender", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
-	add("exporter rows/s (OTLP → DuckDB, local tier)", "BenchmarkPush/local", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
-	add("exporter rows/s (OTLP → DuckDB, summary tier)", "BenchmarkPush/summary", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	// The writer benchmark has a sub-benchmark per tier (it had one named
+	// "appender" before the stack dictionary; the report kept asking for it).
+	add("exporter rows/s (writer alone, local tier)", "BenchmarkWrite/local", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	add("exporter rows/s (writer alone, summary tier)", "BenchmarkWrite/summary", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	// Issue 16's goal for the whole push.
+	add("exporter rows/s (OTLP → DuckDB, local tier)", "BenchmarkPush/local", "rows/s", "rows/s", 1, "—", "≥ 500 k", 5e5, true, false)
+	add("exporter rows/s (OTLP → DuckDB, summary tier)", "BenchmarkPush/summary", "rows/s", "rows/s", 1, "—", "≥ 500 k", 5e5, true, false)
 	return rows
 }
 
