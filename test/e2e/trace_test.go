@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
@@ -175,8 +176,22 @@ WHERE trace_id IS NOT NULL AND service_id IN ('%s', '%s')`, frontSvc, backSvc))
 			t.Errorf("service %s has samples of the trace: %+v", s.Service, s.Hotspots)
 			continue
 		}
-		if len(s.Hotspots) == 0 || s.Hotspots[0].Function != w.hot || s.Hotspots[0].Share < 0.8 {
-			t.Errorf("%s: want %s dominating (≥ 80%%), hotspots %+v", s.Service, w.hot, s.Hotspots)
+		// Among the samples whose leaf is user code: a sample in the
+		// kernel (on this hypervisor, pvm_irq_enable after an interrupt
+		// took up to a fifth of them) says nothing about which function
+		// the request ran.
+		var user, hot int64
+		for _, h := range s.Hotspots {
+			if strings.HasSuffix(h.Function, profileschema.KernelSuffix) {
+				continue
+			}
+			user += h.Samples
+			if h.Function == w.hot {
+				hot += h.Samples
+			}
+		}
+		if user == 0 || float64(hot) < 0.8*float64(user) {
+			t.Errorf("%s: want %s dominating (≥ 80%% of the samples in user code), hotspots %+v", s.Service, w.hot, s.Hotspots)
 		}
 		if s.Samples < w.minSamples {
 			t.Errorf("%s: %d samples, want ≥ %d", s.Service, s.Samples, w.minSamples)
