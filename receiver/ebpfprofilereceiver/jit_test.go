@@ -232,7 +232,7 @@ func tallyJITSplit(tl testworkload.Tally) jitSplit {
 	for stack, n := range tl.Folded {
 		frames := userFrames(stack)
 		// Not a hot function's sample, named or not.
-		if slices.ContainsFunc(frames, beforeGate) {
+		if beforeGate(frames) {
 			continue
 		}
 		found := ""
@@ -265,13 +265,18 @@ func tallyJITSplit(tl testworkload.Tally) jitSplit {
 	return s
 }
 
-// beforeGate: a frame of what the workloads do before the measured work,
+// beforeGate: a stack of what the workloads do before the measured work,
 // while the agent may still be reading them and building their binaries'
 // unwind tables: the wait for "go" (wait_for_go in Python, waitForGo in
-// JavaScript, with whatever decoration the perf map adds) and Python's
-// imports at start (importlib's _find_and_load, named by the frame walk).
-func beforeGate(frame string) bool {
-	return strings.Contains(frame, "wait_for_go") || strings.Contains(frame, "waitForGo") || frame == "_find_and_load"
+// JavaScript), unless the measured work (timed) runs inside it, as
+// JavaScript's burn does; and Python's imports at start (importlib's
+// _find_and_load, named by the frame walk).
+func beforeGate(frames []string) bool {
+	is := func(name string) func(string) bool {
+		return func(f string) bool { return strings.TrimSuffix(f, profileschema.JITSuffix) == name }
+	}
+	waiting := slices.ContainsFunc(frames, is("wait_for_go")) || slices.ContainsFunc(frames, is("waitForGo"))
+	return (waiting && !slices.ContainsFunc(frames, is("timed"))) || slices.ContainsFunc(frames, is("_find_and_load"))
 }
 
 // check holds the split to the targets: each function named in

@@ -50,7 +50,9 @@ service:
 	waitFor(t, "the control endpoint", 30*time.Second, func() bool {
 		return strings.Contains(agent.out.String(), "control endpoint listening")
 	})
-	w := testworkload.Start(t, cBin, "3", "OTEL_SERVICE_NAME=e2e-capture")
+	// Long enough to outlive every step below on a loaded machine; the
+	// cleanup kills it.
+	w := testworkload.Start(t, cBin, "30", "OTEL_SERVICE_NAME=e2e-capture")
 
 	run := func(args ...string) (string, string, error) {
 		var out, errb bytes.Buffer
