@@ -435,14 +435,15 @@ func (t *processTable) countEndedEarly(e *processEntry, reason sampler.StackEnd,
 	e.endedEarly[reason] += n
 }
 
-// target describes e for the control endpoint (tables: unwinding is
-// auto); t.mu must be held.
-func (e *processEntry) target(pid int, tables bool) controlapi.Target {
+// target describes e for the control endpoint; t.mu must be held.
+func (t *processTable) target(pid int, e *processEntry) controlapi.Target {
 	tg := controlapi.Target{PID: pid, Service: e.resource.ServiceName, Executable: e.resource.ExePath, Unwinding: "frame_pointer"}
 	if e.dwarf.Load() {
 		tg.Unwinding = "dwarf"
 	}
-	tg.UnwindPending = tables && e.snapshot != nil && !e.unwindDecided.Load()
+	// Pending only means something when unwinding is auto: without
+	// tables, frame pointers are the decision.
+	tg.UnwindPending = t.unwind.Load() != nil && e.snapshot != nil && !e.unwindDecided.Load()
 	for end, n := range e.endedEarly {
 		if tg.StacksEndedEarly == nil {
 			tg.StacksEndedEarly = map[string]uint64{}
@@ -637,10 +638,9 @@ func (t *processTable) targets() []controlapi.Target {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]controlapi.Target, 0, len(t.entries))
-	tables := t.unwind.Load() != nil
 	for pid, e := range t.entries {
 		if e.exitedAt.IsZero() {
-			out = append(out, e.target(pid, tables))
+			out = append(out, t.target(pid, e))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
@@ -662,7 +662,7 @@ func (t *processTable) resolveTargets(pid int, service string) ([]controlapi.Tar
 		e := t.lookup(pid)
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		return []controlapi.Target{e.target(pid, t.unwind.Load() != nil)}, nil
+		return []controlapi.Target{t.target(pid, e)}, nil
 	case service != "":
 		var out []controlapi.Target
 		for _, tg := range t.targets() {

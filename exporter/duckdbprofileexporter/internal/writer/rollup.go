@@ -158,10 +158,15 @@ func (w *Writer) catchUpStep(ctx context.Context) (done bool, err error) {
 	if err != nil || none {
 		return none, err
 	}
+	return last, w.catchUpTo(ctx, target)
+}
+
+// catchUpTo closes the roll-ups up to target in a transaction of its own.
+func (w *Writer) catchUpTo(ctx context.Context, target time.Time) error {
 	if err := w.closeInTx(ctx, target); err != nil {
-		return false, fmt.Errorf("catch up roll-ups to %s: %w", target, err)
+		return fmt.Errorf("catch up roll-ups to %s: %w", target, err)
 	}
-	return last, nil
+	return nil
 }
 
 // catchUpRetry is how long the background catch-up waits after a failed
@@ -177,9 +182,9 @@ var beforeCatchUpStep = func() {}
 // the writer's lock for one day only, so batches are stored and queries
 // answered meanwhile: samples_in reads the minutes past the roll-ups'
 // progress, so every answer stays exact; retention keeps minutes the
-// roll-ups do not hold yet. It ends when the backlog is closed, the file
-// is closed or reopened (gen), or stop is closed.
-func (w *Writer) catchUpInBackground(gen uint64, stop <-chan struct{}) {
+// roll-ups do not hold yet. It ends when the backlog is closed or stop,
+// the open file's channel, is closed (closeLocked, under w.mu).
+func (w *Writer) catchUpInBackground(stop <-chan struct{}) {
 	defer w.catchUpWG.Done()
 	ctx := context.Background()
 	began := time.Now()
@@ -195,9 +200,12 @@ func (w *Writer) catchUpInBackground(gen uint64, stop <-chan struct{}) {
 		}
 		beforeCatchUpStep()
 		w.mu.Lock()
-		if w.gen != gen || w.conn == nil || !w.catchingUp {
+		select {
+		case <-stop:
+			// The file was closed while this step waited for the lock.
 			w.mu.Unlock()
 			return
+		default:
 		}
 		done, err := w.catchUpStep(ctx)
 		if done {

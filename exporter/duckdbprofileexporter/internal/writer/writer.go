@@ -117,14 +117,13 @@ type Writer struct {
 	dicts     Dicts
 	rolled    rollState // summary tier: how far the roll-ups are complete
 	// catchingUp: the roll-ups' backlog at open (more than a day) is being
-	// closed by catchUpInBackground, which started with generation gen
-	// (each open is one); catchUpErr is its last failure.
-	catchingUp bool
-	catchUpErr error
-	gen        uint64
-	catchUpWG  sync.WaitGroup
-	stopOnce   sync.Once
-	stop       chan struct{} // closed by Close: background work ends
+	// closed by catchUpInBackground; catchUpErr is its last failure.
+	// catchUpStop belongs to the open file and is closed with it (Close,
+	// or a reopen after a failure): the catch-up of that file ends.
+	catchingUp  bool
+	catchUpErr  error
+	catchUpStop chan struct{}
+	catchUpWG   sync.WaitGroup
 	// catchUpReport, when set, hears how the background catch-up went.
 	catchUpReport func(took time.Duration, err error)
 	broken        error // set when DuckDB invalidated the instance; reopen on next write
@@ -191,7 +190,7 @@ func Open(ctx context.Context, path string, t schema.Tier, opts ...Option) (*Wri
 	openPaths[abs] = true
 	openMu.Unlock()
 
-	w := &Writer{path: abs, tier: t, tb: schema.TablesFor(t), stop: make(chan struct{})}
+	w := &Writer{path: abs, tier: t, tb: schema.TablesFor(t)}
 	for _, o := range opts {
 		o(w)
 	}
@@ -244,15 +243,14 @@ func (w *Writer) open(ctx context.Context) error {
 		return err
 	}
 	w.connector, w.db, w.conn, w.dicts, w.rolled, w.broken = c, db, conn, dicts, rollState{hourly, daily}, nil
-	w.gen++
-	w.catchingUp, w.catchUpErr = false, nil
+	w.catchingUp, w.catchUpErr, w.catchUpStop = false, nil, make(chan struct{})
 	if w.tier == schema.Summary {
 		// The usual restart has at most a day to close: done here. A
 		// longer backlog (a migrated file, a gateway stopped for days) is
 		// closed in the background, so the collector starts at once.
-		_, last, _, err := w.catchUpTarget(ctx)
-		if err == nil && last {
-			_, err = w.catchUpStep(ctx)
+		target, last, none, err := w.catchUpTarget(ctx)
+		if err == nil && last && !none {
+			err = w.catchUpTo(ctx, target)
 		}
 		if err != nil {
 			_ = w.closeLocked()
@@ -261,7 +259,7 @@ func (w *Writer) open(ctx context.Context) error {
 		if !last {
 			w.catchingUp = true
 			w.catchUpWG.Add(1)
-			go w.catchUpInBackground(w.gen, w.stop)
+			go w.catchUpInBackground(w.catchUpStop)
 		}
 	}
 	w.readers.Store(db)
@@ -269,6 +267,10 @@ func (w *Writer) open(ctx context.Context) error {
 }
 
 func (w *Writer) closeLocked() error {
+	if w.catchUpStop != nil {
+		close(w.catchUpStop)
+		w.catchUpStop = nil
+	}
 	var errs []error
 	if w.conn != nil {
 		errs = append(errs, w.conn.Close())
@@ -285,7 +287,6 @@ func (w *Writer) closeLocked() error {
 
 // Close closes the file.
 func (w *Writer) Close() error {
-	w.stopOnce.Do(func() { close(w.stop) })
 	w.mu.Lock()
 	err := w.closeLocked()
 	w.mu.Unlock()
