@@ -121,10 +121,8 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	locs := dict.LocationTable()
 	stacks := dict.StackTable()
 	links := dict.LinkTable()
-	// Frame names by location index, resolved once per request.
-	names := make([]string, locs.Len())
-	metas := make([]writer.FrameMeta, locs.Len())
-	resolved := make([]bool, locs.Len())
+	// Frames by location index, resolved and hashed once per request.
+	frameCache := make([]resolvedFrame, locs.Len())
 	// Stacks by stack index, resolved once per request: processes share
 	// stacks through the dictionary. Frames are merged by name, so stacks
 	// that differ only in addresses within the same functions become one row.
@@ -137,19 +135,26 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 		detail  string
 		repair  string // reason the stack was changed to be stored
 	}, stacks.Len())
+	// The stacks' frame lists are cut from one allocation each for names
+	// and metadata: a request holds thousands of stacks.
+	arena := newFrameArena(stacks)
 
 	batch := &writer.Batch{}
 	// Rows of a batch merge when everything stored about them is equal; the
-	// stack is its 128-bit key, not its frame names, so a sample costs one
-	// hash of a few short strings.
+	// stack is its 128-bit key and the resource attributes a small number,
+	// so a sample costs one hash of a few words.
 	type rowKey struct {
-		at, period                          int64
-		service, pod, build, container, uid string
-		trace                               pcommon.TraceID
-		span                                pcommon.SpanID
-		stack                               framedict.StackKey
+		at, period int64
+		resource   int32
+		trace      pcommon.TraceID
+		span       pcommon.SpanID
+		stack      framedict.StackKey
 	}
-	index := make(map[rowKey]int)
+	type resourceKey struct{ service, pod, build, container, uid string }
+	resources := map[resourceKey]int32{}
+	n := sampleCapacity(dict, pd)
+	index := make(map[rowKey]int, n)
+	batch.Rows = make([]writer.StackRow, 0, n)
 
 	now := c.now()
 	rps := pd.ResourceProfiles()
@@ -166,6 +171,11 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 		container, okContainer := cleanName(profileschema.ContainerID(res))
 		podUID, okPodUID := cleanName(profileschema.PodUID(res))
 		resourceRepaired := !okService || !okPod || !okBuild || !okContainer || !okPodUID
+		resource, seen := resources[resourceKey{service, pod, build, container, podUID}]
+		if !seen {
+			resource = int32(len(resources))
+			resources[resourceKey{service, pod, build, container, podUID}] = resource
+		}
 		var latest time.Time
 
 		sps := rp.ScopeProfiles()
@@ -202,8 +212,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					st := &stackCache[sx]
 					if !st.done {
 						st.done = true
-						st.frames, st.meta, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), names, metas, resolved)
-						st.dictKey = framedict.KeyOf(st.frames)
+						st.frames, st.meta, st.dictKey, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), frameCache, &arena)
 					}
 					if st.bad != "" {
 						skip.add(st.bad, "service %s: stack %d: %s", service, sx, st.detail)
@@ -238,7 +247,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 						latest = at
 					}
 
-					key := rowKey{at.UnixNano(), period, service, pod, build, container, podUID, tid, sid, st.dictKey}
+					key := rowKey{at.UnixNano(), period, resource, tid, sid, st.dictKey}
 					if k, seen := index[key]; seen {
 						row := &batch.Rows[k]
 						if row.Count > math.MaxInt64-count {
@@ -271,16 +280,73 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	return batch, skip
 }
 
+// resolvedFrame is one location's frame as stored: its cleaned name, its
+// key for stack hashing, what it is, and whether its name was repaired.
+type resolvedFrame struct {
+	done     bool
+	repaired bool
+	name     string
+	key      framedict.NameKey
+	meta     writer.FrameMeta
+}
+
+// frameArena hands out the stacks' frame slices from one allocation per
+// request.
+type frameArena struct {
+	names []string
+	metas []writer.FrameMeta
+}
+
+// newFrameArena sizes the arena for every stack of the table (each stored
+// with at most maxStackDepth frames).
+func newFrameArena(stacks pprofile.StackSlice) frameArena {
+	total := 0
+	for i := 0; i < stacks.Len(); i++ {
+		total += min(stacks.At(i).LocationIndices().Len(), maxStackDepth)
+	}
+	return frameArena{make([]string, 0, total), make([]writer.FrameMeta, 0, total)}
+}
+
+// take returns empty slices with room for n frames, cut from the arena
+// while it lasts (a stack never grows into the next one's frames).
+func (a *frameArena) take(n int) ([]string, []writer.FrameMeta) {
+	if len(a.names)+n > cap(a.names) {
+		return make([]string, 0, n), make([]writer.FrameMeta, 0, n)
+	}
+	l := len(a.names)
+	a.names, a.metas = a.names[:l+n], a.metas[:l+n]
+	return a.names[l : l : l+n], a.metas[l : l : l+n]
+}
+
+// sampleCapacity is the number of samples of the request's sample-count
+// profiles: the batch's rows and merge index are sized once.
+func sampleCapacity(dict pprofile.ProfilesDictionary, pd pprofile.Profiles) int {
+	n := 0
+	rps := pd.ResourceProfiles()
+	for ri := 0; ri < rps.Len(); ri++ {
+		sps := rps.At(ri).ScopeProfiles()
+		for si := 0; si < sps.Len(); si++ {
+			profiles := sps.At(si).Profiles()
+			for pi := 0; pi < profiles.Len(); pi++ {
+				if p := profiles.At(pi); profileschema.IsSampleCount(dict, p) {
+					n += p.Samples().Len()
+				}
+			}
+		}
+	}
+	return n
+}
+
 // stackFrames names a stack's frames root first (OTLP lists them leaf
-// first), or says why it cannot (bad, with detail). repair says why the
-// stored frames differ from the input (cleaned names, cut depth). meta
-// says what each frame is (same index).
-func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Stack, names []string, metas []writer.FrameMeta, resolved []bool) (frames []string, meta []writer.FrameMeta, bad, detail, repair string) {
+// first) and computes its key, or says why it cannot (bad, with detail).
+// repair says why the stored frames differ from the input (cleaned names,
+// cut depth). meta says what each frame is (same index).
+func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Stack, cache []resolvedFrame, arena *frameArena) (frames []string, meta []writer.FrameMeta, key framedict.StackKey, bad, detail, repair string) {
 	locs := dict.LocationTable()
 	li := st.LocationIndices()
 	n := li.Len()
 	if n == 0 {
-		return nil, nil, reasonEmptyStack, "no location indices", ""
+		return nil, nil, key, reasonEmptyStack, "no location indices", ""
 	}
 	keep := n
 	if n > maxStackDepth {
@@ -289,32 +355,35 @@ func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Sta
 	}
 	for j := 0; j < n; j++ {
 		if loc := li.At(j); loc < 0 || int(loc) >= locs.Len() {
-			return nil, nil, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len()), ""
+			return nil, nil, key, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len()), ""
 		}
 	}
-	frames = make([]string, 0, keep+1)
-	meta = make([]writer.FrameMeta, 0, keep+1)
+	var h framedict.StackHasher
+	stored := keep
+	if keep < n {
+		stored++
+	}
+	frames, meta = arena.take(stored)
 	if keep < n {
 		frames = append(frames, truncatedFrame)
 		meta = append(meta, writer.FrameMeta{})
+		h.Add(framedict.NameKeyOf(truncatedFrame))
 	}
 	for j := keep - 1; j >= 0; j-- {
 		loc := li.At(j)
-		if !resolved[loc] {
+		f := &cache[loc]
+		if !f.done {
 			name, ok := cleanName(profileschema.FrameName(dict, locs.At(int(loc))))
-			if !ok && repair == "" {
-				repair, detail = reasonInvalidUTF8, fmt.Sprintf("frame %q", name)
-			}
-			names[loc] = name
-			metas[loc] = frameMeta(dict, locs.At(int(loc)))
-			resolved[loc] = true
-		} else if repair == "" && strings.Contains(names[loc], "\uFFFD") {
-			repair, detail = reasonInvalidUTF8, fmt.Sprintf("frame %q", names[loc])
+			*f = resolvedFrame{done: true, repaired: !ok, name: name, key: framedict.NameKeyOf(name), meta: frameMeta(dict, locs.At(int(loc)))}
 		}
-		frames = append(frames, names[loc])
-		meta = append(meta, metas[loc])
+		if f.repaired && repair == "" {
+			repair, detail = reasonInvalidUTF8, fmt.Sprintf("frame %q", f.name)
+		}
+		frames = append(frames, f.name)
+		meta = append(meta, f.meta)
+		h.Add(f.key)
 	}
-	return frames, meta, "", detail, repair
+	return frames, meta, h.Sum(), "", detail, repair
 }
 
 // Longest frame type and source file stored. Types are short words

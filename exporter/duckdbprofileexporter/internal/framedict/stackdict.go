@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 )
 
 // StackKey identifies a frame list by a 128-bit hash of its names: the
@@ -14,24 +15,68 @@ import (
 // loaded, never stored.
 type StackKey struct{ a, b uint64 }
 
+// NameKey is a frame name's 128-bit hash. A stack's key is built from its
+// frames' NameKeys (StackHasher), so a converter hashes each name once per
+// request however many stacks hold it, and a stack costs a few
+// multiplications per frame.
+type NameKey struct{ a, b uint64 }
+
 var seedA, seedB = maphash.MakeSeed(), maphash.MakeSeed()
 
-// KeyOf is the key of frames (root first).
-func KeyOf(frames []string) StackKey {
-	var ha, hb maphash.Hash
-	ha.SetSeed(seedA)
-	hb.SetSeed(seedB)
-	for _, f := range frames {
-		_, _ = ha.WriteString(f)
-		_ = ha.WriteByte(0)
-		_, _ = hb.WriteString(f)
-		_ = hb.WriteByte(0)
-	}
-	k := StackKey{ha.Sum64(), hb.Sum64()}
+// NameKeyOf is the key of one frame name: two independently seeded hashes.
+func NameKeyOf(name string) NameKey {
+	return NameKey{maphash.String(seedA, name), maphash.String(seedB, name)}
+}
+
+// StackHasher builds a StackKey from NameKeys, root first. Each lane is a
+// chain of bijections of its state (xor with the frame's hash, multiply by
+// an odd constant, rotate), so two lists that differ in one frame differ
+// in both lanes; the name hashes being seeded per process, a collision of
+// distinct lists is a 2^-128 event per pair in practice.
+type StackHasher struct {
+	a, b uint64
+	n    uint64
+}
+
+const (
+	mulA = 0x9e3779b97f4a7c15 // odd: multiplication is a bijection
+	mulB = 0xc2b2ae3d27d4eb4f
+)
+
+// Add appends one frame.
+func (h *StackHasher) Add(k NameKey) {
+	h.a = bits.RotateLeft64((h.a^k.a)*mulA, 29)
+	h.b = bits.RotateLeft64((h.b^k.b)*mulB, 31)
+	h.n++
+}
+
+// Sum is the key of the frames added so far.
+func (h *StackHasher) Sum() StackKey {
+	k := StackKey{fmix(h.a ^ h.n), fmix(h.b ^ (h.n * mulA))}
 	if k == (StackKey{}) {
 		k.a = 1 // the zero key means "not computed"
 	}
 	return k
+}
+
+// fmix is MurmurHash3's 64-bit finaliser: every input bit affects every
+// output bit, so keys spread evenly in the dictionary's map.
+func fmix(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// KeyOf is the key of frames (root first).
+func KeyOf(frames []string) StackKey {
+	var h StackHasher
+	for _, f := range frames {
+		h.Add(NameKeyOf(f))
+	}
+	return h.Sum()
 }
 
 // IsZero reports whether k was never computed.

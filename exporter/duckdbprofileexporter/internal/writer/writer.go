@@ -116,6 +116,11 @@ type Writer struct {
 	conn      *sql.Conn              // dedicated to writing (the Appender is not goroutine-safe)
 	dicts     Dicts
 	rolled    rollState // summary tier: how far the roll-ups are complete
+	// binaries is the binary metadata the file holds, as written by this
+	// writer since it opened: a binary seen again within binarySeenStep
+	// with nothing else changed is not written again. nil after a failure
+	// or a retention step (every binary is written once more).
+	binaries map[string]storedBinary
 	// catchingUp: the roll-ups' backlog at open (more than a day) is being
 	// closed by catchUpInBackground; catchUpErr is its last failure.
 	// catchUpStop belongs to the open file and is closed with it (Close,
@@ -243,6 +248,7 @@ func (w *Writer) open(ctx context.Context) error {
 		return err
 	}
 	w.connector, w.db, w.conn, w.dicts, w.rolled, w.broken = c, db, conn, dicts, rollState{hourly, daily}, nil
+	w.binaries = nil
 	w.catchingUp, w.catchUpErr, w.catchUpStop = false, nil, make(chan struct{})
 	if w.tier == schema.Summary {
 		// The usual restart has at most a day to close: done here. A
@@ -375,6 +381,7 @@ func (w *Writer) noteFailure(ctx context.Context, err error) {
 	// The failed request's context may be what expired: the reload must
 	// not fail with it, or one slow batch would force a reopen.
 	ctx = context.WithoutCancel(ctx)
+	w.binaries = nil
 	d, lerr := loadDicts(ctx, w.db, w.tb)
 	hourly, daily, rerr := schema.Rollups(ctx, w.db, w.tier)
 	if lerr = errors.Join(lerr, rerr); lerr == nil {
@@ -598,13 +605,20 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 			return err
 		}
 	}
-	if err := w.upsertBinaries(ctx, c, b.Binaries); err != nil {
+	written, err := w.upsertBinaries(ctx, c, b.Binaries)
+	if err != nil {
 		return err
 	}
 	if _, err := c.ExecContext(ctx, "COMMIT", nil); err != nil {
 		return &commitError{writeID: writeID, err: err}
 	}
 	w.rolled = rolled
+	if w.binaries == nil {
+		w.binaries = map[string]storedBinary{}
+	}
+	for id, sb := range written {
+		w.binaries[id] = sb
+	}
 	w.dicts.Frames.Commit()
 	w.dicts.Stacks.Commit()
 	return nil
@@ -822,8 +836,39 @@ func (w *Writer) fillFrames(ctx context.Context, c rawConn, fills []frameFill) e
 	return nil
 }
 
-// upsertBinaries writes all binaries of the batch in one statement.
-func (w *Writer) upsertBinaries(ctx context.Context, c rawConn, bins []Binary) error {
+// binarySeenStep is how precisely last_seen follows a binary's samples: a
+// binary is written again when it was last written more than this before
+// (or anything else about it changed). Every batch of a busy host names
+// the same binaries; rewriting their rows is an upsert through the build
+// ID's index per batch, for a column read by retention (days) and people.
+const binarySeenStep = time.Minute
+
+// storedBinary is a binary_metadata row as the file holds it.
+type storedBinary struct {
+	service, path string
+	debug         bool
+	first, last   time.Time
+}
+
+// merged is the row after the upsert of b (the statement's rules below).
+func (s storedBinary) merged(b Binary) storedBinary {
+	out := storedBinary{service: b.ServiceID, path: s.path, debug: b.HasDebugInfo, first: s.first, last: s.last}
+	if b.Path != "" {
+		out.path = b.Path
+	}
+	if b.Seen.Before(out.first) {
+		out.first = b.Seen
+	}
+	if b.Seen.After(out.last) {
+		out.last = b.Seen
+	}
+	return out
+}
+
+// upsertBinaries writes the batch's binaries that the file does not hold
+// as they are (w.binaries), in one statement, and returns the rows as
+// written, for the cache after COMMIT.
+func (w *Writer) upsertBinaries(ctx context.Context, c rawConn, bins []Binary) (map[string]storedBinary, error) {
 	// One row per build ID (an UPSERT may not touch a row twice), latest wins.
 	byID := make(map[string]Binary, len(bins))
 	var order []string
@@ -839,18 +884,27 @@ func (w *Writer) upsertBinaries(ctx context.Context, c rawConn, bins []Binary) e
 			byID[b.BuildID] = b
 		}
 	}
-	if len(order) == 0 {
-		return nil
-	}
 	var sb strings.Builder
 	args := make([]driver.Value, 0, len(order)*6)
-	for i, id := range order {
-		if i > 0 {
+	for _, id := range order {
+		b := byID[id]
+		b.Seen = b.Seen.UTC()
+		stored, known := w.binaries[id]
+		if known {
+			next := stored.merged(b)
+			if next.service == stored.service && next.path == stored.path && next.debug == stored.debug &&
+				next.first.Equal(stored.first) && !b.Seen.After(stored.last.Add(binarySeenStep)) {
+				continue // the row holds this, last_seen within binarySeenStep
+			}
+		}
+		if sb.Len() > 0 {
 			sb.WriteString(",")
 		}
 		sb.WriteString("(?, ?, ?, ?, ?, ?)")
-		b := byID[id]
-		args = append(args, b.BuildID, b.ServiceID, b.Path, b.Seen.UTC(), b.Seen.UTC(), b.HasDebugInfo)
+		args = append(args, b.BuildID, b.ServiceID, b.Path, b.Seen, b.Seen, b.HasDebugInfo)
+	}
+	if sb.Len() == 0 {
+		return nil, nil
 	}
 	q := "INSERT INTO " + w.tb.Binaries + " (build_id, service_id, binary_path, first_seen, last_seen, has_debug_info) VALUES " + sb.String() + `
 ON CONFLICT (build_id) DO UPDATE SET
@@ -858,11 +912,32 @@ ON CONFLICT (build_id) DO UPDATE SET
     binary_path = CASE WHEN excluded.binary_path <> '' THEN excluded.binary_path ELSE binary_path END,
     first_seen = least(first_seen, excluded.first_seen),
     last_seen = greatest(last_seen, excluded.last_seen),
-    has_debug_info = excluded.has_debug_info`
-	if _, err := c.ExecContext(ctx, q, named(args...)); err != nil {
-		return fmt.Errorf("upsert binary metadata: %w", err)
+    has_debug_info = excluded.has_debug_info
+RETURNING build_id, service_id, binary_path, has_debug_info, first_seen, last_seen`
+	rows, err := c.QueryContext(ctx, q, named(args...))
+	if err != nil {
+		return nil, fmt.Errorf("upsert binary metadata: %w", err)
 	}
-	return nil
+	defer rows.Close()
+	// The rows as the statement left them: what the file holds.
+	written := make(map[string]storedBinary, len(order))
+	dest := make([]driver.Value, 6)
+	for {
+		if err := rows.Next(dest); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("upsert binary metadata: %w", err)
+		}
+		id, _ := dest[0].(string)
+		service, _ := dest[1].(string)
+		path, _ := dest[2].(string)
+		debug, _ := dest[3].(bool)
+		first, _ := dest[4].(time.Time)
+		last, _ := dest[5].(time.Time)
+		written[id] = storedBinary{service, path, debug, first.UTC(), last.UTC()}
+	}
+	return written, nil
 }
 
 // InTx runs fn in one transaction on the writer connection, with writes
@@ -890,6 +965,8 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 		w.noteFailure(ctx, err)
 		return err
 	}
+	// Retention may have deleted binaries the cache holds.
+	w.binaries = nil
 	if after != nil {
 		after(w.dicts)
 	}

@@ -415,3 +415,58 @@ func TestFrameTypesFirstSeenAndFilled(t *testing.T) {
 		t.Fatalf("after restart: %s\nwant %s", got, want)
 	}
 }
+
+// A binary named by every batch is rewritten when last_seen moves by more
+// than binarySeenStep or anything else about it changes, and its row says
+// what the batches said, to that step.
+func TestBinaryRowsFollowBatchesToTheMinute(t *testing.T) {
+	ctx := context.Background()
+	w := open(t, filepath.Join(t.TempDir(), "local.duckdb"), schema.Local)
+	defer func() { _ = w.Close() }() // the writer reopened below
+	write := func(seen time.Duration, path string, debug bool) {
+		t.Helper()
+		b := &Batch{Rows: []StackRow{{Time: t0.Add(seen), ServiceID: "api", BuildID: "b1", Frames: []string{"main"}, Count: 1}},
+			Binaries: []Binary{{BuildID: "b1", ServiceID: "api", Path: path, HasDebugInfo: debug, Seen: t0.Add(seen)}}}
+		if err := w.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	row := func() string {
+		t.Helper()
+		got := queryStrings(t, w.DB(), `SELECT strftime(first_seen, '%H:%M:%S'), strftime(last_seen, '%H:%M:%S'), binary_path, has_debug_info FROM binary_metadata_local`)
+		if len(got) != 1 {
+			t.Fatalf("binary rows: %v", got)
+		}
+		return got[0]
+	}
+	write(0, "/bin/api", false)
+	write(30*time.Second, "/bin/api", false)
+	if got := row(); got != "00:00:00|00:00:00|/bin/api|false" {
+		t.Fatalf("seen again within a minute: %s", got)
+	}
+	write(40*time.Second, "/srv/api", false) // moved: written at once
+	if got := row(); got != "00:00:00|00:00:40|/srv/api|false" {
+		t.Fatalf("path changed: %s", got)
+	}
+	write(50*time.Second, "", true) // debug info found, path unknown
+	if got := row(); got != "00:00:00|00:00:50|/srv/api|true" {
+		t.Fatalf("debug info found: %s", got)
+	}
+	write(2*time.Minute, "/srv/api", true)
+	if got := row(); got != "00:00:00|00:02:00|/srv/api|true" {
+		t.Fatalf("seen after more than a minute: %s", got)
+	}
+	write(-time.Hour, "/srv/api", true) // a late batch moves first_seen
+	if got := row(); got != "23:00:00|00:02:00|/srv/api|true" {
+		t.Fatalf("late batch: %s", got)
+	}
+	// A reopened writer knows nothing: it writes the binary once.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w = open(t, filepath.Join(filepath.Dir(w.path), "local.duckdb"), schema.Local)
+	write(2*time.Minute+10*time.Second, "/srv/api", true)
+	if got := row(); got != "23:00:00|00:02:10|/srv/api|true" {
+		t.Fatalf("after reopen: %s", got)
+	}
+}
