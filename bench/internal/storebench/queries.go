@@ -103,7 +103,75 @@ FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples
 		qs = append(qs, q)
 		o.Log("storage: query %q: %v ms, %d rows", q.Name, q.Millis, q.Rows)
 	}
+	// Last, as it deletes: the gateway's default retention on the N-day
+	// file is what a gateway that ran N days keeps.
+	steady, err := steadyState(ctx, longPath, o.Host.Services, o.Days, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	res.Steady = steady
 	return qs, nil
+}
+
+// steadyState starts the summary exporter with its default retention on
+// path (an N-day file), waits for the retention run that starts with it,
+// and measures what the file then holds.
+func steadyState(ctx context.Context, path string, services, days int, logf func(string, ...any)) (Steady, error) {
+	var out Steady
+	core, logs := observer.New(zap.DebugLevel)
+	began := time.Now()
+	exp, err := startExporterLogging(ctx, "summary", path, core, true)
+	if err != nil {
+		return out, fmt.Errorf("steady state of %s: %w", path, err)
+	}
+	for logs.FilterMessage("retention run done").Len() == 0 {
+		if failed := logs.FilterMessage("retention cleanup failed; will retry next interval"); failed.Len() > 0 {
+			_ = exp.Shutdown(ctx)
+			return out, fmt.Errorf("steady state of %s: retention failed: %v", path, failed.All()[0].ContextMap())
+		}
+		if time.Since(began) > time.Hour {
+			_ = exp.Shutdown(ctx)
+			return out, fmt.Errorf("steady state of %s: no retention run after an hour", path)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out.Seconds = time.Since(began).Seconds()
+	if err := exp.Shutdown(ctx); err != nil {
+		return out, fmt.Errorf("steady state of %s: %w", path, err)
+	}
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		return out, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CHECKPOINT"); err != nil {
+		return out, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	var blockSize, used, free int64
+	if err := db.QueryRowContext(ctx, "SELECT block_size, used_blocks, free_blocks FROM pragma_database_size()").Scan(&blockSize, &used, &free); err != nil {
+		return out, fmt.Errorf("size of %s: %w", path, err)
+	}
+	out.UsedBytes, out.FreeBytes = used*blockSize, free*blockSize
+	var oldest, newest sql.NullTime
+	q := fmt.Sprintf(`SELECT (SELECT count(*) FROM %s), count(*), min(bucket_time), max(bucket_time) FROM %s`, summaryTables.samples, summaryTables.traces)
+	if err := db.QueryRowContext(ctx, q).Scan(&out.Rows, &out.TracedRows, &oldest, &newest); err != nil {
+		return out, fmt.Errorf("count rows of %s: %w", path, err)
+	}
+	if oldest.Valid {
+		out.TraceDays = newest.Time.Sub(oldest.Time).Hours() / 24
+	}
+	if err := db.Close(); err != nil {
+		return out, fmt.Errorf("close %s: %w", path, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return out, fmt.Errorf("size of %s: %w", path, err)
+	}
+	out.FileBytes = st.Size()
+	out.BytesPerSvcDay = float64(out.UsedBytes) / float64(services) / float64(days)
+	logf("storage: %d-day file at the default retention: %.1f MB used, %.1f MB free, traces over %.1f days (retention took %.0f s)",
+		days, float64(out.UsedBytes)/1e6, float64(out.FreeBytes)/1e6, out.TraceDays, out.Seconds)
+	return out, nil
 }
 
 // slowQueryMillis is where a query is timed once instead of warm-up + runs.
@@ -197,7 +265,7 @@ FROM %[1]s WHERE bucket_time >= %[3]s AND bucket_time < %[4]s ORDER BY bucket_ti
 	// once; the long query is measured on the finished roll-ups.
 	core, logs := observer.New(zap.InfoLevel)
 	began := time.Now()
-	exp, err := startExporterLogging(ctx, "summary", path, core)
+	exp, err := startExporterLogging(ctx, "summary", path, core, false)
 	if err != nil {
 		return fmt.Errorf("roll up %s: %w", path, err)
 	}

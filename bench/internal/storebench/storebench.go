@@ -99,6 +99,23 @@ type Result struct {
 	Queries        []Query `json:"queries"`
 	SummaryDay     int     `json:"summary_days_for_long_query"`
 	LongFile       int64   `json:"long_file_bytes"`
+	// Steady is the N-day file after the gateway's default retention ran
+	// on it: what a gateway that has run N days holds.
+	Steady Steady `json:"steady_state"`
+}
+
+// Steady is a file's size at steady state: DuckDB's used blocks are its
+// data; free blocks (left by deletes and rewritten row groups) are reused
+// by later writes, so they are reported but not counted per day.
+type Steady struct {
+	FileBytes      int64   `json:"file_bytes"`
+	UsedBytes      int64   `json:"used_bytes"`
+	FreeBytes      int64   `json:"free_bytes"`
+	Rows           int64   `json:"rows"`
+	TracedRows     int64   `json:"traced_rows"`
+	TraceDays      float64 `json:"trace_days"` // days of trace-tagged rows kept
+	BytesPerSvcDay float64 `json:"bytes_per_service_day"`
+	Seconds        float64 `json:"retention_seconds"` // the retention run that made it
 }
 
 // Run writes the simulated span through both tiers, measures the files and
@@ -255,19 +272,22 @@ func countTraces(iv simday.Interval, counts map[string]int64) {
 // retention that cannot fire during the run (the simulated clock runs ahead
 // of the real one).
 func startExporter(ctx context.Context, tier, path string) (xexporter.Profiles, error) {
-	return startExporterLogging(ctx, tier, path, nil)
+	return startExporterLogging(ctx, tier, path, nil, false)
 }
 
 // startExporterLogging is startExporter with the exporter's log also going
-// to also (nil: none), which sees Info and up.
-func startExporterLogging(ctx context.Context, tier, path string, also zapcore.Core) (xexporter.Profiles, error) {
+// to also (nil: none), at the levels also enables; defaultRetention keeps the
+// tier's default retention (it runs at start).
+func startExporterLogging(ctx context.Context, tier, path string, also zapcore.Core, defaultRetention bool) (xexporter.Profiles, error) {
 	f := duckdbprofileexporter.NewFactory()
 	cfg := f.CreateDefaultConfig().(*duckdbprofileexporter.Config)
 	cfg.Tier = tier
 	cfg.Path = path
 	cfg.Query.Enabled = false
 	cfg.QueueConfig = configoptional.None[exporterhelper.QueueBatchConfig]()
-	cfg.Retention = duckdbprofileexporter.RetentionConfig{Stacks: 400 * 24 * time.Hour, TraceStacks: 400 * 24 * time.Hour, Metadata: 400 * 24 * time.Hour, Interval: 1000 * time.Hour}
+	if !defaultRetention {
+		cfg.Retention = duckdbprofileexporter.RetentionConfig{Stacks: 400 * 24 * time.Hour, TraceStacks: 400 * 24 * time.Hour, Metadata: 400 * 24 * time.Hour, Interval: 1000 * time.Hour}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%s exporter config: %w", tier, err)
 	}

@@ -5,6 +5,7 @@
 package writer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -15,6 +16,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,6 +118,9 @@ type Writer struct {
 	conn      *sql.Conn              // dedicated to writing (the Appender is not goroutine-safe)
 	dicts     Dicts
 	rolled    rollState // summary tier: how far the roll-ups are complete
+	// descending is the stack_id order of the next batch's rows (see
+	// rowOrder); it alternates per batch.
+	descending bool
 	// binaries is the binary metadata the file holds, as written by this
 	// writer since it opened: a binary seen again within binarySeenStep
 	// with nothing else changed is not written again. nil after a failure
@@ -675,9 +680,38 @@ func keyOf(r *StackRow, stack int32) aggKey {
 	return aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, r.ContainerID, r.PodUID, stack, r.PeriodNanos}
 }
 
+// rowOrder sorts a batch's rows by time, then by stack_id, ascending and
+// descending in alternate batches. DuckDB packs an integer column in groups
+// of 2048 values by the spread of the differences between neighbours
+// (bit-packing's delta mode): sorted stack IDs differ by little, and
+// alternating the direction keeps the step from one batch to the next
+// small too, where one direction would jump from the largest ID back to
+// the smallest at every batch. Measured on the storage bench's simulated
+// day (10 services, 1-minute batches): the summary tier's sample table
+// 14.95 -> 11.81 MB, the agent's 2.11 -> 1.85 MB.
+func rowOrder(descending bool) func(a, b aggRow) int {
+	return func(a, b aggRow) int {
+		if c := a.r.Time.Compare(b.r.Time); c != 0 {
+			return c
+		}
+		if descending {
+			return cmp.Compare(b.stack, a.stack)
+		}
+		return cmp.Compare(a.stack, b.stack)
+	}
+}
+
+// aggRow is one row to append: the batch row it comes from, its stack ID
+// and its count.
+type aggRow struct {
+	r     *StackRow
+	stack int32
+	count int64
+}
+
 // appendRows writes every row's samples to Samples (trace-tagged rows
 // merged into the untraced row of their key) and the trace-tagged rows to
-// Traces with binary IDs.
+// Traces with binary IDs, each in rowOrder.
 func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error {
 	if len(rows) == 0 {
 		return nil
@@ -685,7 +719,7 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 	summary := w.tier == schema.Summary
 	// Trace-tagged samples by aggregate key; untraced rows pick theirs up.
 	var traced map[aggKey]int64
-	var tracedRows []int
+	var tracedRows []aggRow
 	for i := range rows {
 		if rows[i].TraceID != "" {
 			if traced == nil {
@@ -693,19 +727,10 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 			}
 			r := &rows[i]
 			traced[keyOf(r, ids[i])] += r.Count
-			tracedRows = append(tracedRows, i)
+			tracedRows = append(tracedRows, aggRow{r, ids[i], r.Count})
 		}
 	}
-	a, err := duckdb.NewAppenderFromConn(dc, "", w.tb.Samples)
-	if err != nil {
-		return fmt.Errorf("appender for %s: %w", w.tb.Samples, err)
-	}
-	appendAgg := func(r *StackRow, stack int32, count int64) error {
-		if summary {
-			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, stack, clampCount(count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
-		}
-		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, stack, clampCount(count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
-	}
+	agg := make([]aggRow, 0, len(rows)-len(tracedRows))
 	for i := range rows {
 		r := &rows[i]
 		if r.TraceID != "" {
@@ -719,31 +744,32 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 				delete(traced, k)
 			}
 		}
-		if err := appendAgg(r, ids[i], count); err != nil {
-			a.Close()
-			return fmt.Errorf("append to %s: %w", w.tb.Samples, err)
-		}
+		agg = append(agg, aggRow{r, ids[i], count})
 	}
 	// Keys with trace-tagged samples only, once each.
-	for _, i := range tracedRows {
-		r := &rows[i]
-		k := keyOf(r, ids[i])
+	for _, t := range tracedRows {
+		k := keyOf(t.r, t.stack)
 		if n, ok := traced[k]; ok {
 			delete(traced, k)
-			if err := appendAgg(r, ids[i], n); err != nil {
-				a.Close()
-				return fmt.Errorf("append to %s: %w", w.tb.Samples, err)
-			}
+			agg = append(agg, aggRow{t.r, t.stack, n})
 		}
 	}
-	if err := a.Close(); err != nil {
-		return fmt.Errorf("flush %s: %w", w.tb.Samples, err)
+	order := rowOrder(w.descending)
+	w.descending = !w.descending
+	slices.SortFunc(agg, order)
+	err := appendAll(dc, w.tb.Samples, len(agg), func(a *duckdb.Appender, i int) error {
+		r, stack, count := agg[i].r, agg[i].stack, clampCount(agg[i].count)
+		if summary {
+			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, stack, count, nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
+		}
+		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, stack, count, nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
+	})
+	if err != nil || len(tracedRows) == 0 {
+		return err
 	}
-	if len(tracedRows) == 0 {
-		return nil
-	}
+	slices.SortFunc(tracedRows, order)
 	return appendAll(dc, w.tb.Traces, len(tracedRows), func(a *duckdb.Appender, j int) error {
-		r := &rows[tracedRows[j]]
+		r, stack := tracedRows[j].r, tracedRows[j].stack
 		trace, err := hex.DecodeString(r.TraceID)
 		if err != nil || len(trace) != 16 {
 			return fmt.Errorf("trace ID %q: want 32 hex characters", r.TraceID)
@@ -757,9 +783,9 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 			span = b
 		}
 		if summary {
-			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, ids[tracedRows[j]], trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
+			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, stack, trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
 		}
-		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, ids[tracedRows[j]], trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
+		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, stack, trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
 	})
 }
 

@@ -470,3 +470,45 @@ func TestBinaryRowsFollowBatchesToTheMinute(t *testing.T) {
 		t.Fatalf("after reopen: %s", got)
 	}
 }
+
+// A batch's rows are stored by time, then by stack ID, in alternate
+// directions from batch to batch (rowOrder), in both row tables.
+func TestRowsStoredInAlternatingStackOrder(t *testing.T) {
+	ctx := context.Background()
+	w := open(t, filepath.Join(t.TempDir(), "local.duckdb"), schema.Local)
+	defer w.Close()
+	// The stacks get IDs 1..4 in this order in the first batch.
+	stacks := [][]string{{"a"}, {"b"}, {"c"}, {"d"}}
+	batch := func(at time.Time, order []int) *Batch {
+		b := &Batch{}
+		for _, i := range order {
+			b.Rows = append(b.Rows, StackRow{Time: at, ServiceID: "api", Frames: stacks[i], Count: 1},
+				StackRow{Time: at, ServiceID: "api", Frames: stacks[i], Count: 1, TraceID: fmt.Sprintf("%032x", i+1)})
+		}
+		return b
+	}
+	for i, order := range [][]int{{0, 1, 2, 3}, {2, 0, 3, 1}, {3, 1, 0, 2}} {
+		if err := w.Write(ctx, batch(t0.Add(time.Duration(i)*time.Second), order)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, table := range []string{"stack_samples_local", "trace_samples_local"} {
+		got := strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM "+table+" ORDER BY rowid"), ",")
+		if want := "1,2,3,4,4,3,2,1,1,2,3,4"; got != want {
+			t.Errorf("%s: stack IDs in storage order %s, want %s", table, got, want)
+		}
+	}
+	// Within a batch, time comes first.
+	b := &Batch{Rows: []StackRow{
+		{Time: t0.Add(5 * time.Second), ServiceID: "api", Frames: stacks[0], Count: 1},
+		{Time: t0.Add(4 * time.Second), ServiceID: "api", Frames: stacks[3], Count: 1},
+		{Time: t0.Add(4 * time.Second), ServiceID: "api", Frames: stacks[1], Count: 1},
+	}}
+	if err := w.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM stack_samples_local ORDER BY rowid OFFSET 12"), ",")
+	if want := "4,2,1"; got != want {
+		t.Errorf("fourth batch (descending): %s, want %s", got, want)
+	}
+}
