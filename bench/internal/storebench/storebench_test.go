@@ -42,8 +42,8 @@ func TestSmallRun(t *testing.T) {
 	}
 	// The simulated hour ended in the past: the default retention leaves
 	// the dictionaries and roll-ups, which still take blocks.
-	if res.Steady.UsedBytes <= 0 || res.Steady.FileBytes < res.Steady.UsedBytes {
-		t.Fatalf("implausible steady state: %+v", res.Steady)
+	if sd := res.Steady; sd.UsedBytes <= 0 || sd.FileBytes < sd.UsedBytes || sd.BytesPerSvcHour <= 0 {
+		t.Fatalf("implausible steady state: %+v", sd)
 	}
 	if len(res.Queries) != 6 {
 		t.Fatalf("%d queries, want 6", len(res.Queries))
