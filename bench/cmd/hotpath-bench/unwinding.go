@@ -176,6 +176,13 @@ func unwindingCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The modes are compared on the workload alone: other processes of the
+	// host (this program, the gateway, anything else running) got unwind
+	// tables built in some runs' windows and not in others, which moved
+	// one run's agent CPU by 0.7 % of a core and the CPython ratio from
+	// 0.49x to 3.64x between two runs of the same code (2026-11-25).
+	baseArgs = append(baseArgs, "--set=receivers.ebpfprofile.include.executables=["+
+		strings.Join([]string{"hotpath-burn", filepath.Base(native), filepath.Base(py) + "*"}, ",")+"]")
 	res := &unwindingResult{CPUs: runtime.NumCPU(), AgentConfig: r.agentCfg, AgentArgs: baseArgs,
 		SteadySeconds: steady.Seconds(), WarmupSeconds: warmup.Seconds(), NativeCFlags: nativeCFlags}
 	res.LoadAvg = append(res.LoadAvg, loadAvg())
