@@ -102,6 +102,12 @@ func (m *Map) refreshLocked() error {
 	m.refreshed = time.Now()
 	if m.ids == nil {
 		ids, err := readProcessIDs(filepath.Join(m.procRoot, strconv.Itoa(m.pid), "status"))
+		if errors.Is(err, os.ErrNotExist) {
+			// The process exited before its map was first looked for
+			// (a short-lived program of a busy node): there is no map to
+			// read and nothing to report.
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("perf map of process %d: %w", m.pid, err)
 		}

@@ -290,3 +290,15 @@ func TestMapRefusesWhatIsNotTheProcesssOwnFile(t *testing.T) {
 		}
 	})
 }
+
+// A process that exited before its map was first looked for has no map and
+// no error: its samples are not reported as JIT frames left unnamed.
+func TestMapOfExitedProcess(t *testing.T) {
+	m := New(t.TempDir(), 4343, DefaultLimits)
+	if name := lookupName(m, 0x100); name != "" {
+		t.Fatalf("lookup in an exited process's map = %q", name)
+	}
+	if st, err := m.Stats(); st.Present || st.Symbols != 0 || err != nil {
+		t.Fatalf("exited process: %+v %v", st, err)
+	}
+}
