@@ -171,10 +171,11 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 		container, okContainer := cleanName(profileschema.ContainerID(res))
 		podUID, okPodUID := cleanName(profileschema.PodUID(res))
 		resourceRepaired := !okService || !okPod || !okBuild || !okContainer || !okPodUID
-		resource, seen := resources[resourceKey{service, pod, build, container, podUID}]
+		rk := resourceKey{service, pod, build, container, podUID}
+		resource, seen := resources[rk]
 		if !seen {
 			resource = int32(len(resources))
-			resources[resourceKey{service, pod, build, container, podUID}] = resource
+			resources[rk] = resource
 		}
 		var latest time.Time
 

@@ -270,11 +270,10 @@ func storageRows(st *storebench.Result) []row {
 			fmt.Sprintf("file size after CHECKPOINT ÷ services ÷ hours (du -b %s)", st.Local.Path)},
 	}
 	if sd := st.Steady; sd.UsedBytes > 0 {
-		perDay := sd.BytesPerSvcHour * 24
 		rows = append(rows, row{
 			fmt.Sprintf("storage, gateway after %d days at the default retention (traces kept 7 days), per service per day", st.SummaryDay), "—", "≤ 2 MB",
-			fmt.Sprintf("%s (%.1f MB used of a %.1f MB file; trace-tagged rows over %.1f days)", mb(perDay), float64(sd.UsedBytes)/1e6, float64(sd.FileBytes)/1e6, sd.TraceDays),
-			verdict(perDay, 2e6, true),
+			fmt.Sprintf("%s (%.1f MB used of a %.1f MB file; trace-tagged rows over %.1f days)", mb(sd.BytesPerSvcDay), float64(sd.UsedBytes)/1e6, float64(sd.FileBytes)/1e6, sd.TraceDays),
+			verdict(sd.BytesPerSvcDay, 2e6, true),
 			fmt.Sprintf("the %d-day file after the exporter's default retention ran on it and CHECKPOINT: DuckDB's used blocks ÷ services ÷ days (pragma_database_size; free blocks are reused by later writes)", st.SummaryDay)})
 	}
 	for _, t := range []struct {

@@ -105,7 +105,7 @@ FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples
 	}
 	// Last, as it deletes: the gateway's default retention on the N-day
 	// file is what a gateway that ran N days keeps.
-	steady, err := steadyState(ctx, "summary", longPath, summaryTables, o.Host.Services, time.Duration(o.Days)*24*time.Hour, o.Log)
+	steady, err := steadyState(ctx, longPath, o.Host.Services, o.Days, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -113,18 +113,19 @@ FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples
 	return qs, nil
 }
 
-// steadyState starts the tier's exporter with its default retention on
-// path, waits for the retention run that starts with it, and measures
-// what the file then holds, per service and hour of span. (Not used for
+// steadyState starts the summary exporter with its default retention on
+// path (a file of days days), waits for the retention run that starts
+// with it, and measures what the file then holds, per service and day.
+// (Not used for
 // the agent's file: one retention run on it deletes half of its
 // stack dictionary, scattered over every row group, and DuckDB keeps such deleted
 // rows in their blocks, so its used blocks would say nothing about an
 // agent that deletes a little every 10 minutes.)
-func steadyState(ctx context.Context, tier, path string, tb tierTables, services int, span time.Duration, logf func(string, ...any)) (Steady, error) {
+func steadyState(ctx context.Context, path string, services, days int, logf func(string, ...any)) (Steady, error) {
 	var out Steady
 	core, logs := observer.New(zap.DebugLevel)
 	began := time.Now()
-	exp, err := startExporterLogging(ctx, tier, path, core, true)
+	exp, err := startExporterLogging(ctx, "summary", path, core, true)
 	if err != nil {
 		return out, fmt.Errorf("steady state of %s: %w", path, err)
 	}
@@ -157,7 +158,7 @@ func steadyState(ctx context.Context, tier, path string, tb tierTables, services
 	}
 	out.UsedBytes, out.FreeBytes = used*blockSize, free*blockSize
 	var oldestTrace, newestTrace sql.NullTime
-	q := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s), count(*), min(%[3]s), max(%[3]s) FROM %[2]s`, tb.samples, tb.traces, tb.timeCol)
+	q := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s), count(*), min(%[3]s), max(%[3]s) FROM %[2]s`, summaryTables.samples, summaryTables.traces, summaryTables.timeCol)
 	if err := db.QueryRowContext(ctx, q).Scan(&out.Rows, &out.TracedRows, &oldestTrace, &newestTrace); err != nil {
 		return out, fmt.Errorf("count rows of %s: %w", path, err)
 	}
@@ -172,10 +173,9 @@ func steadyState(ctx context.Context, tier, path string, tb tierTables, services
 		return out, fmt.Errorf("size of %s: %w", path, err)
 	}
 	out.FileBytes = st.Size()
-	out.KeptHours = span.Hours()
-	out.BytesPerSvcHour = float64(out.UsedBytes) / float64(services) / span.Hours()
-	logf("storage: %s file at the default retention: %.1f MB used, %.1f MB free, traces over %.1f days (retention took %.0f s)",
-		tier, float64(out.UsedBytes)/1e6, float64(out.FreeBytes)/1e6, out.TraceDays, out.Seconds)
+	out.BytesPerSvcDay = float64(out.UsedBytes) / float64(services) / float64(days)
+	logf("storage: %d-day file at the default retention: %.1f MB used, %.1f MB free, traces over %.1f days (retention took %.0f s)",
+		days, float64(out.UsedBytes)/1e6, float64(out.FreeBytes)/1e6, out.TraceDays, out.Seconds)
 	return out, nil
 }
 

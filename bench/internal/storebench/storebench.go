@@ -108,16 +108,14 @@ type Result struct {
 // data; free blocks (left by deletes and rewritten row groups) are reused
 // by later writes, so they are reported but not counted.
 type Steady struct {
-	FileBytes  int64   `json:"file_bytes"`
-	UsedBytes  int64   `json:"used_bytes"`
-	FreeBytes  int64   `json:"free_bytes"`
-	Rows       int64   `json:"rows"`
-	TracedRows int64   `json:"traced_rows"`
-	TraceDays  float64 `json:"trace_days"` // span of trace-tagged rows kept
-	// KeptHours is the span the bytes are divided by (the N days).
-	KeptHours       float64 `json:"kept_hours"`
-	BytesPerSvcHour float64 `json:"bytes_per_service_hour"`
-	Seconds         float64 `json:"retention_seconds"` // the retention run that made it
+	FileBytes      int64   `json:"file_bytes"`
+	UsedBytes      int64   `json:"used_bytes"`
+	FreeBytes      int64   `json:"free_bytes"`
+	Rows           int64   `json:"rows"`
+	TracedRows     int64   `json:"traced_rows"`
+	TraceDays      float64 `json:"trace_days"` // span of trace-tagged rows kept
+	BytesPerSvcDay float64 `json:"bytes_per_service_day"`
+	Seconds        float64 `json:"retention_seconds"` // the retention run that made it
 }
 
 // Run writes the simulated span through both tiers, measures the files and
