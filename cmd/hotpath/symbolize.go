@@ -155,12 +155,14 @@ func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewrit
 	}
 	tb := profilequery.TablesOf(profilequery.Tier(tierName))
 
-	var allRows, buildRows []string
+	// Rows name their build through the series dictionary.
+	var allSeries, buildRows []string
+	ofBuild := "series_id IN (SELECT series_id FROM " + tb.Series + " WHERE build_id = $1)"
 	for _, t := range tb.Rows {
-		allRows = append(allRows, "SELECT build_id, stack_id FROM "+t)
-		buildRows = append(buildRows, "SELECT stack_id FROM "+t+" WHERE build_id = $1")
+		allSeries = append(allSeries, "SELECT series_id FROM "+t)
+		buildRows = append(buildRows, "SELECT stack_id FROM "+t+" WHERE "+ofBuild)
 	}
-	builds, err := strings1(ctx, db, "SELECT DISTINCT build_id FROM ("+strings.Join(allRows, " UNION ALL ")+") WHERE build_id <> '' AND starts_with(build_id, ?) ORDER BY 1", req.build)
+	builds, err := strings1(ctx, db, "SELECT DISTINCT build_id FROM "+tb.Series+" WHERE series_id IN ("+strings.Join(allSeries, " UNION ")+") AND build_id <> '' AND starts_with(build_id, ?) ORDER BY 1", req.build)
 	if err != nil {
 		return nil, fmt.Errorf("find build: %w", err)
 	}
@@ -311,7 +313,7 @@ JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, $2) OR
 	}
 	if len(oldStacks) > 0 {
 		for _, t := range tb.Rows {
-			if _, err := tx.ExecContext(ctx, "UPDATE "+t+" SET stack_id = CASE stack_id"+cases.String()+" ELSE stack_id END WHERE build_id = ? AND stack_id IN "+inList(oldStacks), full); err != nil {
+			if _, err := tx.ExecContext(ctx, "UPDATE "+t+" SET stack_id = CASE stack_id"+cases.String()+" ELSE stack_id END WHERE "+ofBuild+" AND stack_id IN "+inList(oldStacks), full); err != nil {
 				return nil, fmt.Errorf("rewrite stacks of %s: %w", t, err)
 			}
 		}

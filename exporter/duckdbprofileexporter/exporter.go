@@ -105,8 +105,8 @@ func (e *profilesExporter) open(ctx context.Context, host component.Host) error 
 			e.logger.Warn("retention cleanup failed; will retry next interval", zap.Error(err))
 			return
 		}
-		fields := []zap.Field{zap.Int64("stack_rows", res.Stacks), zap.Int64("stacks", res.StackIDs), zap.Int64("frames", res.Frames), zap.Int64("binaries", res.Binaries)}
-		if res.Stacks+res.StackIDs+res.Frames+res.Binaries > 0 {
+		fields := []zap.Field{zap.Int64("stack_rows", res.Stacks), zap.Int64("stacks", res.StackIDs), zap.Int64("series", res.Series), zap.Int64("frames", res.Frames), zap.Int64("binaries", res.Binaries)}
+		if res.Stacks+res.StackIDs+res.Series+res.Frames+res.Binaries > 0 {
 			e.logger.Info("retention cleanup", fields...)
 		}
 		// Every run, for whoever waits on one (the storage bench).

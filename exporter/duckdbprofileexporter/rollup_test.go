@@ -58,7 +58,7 @@ func TestRollupsAnswerRangesExactly(t *testing.T) {
 	}
 	ts := func(t time.Time) string { return "TIMESTAMP '" + t.Format(time.DateTime) + "'" }
 	plain := func(lo, hi time.Time) string {
-		return strings.Join(rowsOf(t, db, fmt.Sprintf("SELECT coalesce(sum(sample_count), 0) FROM %s WHERE service_id = 'api' AND bucket_time >= %s AND bucket_time < %s", tb.Samples, ts(lo), ts(hi))), "")
+		return strings.Join(rowsOf(t, db, fmt.Sprintf("SELECT coalesce(sum(sample_count), 0) FROM %s WHERE service_id = 'api' AND bucket_time >= %s AND bucket_time < %s", tb.SamplesView, ts(lo), ts(hi))), "")
 	}
 	viaMacro := func(lo, hi time.Time) string {
 		return strings.Join(rowsOf(t, db, fmt.Sprintf("SELECT coalesce(sum(sample_count), 0) FROM samples_in('api', %s, %s)", ts(lo), ts(hi))), "")

@@ -49,7 +49,8 @@ type tables struct {
 	// line_number (schema version 6).
 	frameMeta bool
 	// workload: the row tables and samples_in have container_id and
-	// k8s_pod_uid (schema version 7).
+	// k8s_pod_uid (schema version 7; version 8 reads them through views
+	// of the same names and columns).
 	workload bool
 }
 
@@ -134,7 +135,7 @@ FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonE
 }
 
 // supportedVersions are the schema versions whose tables are read here.
-var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true}
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -331,7 +332,11 @@ func (s *fileSource) Close() error     { return s.close() }
 // Tables are a tier's table names, for commands that write (symbolize).
 type Tables struct {
 	Frames, StackDict, Binaries string
-	// Rows are the tables whose rows point into StackDict by stack_id.
+	// Series is the series dictionary: series_id → service, [pod,] build,
+	// container and pod UID.
+	Series string
+	// Rows are the tables whose rows point into StackDict by stack_id and
+	// into Series by series_id.
 	Rows []string
 	// HasSymbolStorage: the gateway's binary registry records where
 	// symbols were found.
@@ -339,14 +344,15 @@ type Tables struct {
 }
 
 // WritableVersion is the schema version whose tables TablesOf names.
-const WritableVersion = 7
+const WritableVersion = 8
 
-// TablesOf returns the table names of tier t (schema version 7).
+// TablesOf returns the table names of tier t (schema version 8).
 func TablesOf(t Tier) Tables {
 	tb := tablesFor(t)
-	rows := []string{tb.stacks, tb.traces}
 	if t == Summary {
-		rows = append(rows, "stack_summaries_hourly", "stack_summaries_daily")
+		return Tables{Frames: tb.frames, StackDict: tb.stackDict, Binaries: tb.binaries, Series: "profile_series_dictionary",
+			Rows: []string{"stack_summary_rows", "trace_summary_rows", "stack_summary_rows_hourly", "stack_summary_rows_daily"}, HasSymbolStorage: true}
 	}
-	return Tables{Frames: tb.frames, StackDict: tb.stackDict, Binaries: tb.binaries, Rows: rows, HasSymbolStorage: t == Summary}
+	return Tables{Frames: tb.frames, StackDict: tb.stackDict, Binaries: tb.binaries, Series: "profile_series_dictionary_local",
+		Rows: []string{"stack_sample_rows_local", "trace_sample_rows_local"}}
 }

@@ -158,7 +158,7 @@ func steadyState(ctx context.Context, path string, services, days int, logf func
 	}
 	out.UsedBytes, out.FreeBytes = used*blockSize, free*blockSize
 	var oldestTrace, newestTrace sql.NullTime
-	q := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s), count(*), min(%[3]s), max(%[3]s) FROM %[2]s`, summaryTables.samples, summaryTables.traces, summaryTables.timeCol)
+	q := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s), count(*), min(%[3]s), max(%[3]s) FROM %[2]s`, summaryTables.sampleRows, summaryTables.traceRows, summaryTables.timeCol)
 	if err := db.QueryRowContext(ctx, q).Scan(&out.Rows, &out.TracedRows, &oldestTrace, &newestTrace); err != nil {
 		return out, fmt.Errorf("count rows of %s: %w", path, err)
 	}
@@ -247,7 +247,7 @@ func replicate(ctx context.Context, path string, start time.Time, days int, logf
 	}
 	defer db.Close()
 	for k := days - 1; k >= 1; k-- {
-		for _, table := range []string{summaryTables.samples, summaryTables.traces} {
+		for _, table := range []string{summaryTables.sampleRows, summaryTables.traceRows} {
 			q := fmt.Sprintf(`INSERT INTO %[1]s
 SELECT * REPLACE (bucket_time - INTERVAL %[2]d DAY AS bucket_time)
 FROM %[1]s WHERE bucket_time >= %[3]s AND bucket_time < %[4]s ORDER BY bucket_time`, table, k, ts(start), ts(start.Add(24*time.Hour)))
@@ -258,7 +258,7 @@ FROM %[1]s WHERE bucket_time >= %[3]s AND bucket_time < %[4]s ORDER BY bucket_ti
 	}
 	// The roll-ups are rebuilt from the replicated minutes: the exporter
 	// rolls up the closed hours and days of a file when it opens it.
-	for _, table := range []string{"stack_summaries_hourly", "stack_summaries_daily", "rollup_progress"} {
+	for _, table := range []string{summaryTables.hourlyRows, summaryTables.dailyRows, "rollup_progress"} {
 		if _, err := db.ExecContext(ctx, "DELETE FROM "+table); err != nil {
 			return fmt.Errorf("reset %s in %s: %w", table, path, err)
 		}

@@ -215,17 +215,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	// Each table, and the columns of the samples table, on their own.
 	for _, part := range []struct{ table, cols string }{
-		{summaryTables.samples, "*"},
-		{summaryTables.samples, "bucket_time, service_id, pod_name, build_id"},
-		{summaryTables.samples, "stack_id"},
-		{summaryTables.samples, "sample_count"},
-		{summaryTables.samples, "sample_period_ns"},
-		{summaryTables.traces, "*"},
-		{summaryTables.traces, "trace_id, span_id"},
+		{summaryTables.sampleRows, "*"},
+		{summaryTables.sampleRows, "bucket_time"},
+		{summaryTables.sampleRows, "series_id"},
+		{summaryTables.sampleRows, "stack_id"},
+		{summaryTables.sampleRows, "sample_count"},
+		{summaryTables.sampleRows, "sample_period_ns"},
+		{summaryTables.traceRows, "*"},
+		{summaryTables.traceRows, "trace_id, span_id"},
 		{summaryTables.stackDict, "*"},
+		{summaryTables.series, "*"},
 		{summaryTables.frames, "*"},
-		{"stack_summaries_hourly", "*"},
-		{"stack_summaries_daily", "*"},
+		{summaryTables.hourlyRows, "*"},
+		{summaryTables.dailyRows, "*"},
 	} {
 		p, err := breakdown(ctx, o.Dir, summaryPath, part.table, []string{part.cols})
 		if err != nil {
@@ -337,14 +339,23 @@ func joinShutdown(ctx context.Context, exp xexporter.Profiles, err error) error 
 	return err
 }
 
-// tierTables names a tier's tables (schema version 4).
+// tierTables names a tier's tables and views (schema version 8): samples
+// and traces are the views people query, sampleRows and traceRows (and the
+// roll-ups' rows) the tables under them, whose bytes are measured.
 type tierTables struct {
 	samples, traces, stackDict, frames, timeCol string
+	sampleRows, traceRows, series               string
+	hourlyRows, dailyRows                       string
 }
 
 var (
-	localTables   = tierTables{"stack_samples_local", "trace_samples_local", "profile_stack_dictionary_local", "profile_frame_dictionary_local", "timestamp"}
-	summaryTables = tierTables{"stack_summaries", "trace_summaries", "profile_stack_dictionary", "profile_frame_dictionary", "bucket_time"}
+	localTables = tierTables{samples: "stack_samples_local", traces: "trace_samples_local", stackDict: "profile_stack_dictionary_local",
+		frames: "profile_frame_dictionary_local", timeCol: "timestamp",
+		sampleRows: "stack_sample_rows_local", traceRows: "trace_sample_rows_local", series: "profile_series_dictionary_local"}
+	summaryTables = tierTables{samples: "stack_summaries", traces: "trace_summaries", stackDict: "profile_stack_dictionary",
+		frames: "profile_frame_dictionary", timeCol: "bucket_time",
+		sampleRows: "stack_summary_rows", traceRows: "trace_summary_rows", series: "profile_series_dictionary",
+		hourlyRows: "stack_summary_rows_hourly", dailyRows: "stack_summary_rows_daily"}
 )
 
 // measureTier checkpoints the file (so its size is its data, not a WAL),

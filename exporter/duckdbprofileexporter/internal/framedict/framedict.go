@@ -1,4 +1,5 @@
-// Package framedict keeps the in-memory copy of a file's frame dictionary:
+// Package framedict keeps the in-memory copies of a file's dictionaries
+// (frames, stacks, series). The frame dictionary maps
 // frame name ↔ integer ID. IDs are loaded from the file on start so they stay
 // stable across restarts; new IDs are staged per batch and only become
 // permanent when the batch's transaction commits.

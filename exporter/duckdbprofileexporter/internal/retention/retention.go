@@ -1,6 +1,7 @@
 // Package retention deletes what a hotpath file no longer keeps: rows past
 // their age (trace-tagged rows sooner), binary metadata not seen for a
-// while, stacks no row references and frames no stack references any more. Deletes run
+// while, stacks and series no row references and frames no stack references
+// any more. Deletes run
 // in bounded chunks, each its own short transaction, so a large cleanup never
 // holds up ingestion for more than one chunk.
 package retention
@@ -33,6 +34,7 @@ type Policy struct {
 type Result struct {
 	Stacks   int64 // rows
 	StackIDs int64 // stack dictionary entries
+	Series   int64 // series dictionary entries
 	Frames   int64
 	Binaries int64
 }
@@ -80,12 +82,14 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 			}
 		}
 	}
-	// Stacks no row references any more, and then frames no stack
-	// references: frame_count counts occurrences in the stack dictionary.
+	// Stacks and series no row references any more, and then frames no
+	// stack references: frame_count counts occurrences in the stack
+	// dictionary.
 	err := w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
-		var used []string
+		var used, usedSeries []string
 		for _, t := range tb.RowTables() {
 			used = append(used, "SELECT stack_id FROM "+t)
+			usedSeries = append(usedSeries, "SELECT series_id FROM "+t)
 		}
 		unused := "stack_id NOT IN (" + strings.Join(used, " UNION ") + ")"
 		_, err := conn.ExecContext(ctx, "UPDATE "+tb.Frames+" AS f SET frame_count = f.frame_count - d.n FROM ("+
@@ -102,10 +106,15 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 		if err != nil {
 			return nil, fmt.Errorf("delete unreferenced frames: %w", err)
 		}
-		res.StackIDs, res.Frames = int64(len(stacks)), int64(len(names))
+		series, err := column[int32](ctx, conn, "DELETE FROM "+tb.Series+" WHERE series_id NOT IN ("+strings.Join(usedSeries, " UNION ")+") RETURNING series_id")
+		if err != nil {
+			return nil, fmt.Errorf("delete unreferenced series: %w", err)
+		}
+		res.StackIDs, res.Frames, res.Series = int64(len(stacks)), int64(len(names)), int64(len(series))
 		return func(d writer.Dicts) {
 			d.Stacks.Forget(stacks)
 			d.Frames.Forget(names)
+			d.Series.Forget(series)
 		}, nil
 	})
 	if err != nil {

@@ -38,10 +38,11 @@ func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	// Ten old rows through "old_fn", two recent ones through "main;recent".
+	// Ten old rows through "old_fn" (of a service that sends nothing
+	// after), two recent ones through "main;recent".
 	var rows []writer.StackRow
 	for i := range 10 {
-		rows = append(rows, writer.StackRow{Time: t0.Add(time.Duration(i) * time.Second), ServiceID: "s", Frames: []string{"main", "old_fn"}, Count: 1})
+		rows = append(rows, writer.StackRow{Time: t0.Add(time.Duration(i) * time.Second), ServiceID: "gone", Frames: []string{"main", "old_fn"}, Count: 1})
 	}
 	rows = append(rows,
 		writer.StackRow{Time: t0.Add(2 * time.Hour), ServiceID: "s", Frames: []string{"main", "recent"}, Count: 1},
@@ -61,8 +62,8 @@ func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Stacks != 11 || res.Frames != 1 || res.Binaries != 1 {
-		t.Fatalf("removed %+v, want 11 stacks (10 old + 1 traced), 1 frame, 1 binary", res)
+	if res.Stacks != 11 || res.Frames != 1 || res.Binaries != 1 || res.Series != 1 {
+		t.Fatalf("removed %+v, want 11 stacks (10 old + 1 traced), 1 frame, 1 binary, 1 series", res)
 	}
 	if got := folded(t, w, "cpu_profile_samples_local_decoded"); got != "main;recent" {
 		t.Fatalf("left: %q", got)
@@ -70,13 +71,20 @@ func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
 	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
 		t.Fatal(err)
 	}
-	// The removed frame is forgotten in memory too: writing it again gets a
-	// fresh dictionary row, and the view decodes it.
-	if err := w.Write(ctx, &writer.Batch{Rows: []writer.StackRow{{Time: now, ServiceID: "s", Frames: []string{"main", "old_fn"}, Count: 1}}}); err != nil {
+	// The removed frame and series are forgotten in memory too: writing
+	// them again gets fresh dictionary rows, and the views decode them.
+	if err := w.Write(ctx, &writer.Batch{Rows: []writer.StackRow{{Time: now, ServiceID: "gone", Frames: []string{"main", "old_fn"}, Count: 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := folded(t, w, "cpu_profile_samples_local_decoded"); got != "main;old_fn,main;recent" {
 		t.Fatalf("after rewrite: %q", got)
+	}
+	var services string
+	if err := w.DB().QueryRow("SELECT string_agg(service_id || ':' || sample_count, ',' ORDER BY service_id) FROM stack_samples_local").Scan(&services); err != nil {
+		t.Fatal(err)
+	}
+	if services != "gone:1,s:4" {
+		t.Fatalf("rows by service after rewrite: %s", services)
 	}
 	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
 		t.Fatal(err)

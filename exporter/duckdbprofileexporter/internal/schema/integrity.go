@@ -4,16 +4,18 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 )
 
 // CheckIntegrity verifies what the writer promises about a file: every
 // row's stack_id is in the stack dictionary, every frame ID of a stack is in
 // the frame dictionary, every frame's frame_count equals its occurrences in
-// the stack dictionary, and every trace-tagged sample is also in Samples.
+// the stack dictionary, every row's series_id is in the series dictionary,
+// and every trace-tagged sample is also in Samples.
 // Tests use it after crashes and cleanups.
 func CheckIntegrity(ctx context.Context, db *sql.DB, t Tier) error {
 	tb := TablesFor(t)
-	var missing, wrongCount, missingStacks, tracedOver int64
+	var missing, wrongCount, missingStacks, missingSeries, tracedOver int64
 	err := db.QueryRowContext(ctx, `WITH refs AS (
     SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM `+tb.StackDict+`) GROUP BY id
 )
@@ -23,8 +25,18 @@ FROM refs r FULL OUTER JOIN `+tb.Frames+` f ON f.frame_id = r.id`).Scan(&missing
 	if err != nil {
 		return fmt.Errorf("check integrity: %w", err)
 	}
-	err = db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT stack_id FROM `+tb.Samples+` UNION SELECT stack_id FROM `+tb.Traces+`)
+	var stacks, series []string
+	for _, table := range tb.RowTables() {
+		stacks = append(stacks, "SELECT stack_id FROM "+table)
+		series = append(series, "SELECT series_id FROM "+table)
+	}
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM (`+strings.Join(stacks, " UNION ")+`)
 WHERE stack_id NOT IN (SELECT stack_id FROM `+tb.StackDict+`)`).Scan(&missingStacks)
+	if err != nil {
+		return fmt.Errorf("check integrity: %w", err)
+	}
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM (`+strings.Join(series, " UNION ")+`)
+WHERE series_id NOT IN (SELECT series_id FROM `+tb.Series+`)`).Scan(&missingSeries)
 	if err != nil {
 		return fmt.Errorf("check integrity: %w", err)
 	}
@@ -34,9 +46,9 @@ WHERE stack_id NOT IN (SELECT stack_id FROM `+tb.StackDict+`)`).Scan(&missingSta
 	if err != nil {
 		return fmt.Errorf("check integrity: %w", err)
 	}
-	if missing > 0 || wrongCount > 0 || missingStacks > 0 || tracedOver != 0 {
-		return fmt.Errorf("integrity: %d frame IDs referenced but not in %s, %d frames with a wrong frame_count, %d stack IDs not in %s, %d trace-tagged samples beyond the samples",
-			missing, tb.Frames, wrongCount, missingStacks, tb.StackDict, tracedOver)
+	if missing > 0 || wrongCount > 0 || missingStacks > 0 || missingSeries > 0 || tracedOver != 0 {
+		return fmt.Errorf("integrity: %d frame IDs referenced but not in %s, %d frames with a wrong frame_count, %d stack IDs not in %s, %d series IDs not in %s, %d trace-tagged samples beyond the samples",
+			missing, tb.Frames, wrongCount, missingStacks, tb.StackDict, missingSeries, tb.Series, tracedOver)
 	}
 	return nil
 }

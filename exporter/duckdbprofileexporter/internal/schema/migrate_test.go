@@ -135,12 +135,12 @@ func TestMigrateV2FilesKeepsEveryTotal(t *testing.T) {
 			}
 			same(t, "samples per service, stack and minute (RFD view)", totals(t, db, perMinute(tb)), minutes)
 			same(t, "samples per trace, span and service (RFD view)", totals(t, db, perTrace(tb)), traces)
-			// The new tables directly: Samples holds every sample, Traces
-			// the trace-tagged ones with binary IDs.
+			// The row tables through their views: Samples holds every
+			// sample, Traces the trace-tagged ones with binary IDs.
 			same(t, "samples per service, stack and minute (Samples)", totals(t, db, `WITH dict AS (`+namesSQL(tb)+`)
 SELECT service_id, time_bucket(INTERVAL 1 MINUTE, `+tb.TimeCol+`) AS minute, array_to_string(`+decodeSQL("s.stack_frame_ids")+`, ';'), sum(sample_count)
-FROM `+tb.Samples+` JOIN `+tb.StackDict+` s USING (stack_id), dict GROUP BY ALL`), minutes)
-			same(t, "samples per trace (Traces)", totals(t, db, `SELECT lower(hex(trace_id)), lower(hex(span_id)), service_id, sum(sample_count) FROM `+tb.Traces+` GROUP BY ALL`), traces)
+FROM `+tb.SamplesView+` JOIN `+tb.StackDict+` s USING (stack_id), dict GROUP BY ALL`), minutes)
+			same(t, "samples per trace (Traces)", totals(t, db, `SELECT lower(hex(trace_id)), lower(hex(span_id)), service_id, sum(sample_count) FROM `+tb.TracesView+` GROUP BY ALL`), traces)
 			if err := CheckIntegrity(ctx, db, tier); err != nil {
 				t.Fatal(err)
 			}
@@ -280,9 +280,9 @@ WHERE frame_type IS DISTINCT FROM CASE WHEN suffix(frame_name, '_[j]') THEN 'jit
 	}
 }
 
-// TestMigrateV6AddsWorkloadColumns opens a file of version 6 (a migrated
-// v2 file with the version 7 columns taken out again): the row tables get
-// container_id and k8s_pod_uid, ” on every old row, and every total
+// TestMigrateV6AddsWorkloadColumns opens a file of version 6 (the v2 file
+// migrated to version 6, with the version 7 columns taken out again): every
+// old row's series gets container_id and k8s_pod_uid ”, and every total
 // stays.
 func TestMigrateV6AddsWorkloadColumns(t *testing.T) {
 	ctx := context.Background()
@@ -290,12 +290,12 @@ func TestMigrateV6AddsWorkloadColumns(t *testing.T) {
 		t.Run(string(tier), func(t *testing.T) {
 			tb := TablesFor(tier)
 			db := openDB(t, openV2(t, tier))
-			if err := Ensure(ctx, db, tier); err != nil {
+			if err := ensure(ctx, db, tier, 6); err != nil {
 				t.Fatal(err)
 			}
-			tables := []string{tb.Samples, tb.Traces}
-			if tier == Summary {
-				tables = append(tables, tb.Hourly, tb.Daily)
+			var tables []string
+			for _, rv := range tb.rowViews() {
+				tables = append(tables, rv[1]) // the tables' names before version 8
 			}
 			for _, table := range tables {
 				for _, col := range strings.Split(WorkloadColumns, ", ") {
@@ -304,17 +304,14 @@ func TestMigrateV6AddsWorkloadColumns(t *testing.T) {
 					}
 				}
 			}
-			if _, err := db.Exec(`UPDATE schema_version SET version = 6`); err != nil {
-				t.Fatal(err)
-			}
-			minutes := totals(t, db, `SELECT service_id, `+tb.TimeCol+`, stack_id, sum(sample_count) FROM `+tb.Samples+` GROUP BY ALL`)
+			minutes := totals(t, db, `SELECT service_id, `+tb.TimeCol+`, stack_id, sum(sample_count) FROM `+tb.SamplesView+` GROUP BY ALL`)
 			if err := Ensure(ctx, db, tier); err != nil {
 				t.Fatal(err)
 			}
 			if v := version(t, db); v != Version {
 				t.Fatalf("version %d after migration, want %d", v, Version)
 			}
-			same(t, "samples per service, minute and stack", totals(t, db, `SELECT service_id, `+tb.TimeCol+`, stack_id, sum(sample_count) FROM `+tb.Samples+` GROUP BY ALL`), minutes)
+			same(t, "samples per service, minute and stack", totals(t, db, `SELECT service_id, `+tb.TimeCol+`, stack_id, sum(sample_count) FROM `+tb.SamplesView+` GROUP BY ALL`), minutes)
 			for _, table := range tables {
 				var rows, blank int
 				if err := db.QueryRow(`SELECT count(*), count(*) FILTER (WHERE container_id = '' AND k8s_pod_uid = '') FROM `+table).Scan(&rows, &blank); err != nil {
@@ -330,4 +327,88 @@ func TestMigrateV6AddsWorkloadColumns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMigrateV7MovesRowsToSeriesDictionary opens a file of version 7 whose
+// rows differ in every series column (the v2 file migrated to version 7,
+// with rows copied to other containers, pods and builds, and the roll-ups
+// filled): afterwards each distinct series is one series_id, the views
+// under the old table names answer every total per series, stack and
+// bucket as the tables did, the RFD views and samples_in too, and the
+// file passes CheckIntegrity.
+func TestMigrateV7MovesRowsToSeriesDictionary(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []Tier{Local, Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			tb := TablesFor(tier)
+			db := openDB(t, openV2(t, tier))
+			if err := ensure(ctx, db, tier, 7); err != nil {
+				t.Fatal(err)
+			}
+			pod := podCol(tier, "")
+			// Copies of every row in another container, pod UID and build
+			// (and pod: the summary tier), and roll-ups of all of it.
+			podCopy := ""
+			if tier == Summary {
+				podCopy = "pod_name || '-b' AS pod_name, "
+			}
+			for _, table := range []string{tb.SamplesView, tb.TracesView} {
+				if _, err := db.Exec(`INSERT INTO ` + table + ` SELECT * REPLACE (` + strings.TrimSuffix(podCopy, ", ") + sep(podCopy) + `build_id || '-b' AS build_id, 'ctr-' || service_id AS container_id, 'uid-1' AS k8s_pod_uid) FROM ` + table); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tier == Summary {
+				for _, r := range [][3]string{{tb.HourlyView, tb.SamplesView, "hour"}, {tb.DailyView, tb.HourlyView, "day"}} {
+					if _, err := db.Exec(`INSERT INTO ` + r[0] + ` SELECT date_trunc('` + r[2] + `', bucket_time), service_id, pod_name, build_id, stack_id, sum(sample_count), sample_period_ns, container_id, k8s_pod_uid FROM ` + r[1] + ` GROUP BY ALL`); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			key := tb.TimeCol + ", service_id, " + pod + "build_id, container_id, k8s_pod_uid, stack_id, sample_period_ns"
+			before := map[string][]string{}
+			for _, rv := range tb.rowViews() {
+				before[rv[1]] = totals(t, db, `SELECT `+key+`, sum(sample_count) FROM `+rv[1]+` GROUP BY ALL`)
+			}
+			traces := totals(t, db, `SELECT `+key+`, hex(trace_id), hex(span_id), sum(sample_count) FROM `+tb.TracesView+` GROUP BY ALL`)
+			distinct := totals(t, db, `SELECT DISTINCT service_id, `+pod+`build_id, container_id, k8s_pod_uid FROM `+tb.SamplesView)
+			// perMinute's figures, from the table (there is no RFD view
+			// before version 8's views are made).
+			byName := `WITH dict AS (` + namesSQL(tb) + `)
+SELECT service_id, time_bucket(INTERVAL 1 MINUTE, ` + tb.TimeCol + `) AS minute, array_to_string(` + decodeSQL("s.stack_frame_ids") + `, ';'), sum(sample_count)
+FROM ` + tb.SamplesView + ` JOIN ` + tb.StackDict + ` s USING (stack_id), dict GROUP BY ALL`
+			minutes := totals(t, db, byName)
+
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			if v := version(t, db); v != Version {
+				t.Fatalf("version %d after migration, want %d", v, Version)
+			}
+			for _, rv := range tb.rowViews() {
+				same(t, rv[1]+" per series, stack and bucket", totals(t, db, `SELECT `+key+`, sum(sample_count) FROM `+rv[1]+` GROUP BY ALL`), before[rv[1]])
+			}
+			same(t, "trace rows", totals(t, db, `SELECT `+key+`, hex(trace_id), hex(span_id), sum(sample_count) FROM `+tb.TracesView+` GROUP BY ALL`), traces)
+			same(t, "series", totals(t, db, `SELECT `+SeriesColumns(tier)+` FROM `+tb.Series), distinct)
+			same(t, "samples per service, stack and minute", totals(t, db, byName), minutes)
+			same(t, "samples per service, stack and minute (RFD view)", totals(t, db, perMinute(tb)), minutes)
+			var ids, series int
+			if err := db.QueryRow(`SELECT count(DISTINCT series_id), count(*) FROM `+tb.Series).Scan(&ids, &series); err != nil {
+				t.Fatal(err)
+			}
+			if ids != series || series != len(distinct) || series < 2 {
+				t.Fatalf("%d series IDs for %d series, want %d distinct (at least 2)", ids, series, len(distinct))
+			}
+			if err := CheckIntegrity(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// sep is ", " after a non-empty REPLACE item.
+func sep(item string) string {
+	if item == "" {
+		return ""
+	}
+	return ", "
 }

@@ -47,7 +47,12 @@ const (
 //	7: container_id and k8s_pod_uid on the row tables of both tiers and the
 //	   roll-ups (the container and pod a sample's process ran in; '' =
 //	   none, as for every row written before).
-const Version = 7
+//	8: a series dictionary (one series_id per distinct service, [pod,]
+//	   build, container and pod UID). The row tables hold series_id in
+//	   place of those five strings and take new names (stack_summary_rows,
+//	   ...); their names of version 7 (stack_summaries, ...) become views
+//	   answering what the tables did.
+const Version = 8
 
 // IngestedBatches records the hotpath.batch.id of every batch stored, in
 // the batch's own transaction, so a batch sent again is not stored twice.
@@ -60,51 +65,69 @@ const ingestedBatchesDDL = `CREATE TABLE IF NOT EXISTS ` + IngestedBatches + ` (
     stored_at TIMESTAMP NOT NULL
 )`
 
-// Tables names the tables of one tier.
+// Tables names the tables and views of one tier.
 type Tables struct {
 	Frames    string // frame dictionary
 	StackDict string // stack dictionary: stack_id → frame IDs
-	Samples   string // every sample: time, service, [pod,] build, stack_id, count, period
-	Traces    string // trace-tagged samples again, with their trace and span ID
-	Stacks    string // RFD view: stacks with frame IDs and hex trace IDs (a table before version 4)
-	Binaries  string // binary metadata
-	Decoded   string // view decoding Stacks
-	TimeCol   string // time column of Samples, Traces and Stacks
+	// Series is the series dictionary: series_id → service, [pod,] build,
+	// container and pod UID, the strings every row would repeat.
+	Series  string
+	Samples string // every sample: time, series_id, stack_id, count, period
+	Traces  string // trace-tagged samples again, with their trace and span ID
+	// SamplesView and TracesView are Samples and Traces with the series'
+	// columns in place of series_id, under the tables' names of version 7
+	// (HourlyView and DailyView likewise for the roll-ups): what people's
+	// SQL reads.
+	SamplesView, TracesView string
+	Stacks                  string // RFD view: stacks with frame IDs and hex trace IDs (a table before version 4)
+	Binaries                string // binary metadata
+	Decoded                 string // view decoding Stacks
+	TimeCol                 string // time column of the row tables and views
 	// Hourly and Daily are the summary tier's roll-ups of Samples ("" on
 	// the local tier); Rollups records how far each is complete.
 	Hourly, Daily, Rollups string
+	HourlyView, DailyView  string
 }
 
 // TablesFor returns the table names of a tier.
 func TablesFor(t Tier) Tables {
 	if t == Summary {
 		return Tables{
-			Frames:    "profile_frame_dictionary",
-			StackDict: "profile_stack_dictionary",
-			Samples:   "stack_summaries",
-			Traces:    "trace_summaries",
-			Stacks:    "cpu_profile_summaries",
-			Binaries:  "binary_metadata_registry",
-			Decoded:   "cpu_profile_summaries_decoded",
-			TimeCol:   "bucket_time",
-			Hourly:    "stack_summaries_hourly",
-			Daily:     "stack_summaries_daily",
-			Rollups:   "rollup_progress",
+			Frames:      "profile_frame_dictionary",
+			StackDict:   "profile_stack_dictionary",
+			Series:      "profile_series_dictionary",
+			Samples:     "stack_summary_rows",
+			Traces:      "trace_summary_rows",
+			SamplesView: "stack_summaries",
+			TracesView:  "trace_summaries",
+			Stacks:      "cpu_profile_summaries",
+			Binaries:    "binary_metadata_registry",
+			Decoded:     "cpu_profile_summaries_decoded",
+			TimeCol:     "bucket_time",
+			Hourly:      "stack_summary_rows_hourly",
+			Daily:       "stack_summary_rows_daily",
+			HourlyView:  "stack_summaries_hourly",
+			DailyView:   "stack_summaries_daily",
+			Rollups:     "rollup_progress",
 		}
 	}
 	return Tables{
-		Frames:    "profile_frame_dictionary_local",
-		StackDict: "profile_stack_dictionary_local",
-		Samples:   "stack_samples_local",
-		Traces:    "trace_samples_local",
-		Stacks:    "cpu_profile_samples_local",
-		Binaries:  "binary_metadata_local",
-		Decoded:   "cpu_profile_samples_local_decoded",
-		TimeCol:   "timestamp",
+		Frames:      "profile_frame_dictionary_local",
+		StackDict:   "profile_stack_dictionary_local",
+		Series:      "profile_series_dictionary_local",
+		Samples:     "stack_sample_rows_local",
+		Traces:      "trace_sample_rows_local",
+		SamplesView: "stack_samples_local",
+		TracesView:  "trace_samples_local",
+		Stacks:      "cpu_profile_samples_local",
+		Binaries:    "binary_metadata_local",
+		Decoded:     "cpu_profile_samples_local_decoded",
+		TimeCol:     "timestamp",
 	}
 }
 
-// RowTables are the tables whose rows reference the stack dictionary.
+// RowTables are the tables whose rows reference the stack and series
+// dictionaries.
 func (tb Tables) RowTables() []string {
 	if tb.Hourly != "" {
 		return []string{tb.Samples, tb.Traces, tb.Hourly, tb.Daily}
@@ -112,17 +135,28 @@ func (tb Tables) RowTables() []string {
 	return []string{tb.Samples, tb.Traces}
 }
 
-// podCol is the pod column of the tier's row tables, with a trailing comma
-// and space ("" on the local tier, which has none).
-// workloadCols are the row tables' last columns: where the sampled process
-// ran (container.id and k8s.pod.uid of its resource, from its cgroup).
-// Version 7 added them; rows written before hold ”.
-const workloadCols = `    container_id     VARCHAR   DEFAULT '', -- '' = not in a container
-    k8s_pod_uid      VARCHAR   DEFAULT ''  -- '' = not in a Kubernetes pod`
+// rowViews pairs each row table with its view.
+func (tb Tables) rowViews() [][2]string {
+	out := [][2]string{{tb.Samples, tb.SamplesView}, {tb.Traces, tb.TracesView}}
+	if tb.Hourly != "" {
+		out = append(out, [2]string{tb.Hourly, tb.HourlyView}, [2]string{tb.Daily, tb.DailyView})
+	}
+	return out
+}
 
-// WorkloadColumns are workloadCols' names, in table order.
+// WorkloadColumns are the series' last columns, in table order: where the
+// sampled process ran (container.id and k8s.pod.uid of its resource, from
+// its cgroup; ” = none). Version 7 added them to the row tables.
 const WorkloadColumns = "container_id, k8s_pod_uid"
 
+// SeriesColumns are the series dictionary's columns after series_id, in
+// table order.
+func SeriesColumns(t Tier) string {
+	return "service_id, " + podCol(t, "") + "build_id, " + WorkloadColumns
+}
+
+// podCol is the pod column of the tier's series, with a trailing comma and
+// space ("" on the local tier, which has none).
 func podCol(t Tier, prefix string) string {
 	if t == Summary {
 		return prefix + "pod_name, "
@@ -130,18 +164,8 @@ func podCol(t Tier, prefix string) string {
 	return ""
 }
 
-// Index and key choices were made by measurement (see README "Indexes" and
-// writer.BenchmarkWrite): ART indexes on the row tables cost append
-// throughput, growing with the table, while time-ordered appends already
-// give DuckDB's zone maps (min/max per row group) what range queries need.
-// The row tables therefore have no key or index. The dictionaries and the
-// binary tables are small and written rarely; their keys protect ID
-// uniqueness and make the bulk upserts possible. Frame lists are unique in
-// the stack dictionary by construction (the writer's cache; DuckDB cannot
-// index INTEGER[]).
-func tableDDL(t Tier) []string {
-	tb := TablesFor(t)
-	frames := `CREATE TABLE ` + tb.Frames + ` (
+func framesDDL(t Tier) string {
+	return `CREATE TABLE ` + TablesFor(t).Frames + ` (
     frame_id    INTEGER PRIMARY KEY,
     frame_name  VARCHAR UNIQUE NOT NULL,
     frame_count BIGINT  NOT NULL DEFAULT 0, -- occurrences in the stack dictionary; 0 = removable
@@ -149,35 +173,56 @@ func tableDDL(t Tier) []string {
     file_name   VARCHAR, -- source file of the function; NULL = unknown
     line_number INTEGER  -- line of the first sample seen, else the function's first line; NULL = unknown
 )`
-	stacks := `CREATE TABLE ` + tb.StackDict + ` (
+}
+
+func stackDictDDL(t Tier) string {
+	return `CREATE TABLE ` + TablesFor(t).StackDict + ` (
     stack_id        INTEGER   PRIMARY KEY,
     stack_frame_ids INTEGER[] NOT NULL -- root first, leaf last
 )`
+}
+
+func seriesDDL(t Tier) string {
 	pod := ""
 	if t == Summary {
-		pod = "\n    pod_name         VARCHAR   NOT NULL,"
+		pod = "\n    pod_name     VARCHAR NOT NULL,"
 	}
+	return `CREATE TABLE ` + TablesFor(t).Series + ` (
+    series_id    INTEGER PRIMARY KEY,
+    service_id   VARCHAR NOT NULL,` + pod + `
+    build_id     VARCHAR NOT NULL, -- '' when unknown
+    container_id VARCHAR NOT NULL, -- '' = not in a container
+    k8s_pod_uid  VARCHAR NOT NULL  -- '' = not in a Kubernetes pod
+)`
+}
+
+// rowTablesDDL is Samples and Traces. A row is a few bytes after DuckDB's
+// compression: the time is run-length encoded, series_id and stack_id are
+// bit-packed small integers (see the writer's rowOrder), the period is one
+// constant per row group.
+func rowTablesDDL(t Tier) []string {
+	tb := TablesFor(t)
 	samples := `CREATE TABLE ` + tb.Samples + ` (
     ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
-    service_id       VARCHAR   NOT NULL,` + pod + `
-    build_id         VARCHAR   NOT NULL, -- '' when unknown
+    series_id        INTEGER   NOT NULL,
     stack_id         INTEGER   NOT NULL,
     sample_count     INTEGER   NOT NULL, -- every sample, trace-tagged or not
-    sample_period_ns BIGINT,             -- CPU time per sample (1e9 / frequency), NULL = unknown
-` + workloadCols + `
+    sample_period_ns BIGINT              -- CPU time per sample (1e9 / frequency), NULL = unknown
 )`
 	traces := `CREATE TABLE ` + tb.Traces + ` (
     ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
-    service_id       VARCHAR   NOT NULL,` + pod + `
-    build_id         VARCHAR   NOT NULL,
+    series_id        INTEGER   NOT NULL,
     stack_id         INTEGER   NOT NULL,
     trace_id         BLOB      NOT NULL, -- 16 bytes
     span_id          BLOB,               -- 8 bytes, NULL without span
     sample_count     INTEGER   NOT NULL,
-    sample_period_ns BIGINT,
-` + workloadCols + `
+    sample_period_ns BIGINT
 )`
-	binaries := `CREATE TABLE ` + tb.Binaries + ` (
+	return []string{samples, traces}
+}
+
+func binariesDDL(t Tier) string {
+	binaries := `CREATE TABLE ` + TablesFor(t).Binaries + ` (
     build_id       VARCHAR PRIMARY KEY,
     service_id     VARCHAR   NOT NULL,
     binary_path    VARCHAR   NOT NULL,
@@ -188,8 +233,23 @@ func tableDDL(t Tier) []string {
 		binaries += `,
     symbol_storage VARCHAR`
 	}
-	binaries += "\n)"
-	return append([]string{frames, stacks, samples, traces, binaries}, rollupDDL(t)...)
+	return binaries + "\n)"
+}
+
+// Index and key choices were made by measurement (see README "Indexes" and
+// writer.BenchmarkWrite): ART indexes on the row tables cost append
+// throughput, growing with the table, while time-ordered appends already
+// give DuckDB's zone maps (min/max per row group) what range queries need.
+// The row tables therefore have no key or index. The dictionaries and the
+// binary tables are small and written rarely; their keys protect ID
+// uniqueness and make the bulk upserts possible. Frame lists are unique in
+// the stack dictionary, and series in the series dictionary, by
+// construction (the writer's caches; DuckDB cannot index INTEGER[]).
+func tableDDL(t Tier) []string {
+	out := []string{framesDDL(t), stackDictDDL(t), seriesDDL(t)}
+	out = append(out, rowTablesDDL(t)...)
+	out = append(out, binariesDDL(t))
+	return append(out, rollupDDL(t)...)
 }
 
 // rollupDDL is the summary tier's roll-up tables: Samples summed per hour
@@ -204,19 +264,74 @@ func rollupDDL(t Tier) []string {
 	for _, table := range []string{tb.Hourly, tb.Daily} {
 		out = append(out, `CREATE TABLE `+table+` (
     bucket_time      TIMESTAMP NOT NULL,
+    series_id        INTEGER   NOT NULL,
+    stack_id         INTEGER   NOT NULL,
+    sample_count     BIGINT    NOT NULL,
+    sample_period_ns BIGINT
+)`)
+	}
+	return append(out, rollupProgressDDL)
+}
+
+const rollupProgressDDL = `CREATE TABLE rollup_progress (
+    rollup       VARCHAR   PRIMARY KEY, -- 'hourly' or 'daily'
+    rolled_until TIMESTAMP NOT NULL     -- every bucket before it is in the roll-up
+)`
+
+// v7RowTablesDDL is the row tables as versions 4 to 7 had them, under the
+// names that are views since: the migrations from versions before 4 build
+// them, and the step to version 8 moves them into the series dictionary.
+func v7RowTablesDDL(t Tier) []string {
+	tb := TablesFor(t)
+	pod := ""
+	if t == Summary {
+		pod = "\n    pod_name         VARCHAR   NOT NULL,"
+	}
+	workload := `
+    container_id     VARCHAR   DEFAULT '',
+    k8s_pod_uid      VARCHAR   DEFAULT ''`
+	samples := `CREATE TABLE ` + tb.SamplesView + ` (
+    ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
+    service_id       VARCHAR   NOT NULL,` + pod + `
+    build_id         VARCHAR   NOT NULL,
+    stack_id         INTEGER   NOT NULL,
+    sample_count     INTEGER   NOT NULL,
+    sample_period_ns BIGINT,` + workload + `
+)`
+	traces := `CREATE TABLE ` + tb.TracesView + ` (
+    ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
+    service_id       VARCHAR   NOT NULL,` + pod + `
+    build_id         VARCHAR   NOT NULL,
+    stack_id         INTEGER   NOT NULL,
+    trace_id         BLOB      NOT NULL,
+    span_id          BLOB,
+    sample_count     INTEGER   NOT NULL,
+    sample_period_ns BIGINT,` + workload + `
+)`
+	return []string{samples, traces}
+}
+
+// v7RollupDDL is the roll-ups as versions 5 to 7 had them.
+func v7RollupDDL(t Tier) []string {
+	if t != Summary {
+		return nil
+	}
+	tb := TablesFor(t)
+	var out []string
+	for _, table := range []string{tb.HourlyView, tb.DailyView} {
+		out = append(out, `CREATE TABLE `+table+` (
+    bucket_time      TIMESTAMP NOT NULL,
     service_id       VARCHAR   NOT NULL,
     pod_name         VARCHAR   NOT NULL,
     build_id         VARCHAR   NOT NULL,
     stack_id         INTEGER   NOT NULL,
     sample_count     BIGINT    NOT NULL,
     sample_period_ns BIGINT,
-`+workloadCols+`
+    container_id     VARCHAR   DEFAULT '',
+    k8s_pod_uid      VARCHAR   DEFAULT ''
 )`)
 	}
-	return append(out, `CREATE TABLE `+tb.Rollups+` (
-    rollup       VARCHAR   PRIMARY KEY, -- 'hourly' or 'daily'
-    rolled_until TIMESTAMP NOT NULL     -- every bucket before it is in the roll-up
-)`)
+	return append(out, rollupProgressDDL)
 }
 
 // RollupMacros say up to when the roll-ups are complete, as constants, so
@@ -238,7 +353,8 @@ func RollupMacros(hourly, daily time.Time) []string {
 
 // samplesInSQL is the body of samples_in(service, since, until): the rows of
 // one service in [since, until) from the coarsest tier that answers each
-// part exactly. Whole days the daily roll-up holds come from it, whole hours
+// part exactly, read through the row views (DuckDB filters the series
+// dictionary by service and joins the rows to the few series left). Whole days the daily roll-up holds come from it, whole hours
 // the hourly one holds from that, the rest from Samples. Every bound is a
 // constant when since and until are.
 func samplesInSQL(t Tier) string {
@@ -248,7 +364,7 @@ func samplesInSQL(t Tier) string {
 		return fmt.Sprintf("SELECT %s FROM %s WHERE service_id = service AND %s >= %s AND %s < %s", cols, table, tb.TimeCol, lo, tb.TimeCol, hi)
 	}
 	if t != Summary {
-		return part(tb.Samples, "since", "until")
+		return part(tb.SamplesView, "since", "until")
 	}
 	ceil := func(unit, ts string) string {
 		return fmt.Sprintf("date_trunc('%[1]s', %[2]s + INTERVAL 1 %[1]s - INTERVAL 1 MICROSECOND)", unit, ts)
@@ -262,32 +378,43 @@ func samplesInSQL(t Tier) string {
 	dLo := "(CASE WHEN " + dOK + " THEN " + dcLo + " ELSE " + hHi + " END)"
 	dHi := "(CASE WHEN " + dOK + " THEN " + dcHi + " ELSE " + hHi + " END)"
 	return strings.Join([]string{
-		part(tb.Daily, dLo, dHi),
-		part(tb.Hourly, hLo, dLo), part(tb.Hourly, dHi, hHi),
-		part(tb.Samples, "since", hLo), part(tb.Samples, hHi, "until"),
+		part(tb.DailyView, dLo, dHi),
+		part(tb.HourlyView, hLo, dLo), part(tb.HourlyView, dHi, hHi),
+		part(tb.SamplesView, "since", hLo), part(tb.SamplesView, hHi, "until"),
 	}, "\nUNION ALL\n")
 }
 
 // rfdRows is the RFD layout's rows with stack_id in place of the frame
-// list: Samples minus its trace-tagged part as untraced rows, plus Traces
-// with hex IDs. Rows of one key merge (the RFD table could hold several;
-// every sum is the same).
+// list and series_id in place of the series' columns: Samples minus its
+// trace-tagged part as untraced rows, plus Traces with hex IDs. Rows of one
+// key merge (the RFD table could hold several; every sum is the same).
 func rfdRows(t Tier) string {
 	tb := TablesFor(t)
-	key := tb.TimeCol + ", service_id, " + podCol(t, "") + "build_id, stack_id, sample_period_ns"
-	on := "a." + tb.TimeCol + " = r." + tb.TimeCol + " AND a.service_id = r.service_id AND a.build_id = r.build_id AND a.stack_id = r.stack_id" +
+	key := tb.TimeCol + ", series_id, stack_id, sample_period_ns"
+	on := "a." + tb.TimeCol + " = r." + tb.TimeCol + " AND a.series_id = r.series_id AND a.stack_id = r.stack_id" +
 		" AND a.sample_period_ns IS NOT DISTINCT FROM r.sample_period_ns"
-	if t == Summary {
-		on += " AND a.pod_name = r.pod_name"
-	}
-	return fmt.Sprintf(`SELECT a.%[4]s, a.service_id, %[5]sa.build_id, a.stack_id, (a.n - coalesce(r.n, 0))::INTEGER AS sample_count,
+	return fmt.Sprintf(`SELECT a.%[4]s, a.series_id, a.stack_id, (a.n - coalesce(r.n, 0))::INTEGER AS sample_count,
        NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, a.sample_period_ns
 FROM (SELECT %[1]s, sum(sample_count) AS n FROM %[2]s GROUP BY ALL) a
-LEFT JOIN (SELECT %[1]s, sum(sample_count) AS n FROM %[3]s GROUP BY ALL) r ON %[6]s
+LEFT JOIN (SELECT %[1]s, sum(sample_count) AS n FROM %[3]s GROUP BY ALL) r ON %[5]s
 WHERE a.n > coalesce(r.n, 0)
 UNION ALL
-SELECT %[4]s, service_id, %[7]sbuild_id, stack_id, sample_count, lower(hex(trace_id)), lower(hex(span_id)), sample_period_ns
-FROM %[3]s`, key, tb.Samples, tb.Traces, tb.TimeCol, podCol(t, "a."), on, podCol(t, ""))
+SELECT %[4]s, series_id, stack_id, sample_count, lower(hex(trace_id)), lower(hex(span_id)), sample_period_ns
+FROM %[3]s`, key, tb.Samples, tb.Traces, tb.TimeCol, on)
+}
+
+// rowViewDDL is the view of a row table with the series' columns in place
+// of series_id, in the table's column order of version 7.
+func rowViewDDL(t Tier, table, view string) string {
+	tb := TablesFor(t)
+	series := "s.service_id, " + podCol(t, "s.") + "s.build_id"
+	rest := "r.sample_count, r.sample_period_ns"
+	if table == tb.Traces {
+		rest = "r.trace_id, r.span_id, " + rest
+	}
+	return fmt.Sprintf(`CREATE OR REPLACE VIEW %s AS
+SELECT r.%s, %s, r.stack_id, %s, s.container_id, s.k8s_pod_uid
+FROM %s r JOIN %s s ON s.series_id = r.series_id`, view, tb.TimeCol, series, rest, table, tb.Series)
 }
 
 // namesSQL is the frame dictionary as one list indexed by frame ID
@@ -308,21 +435,26 @@ func viewDDL(t Tier) []string {
 	pct, decodedPct := "", ""
 	if t == Summary {
 		// The share of the service's samples in the bucket (every pod).
-		pct = "100.0 * r.sample_count / sum(r.sample_count) OVER (PARTITION BY r.service_id, r.bucket_time) AS sample_percentage, "
-		decodedPct = "r.pod_name, " + pct
+		pct = "100.0 * r.sample_count / sum(r.sample_count) OVER (PARTITION BY se.service_id, r.bucket_time) AS sample_percentage, "
+		decodedPct = "se.pod_name, " + pct
+	}
+	var out []string
+	for _, rv := range tb.rowViews() {
+		out = append(out, rowViewDDL(t, rv[0], rv[1]))
 	}
 	rfd := fmt.Sprintf(`CREATE OR REPLACE VIEW %[1]s AS
 WITH r AS (%[2]s)
-SELECT r.%[3]s, r.service_id, %[4]sr.build_id, s.stack_frame_ids, r.sample_count, %[5]sr.trace_id, r.span_id, r.sample_period_ns
-FROM r JOIN %[6]s s USING (stack_id)`, tb.Stacks, rfdRows(t), tb.TimeCol, podCol(t, "r."), pct, tb.StackDict)
+SELECT r.%[3]s, se.service_id, %[4]sse.build_id, s.stack_frame_ids, r.sample_count, %[5]sr.trace_id, r.span_id, r.sample_period_ns
+FROM r JOIN %[6]s s USING (stack_id) JOIN %[7]s se ON se.series_id = r.series_id`, tb.Stacks, rfdRows(t), tb.TimeCol, podCol(t, "se."), pct, tb.StackDict, tb.Series)
 	decoded := fmt.Sprintf(`CREATE OR REPLACE VIEW %[1]s AS
 WITH dict AS (%[2]s),
 s AS (SELECT stack_id, stack_frame_ids, %[3]s AS stack_frames FROM %[4]s, dict),
 r AS (%[5]s)
-SELECT r.%[6]s, r.service_id, %[7]sr.build_id, s.stack_frame_ids, s.stack_frames,
+SELECT r.%[6]s, se.service_id, %[7]sse.build_id, s.stack_frame_ids, s.stack_frames,
        array_to_string(s.stack_frames, ';') AS folded,
        r.sample_count, r.trace_id, r.span_id, r.sample_period_ns
-FROM r JOIN s USING (stack_id)`, tb.Decoded, namesSQL(tb), decodeSQL("stack_frame_ids"), tb.StackDict, rfdRows(t), tb.TimeCol, decodedPct)
+FROM r JOIN s USING (stack_id) JOIN %[8]s se ON se.series_id = r.series_id`, tb.Decoded, namesSQL(tb), decodeSQL("stack_frame_ids"), tb.StackDict, rfdRows(t), tb.TimeCol, decodedPct, tb.Series)
+	out = append(out, rfd, decoded)
 
 	// Every macro takes the service and a half-open time range [since, until)
 	// and reads Samples: every sample once, trace-tagged or not. Stored times
@@ -403,7 +535,7 @@ SELECT function, a::BIGINT AS samples_a, b::BIGINT AS samples_b,
 FROM per_fn, totals
 ORDER BY abs(percent_change) DESC, function`, rows, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
 	}
-	return append([]string{rfd, decoded}, macros...)
+	return append(out, macros...)
 }
 
 // migrations[v] moves a file from version v to v+1.
@@ -422,9 +554,10 @@ var migrations = map[int]func(t Tier) []string{
 	3: migrateToStackDictionary,
 	// The roll-ups start empty; the writer builds them from the samples
 	// when it opens the file.
-	4: rollupDDL,
+	4: v7RollupDDL,
 	5: migrateFrameTypes,
 	6: addWorkloadColumns,
+	7: migrateToSeriesDictionary,
 }
 
 // addWorkloadColumns adds container_id and k8s_pod_uid to every row table:
@@ -433,9 +566,9 @@ var migrations = map[int]func(t Tier) []string{
 // this migration created (as this version writes them) have them already.
 func addWorkloadColumns(t Tier) []string {
 	tb := TablesFor(t)
-	tables := []string{tb.Samples, tb.Traces}
+	tables := []string{tb.SamplesView, tb.TracesView}
 	if t == Summary {
-		tables = append(tables, tb.Hourly, tb.Daily)
+		tables = append(tables, tb.HourlyView, tb.DailyView)
 	}
 	var out []string
 	for _, table := range tables {
@@ -458,7 +591,7 @@ func migrateFrameTypes(t Tier) []string {
 	return []string{
 		`CREATE TEMP TABLE ` + old + ` AS SELECT * FROM ` + f,
 		`DROP TABLE ` + f,
-		tableDDL(t)[0],
+		framesDDL(t),
 		`INSERT INTO ` + f + ` (frame_id, frame_name, frame_count, frame_type)
 SELECT frame_id, frame_name, frame_count, CASE
     WHEN suffix(frame_name, '` + profileschema.JITSuffix + `') THEN '` + profileschema.FrameTypeJIT + `'
@@ -480,7 +613,8 @@ func migrateToStackDictionary(t Tier) []string {
 	old := tb.Stacks
 	// The decoded view names the old table; it is recreated after.
 	stmts := []string{`DROP VIEW IF EXISTS ` + tb.Decoded}
-	stmts = append(stmts, tableDDL(t)[1:4]...)
+	stmts = append(stmts, stackDictDDL(t))
+	stmts = append(stmts, v7RowTablesDDL(t)...)
 	pod := podCol(t, "o.")
 	return append(stmts,
 		`INSERT INTO `+tb.StackDict+` SELECT (row_number() OVER (ORDER BY first_seen, stack_frame_ids))::INTEGER, stack_frame_ids
@@ -490,17 +624,71 @@ FROM (SELECT stack_frame_ids, min(`+tb.TimeCol+`) AS first_seen FROM `+old+` GRO
 		fmt.Sprintf(`INSERT INTO %[1]s BY NAME
 SELECT o.%[2]s, o.service_id, %[3]so.build_id, d.stack_id, least(sum(o.sample_count), 2147483647)::INTEGER AS sample_count, o.sample_period_ns
 FROM %[4]s o JOIN %[5]s d ON d.stack_frame_ids = o.stack_frame_ids
-GROUP BY ALL ORDER BY o.%[2]s`, tb.Samples, tb.TimeCol, pod, old, tb.StackDict),
+GROUP BY ALL ORDER BY o.%[2]s`, tb.SamplesView, tb.TimeCol, pod, old, tb.StackDict),
 		fmt.Sprintf(`INSERT INTO %[1]s BY NAME
 SELECT o.%[2]s, o.service_id, %[3]so.build_id, d.stack_id, unhex(o.trace_id) AS trace_id, unhex(o.span_id) AS span_id, o.sample_count, o.sample_period_ns
 FROM %[4]s o JOIN %[5]s d ON d.stack_frame_ids = o.stack_frame_ids
-WHERE o.trace_id IS NOT NULL ORDER BY o.%[2]s`, tb.Traces, tb.TimeCol, pod, old, tb.StackDict),
+WHERE o.trace_id IS NOT NULL ORDER BY o.%[2]s`, tb.TracesView, tb.TimeCol, pod, old, tb.StackDict),
 		`UPDATE `+tb.Frames+` SET frame_count = 0`,
 		`UPDATE `+tb.Frames+` AS f SET frame_count = c.n
 FROM (SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM `+tb.StackDict+`) GROUP BY id) AS c
 WHERE f.frame_id = c.id`,
 		`DROP TABLE `+old,
 	)
+}
+
+// migrateToSeriesDictionary moves version 7's row tables into the series
+// dictionary: every distinct service, [pod,] build, container and pod UID
+// of any row table gets a series_id (in the order they were first seen, as
+// the writer assigns them), each row is copied with its series_id into the
+// table of its new name (in the writer's row order: time, then stack), and
+// the old table is dropped, its name becoming the row view. Totals per
+// series, stack and bucket stay as they were. It runs inside Ensure's
+// transaction: a crash leaves version 7.
+func migrateToSeriesDictionary(t Tier) []string {
+	tb := TablesFor(t)
+	// The RFD views read the old tables; every view is recreated after.
+	stmts := []string{`DROP VIEW IF EXISTS ` + tb.Decoded, `DROP VIEW IF EXISTS ` + tb.Stacks, seriesDDL(t)}
+	stmts = append(stmts, rowTablesDDL(t)...)
+	stmts = append(stmts, rollupDDL(t)...)
+	// rollup_progress is kept: rollupDDL's copy is not needed.
+	if t == Summary {
+		stmts = stmts[:len(stmts)-1]
+	}
+	old := tb.rowViews()
+	seriesOf := func(table string) string {
+		return fmt.Sprintf("SELECT service_id, %sbuild_id, coalesce(container_id, '') AS container_id, coalesce(k8s_pod_uid, '') AS k8s_pod_uid, min(%s) AS first_seen FROM %s GROUP BY ALL",
+			podCol(t, ""), tb.TimeCol, table)
+	}
+	var all []string
+	for _, o := range old {
+		all = append(all, seriesOf(o[1]))
+	}
+	cols := SeriesColumns(t)
+	stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s
+SELECT (row_number() OVER (ORDER BY first_seen, %s))::INTEGER, %s
+FROM (SELECT %s, min(first_seen) AS first_seen FROM (%s) GROUP BY ALL)`, tb.Series, cols, cols, cols, strings.Join(all, "\nUNION ALL\n")))
+	on := "s.service_id = o.service_id AND s.build_id = o.build_id AND s.container_id = coalesce(o.container_id, '') AND s.k8s_pod_uid = coalesce(o.k8s_pod_uid, '')"
+	if t == Summary {
+		on += " AND s.pod_name = o.pod_name"
+	}
+	for _, o := range old {
+		table, view := o[0], o[1]
+		cols := "o." + tb.TimeCol + ", s.series_id, o.stack_id, o.sample_count, o.sample_period_ns"
+		names := tb.TimeCol + ", series_id, stack_id, sample_count, sample_period_ns"
+		if table == tb.Traces {
+			cols += ", o.trace_id, o.span_id"
+			names += ", trace_id, span_id"
+		}
+		order := "o." + tb.TimeCol + ", o.stack_id"
+		if table == tb.Daily {
+			order = "o." + tb.TimeCol + ", o.service_id, o.stack_id" // as closeRollups orders the daily roll-up
+		}
+		stmts = append(stmts,
+			fmt.Sprintf("INSERT INTO %s (%s)\nSELECT %s FROM %s o JOIN %s s ON %s ORDER BY %s", table, names, cols, view, tb.Series, on, order),
+			"DROP TABLE "+view)
+	}
+	return stmts
 }
 
 // migrationFault, when set (tests only), runs before each migration
@@ -516,6 +704,13 @@ var ErrForeignFile = errors.New("file holds tables but no hotpath schema_version
 // that is not a hotpath file. Every change runs in one transaction, so an
 // interrupted migration leaves the old version intact.
 func Ensure(ctx context.Context, db *sql.DB, t Tier) error {
+	return ensure(ctx, db, t, Version)
+}
+
+// ensure is Ensure, migrating only up to version target (tests build files
+// of older versions with it; the views and macros are made for Version
+// only).
+func ensure(ctx context.Context, db *sql.DB, t Tier, target int) error {
 	if t != Local && t != Summary {
 		return fmt.Errorf("unknown tier %q", t)
 	}
@@ -560,7 +755,7 @@ func Ensure(ctx context.Context, db *sql.DB, t Tier) error {
 		if ver > Version {
 			return fmt.Errorf("file has schema version %d, newer than this hotpath (%d); upgrade hotpath", ver, Version)
 		}
-		for v := ver; v < Version; v++ {
+		for v := ver; v < target; v++ {
 			step, ok := migrations[v]
 			if !ok {
 				return fmt.Errorf("no migration from schema version %d", v)
@@ -576,8 +771,8 @@ func Ensure(ctx context.Context, db *sql.DB, t Tier) error {
 				}
 			}
 		}
-		if ver < Version {
-			if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?, updated_at = now()::TIMESTAMP`, Version); err != nil {
+		if ver < target {
+			if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?, updated_at = now()::TIMESTAMP`, target); err != nil {
 				return fmt.Errorf("record schema version: %w", err)
 			}
 		}
@@ -585,12 +780,14 @@ func Ensure(ctx context.Context, db *sql.DB, t Tier) error {
 	if _, err := tx.ExecContext(ctx, ingestedBatchesDDL); err != nil {
 		return fmt.Errorf("create %s: %w", IngestedBatches, err)
 	}
-	hourly, daily, err := readRollups(ctx, tx, t)
-	if err != nil {
-		return err
-	}
-	if err := execAll(ctx, tx, append(RollupMacros(hourly, daily), viewDDL(t)...)); err != nil {
-		return fmt.Errorf("create views and macros: %w", err)
+	if target == Version {
+		hourly, daily, err := readRollups(ctx, tx, t)
+		if err != nil {
+			return err
+		}
+		if err := execAll(ctx, tx, append(RollupMacros(hourly, daily), viewDDL(t)...)); err != nil {
+			return fmt.Errorf("create views and macros: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit schema: %w", err)
@@ -624,13 +821,12 @@ func legacyStacksDDL(t Tier, version int) string {
 // LegacyV1 returns the DDL of a version-1 file; tests use it to check the
 // migration path on a real old file.
 func LegacyV1(t Tier) []string {
-	ddl := tableDDL(t)
 	frames := `CREATE TABLE ` + TablesFor(t).Frames + ` (
     frame_id    INTEGER PRIMARY KEY,
     frame_name  VARCHAR UNIQUE NOT NULL,
     frame_count BIGINT  NOT NULL DEFAULT 0
 )`
-	return []string{frames, legacyStacksDDL(t, 1), ddl[4],
+	return []string{frames, legacyStacksDDL(t, 1), binariesDDL(t),
 		`CREATE TABLE schema_version (version INTEGER NOT NULL, tier VARCHAR NOT NULL, updated_at TIMESTAMP NOT NULL)`,
 		fmt.Sprintf(`INSERT INTO schema_version VALUES (1, '%s', now()::TIMESTAMP)`, t)}
 }

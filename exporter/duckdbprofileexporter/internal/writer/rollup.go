@@ -21,18 +21,17 @@ type rollState struct {
 
 // rollKey is one roll-up row being built from late rows.
 type rollKey struct {
-	at                  time.Time
-	service, pod, build string
-	container, podUID   string
-	stack               int32
-	period              int64
+	at     time.Time
+	series int32
+	stack  int32
+	period int64
 }
 
 // rollUp keeps the roll-ups exact in the batch's transaction. Rows older
 // than a roll-up's progress (late minutes) are added to it directly; hours
 // and days that closed (the newest bucket is past them) are summed from the
 // finer tier. It returns the new progress, applied after COMMIT.
-func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []StackRow, ids []int32, newest time.Time) (rollState, error) {
+func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []StackRow, series, ids []int32, newest time.Time) (rollState, error) {
 	st := w.rolled
 	late := []struct {
 		table string
@@ -50,7 +49,7 @@ func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []S
 			if !r.Time.Before(l.until) {
 				continue
 			}
-			k := rollKey{r.Time.UTC().Truncate(l.width), r.ServiceID, r.PodName, r.BuildID, r.ContainerID, r.PodUID, ids[i], r.PeriodNanos}
+			k := rollKey{r.Time.UTC().Truncate(l.width), series[i], ids[i], r.PeriodNanos}
 			if _, ok := sums[k]; !ok {
 				order = append(order, k)
 			}
@@ -61,7 +60,7 @@ func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []S
 		}
 		err := appendAll(dc, l.table, len(order), func(a *duckdb.Appender, i int) error {
 			k := order[i]
-			return a.AppendRow(k.at, k.service, k.pod, k.build, k.stack, sums[k], nullablePeriod(k.period), k.container, k.podUID)
+			return a.AppendRow(k.at, k.series, k.stack, sums[k], nullablePeriod(k.period))
 		})
 		if err != nil {
 			return st, fmt.Errorf("late rows: %w", err)
@@ -82,9 +81,10 @@ func (w *Writer) rollUp(ctx context.Context, dc driver.Conn, c rawConn, rows []S
 func (w *Writer) closeRollups(ctx context.Context, c rawConn, st rollState, newest time.Time) (rollState, error) {
 	changed := false
 	// The daily roll-up's rows are ordered by service and stack within a
-	// day: a service's rows then share row groups, and the long-range
-	// queries, which read one service's days, scan half as much (measured
-	// on 30 days of 10 services). The hourly roll-up's are ordered by stack
+	// day (the series dictionary says each row's service): a service's
+	// rows then share row groups, and the long-range queries, which read
+	// one service's days, scan half as much (measured on 30 days of 10
+	// services). The hourly roll-up's are ordered by stack
 	// within an hour, which DuckDB's delta bit-packing stores in a few
 	// bits per stack_id (see rowOrder): the storage bench's hourly table
 	// 10.76 -> 6.83 MB a day; an hour of a service's rows is too few to
@@ -95,8 +95,8 @@ func (w *Writer) closeRollups(ctx context.Context, c rawConn, st rollState, newe
 		done                        *time.Time
 		end                         time.Time
 	}{
-		{"hourly", w.tb.Samples, w.tb.Hourly, "hour", "bucket, stack_id", &st.hourly, newest.UTC().Truncate(time.Hour)},
-		{"daily", w.tb.Hourly, w.tb.Daily, "day", "bucket, service_id, stack_id", &st.daily, newest.UTC().Truncate(24 * time.Hour)},
+		{"hourly", w.tb.Samples, w.tb.Hourly, "hour", "bucket, r.stack_id", &st.hourly, newest.UTC().Truncate(time.Hour)},
+		{"daily", w.tb.Hourly, w.tb.Daily, "day", "bucket, s.service_id, r.stack_id", &st.daily, newest.UTC().Truncate(24 * time.Hour)},
 	}
 	for _, s := range steps {
 		if !s.end.After(*s.done) {
@@ -105,12 +105,13 @@ func (w *Writer) closeRollups(ctx context.Context, c rawConn, st rollState, newe
 		lower := ""
 		args := []driver.Value{s.end}
 		if !s.done.IsZero() {
-			lower = " AND bucket_time >= $2"
+			lower = " AND r.bucket_time >= $2"
 			args = append(args, *s.done)
 		}
 		q := fmt.Sprintf(`INSERT INTO %s
-SELECT date_trunc('%s', bucket_time) AS bucket, service_id, pod_name, build_id, stack_id, sum(sample_count), sample_period_ns, %s
-FROM %s WHERE bucket_time < $1%s GROUP BY ALL ORDER BY %s`, s.to, s.unit, schema.WorkloadColumns, s.from, lower, s.order)
+SELECT date_trunc('%s', r.bucket_time) AS bucket, r.series_id, r.stack_id, sum(r.sample_count), r.sample_period_ns
+FROM %s r JOIN %s s ON s.series_id = r.series_id
+WHERE r.bucket_time < $1%s GROUP BY bucket, r.series_id, r.stack_id, r.sample_period_ns, s.service_id ORDER BY %s`, s.to, s.unit, s.from, w.tb.Series, lower, s.order)
 		if _, err := c.ExecContext(ctx, q, named(args...)); err != nil {
 			return st, fmt.Errorf("roll up %s: %w", s.name, err)
 		}

@@ -143,13 +143,16 @@ type Writer struct {
 	connStuck error
 }
 
-// Dicts are the in-memory copies of a file's frame and stack dictionaries.
+// Dicts are the in-memory copies of a file's frame, stack and series
+// dictionaries.
 type Dicts struct {
 	Frames *framedict.FrameDict
 	Stacks *framedict.StackDict
+	Series *framedict.SeriesDict
 }
 
-func loadDicts(ctx context.Context, db *sql.DB, tb schema.Tables) (Dicts, error) {
+func loadDicts(ctx context.Context, db *sql.DB, t schema.Tier) (Dicts, error) {
+	tb := schema.TablesFor(t)
 	frames, err := framedict.Load(ctx, db, tb.Frames)
 	if err != nil {
 		return Dicts{}, err
@@ -158,7 +161,11 @@ func loadDicts(ctx context.Context, db *sql.DB, tb schema.Tables) (Dicts, error)
 	if err != nil {
 		return Dicts{}, err
 	}
-	return Dicts{frames, stacks}, nil
+	series, err := framedict.LoadSeries(ctx, db, tb.Series, t == schema.Summary)
+	if err != nil {
+		return Dicts{}, err
+	}
+	return Dicts{frames, stacks, series}, nil
 }
 
 // ErrInUse means another exporter of this process already has the file open.
@@ -236,7 +243,7 @@ func (w *Writer) open(ctx context.Context) error {
 		cleanup()
 		return fmt.Errorf("prepare schema in %s: %w", w.path, err)
 	}
-	dicts, err := loadDicts(ctx, db, w.tb)
+	dicts, err := loadDicts(ctx, db, w.tier)
 	if err != nil {
 		cleanup()
 		return err
@@ -387,7 +394,7 @@ func (w *Writer) noteFailure(ctx context.Context, err error) {
 	// not fail with it, or one slow batch would force a reopen.
 	ctx = context.WithoutCancel(ctx)
 	w.binaries = nil
-	d, lerr := loadDicts(ctx, w.db, w.tb)
+	d, lerr := loadDicts(ctx, w.db, w.tier)
 	hourly, daily, rerr := schema.Rollups(ctx, w.db, w.tier)
 	if lerr = errors.Join(lerr, rerr); lerr == nil {
 		w.dicts, w.rolled = d, rollState{hourly, daily}
@@ -595,7 +602,11 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 			return fmt.Errorf("stacks: %w", err)
 		}
 	}
-	if err := w.appendRows(dc, b.Rows, ids); err != nil {
+	sids, err := w.seriesIDs(dc, b.Rows)
+	if err != nil {
+		return err
+	}
+	if err := w.appendRows(dc, b.Rows, sids, ids); err != nil {
 		return err
 	}
 	rolled := w.rolled
@@ -606,7 +617,7 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 				newest = b.Rows[i].Time
 			}
 		}
-		if rolled, err = w.rollUp(ctx, dc, c, b.Rows, ids, newest); err != nil {
+		if rolled, err = w.rollUp(ctx, dc, c, b.Rows, sids, ids, newest); err != nil {
 			return err
 		}
 	}
@@ -666,18 +677,68 @@ func clampCount(n int64) int32 {
 	return int32(n)
 }
 
+// seriesOf is the series of r as the tier stores it (the local tier has
+// no pod).
+func (w *Writer) seriesOf(r *StackRow) framedict.Series {
+	s := framedict.Series{Service: r.ServiceID, Build: r.BuildID, Container: r.ContainerID, PodUID: r.PodUID}
+	if w.tier == schema.Summary {
+		s.PodName = r.PodName
+	}
+	return s
+}
+
+// seriesIDs looks up every row's series ID and stores the series new to
+// the file in its dictionary, in the batch's transaction. A batch's rows
+// come resource by resource, so most rows have their predecessor's series.
+func (w *Writer) seriesIDs(dc driver.Conn, rows []StackRow) ([]int32, error) {
+	sids := make([]int32, len(rows))
+	var added []framedict.Series
+	var first int32
+	var prev framedict.Series
+	var prevID int32
+	for i := range rows {
+		s := w.seriesOf(&rows[i])
+		if i > 0 && s == prev {
+			sids[i] = prevID
+			continue
+		}
+		id, isNew := w.dicts.Series.ID(s)
+		if isNew {
+			if len(added) == 0 {
+				first = id
+			}
+			added = append(added, s)
+		}
+		sids[i], prev, prevID = id, s, id
+	}
+	if len(added) == 0 {
+		return sids, nil
+	}
+	summary := w.tier == schema.Summary
+	err := appendAll(dc, w.tb.Series, len(added), func(a *duckdb.Appender, i int) error {
+		s := added[i]
+		if summary {
+			return a.AppendRow(first+int32(i), s.Service, s.PodName, s.Build, s.Container, s.PodUID)
+		}
+		return a.AppendRow(first+int32(i), s.Service, s.Build, s.Container, s.PodUID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("series: %w", err)
+	}
+	return sids, nil
+}
+
 // aggKey is what Samples rows are merged by: a trace-tagged row and an
 // untraced one of the same stack are one aggregate row.
 type aggKey struct {
-	at                  int64
-	service, pod, build string
-	container, podUID   string
-	stack               int32
-	period              int64
+	at     int64
+	series int32
+	stack  int32
+	period int64
 }
 
-func keyOf(r *StackRow, stack int32) aggKey {
-	return aggKey{r.Time.UnixNano(), r.ServiceID, r.PodName, r.BuildID, r.ContainerID, r.PodUID, stack, r.PeriodNanos}
+func keyOf(r *aggRow) aggKey {
+	return aggKey{r.r.Time.UnixNano(), r.series, r.stack, r.r.PeriodNanos}
 }
 
 // rowOrder sorts a batch's rows by time, then by stack_id, ascending and
@@ -701,22 +762,22 @@ func rowOrder(descending bool) func(a, b aggRow) int {
 	}
 }
 
-// aggRow is one row to append: the batch row it comes from, its stack ID
-// and its count.
+// aggRow is one row to append: the batch row it comes from, its series
+// and stack IDs and its count.
 type aggRow struct {
-	r     *StackRow
-	stack int32
-	count int64
+	r      *StackRow
+	series int32
+	stack  int32
+	count  int64
 }
 
 // appendRows writes every row's samples to Samples (trace-tagged rows
 // merged into the untraced row of their key) and the trace-tagged rows to
 // Traces with binary IDs, each in rowOrder.
-func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error {
+func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, series, ids []int32) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	summary := w.tier == schema.Summary
 	// Trace-tagged samples by aggregate key; untraced rows pick theirs up.
 	var traced map[aggKey]int64
 	var tracedRows []aggRow
@@ -725,9 +786,9 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 			if traced == nil {
 				traced = map[aggKey]int64{}
 			}
-			r := &rows[i]
-			traced[keyOf(r, ids[i])] += r.Count
-			tracedRows = append(tracedRows, aggRow{r, ids[i], r.Count})
+			t := aggRow{&rows[i], series[i], ids[i], rows[i].Count}
+			traced[keyOf(&t)] += t.count
+			tracedRows = append(tracedRows, t)
 		}
 	}
 	agg := make([]aggRow, 0, len(rows)-len(tracedRows))
@@ -736,40 +797,38 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 		if r.TraceID != "" {
 			continue
 		}
-		count := r.Count
+		a := aggRow{r, series[i], ids[i], r.Count}
 		if traced != nil {
-			k := keyOf(r, ids[i])
+			k := keyOf(&a)
 			if n, ok := traced[k]; ok {
-				count += n
+				a.count += n
 				delete(traced, k)
 			}
 		}
-		agg = append(agg, aggRow{r, ids[i], count})
+		agg = append(agg, a)
 	}
 	// Keys with trace-tagged samples only, once each.
 	for _, t := range tracedRows {
-		k := keyOf(t.r, t.stack)
+		k := keyOf(&t)
 		if n, ok := traced[k]; ok {
 			delete(traced, k)
-			agg = append(agg, aggRow{t.r, t.stack, n})
+			t.count = n
+			agg = append(agg, t)
 		}
 	}
 	order := rowOrder(w.descending)
 	w.descending = !w.descending
 	slices.SortFunc(agg, order)
 	err := appendAll(dc, w.tb.Samples, len(agg), func(a *duckdb.Appender, i int) error {
-		r, stack, count := agg[i].r, agg[i].stack, clampCount(agg[i].count)
-		if summary {
-			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, stack, count, nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
-		}
-		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, stack, count, nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
+		g := &agg[i]
+		return a.AppendRow(g.r.Time.UTC(), g.series, g.stack, clampCount(g.count), nullablePeriod(g.r.PeriodNanos))
 	})
 	if err != nil || len(tracedRows) == 0 {
 		return err
 	}
 	slices.SortFunc(tracedRows, order)
 	return appendAll(dc, w.tb.Traces, len(tracedRows), func(a *duckdb.Appender, j int) error {
-		r, stack := tracedRows[j].r, tracedRows[j].stack
+		r := tracedRows[j].r
 		trace, err := hex.DecodeString(r.TraceID)
 		if err != nil || len(trace) != 16 {
 			return fmt.Errorf("trace ID %q: want 32 hex characters", r.TraceID)
@@ -782,10 +841,7 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, ids []int32) error 
 			}
 			span = b
 		}
-		if summary {
-			return a.AppendRow(r.Time.UTC(), r.ServiceID, r.PodName, r.BuildID, stack, trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
-		}
-		return a.AppendRow(r.Time.UTC(), r.ServiceID, r.BuildID, stack, trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos), r.ContainerID, r.PodUID)
+		return a.AppendRow(r.Time.UTC(), tracedRows[j].series, tracedRows[j].stack, trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos))
 	})
 }
 

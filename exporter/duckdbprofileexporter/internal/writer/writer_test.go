@@ -492,7 +492,8 @@ func TestRowsStoredInAlternatingStackOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, table := range []string{"stack_samples_local", "trace_samples_local"} {
+	tb := schema.TablesFor(schema.Local)
+	for _, table := range []string{tb.Samples, tb.Traces} {
 		got := strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM "+table+" ORDER BY rowid"), ",")
 		if want := "1,2,3,4,4,3,2,1,1,2,3,4"; got != want {
 			t.Errorf("%s: stack IDs in storage order %s, want %s", table, got, want)
@@ -507,8 +508,74 @@ func TestRowsStoredInAlternatingStackOrder(t *testing.T) {
 	if err := w.Write(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM stack_samples_local ORDER BY rowid OFFSET 12"), ",")
+	got := strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM "+tb.Samples+" ORDER BY rowid OFFSET 12"), ",")
 	if want := "4,2,1"; got != want {
 		t.Errorf("fourth batch (descending): %s, want %s", got, want)
+	}
+}
+
+// Each distinct service, pod, build, container and pod UID is one row of
+// the series dictionary, whichever batch or writer meets it first; rows
+// read back through the views with their own strings.
+func TestSeriesDictionaryOneRowPerSeries(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []schema.Tier{schema.Local, schema.Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), string(tier)+".duckdb")
+			w := open(t, path, tier)
+			tb := schema.TablesFor(tier)
+			row := func(svc, pod, build, ctr, uid string) StackRow {
+				return StackRow{Time: t0, ServiceID: svc, PodName: pod, BuildID: build, ContainerID: ctr, PodUID: uid, Frames: []string{"main"}, Count: 1}
+			}
+			first := []StackRow{
+				row("api", "p1", "b1", "", ""), row("api", "p1", "b1", "", ""),
+				row("api", "p1", "b2", "", ""), row("api", "p1", "b1", "c1", ""),
+				row("api", "p1", "b1", "", "u1"), row("web", "p1", "b1", "", ""),
+				row("api", "p2", "b1", "", ""), // a pod of its own on the summary tier only
+			}
+			if err := w.Write(ctx, &Batch{Rows: first}); err != nil {
+				t.Fatal(err)
+			}
+			want := 5
+			if tier == schema.Summary {
+				want = 6
+			}
+			count := func() string {
+				return strings.Join(queryStrings(t, w.DB(), "SELECT count(*) || '/' || count(DISTINCT ("+schema.SeriesColumns(tier)+")) FROM "+tb.Series), "")
+			}
+			if got := count(); got != fmt.Sprintf("%d/%d", want, want) {
+				t.Fatalf("series after the first batch: %s, want %d distinct", got, want)
+			}
+			// Known series again, from this writer and from a reopened one.
+			if err := w.Write(ctx, &Batch{Rows: first[:3]}); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			w = open(t, path, tier)
+			defer w.Close()
+			if err := w.Write(ctx, &Batch{Rows: append(first[3:], row("db", "p1", "b1", "", ""))}); err != nil {
+				t.Fatal(err)
+			}
+			if got := count(); got != fmt.Sprintf("%d/%d", want+1, want+1) {
+				t.Fatalf("series after reopening: %s, want %d distinct", got, want+1)
+			}
+			pod := ""
+			if tier == schema.Summary {
+				pod = "pod_name || '|' || "
+			}
+			got := strings.Join(queryStrings(t, w.DB(), "SELECT k || '=' || sum(sample_count) FROM (SELECT service_id || '|' || "+pod+"build_id || '|' || container_id || '|' || k8s_pod_uid AS k, sample_count FROM "+tb.SamplesView+") GROUP BY k ORDER BY 1"), ",")
+			wantRows := "api|b1|c1|=2,api|b1||=6,api|b1||u1=2,api|b2||=2,db|b1||=1,web|b1||=2"
+			if tier == schema.Summary {
+				wantRows = "api|p1|b1|c1|=2,api|p1|b1||=4,api|p1|b1||u1=2,api|p1|b2||=2,api|p2|b1||=2,db|p1|b1||=1,web|p1|b1||=2"
+			}
+			if got != wantRows {
+				t.Fatalf("rows by series:\n got %s\nwant %s", got, wantRows)
+			}
+			if err := schema.CheckIntegrity(ctx, w.DB(), tier); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
