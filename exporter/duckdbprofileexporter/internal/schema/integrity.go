@@ -11,11 +11,12 @@ import (
 // row's stack_id is in the stack dictionary, every frame ID of a stack is in
 // the frame dictionary, every frame's frame_count equals its occurrences in
 // the stack dictionary, every row's series_id is in the series dictionary,
-// and every trace-tagged sample is also in Samples.
+// stack IDs and frame lists are unique in the stack dictionary, and every
+// trace-tagged sample is also in Samples.
 // Tests use it after crashes and cleanups.
 func CheckIntegrity(ctx context.Context, db *sql.DB, t Tier) error {
 	tb := TablesFor(t)
-	var missing, wrongCount, missingStacks, missingSeries, tracedOver int64
+	var missing, wrongCount, missingStacks, missingSeries, tracedOver, dupStacks int64
 	err := db.QueryRowContext(ctx, `WITH refs AS (
     SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM `+tb.StackDict+`) GROUP BY id
 )
@@ -40,15 +41,21 @@ WHERE series_id NOT IN (SELECT series_id FROM `+tb.Series+`)`).Scan(&missingSeri
 	if err != nil {
 		return fmt.Errorf("check integrity: %w", err)
 	}
+	// The stack dictionary has no key: the writer keeps IDs and frame
+	// lists unique.
+	err = db.QueryRowContext(ctx, `SELECT (count(*) - count(DISTINCT stack_id)) + (count(*) - count(DISTINCT stack_frame_ids)) FROM `+tb.StackDict).Scan(&dupStacks)
+	if err != nil {
+		return fmt.Errorf("check integrity: %w", err)
+	}
 	// Trace-tagged samples are a part of Samples: the RFD view, which
 	// subtracts them, then sums to the same total.
 	err = db.QueryRowContext(ctx, `SELECT coalesce((SELECT sum(sample_count) FROM `+tb.Stacks+`), 0) - coalesce((SELECT sum(sample_count) FROM `+tb.Samples+`), 0)`).Scan(&tracedOver)
 	if err != nil {
 		return fmt.Errorf("check integrity: %w", err)
 	}
-	if missing > 0 || wrongCount > 0 || missingStacks > 0 || missingSeries > 0 || tracedOver != 0 {
-		return fmt.Errorf("integrity: %d frame IDs referenced but not in %s, %d frames with a wrong frame_count, %d stack IDs not in %s, %d series IDs not in %s, %d trace-tagged samples beyond the samples",
-			missing, tb.Frames, wrongCount, missingStacks, tb.StackDict, missingSeries, tb.Series, tracedOver)
+	if missing > 0 || wrongCount > 0 || missingStacks > 0 || missingSeries > 0 || tracedOver != 0 || dupStacks > 0 {
+		return fmt.Errorf("integrity: %d frame IDs referenced but not in %s, %d frames with a wrong frame_count, %d stack IDs not in %s, %d series IDs not in %s, %d trace-tagged samples beyond the samples, %d repeated stack IDs or frame lists in %s",
+			missing, tb.Frames, wrongCount, missingStacks, tb.StackDict, missingSeries, tb.Series, tracedOver, dupStacks, tb.StackDict)
 	}
 	return nil
 }

@@ -51,7 +51,8 @@ const (
 //	   build, container and pod UID). The row tables hold series_id in
 //	   place of those five strings and take new names (stack_summary_rows,
 //	   ...); their names of version 7 (stack_summaries, ...) become views
-//	   answering what the tables did.
+//	   answering what the tables did. The stack dictionary loses its
+//	   primary key (stack_id stays unique: the writer assigns it).
 const Version = 8
 
 // IngestedBatches records the hotpath.batch.id of every batch stored, in
@@ -175,10 +176,14 @@ func framesDDL(t Tier) string {
 )`
 }
 
+// stackDictDDL has no key since version 8: stack_id is unique by
+// construction (the writer's cache assigns it), nothing looks a stack up
+// by it through an index (joins hash), and the key's ART index took 1.8 MB
+// of file and of memory per 200,000 stacks, a tenth of an agent's file.
 func stackDictDDL(t Tier) string {
 	return `CREATE TABLE ` + TablesFor(t).StackDict + ` (
-    stack_id        INTEGER   PRIMARY KEY,
-    stack_frame_ids INTEGER[] NOT NULL -- root first, leaf last
+    stack_id        INTEGER   NOT NULL, -- unique (the writer assigns it)
+    stack_frame_ids INTEGER[] NOT NULL  -- root first, leaf last
 )`
 }
 
@@ -240,11 +245,13 @@ func binariesDDL(t Tier) string {
 // writer.BenchmarkWrite): ART indexes on the row tables cost append
 // throughput, growing with the table, while time-ordered appends already
 // give DuckDB's zone maps (min/max per row group) what range queries need.
-// The row tables therefore have no key or index. The dictionaries and the
-// binary tables are small and written rarely; their keys protect ID
-// uniqueness and make the bulk upserts possible. Frame lists are unique in
-// the stack dictionary, and series in the series dictionary, by
-// construction (the writer's caches; DuckDB cannot index INTEGER[]).
+// The row tables therefore have no key or index. The frame and series
+// dictionaries and the binary tables are small and written rarely; their
+// keys protect ID uniqueness and make the bulk upserts possible. The stack
+// dictionary is large and has none (stackDictDDL). Frame lists and stack
+// IDs are unique in the stack dictionary, and series in the series
+// dictionary, by construction (the writer's caches; DuckDB cannot index
+// INTEGER[]); CheckIntegrity verifies it.
 func tableDDL(t Tier) []string {
 	out := []string{framesDDL(t), stackDictDDL(t), seriesDDL(t)}
 	out = append(out, rowTablesDDL(t)...)
@@ -637,8 +644,8 @@ WHERE f.frame_id = c.id`,
 	)
 }
 
-// migrateToSeriesDictionary moves version 7's row tables into the series
-// dictionary: every distinct service, [pod,] build, container and pod UID
+// migrateToSeriesDictionary rebuilds the stack dictionary without its
+// key and moves version 7's row tables into the series dictionary: every distinct service, [pod,] build, container and pod UID
 // of any row table gets a series_id (in the order they were first seen, as
 // the writer assigns them), each row is copied with its series_id into the
 // table of its new name (in the writer's row order: time, then stack), and
@@ -648,7 +655,15 @@ WHERE f.frame_id = c.id`,
 func migrateToSeriesDictionary(t Tier) []string {
 	tb := TablesFor(t)
 	// The RFD views read the old tables; every view is recreated after.
-	stmts := []string{`DROP VIEW IF EXISTS ` + tb.Decoded, `DROP VIEW IF EXISTS ` + tb.Stacks, seriesDDL(t)}
+	// The stack dictionary is rebuilt without its key.
+	oldDict := tb.StackDict + "_v7"
+	stmts := []string{`DROP VIEW IF EXISTS ` + tb.Decoded, `DROP VIEW IF EXISTS ` + tb.Stacks,
+		`CREATE TEMP TABLE ` + oldDict + ` AS SELECT * FROM ` + tb.StackDict,
+		`DROP TABLE ` + tb.StackDict,
+		stackDictDDL(t),
+		`INSERT INTO ` + tb.StackDict + ` SELECT stack_id, stack_frame_ids FROM ` + oldDict + ` ORDER BY stack_id`,
+		`DROP TABLE ` + oldDict,
+		seriesDDL(t)}
 	stmts = append(stmts, rowTablesDDL(t)...)
 	stmts = append(stmts, rollupDDL(t)...)
 	// rollup_progress is kept: rollupDDL's copy is not needed.
