@@ -123,23 +123,22 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 	links := dict.LinkTable()
 	// Frames by location index, resolved and hashed once per request.
 	frameCache := make([]resolvedFrame, locs.Len())
-	// Stacks by stack index, resolved once per request: processes share
+	// Stacks by stack index, keyed once per request: processes share
 	// stacks through the dictionary. Frames are merged by name, so stacks
-	// that differ only in addresses within the same functions become one row.
+	// that differ only in addresses within the same functions become one
+	// row. A stack's frame list is only built if the writer asks for it
+	// (Resolve): for the stacks new to the file.
 	stackCache := make([]struct {
 		done    bool
-		frames  []string // root first; shared by rows, never modified
-		meta    []writer.FrameMeta
 		dictKey framedict.StackKey // the frame list's identity, also in rows' merge key
 		bad     string             // reason the stack cannot be stored
 		detail  string
 		repair  string // reason the stack was changed to be stored
 	}, stacks.Len())
-	// The stacks' frame lists are cut from one allocation each for names
-	// and metadata: a request holds thousands of stacks.
-	arena := newFrameArena(stacks)
 
-	batch := &writer.Batch{}
+	batch := &writer.Batch{Resolve: func(sx int32) ([]string, []writer.FrameMeta) {
+		return stackFrames(stacks.At(int(sx)), frameCache)
+	}}
 	// Rows of a batch merge when everything stored about them is equal; the
 	// stack is its 128-bit key and the resource attributes a small number,
 	// so a sample costs one hash of a few words.
@@ -213,13 +212,12 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					st := &stackCache[sx]
 					if !st.done {
 						st.done = true
-						st.frames, st.meta, st.dictKey, st.bad, st.detail, st.repair = c.stackFrames(dict, stacks.At(int(sx)), frameCache, &arena)
+						st.dictKey, st.bad, st.detail, st.repair = c.stackKey(dict, stacks.At(int(sx)), frameCache)
 					}
 					if st.bad != "" {
 						skip.add(st.bad, "service %s: stack %d: %s", service, sx, st.detail)
 						continue
 					}
-					frames := st.frames
 					var tid pcommon.TraceID
 					var sid pcommon.SpanID
 					if lx := s.LinkIndex(); lx != 0 {
@@ -269,7 +267,7 @@ func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
 					index[key] = len(batch.Rows)
 					batch.Rows = append(batch.Rows, writer.StackRow{
 						Time: at, ServiceID: service, PodName: pod, BuildID: build, ContainerID: container, PodUID: podUID,
-						Frames: frames, Meta: st.meta, Key: st.dictKey, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
+						Stack: sx, Key: st.dictKey, Count: count, TraceID: traceID, SpanID: spanID, PeriodNanos: period,
 					})
 				}
 			}
@@ -291,34 +289,6 @@ type resolvedFrame struct {
 	meta     writer.FrameMeta
 }
 
-// frameArena hands out the stacks' frame slices from one allocation per
-// request.
-type frameArena struct {
-	names []string
-	metas []writer.FrameMeta
-}
-
-// newFrameArena sizes the arena for every stack of the table (each stored
-// with at most maxStackDepth frames).
-func newFrameArena(stacks pprofile.StackSlice) frameArena {
-	total := 0
-	for i := 0; i < stacks.Len(); i++ {
-		total += min(stacks.At(i).LocationIndices().Len(), maxStackDepth)
-	}
-	return frameArena{make([]string, 0, total), make([]writer.FrameMeta, 0, total)}
-}
-
-// take returns empty slices with room for n frames, cut from the arena
-// while it lasts (a stack never grows into the next one's frames).
-func (a *frameArena) take(n int) ([]string, []writer.FrameMeta) {
-	if len(a.names)+n > cap(a.names) {
-		return make([]string, 0, n), make([]writer.FrameMeta, 0, n)
-	}
-	l := len(a.names)
-	a.names, a.metas = a.names[:l+n], a.metas[:l+n]
-	return a.names[l : l : l+n], a.metas[l : l : l+n]
-}
-
 // sampleCapacity is the number of samples of the request's sample-count
 // profiles: the batch's rows and merge index are sized once.
 func sampleCapacity(dict pprofile.ProfilesDictionary, pd pprofile.Profiles) int {
@@ -338,16 +308,16 @@ func sampleCapacity(dict pprofile.ProfilesDictionary, pd pprofile.Profiles) int 
 	return n
 }
 
-// stackFrames names a stack's frames root first (OTLP lists them leaf
-// first) and computes its key, or says why it cannot (bad, with detail).
-// repair says why the stored frames differ from the input (cleaned names,
-// cut depth). meta says what each frame is (same index).
-func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Stack, cache []resolvedFrame, arena *frameArena) (frames []string, meta []writer.FrameMeta, key framedict.StackKey, bad, detail, repair string) {
+// stackKey resolves a stack's frames (into cache, by location) and
+// computes the key of its frame list as stackFrames names it, or says why
+// it cannot be stored (bad, with detail). repair says why the stored
+// frames differ from the input (cleaned names, a deep stack cut).
+func (c converter) stackKey(dict pprofile.ProfilesDictionary, st pprofile.Stack, cache []resolvedFrame) (key framedict.StackKey, bad, detail, repair string) {
 	locs := dict.LocationTable()
 	li := st.LocationIndices()
 	n := li.Len()
 	if n == 0 {
-		return nil, nil, key, reasonEmptyStack, "no location indices", ""
+		return key, reasonEmptyStack, "no location indices", ""
 	}
 	keep := n
 	if n > maxStackDepth {
@@ -356,19 +326,12 @@ func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Sta
 	}
 	for j := 0; j < n; j++ {
 		if loc := li.At(j); loc < 0 || int(loc) >= locs.Len() {
-			return nil, nil, key, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len()), ""
+			return key, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len()), ""
 		}
 	}
 	var h framedict.StackHasher
-	stored := keep
 	if keep < n {
-		stored++
-	}
-	frames, meta = arena.take(stored)
-	if keep < n {
-		frames = append(frames, truncatedFrame)
-		meta = append(meta, writer.FrameMeta{})
-		h.Add(framedict.NameKeyOf(truncatedFrame))
+		h.Add(truncatedKey)
 	}
 	for j := keep - 1; j >= 0; j-- {
 		loc := li.At(j)
@@ -380,11 +343,39 @@ func (c converter) stackFrames(dict pprofile.ProfilesDictionary, st pprofile.Sta
 		if f.repaired && repair == "" {
 			repair, detail = reasonInvalidUTF8, fmt.Sprintf("frame %q", f.name)
 		}
-		frames = append(frames, f.name)
-		meta = append(meta, f.meta)
 		h.Add(f.key)
 	}
-	return frames, meta, h.Sum(), "", detail, repair
+	return h.Sum(), "", detail, repair
+}
+
+// truncatedKey is truncatedFrame's name key.
+var truncatedKey = framedict.NameKeyOf(truncatedFrame)
+
+// stackFrames names the frames of a stack stackKey accepted, root first
+// (OTLP lists them leaf first), from its resolved frames.
+func stackFrames(st pprofile.Stack, cache []resolvedFrame) ([]string, []writer.FrameMeta) {
+	li := st.LocationIndices()
+	n := li.Len()
+	keep := n
+	if n > maxStackDepth {
+		keep = maxStackDepth - 1 // as stackKey keeps them
+	}
+	stored := keep
+	if keep < n {
+		stored++
+	}
+	frames := make([]string, 0, stored)
+	meta := make([]writer.FrameMeta, 0, stored)
+	if keep < n {
+		frames = append(frames, truncatedFrame)
+		meta = append(meta, writer.FrameMeta{})
+	}
+	for j := keep - 1; j >= 0; j-- {
+		f := &cache[li.At(j)]
+		frames = append(frames, f.name)
+		meta = append(meta, f.meta)
+	}
+	return frames, meta
 }
 
 // Longest frame type and source file stored. Types are short words

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/internal/hostileotlp"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
@@ -34,7 +35,11 @@ func checkBatch(t *testing.T, c converter, pd pprofile.Profiles) (int64, skipRep
 	var good int64
 	now := c.now()
 	for _, r := range batch.Rows {
-		for _, s := range append([]string{r.ServiceID, r.PodName, r.BuildID, r.TraceID, r.SpanID}, r.Frames...) {
+		frames, _ := batch.FramesOf(&r)
+		if r.Key != framedict.KeyOf(frames) {
+			t.Fatalf("row's key is not its frames' key: %q", frames)
+		}
+		for _, s := range append([]string{r.ServiceID, r.PodName, r.BuildID, r.TraceID, r.SpanID}, frames...) {
 			if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
 				t.Fatalf("row carries an unstorable string %q", s)
 			}
@@ -42,8 +47,8 @@ func checkBatch(t *testing.T, c converter, pd pprofile.Profiles) (int64, skipRep
 		if r.Count <= 0 {
 			t.Fatalf("row count %d", r.Count)
 		}
-		if len(r.Frames) == 0 || len(r.Frames) > maxStackDepth {
-			t.Fatalf("row has %d frames", len(r.Frames))
+		if len(frames) == 0 || len(frames) > maxStackDepth {
+			t.Fatalf("row has %d frames", len(frames))
 		}
 		if r.Time.Before(profileschema.MinSampleTime.Add(-c.bucket)) || r.Time.After(now.Add(profileschema.MaxFutureSkew)) {
 			t.Fatalf("row time %s outside the accepted range", r.Time)

@@ -52,6 +52,9 @@ type StackRow struct {
 	// frame's row is written once, with the metadata of its first stack:
 	// frames stay keyed by name, so flame graphs merge as before.
 	Meta []FrameMeta
+	// Stack is the row's stack in the batch's Resolve, for a row sent
+	// with Key and without Frames.
+	Stack int32
 }
 
 // FrameMeta is what a frame is and where its code lives, as the sender
@@ -89,6 +92,20 @@ type Batch struct {
 	ID       string
 	Rows     []StackRow
 	Binaries []Binary
+	// Resolve names the frames of stack (a row's Stack), root first, for
+	// rows sent with Key and without Frames: the writer asks only for the
+	// stacks new to the file, so a sender skips naming the frames of the
+	// stacks stored before (most of them, once a file has run a while).
+	Resolve func(stack int32) ([]string, []FrameMeta)
+}
+
+// FramesOf is r's frames and their metadata, named by Resolve if r does
+// not carry them.
+func (b *Batch) FramesOf(r *StackRow) ([]string, []FrameMeta) {
+	if r.Frames == nil && b.Resolve != nil {
+		return b.Resolve(r.Stack)
+	}
+	return r.Frames, r.Meta
 }
 
 // ErrDuplicate is returned (wrapped) by Write for a batch whose ID was stored
@@ -467,21 +484,18 @@ func (w *Writer) committed(ctx context.Context, id string) (bool, error) {
 	return n > 0, err
 }
 
-func batchStored(ctx context.Context, c rawConn, id string) (bool, error) {
-	rows, err := c.QueryContext(ctx, "SELECT 1 FROM "+schema.IngestedBatches+" WHERE batch_id = ?", named(id))
+// recordBatch stores id in ingested_batches unless it is there already
+// (recorded: false), in one statement.
+func recordBatch(ctx context.Context, c rawConn, id string) (recorded bool, err error) {
+	res, err := c.ExecContext(ctx, "INSERT INTO "+schema.IngestedBatches+" VALUES (?, now()::TIMESTAMP) ON CONFLICT DO NOTHING", named(id))
 	if err != nil {
-		return false, fmt.Errorf("look up batch id: %w", err)
+		return false, fmt.Errorf("record batch id: %w", err)
 	}
-	defer rows.Close()
-	dest := make([]driver.Value, 1)
-	switch err := rows.Next(dest); {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, io.EOF):
-		return false, nil
-	default:
-		return false, fmt.Errorf("look up batch id: %w", err)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("record batch id: %w", err)
 	}
+	return n == 1, nil
 }
 
 type rawConn interface {
@@ -506,25 +520,19 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 			}
 		}
 	}()
-	if b.ID != "" {
-		// Checked and recorded in the same transaction as the rows: the
-		// batch is stored exactly once, whenever the collector dies.
-		stored, err := batchStored(ctx, c, b.ID)
-		if err != nil {
-			return err
-		}
-		if stored {
-			return ErrDuplicate
-		}
-	}
 	// Every write records an id, its batch's or one of its own, so a
-	// COMMIT that reports an error can be checked for having happened.
+	// COMMIT that reports an error can be checked for having happened. A
+	// batch's id is recorded in the same transaction as its rows, unless
+	// it is there already: the batch is stored exactly once, whenever the
+	// collector dies.
 	writeID := b.ID
 	if writeID == "" {
 		writeID = newWriteID()
 	}
-	if _, err := c.ExecContext(ctx, "INSERT INTO "+schema.IngestedBatches+" VALUES (?, now()::TIMESTAMP)", named(writeID)); err != nil {
-		return fmt.Errorf("record batch id: %w", err)
+	if recorded, err := recordBatch(ctx, c, writeID); err != nil {
+		return err
+	} else if !recorded {
+		return ErrDuplicate
 	}
 
 	// Stack IDs: one map access per row for a known stack. A new stack
@@ -548,12 +556,13 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 		if !isNew {
 			continue
 		}
-		frameIDs := make([]int32, len(r.Frames))
-		for j, name := range r.Frames {
+		frames, metas := b.FramesOf(r)
+		frameIDs := make([]int32, len(frames))
+		for j, name := range frames {
 			fid, isNewFrame := w.dicts.Frames.ID(name)
 			var m FrameMeta
-			if j < len(r.Meta) {
-				m = r.Meta[j]
+			if j < len(metas) {
+				m = metas[j]
 			}
 			switch {
 			case isNewFrame:
