@@ -319,9 +319,8 @@ func (c converter) stackKey(dict pprofile.ProfilesDictionary, st pprofile.Stack,
 	if n == 0 {
 		return key, reasonEmptyStack, "no location indices", ""
 	}
-	keep := n
-	if n > maxStackDepth {
-		keep = maxStackDepth - 1 // room for the truncatedFrame root
+	keep := keptFrames(n)
+	if keep < n {
 		repair, detail = reasonDeepStack, fmt.Sprintf("%d frames, kept the %d leaf-most", n, keep)
 	}
 	for j := 0; j < n; j++ {
@@ -348,6 +347,16 @@ func (c converter) stackKey(dict pprofile.ProfilesDictionary, st pprofile.Stack,
 	return h.Sum(), "", detail, repair
 }
 
+// keptFrames is how many of a stack's n frames are stored, leaf-most
+// first: all up to maxStackDepth, else room is left for the
+// truncatedFrame root.
+func keptFrames(n int) int {
+	if n > maxStackDepth {
+		return maxStackDepth - 1
+	}
+	return n
+}
+
 // truncatedKey is truncatedFrame's name key.
 var truncatedKey = framedict.NameKeyOf(truncatedFrame)
 
@@ -356,10 +365,7 @@ var truncatedKey = framedict.NameKeyOf(truncatedFrame)
 func stackFrames(st pprofile.Stack, cache []resolvedFrame) ([]string, []writer.FrameMeta) {
 	li := st.LocationIndices()
 	n := li.Len()
-	keep := n
-	if n > maxStackDepth {
-		keep = maxStackDepth - 1 // as stackKey keeps them
-	}
+	keep := keptFrames(n)
 	stored := keep
 	if keep < n {
 		stored++
