@@ -139,7 +139,12 @@ func (e *profilesExporter) shutdown(ctx context.Context) error {
 // push writes one request. Errors go back to the exporter helper, whose
 // retry and queue keep the data until the file accepts writes again.
 func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error {
-	batch, skip := e.conv.convert(pd)
+	buf := buffersPool.Get().(*convertBuffers)
+	defer func() {
+		buf.reset()
+		buffersPool.Put(buf)
+	}()
+	batch, skip := e.conv.convertWith(pd, buf)
 	batch.ID = profileschema.BatchID(pd)
 	e.metrics.recordMalformed(ctx, skip.byReason)
 	if skip.count > 0 || skip.repaired > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
 	"github.com/hotpath-dev/hotpath/internal/hostileotlp"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
@@ -134,5 +136,43 @@ func TestHostileInputKeepsGoodData(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// push converts every request in buffers from buffersPool, used by the
+// request before: each hostile request, converted in buffers that just
+// held another (smaller or larger) one, gives the batch and report that
+// fresh buffers give.
+func TestConvertReusedBuffersGiveTheSameBatch(t *testing.T) {
+	at := hostileotlp.CorpusTime
+	c := converter{tier: schema.Summary, bucket: time.Minute, now: func() time.Time { return at.Add(time.Minute) }}
+	describe := func(b *writer.Batch, skip skipReport) []string {
+		var out []string
+		for _, r := range b.Rows {
+			frames, metas := b.FramesOf(&r)
+			out = append(out, fmt.Sprintf("%s %q %q %q %q %q %d %q %q %d %v %q %v",
+				r.Time, r.ServiceID, r.PodName, r.BuildID, r.ContainerID, r.PodUID, r.Count, r.TraceID, r.SpanID, r.PeriodNanos, r.Key, frames, metas))
+		}
+		for _, bin := range b.Binaries {
+			out = append(out, fmt.Sprintf("binary %+v", bin))
+		}
+		return append(out, fmt.Sprintf("skipped %d repaired %d %v %v", skip.count, skip.repaired, skip.byReason, skip.first))
+	}
+	cases := hostileotlp.Cases()
+	if len(cases) < 2 {
+		t.Fatalf("%d hostile cases: the test needs requests of different shapes", len(cases))
+	}
+	buf := new(convertBuffers)
+	// Twice round: the second pass meets buffers grown by every case.
+	for pass := range 2 {
+		for _, hc := range cases {
+			pd := hc.Build(at)
+			want := describe(c.convert(pd))
+			got := describe(c.convertWith(pd, buf))
+			if !slices.Equal(got, want) {
+				t.Fatalf("pass %d, %s: reused buffers give\n%s\nfresh ones\n%s", pass, hc.Name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			buf.reset()
+		}
 	}
 }
