@@ -51,7 +51,7 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	}
 
 	out, stderr, code := runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "--db", cfg.Path, "--format", "csv", probe)
-	if code != 0 || out != "tier,version,ids,nothing\nlocal,8,\"[1, 2]\",\n" {
+	if code != 0 || out != "tier,version,ids,nothing\nlocal,9,\"[1, 2]\",\n" {
 		t.Fatalf("endpoint csv: code %d out %q err %q", code, out, stderr)
 	}
 	_, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "DELETE FROM schema_version")
@@ -66,7 +66,7 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	out, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "--db", cfg.Path, "--format", "table", probe)
 	want := "tier   version  ids     nothing\n" +
 		"-----  -------  ------  -------\n" +
-		"local        8  [1, 2]     NULL\n"
+		"local        9  [1, 2]     NULL\n"
 	if code != 0 || out != want {
 		t.Fatalf("file table: code %d err %q out:\n%s\nwant:\n%s", code, stderr, out, want)
 	}

@@ -142,8 +142,8 @@ type rewriteResult struct {
 // transaction. Frames are shared by every build and service, so a raw frame
 // is not renamed in place (another build's "app+0x1a2b" is other code): the
 // build's stacks get the resolved name's frame ID (an existing one, or a new
-// entry), and frame_count is recomputed for every frame touched, deleting
-// raw frames nothing references any more, as retention would.
+// entry), and the raw frames no stack names any more are deleted, as
+// retention would.
 func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewriteResult, error) {
 	var tierName string
 	var version int
@@ -249,7 +249,7 @@ JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, $2) OR
 			id = maxID
 			// The symbolized frame is the same code: it keeps the
 			// address frame's type (file and line are unknown).
-			_, err = tx.ExecContext(ctx, "INSERT INTO "+tb.Frames+" (frame_id, frame_name, frame_count, frame_type) VALUES (?, ?, 0, (SELECT frame_type FROM "+tb.Frames+" WHERE frame_id = ?))", id, name, old)
+			_, err = tx.ExecContext(ctx, "INSERT INTO "+tb.Frames+" (frame_id, frame_name, frame_type) VALUES (?, ?, (SELECT frame_type FROM "+tb.Frames+" WHERE frame_id = ?))", id, name, old)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("frame %q: %w", name, err)
@@ -327,32 +327,10 @@ JOIN `+tb.Frames+` f ON f.frame_id = u.id WHERE starts_with(f.frame_name, $2) OR
 			return nil, fmt.Errorf("delete replaced stacks: %w", err)
 		}
 	}
-	// frame_count is occurrences in the stack dictionary: recount every
-	// frame of the stacks touched.
-	counts := map[int32]int64{}
-	crow, err := tx.QueryContext(ctx, "SELECT id, count(*) FROM (SELECT unnest(stack_frame_ids) AS id FROM "+tb.StackDict+") WHERE id IN "+inList(keys(touched))+" GROUP BY id")
-	if err != nil {
-		return nil, fmt.Errorf("count frames: %w", err)
-	}
-	for crow.Next() {
-		var id int32
-		var n int64
-		if err := crow.Scan(&id, &n); err != nil {
-			crow.Close()
-			return nil, fmt.Errorf("count frames: %w", err)
-		}
-		counts[id] = n
-	}
-	crow.Close()
-	for id := range touched {
-		if counts[id] == 0 {
-			_, err = tx.ExecContext(ctx, "DELETE FROM "+tb.Frames+" WHERE frame_id = ?", id)
-		} else {
-			_, err = tx.ExecContext(ctx, "UPDATE "+tb.Frames+" SET frame_count = ? WHERE frame_id = ?", counts[id], id)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("update frame %d: %w", id, err)
-		}
+	// The frames touched that no stack names any more go.
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+tb.Frames+" WHERE frame_id IN "+inList(keys(touched))+
+		" AND frame_id NOT IN (SELECT DISTINCT unnest(stack_frame_ids) FROM "+tb.StackDict+")"); err != nil {
+		return nil, fmt.Errorf("delete unreferenced frames: %w", err)
 	}
 	upd := "UPDATE " + tb.Binaries + " SET has_debug_info = true WHERE build_id = ?"
 	args := []any{full}

@@ -137,8 +137,7 @@ func TestMacrosAnswerCorrectly(t *testing.T) {
 // their own version 2 macros) and again after the exporter upgraded them:
 // the RFD names, now views, must give the same rows. "now" is the files'
 // end. Blocks about the file itself (SHOW, DESCRIBE, schema_version) and
-// frame_count (it counts stack dictionary entries since version 4, rows
-// before) are skipped.
+// the stack dictionary (version 4) are skipped.
 func TestCookbookAnswersSameAfterMigration(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/sql.md")
 	if err != nil {
@@ -156,7 +155,7 @@ func TestCookbookAnswersSameAfterMigration(t *testing.T) {
 				case strings.HasPrefix(q, "-- tier: summary") && tier != "summary",
 					strings.Contains(q, "_local") && tier != "local",
 					strings.HasPrefix(q, "SHOW"), strings.HasPrefix(q, "DESCRIBE"),
-					strings.Contains(q, "schema_version"), strings.Contains(q, "frame_count"),
+					strings.Contains(q, "schema_version"), strings.Contains(q, "profile_stack_dictionary"),
 					strings.Contains(q, "sample_period_ns"), // not in version 2
 					strings.Contains(q, "stack_samples_local"), strings.Contains(q, "trace_samples_local"),
 					strings.Contains(q, "samples_in"), strings.Contains(q, "rollup_progress"): // version 5

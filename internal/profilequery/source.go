@@ -135,7 +135,7 @@ FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonE
 }
 
 // supportedVersions are the schema versions whose tables are read here.
-var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true}
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -344,9 +344,9 @@ type Tables struct {
 }
 
 // WritableVersion is the schema version whose tables TablesOf names.
-const WritableVersion = 8
+const WritableVersion = 9
 
-// TablesOf returns the table names of tier t (schema version 8).
+// TablesOf returns the table names of tier t (schema version 9).
 func TablesOf(t Tier) Tables {
 	tb := tablesFor(t)
 	if t == Summary {

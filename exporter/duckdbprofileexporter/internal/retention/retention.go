@@ -83,8 +83,9 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 		}
 	}
 	// Stacks and series no row references any more, and then frames no
-	// stack references: frame_count counts occurrences in the stack
-	// dictionary.
+	// stack names (found by reading the stack dictionary: the writer keeps
+	// no reference counts, which cost every batch with new stacks an
+	// UPDATE).
 	err := w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
 		var used, usedSeries []string
 		for _, t := range tb.RowTables() {
@@ -92,17 +93,11 @@ func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Resu
 			usedSeries = append(usedSeries, "SELECT series_id FROM "+t)
 		}
 		unused := "stack_id NOT IN (" + strings.Join(used, " UNION ") + ")"
-		_, err := conn.ExecContext(ctx, "UPDATE "+tb.Frames+" AS f SET frame_count = f.frame_count - d.n FROM ("+
-			"SELECT id, count(*) AS n FROM (SELECT unnest(stack_frame_ids) AS id FROM "+tb.StackDict+" WHERE "+unused+") GROUP BY id"+
-			") AS d WHERE f.frame_id = d.id")
-		if err != nil {
-			return nil, fmt.Errorf("release frame references: %w", err)
-		}
 		stacks, err := column[int32](ctx, conn, "DELETE FROM "+tb.StackDict+" WHERE "+unused+" RETURNING stack_id")
 		if err != nil {
 			return nil, fmt.Errorf("delete unreferenced stacks: %w", err)
 		}
-		names, err := column[string](ctx, conn, "DELETE FROM "+tb.Frames+" WHERE frame_count <= 0 RETURNING frame_name")
+		names, err := column[string](ctx, conn, "DELETE FROM "+tb.Frames+" WHERE frame_id NOT IN (SELECT DISTINCT unnest(stack_frame_ids) FROM "+tb.StackDict+") RETURNING frame_name")
 		if err != nil {
 			return nil, fmt.Errorf("delete unreferenced frames: %w", err)
 		}

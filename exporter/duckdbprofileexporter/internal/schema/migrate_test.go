@@ -412,3 +412,42 @@ func sep(item string) string {
 	}
 	return ", "
 }
+
+// The step to version 9 drops frame_count and keeps every frame as it was:
+// ID, name, type, file and line, and CheckIntegrity holds after it.
+func TestMigrateV8DropsFrameCounts(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []Tier{Local, Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			tb := TablesFor(tier)
+			db := openDB(t, openV2(t, tier))
+			if err := ensure(ctx, db, tier, 8); err != nil {
+				t.Fatal(err)
+			}
+			// A frame with every column set, as version 8 wrote them.
+			if _, err := db.Exec(`INSERT INTO ` + tb.Frames + ` (frame_id, frame_name, frame_count, frame_type, file_name, line_number)
+SELECT max(frame_id) + 1, 'migrate_test_typed', 0, 'python', '/srv/app.py', 42 FROM ` + tb.Frames); err != nil {
+				t.Fatal(err)
+			}
+			const cols = "frame_id, frame_name, frame_type, file_name, line_number"
+			before := totals(t, db, `SELECT `+cols+` FROM `+tb.Frames)
+			if len(before) < 3 {
+				t.Fatalf("%d frames in the fixture", len(before))
+			}
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			if v := version(t, db); v != Version {
+				t.Fatalf("version %d after migration, want %d", v, Version)
+			}
+			same(t, "frames", totals(t, db, `SELECT `+cols+` FROM `+tb.Frames), before)
+			var n int
+			if err := db.QueryRow(`SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = 'frame_count'`, tb.Frames).Scan(&n); err != nil || n != 0 {
+				t.Fatalf("frame_count columns after migration: %d (%v)", n, err)
+			}
+			if err := CheckIntegrity(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -53,7 +53,12 @@ const (
 //	   ...); their names of version 7 (stack_summaries, ...) become views
 //	   answering what the tables did. The stack dictionary loses its
 //	   primary key (stack_id stays unique: the writer assigns it).
-const Version = 8
+//	9: the frame dictionary loses frame_count. Retention finds the frames
+//	   no stack names by reading the stack dictionary; keeping the counts
+//	   cost every batch with new stacks an UPDATE of each of their frames
+//	   (a third of a push's time at the storage bench's share of new
+//	   stacks).
+const Version = 9
 
 // IngestedBatches records the hotpath.batch.id of every batch stored, in
 // the batch's own transaction, so a batch sent again is not stored twice.
@@ -169,10 +174,23 @@ func framesDDL(t Tier) string {
 	return `CREATE TABLE ` + TablesFor(t).Frames + ` (
     frame_id    INTEGER PRIMARY KEY,
     frame_name  VARCHAR UNIQUE NOT NULL,
-    frame_count BIGINT  NOT NULL DEFAULT 0, -- occurrences in the stack dictionary; 0 = removable
     frame_type  VARCHAR, -- python, jit, native, kernel, go; NULL = unknown
     file_name   VARCHAR, -- source file of the function; NULL = unknown
     line_number INTEGER  -- line of the first sample seen, else the function's first line; NULL = unknown
+)`
+}
+
+// v8FramesDDL is the frame dictionary of versions 6 to 8, which counted
+// each frame's occurrences in the stack dictionary; the steps to those
+// versions build it, and the step to 9 drops the count.
+func v8FramesDDL(t Tier) string {
+	return `CREATE TABLE ` + TablesFor(t).Frames + ` (
+    frame_id    INTEGER PRIMARY KEY,
+    frame_name  VARCHAR UNIQUE NOT NULL,
+    frame_count BIGINT  NOT NULL DEFAULT 0,
+    frame_type  VARCHAR,
+    file_name   VARCHAR,
+    line_number INTEGER
 )`
 }
 
@@ -565,6 +583,7 @@ var migrations = map[int]func(t Tier) []string{
 	5: migrateFrameTypes,
 	6: addWorkloadColumns,
 	7: migrateToSeriesDictionary,
+	8: migrateDropFrameCounts,
 }
 
 // addWorkloadColumns adds container_id and k8s_pod_uid to every row table:
@@ -598,7 +617,7 @@ func migrateFrameTypes(t Tier) []string {
 	return []string{
 		`CREATE TEMP TABLE ` + old + ` AS SELECT * FROM ` + f,
 		`DROP TABLE ` + f,
-		framesDDL(t),
+		v8FramesDDL(t),
 		`INSERT INTO ` + f + ` (frame_id, frame_name, frame_count, frame_type)
 SELECT frame_id, frame_name, frame_count, CASE
     WHEN suffix(frame_name, '` + profileschema.JITSuffix + `') THEN '` + profileschema.FrameTypeJIT + `'
@@ -704,6 +723,24 @@ FROM (SELECT %s, min(first_seen) AS first_seen FROM (%s) GROUP BY ALL)`, tb.Seri
 			"DROP TABLE "+view)
 	}
 	return stmts
+}
+
+// migrateDropFrameCounts rebuilds the frame dictionary without
+// frame_count, every frame kept with its ID, name, type, file and line.
+// Rebuilt rather than altered, as migrateFrameTypes says: an earlier step
+// of the same transaction may have updated the table. A crash leaves
+// version 8.
+func migrateDropFrameCounts(t Tier) []string {
+	f := TablesFor(t).Frames
+	old := f + "_v8"
+	return []string{
+		`CREATE TEMP TABLE ` + old + ` AS SELECT * FROM ` + f,
+		`DROP TABLE ` + f,
+		framesDDL(t),
+		`INSERT INTO ` + f + ` (frame_id, frame_name, frame_type, file_name, line_number)
+SELECT frame_id, frame_name, frame_type, file_name, line_number FROM ` + old + ` ORDER BY frame_id`,
+		`DROP TABLE ` + old,
+	}
 }
 
 // migrationFault, when set (tests only), runs before each migration

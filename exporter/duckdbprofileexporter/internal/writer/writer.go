@@ -567,11 +567,9 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 	}
 
 	// Stack IDs: one map access per row for a known stack. A new stack
-	// names its frames (new frames get IDs) and adds one reference to each
-	// of its frames' counts.
+	// names its frames (new frames get IDs).
 	ids := make([]int32, len(b.Rows))
 	var newStacks []newStack
-	delta := make(map[int32]int64)
 	var newFrames []int32
 	var newNames []string
 	var newMetas []FrameMeta
@@ -606,14 +604,9 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 			case m != (FrameMeta{}) && w.dicts.Frames.Fill(fid):
 				fills = append(fills, frameFill{fid, m})
 			}
-			delta[fid]++
 			frameIDs[j] = fid
 		}
 		newStacks = append(newStacks, newStack{id, frameIDs})
-	}
-	isNew := make(map[int32]bool, len(newFrames))
-	for _, id := range newFrames {
-		isNew[id] = true
 	}
 	if len(newFrames) > 0 {
 		err := appendAll(dc, w.tb.Frames, len(newFrames), func(a *duckdb.Appender, i int) error {
@@ -622,14 +615,11 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 			if line < math.MinInt32 || line > math.MaxInt32 {
 				line = 0 // not a line number: unknown
 			}
-			return a.AppendRow(newFrames[i], newNames[i], delta[newFrames[i]], nullable(m.Type), nullable(m.File), nullable(int32(line)))
+			return a.AppendRow(newFrames[i], newNames[i], nullable(m.Type), nullable(m.File), nullable(int32(line)))
 		})
 		if err != nil {
 			return fmt.Errorf("frames: %w", err)
 		}
-	}
-	if err := w.addFrameCounts(ctx, c, delta, isNew); err != nil {
-		return err
 	}
 	if err := w.fillFrames(ctx, c, fills); err != nil {
 		return err
@@ -891,32 +881,6 @@ func named(vs ...driver.Value) []driver.NamedValue {
 		out[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
 	}
 	return out
-}
-
-// addFrameCounts raises frame_count of already-known frames in one UPDATE.
-// The values are integers we produced, so building the VALUES list is safe.
-func (w *Writer) addFrameCounts(ctx context.Context, c rawConn, delta map[int32]int64, isNew map[int32]bool) error {
-	var sb strings.Builder
-	n := 0
-	for id, d := range delta {
-		if isNew[id] {
-			continue
-		}
-		if n > 0 {
-			sb.WriteString(",")
-		}
-		fmt.Fprintf(&sb, "(%d,%d)", id, d)
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	q := "UPDATE " + w.tb.Frames + " AS f SET frame_count = f.frame_count + d.n FROM (VALUES " + sb.String() +
-		") AS d(id, n) WHERE f.frame_id = d.id"
-	if _, err := c.ExecContext(ctx, q, nil); err != nil {
-		return fmt.Errorf("update frame counts: %w", err)
-	}
-	return nil
 }
 
 // frameFill is what a frame stored untyped turned out to be.

@@ -53,7 +53,7 @@ func queryStrings(t testing.TB, db *sql.DB, q string, args ...any) []string {
 	return out
 }
 
-func TestWriteLocalStoresRootFirstAndCountsFrames(t *testing.T) {
+func TestWriteLocalStoresRootFirstAndNamesFramesOnce(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "local.duckdb")
 	w := open(t, path, schema.Local)
@@ -72,17 +72,17 @@ func TestWriteLocalStoresRootFirstAndCountsFrames(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("decoded rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	// main occurs 3 times across stored stacks.
-	got = queryStrings(t, w.DB(), `SELECT frame_name, frame_count FROM profile_frame_dictionary_local ORDER BY frame_id`)
-	if strings.Join(got, ",") != "main|3,serve|1,parse|1,idle|1" {
+	// main occurs 3 times across stored stacks, and is one frame.
+	got = queryStrings(t, w.DB(), `SELECT frame_id, frame_name FROM profile_frame_dictionary_local ORDER BY frame_id`)
+	if strings.Join(got, ",") != "1|main,2|serve,3|parse,4|idle" {
 		t.Fatalf("frame dictionary: %v", got)
 	}
-	// A second batch bumps counts of known frames in bulk.
+	// A second batch adds only its new frame.
 	if err := w.Write(ctx, &Batch{Rows: []StackRow{{Time: t0.Add(time.Second), ServiceID: "api", Frames: []string{"main", "gc"}, Count: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	got = queryStrings(t, w.DB(), `SELECT frame_name, frame_count FROM profile_frame_dictionary_local ORDER BY frame_id`)
-	if strings.Join(got, ",") != "main|4,serve|1,parse|1,idle|1,gc|1" {
+	got = queryStrings(t, w.DB(), `SELECT frame_id, frame_name FROM profile_frame_dictionary_local ORDER BY frame_id`)
+	if strings.Join(got, ",") != "1|main,2|serve,3|parse,4|idle,5|gc" {
 		t.Fatalf("frame dictionary after second batch: %v", got)
 	}
 	got = queryStrings(t, w.DB(), `SELECT build_id, service_id, binary_path, has_debug_info FROM binary_metadata_local`)
@@ -100,8 +100,8 @@ func TestWriteLocalStoresRootFirstAndCountsFrames(t *testing.T) {
 		Binaries: []Binary{{BuildID: "b1", ServiceID: "api", Path: "/bin/api", Seen: t0.Add(time.Hour)}}}); err != nil {
 		t.Fatal(err)
 	}
-	got = queryStrings(t, w.DB(), `SELECT frame_id, frame_name, frame_count FROM profile_frame_dictionary_local WHERE frame_name IN ('main', 'new') ORDER BY frame_id`)
-	if strings.Join(got, ",") != "1|main|5,6|new|1" {
+	got = queryStrings(t, w.DB(), `SELECT frame_id, frame_name FROM profile_frame_dictionary_local WHERE frame_name IN ('main', 'new') ORDER BY frame_id`)
+	if strings.Join(got, ",") != "1|main,6|new" {
 		t.Fatalf("IDs after restart: %v", got)
 	}
 	got = queryStrings(t, w.DB(), `SELECT first_seen, last_seen, has_debug_info FROM binary_metadata_local`)
@@ -359,11 +359,14 @@ func TestStuckWriterConnectionIsReplaced(t *testing.T) {
 	if strings.Join(got, ",") != "after-1|3,after-2|3,before|3" {
 		t.Fatalf("rows: %v", got)
 	}
-	got = queryStrings(t, w.DB(), "SELECT frame_name, frame_count FROM profile_frame_dictionary_local ORDER BY frame_name")
-	// Frame counts are references from distinct stacks (one stack here):
-	// the failed write left none behind.
-	if strings.Join(got, ",") != "main|1,work|1" {
-		t.Fatalf("frame counts: %v", got)
+	// One stack, its frames once each: the failed write left nothing
+	// behind, and the writer's dictionaries agree with the file.
+	got = queryStrings(t, w.DB(), "SELECT frame_name FROM profile_frame_dictionary_local ORDER BY frame_name")
+	if strings.Join(got, ",") != "main,work" {
+		t.Fatalf("frames: %v", got)
+	}
+	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
+		t.Fatal(err)
 	}
 }
 
