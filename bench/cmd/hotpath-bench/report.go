@@ -251,9 +251,13 @@ func microRows(r benchfmt.Results) []row {
 	// "appender" before the stack dictionary; the report kept asking for it).
 	add("exporter rows/s (writer alone, local tier)", "BenchmarkWrite/local", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
 	add("exporter rows/s (writer alone, summary tier)", "BenchmarkWrite/summary", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
-	// Issue 16's goal for the whole push.
-	add("exporter rows/s (OTLP → DuckDB, local tier)", "BenchmarkPush/local", "rows/s", "rows/s", 1, "—", "≥ 500 k", 5e5, true, false)
-	add("exporter rows/s (OTLP → DuckDB, summary tier)", "BenchmarkPush/summary", "rows/s", "rows/s", 1, "—", "≥ 500 k", 5e5, true, false)
+	// Issue 16's goal for the whole push, with 6.5 % of the rows bringing
+	// a stack new to the file (the storage phase's simulated day); the
+	// -known rows (no new stack) say what the rows alone cost.
+	add("exporter rows/s (OTLP → DuckDB, local tier, 6.5 % new stacks)", "BenchmarkPush/local", "rows/s", "rows/s", 1, "—", "≥ 500 k", 5e5, true, false)
+	add("exporter rows/s (OTLP → DuckDB, summary tier, 6.5 % new stacks)", "BenchmarkPush/summary", "rows/s", "rows/s", 1, "—", "≥ 500 k", 5e5, true, false)
+	add("exporter rows/s (OTLP → DuckDB, local tier, known stacks)", "BenchmarkPush/local-known", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	add("exporter rows/s (OTLP → DuckDB, summary tier, known stacks)", "BenchmarkPush/summary-known", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
 	return rows
 }
 
