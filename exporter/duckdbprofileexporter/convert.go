@@ -375,9 +375,15 @@ func (c converter) stackKey(dict pprofile.ProfilesDictionary, st pprofile.Stack,
 	if keep < n {
 		repair, detail = reasonDeepStack, fmt.Sprintf("%d frames, kept the %d leaf-most", n, keep)
 	}
-	for j := 0; j < n; j++ {
-		if loc := li.At(j); loc < 0 || int(loc) >= locs.Len() {
-			return key, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, locs.Len()), ""
+	nLocs := locs.Len()
+	badLocation := func(loc int32) (framedict.StackKey, string, string, string) {
+		return framedict.StackKey{}, reasonBadLocation, fmt.Sprintf("location index %d out of range (%d locations)", loc, nLocs), ""
+	}
+	// The frames a deep stack drops are checked too; the kept ones as
+	// they are hashed (one pass: this runs for every sample).
+	for j := keep; j < n; j++ {
+		if loc := li.At(j); loc < 0 || int(loc) >= nLocs {
+			return badLocation(loc)
 		}
 	}
 	var h framedict.StackHasher
@@ -386,6 +392,9 @@ func (c converter) stackKey(dict pprofile.ProfilesDictionary, st pprofile.Stack,
 	}
 	for j := keep - 1; j >= 0; j-- {
 		loc := li.At(j)
+		if loc < 0 || int(loc) >= nLocs {
+			return badLocation(loc)
+		}
 		f := &cache[loc]
 		if !f.done {
 			name, ok := cleanName(profileschema.FrameName(dict, locs.At(int(loc))))

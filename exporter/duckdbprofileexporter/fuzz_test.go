@@ -94,7 +94,7 @@ func FuzzConvert(f *testing.F) {
 func TestHostileInputKeepsGoodData(t *testing.T) {
 	want := map[string]struct{ dropped, repaired int64 }{
 		"stack-index-out-of-range":                   {3, 0},
-		"location-index-out-of-range":                {2, 0},
+		"location-index-out-of-range":                {3, 0},
 		"function-string-mapping-index-out-of-range": {0, 0}, // stored under address names
 		"link-and-attribute-index-out-of-range":      {1, 0},
 		"sample-type-index-out-of-range":             {0, 0}, // not a samples/count profile: not stored

@@ -166,10 +166,18 @@ func Cases() []Case {
 			Sample(p, math.MaxInt32, 1)
 			return b.PD
 		}},
-		{Name: "location-index-out-of-range", Hostile: 2, Build: func(at time.Time) pprofile.Profiles {
+		{Name: "location-index-out-of-range", Hostile: 3, Build: func(at time.Time) pprofile.Profiles {
 			b, p := hostile(at, "bad-location")
 			Sample(p, b.Stack(b.Location("leaf"), 12345), 1)
 			Sample(p, b.Stack(-1), 1)
+			// Deeper than a stack is stored (1,024 frames), with the bad
+			// index at the root, among the frames a reader would drop.
+			deep, leaf := make([]int32, 1100), b.Location("leaf")
+			for i := range deep {
+				deep[i] = leaf
+			}
+			deep[len(deep)-1] = 54321
+			Sample(p, b.Stack(deep...), 1)
 			return b.PD
 		}},
 		{Name: "function-string-mapping-index-out-of-range", Hostile: 3, Build: func(at time.Time) pprofile.Profiles {

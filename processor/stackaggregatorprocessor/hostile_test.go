@@ -54,7 +54,7 @@ func serviceSamples(out []pprofile.Profiles, service string) int64 {
 func TestHostileInputKeepsGoodData(t *testing.T) {
 	want := map[string]addStats{
 		"stack-index-out-of-range":                   {Malformed: 3},
-		"location-index-out-of-range":                {Malformed: 2},
+		"location-index-out-of-range":                {Malformed: 3},
 		"function-string-mapping-index-out-of-range": {Malformed: 2},
 		"link-and-attribute-index-out-of-range":      {Malformed: 2},
 		"sample-type-index-out-of-range":             {Malformed: 1},

@@ -569,7 +569,10 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 			continue
 		}
 		frames, metas := b.FramesOf(r)
-		frameIDs := make([]int32, len(frames))
+		// []any: the driver appends a list it is given as []any value by
+		// value, and any other slice through reflection first, which took
+		// half the time of appending a batch's new stacks.
+		frameIDs := make([]any, len(frames))
 		for j, name := range frames {
 			fid, isNewFrame := w.dicts.Frames.ID(name)
 			var m FrameMeta
@@ -655,7 +658,7 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 
 type newStack struct {
 	id     int32
-	frames []int32
+	frames []any // int32 frame IDs, root first
 }
 
 // appendAll appends n rows to table through one Appender.
@@ -674,6 +677,23 @@ func appendAll(dc driver.Conn, table string, n int, row func(a *duckdb.Appender,
 		return fmt.Errorf("flush %s: %w", table, err)
 	}
 	return nil
+}
+
+// boxedTimes hands out a row's time and period as driver values, boxed
+// once for each run of rows that share them: a batch holds a few times and
+// periods for thousands of rows, and boxing a time.Time is an allocation.
+type boxedTimes struct {
+	at, period driver.Value
+	atTime     time.Time
+	periodNs   int64
+	set        bool
+}
+
+func (b *boxedTimes) of(at time.Time, periodNs int64) (driver.Value, driver.Value) {
+	if !b.set || !at.Equal(b.atTime) || periodNs != b.periodNs {
+		b.at, b.atTime, b.period, b.periodNs, b.set = at.UTC(), at, nullablePeriod(periodNs), periodNs, true
+	}
+	return b.at, b.period
 }
 
 func nullablePeriod(ns int64) driver.Value {
@@ -832,9 +852,11 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, series, ids []int32
 	order := rowOrder(w.descending)
 	w.descending = !w.descending
 	slices.SortFunc(agg, order)
+	var boxed boxedTimes
 	err := appendAll(dc, w.tb.Samples, len(agg), func(a *duckdb.Appender, i int) error {
 		g := &agg[i]
-		return a.AppendRow(g.r.Time.UTC(), g.series, g.stack, clampCount(g.count), nullablePeriod(g.r.PeriodNanos))
+		at, period := boxed.of(g.r.Time, g.r.PeriodNanos)
+		return a.AppendRow(at, g.series, g.stack, clampCount(g.count), period)
 	})
 	if err != nil || len(tracedRows) == 0 {
 		return err
@@ -854,7 +876,8 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, series, ids []int32
 			}
 			span = b
 		}
-		return a.AppendRow(r.Time.UTC(), tracedRows[j].series, tracedRows[j].stack, trace, span, clampCount(r.Count), nullablePeriod(r.PeriodNanos))
+		at, period := boxed.of(r.Time, r.PeriodNanos)
+		return a.AppendRow(at, tracedRows[j].series, tracedRows[j].stack, trace, span, clampCount(r.Count), period)
 	})
 }
 
