@@ -144,8 +144,16 @@ func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error
 		buf.reset()
 		buffersPool.Put(buf)
 	}()
-	batch, skip := e.conv.convertWith(pd, buf)
-	batch.ID = profileschema.BatchID(pd)
+	// The writer begins the transaction and checks the batch ID while the
+	// request is converted.
+	id := profileschema.BatchID(pd)
+	var batch *writer.Batch
+	var skip skipReport
+	err := e.w.WriteConverted(ctx, id, func() *writer.Batch {
+		batch, skip = e.conv.convertWith(pd, buf)
+		batch.ID = id
+		return batch
+	})
 	e.metrics.recordMalformed(ctx, skip.byReason)
 	if skip.count > 0 || skip.repaired > 0 {
 		e.mu.Lock()
@@ -167,7 +175,7 @@ func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error
 				zap.Int("dropped_in_request", skip.count), zap.Int("repaired_in_request", skip.repaired))
 		}
 	}
-	if err := e.w.Write(ctx, batch); err != nil {
+	if err != nil {
 		if errors.Is(err, writer.ErrDuplicate) {
 			// Stored before (a retry or a replay): acknowledged, not doubled.
 			e.metrics.recordDuplicate(ctx)

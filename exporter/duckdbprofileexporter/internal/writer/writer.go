@@ -420,21 +420,56 @@ func (w *Writer) noteFailure(ctx context.Context, err error) {
 	}
 }
 
-// Write stores b in one transaction: new frames and stacks, frame reference
-// counts, the rows (every sample in Samples, trace-tagged ones also in
-// Traces) and binary metadata. On error nothing of b is stored.
+// Write stores b in one transaction: new frames and stacks, the rows
+// (every sample in Samples, trace-tagged ones also in Traces) and binary
+// metadata. On error nothing of b is stored.
 func (w *Writer) Write(ctx context.Context, b *Batch) error {
 	if len(b.Rows) == 0 && len(b.Binaries) == 0 {
 		return nil
 	}
+	return w.WriteConverted(ctx, b.ID, func() *Batch { return b })
+}
+
+// WriteConverted stores the batch convert returns, with id as its ID (""
+// for none), as Write does. convert runs on the calling goroutine while
+// another takes the file, begins the transaction and records id: a push
+// spends about as long converting its request (1.5-2 ms for 5,000 rows)
+// as DuckDB takes for those two statements, and they need not wait for
+// each other. A nil or empty batch writes nothing. When id is stored
+// already, nothing is written and ErrDuplicate is returned (wrapped).
+func (w *Writer) WriteConverted(ctx context.Context, id string, convert func() *Batch) error {
+	batches := make(chan *Batch, 1)
+	result := make(chan error, 1)
+	go func() { result <- w.write(ctx, id, batches) }()
+	var b *Batch
+	func() {
+		// Sent even if convert panics: the transaction is then rolled
+		// back and the file released.
+		defer func() { batches <- b }()
+		b = convert()
+	}()
+	return <-result
+}
+
+// errNothingToWrite ends a transaction begun for a batch that turned out
+// empty.
+var errNothingToWrite = errors.New("nothing to write")
+
+func (w *Writer) write(ctx context.Context, id string, batches <-chan *Batch) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.ready(ctx); err != nil {
 		return err
 	}
-	err := w.conn.Raw(func(dc any) error { return w.writeTx(ctx, dc.(driver.Conn), b) })
+	var b *Batch
+	err := w.conn.Raw(func(dc any) error {
+		return w.writeTx(ctx, dc.(driver.Conn), id, func() *Batch { b = <-batches; return b })
+	})
+	if errors.Is(err, errNothingToWrite) {
+		return nil
+	}
 	if errors.Is(err, ErrDuplicate) {
-		return fmt.Errorf("batch %q: %w", b.ID, err)
+		return fmt.Errorf("batch %q: %w", id, err)
 	}
 	var ce *commitError
 	if errors.As(err, &ce) {
@@ -448,7 +483,11 @@ func (w *Writer) Write(ctx context.Context, b *Batch) error {
 	}
 	if err != nil {
 		w.noteFailure(ctx, err)
-		return fmt.Errorf("write batch of %d stacks to %s: %w", len(b.Rows), w.path, err)
+		rows := 0
+		if b != nil {
+			rows = len(b.Rows)
+		}
+		return fmt.Errorf("write batch of %d stacks to %s: %w", rows, w.path, err)
 	}
 	return nil
 }
@@ -518,7 +557,10 @@ type rawConn interface {
 	driver.QueryerContext
 }
 
-func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err error) {
+// writeTx writes the batch next returns, with id (its ID) recorded: the
+// transaction begins and records the id before next is called, so the
+// batch may still be in the making until then.
+func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, id string, next func() *Batch) (err error) {
 	c, ok := dc.(rawConn)
 	if !ok {
 		return fmt.Errorf("driver connection %T cannot exec", dc)
@@ -539,7 +581,7 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 	// batch's id is recorded in the same transaction as its rows, unless
 	// it is there already: the batch is stored exactly once, whenever the
 	// collector dies.
-	writeID := b.ID
+	writeID := id
 	if writeID == "" {
 		writeID = newWriteID()
 	}
@@ -547,6 +589,10 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, b *Batch) (err err
 		return err
 	} else if !recorded {
 		return ErrDuplicate
+	}
+	b := next()
+	if b == nil || len(b.Rows) == 0 && len(b.Binaries) == 0 {
+		return errNothingToWrite // rolled back: the id is not recorded either
 	}
 
 	// Stack IDs: one map access per row for a known stack. A new stack

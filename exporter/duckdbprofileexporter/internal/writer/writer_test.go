@@ -323,6 +323,59 @@ func TestBatchWithStoredIDIsNotWrittenAgain(t *testing.T) {
 	}
 }
 
+// WriteConverted begins the transaction while the batch is being made:
+// a batch that comes out empty, or a conversion that panics, leaves
+// nothing behind (not even its ID, so a resend is stored) and the file
+// free for the next write; a stored ID is still refused.
+func TestWriteConvertedWhileTransactionBegins(t *testing.T) {
+	for _, tier := range []schema.Tier{schema.Local, schema.Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			ctx := context.Background()
+			w := open(t, filepath.Join(t.TempDir(), "f.duckdb"), tier)
+			defer w.Close()
+			batch := func(id string, count int64) func() *Batch {
+				return func() *Batch {
+					return &Batch{ID: id, Rows: []StackRow{{Time: t0, ServiceID: "api", Frames: []string{"main", "work"}, Count: count}}}
+				}
+			}
+			total := func() string {
+				return strings.Join(queryStrings(t, w.DB(), "SELECT coalesce(sum(sample_count), 0) FROM "+schema.TablesFor(tier).Stacks), "")
+			}
+			ids := func() string {
+				return strings.Join(queryStrings(t, w.DB(), "SELECT batch_id FROM "+schema.IngestedBatches+" WHERE batch_id LIKE 'c-%' ORDER BY 1"), ",")
+			}
+
+			if err := w.WriteConverted(ctx, "c-1", func() *Batch { return &Batch{ID: "c-1"} }); err != nil {
+				t.Fatalf("empty batch: %v", err)
+			}
+			if err := w.WriteConverted(ctx, "c-1", func() *Batch { return nil }); err != nil {
+				t.Fatalf("nil batch: %v", err)
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != "conversion failed" {
+						t.Fatalf("recovered %v, want the conversion's panic", r)
+					}
+				}()
+				_ = w.WriteConverted(ctx, "c-1", func() *Batch { panic("conversion failed") })
+			}()
+			if got := ids() + "/" + total(); got != "/0" {
+				t.Fatalf("after an empty, a nil and a panicking conversion: ids %q, total %q; want none", ids(), total())
+			}
+
+			if err := w.WriteConverted(ctx, "c-1", batch("c-1", 5)); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.WriteConverted(ctx, "c-1", batch("c-1", 7)); !errors.Is(err, ErrDuplicate) {
+				t.Fatalf("c-1 again: got %v, want ErrDuplicate", err)
+			}
+			if got := ids() + "/" + total(); got != "c-1/5" {
+				t.Fatalf("ids %q, total %q; want c-1 and 5 samples", ids(), total())
+			}
+		})
+	}
+}
+
 // A writer connection left inside an aborted transaction (what a ROLLBACK
 // that fails, e.g. out of memory, leaves behind) refuses every statement:
 // the batch that meets it fails, and the next one runs on a fresh
