@@ -152,6 +152,13 @@ func (f *labelFilter) filterMap(level string, m pcommon.Map) int64 {
 	return n
 }
 
+// droppedByDesign are keys hotpath's own pipeline sends for a processor
+// placed before this one (the receiver's process.pid, for buildid): their
+// drops are counted like any other and logged at debug level, since a
+// warning on every start of the shipped configuration would tell an
+// operator nothing.
+var droppedByDesign = map[string]bool{profileschema.AttrProcessPID: true}
+
 // logDrop logs the first drop of each key (up to maxLoggedKeys keys), so an
 // operator sees what a sender tried to store without a log line per sample.
 func (f *labelFilter) logDrop(level, key string) {
@@ -165,6 +172,11 @@ func (f *labelFilter) logDrop(level, key string) {
 		return
 	}
 	f.logged[key] = true
+	if droppedByDesign[key] {
+		f.logger.Debug("dropping attribute not on the allow-list, as designed (counted in otelcol_processor_labelfilter_dropped_attributes)",
+			zap.String("key", key), zap.String("scope", level))
+		return
+	}
 	if len(f.logged) > maxLoggedKeys {
 		f.logger.Warn("dropping attributes not on the allow-list; further keys are counted, not logged",
 			zap.Int("keys_logged", maxLoggedKeys))

@@ -13,6 +13,9 @@ import (
 	"go.opentelemetry.io/collector/processor/processortest"
 	"go.opentelemetry.io/collector/processor/xprocessor"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
@@ -173,6 +176,44 @@ func TestDefaultAllowListKeepsStorageKeysOnly(t *testing.T) {
 	}
 	if v := out.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0).Values().At(0); v != 3 {
 		t.Errorf("sample value = %d, want 3 (samples are kept, only labels dropped)", v)
+	}
+}
+
+// A dropped key is logged once as a warning, except process.pid, which the
+// shipped pipelines send to buildid and drop here on purpose: debug level.
+// Both are counted.
+func TestDropsLoggedOnceAndPIDQuietly(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	set := processor.Settings{ID: component.NewID(Type), TelemetrySettings: tel.NewTelemetrySettings()}
+	set.Logger = zap.New(core)
+	sink := new(consumertest.ProfilesSink)
+	p, err := NewFactory().CreateProfiles(context.Background(), set, NewFactory().CreateDefaultConfig(), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		pd := input(map[string]string{profileschema.AttrServiceName: "api", profileschema.AttrProcessPID: "42", "user.email": "a@example.com"}, nil)
+		if err := p.ConsumeProfiles(context.Background(), pd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	levels := map[string][]zapcore.Level{}
+	for _, e := range logs.All() {
+		if k, ok := e.ContextMap()["key"].(string); ok {
+			levels[k] = append(levels[k], e.Level)
+		}
+	}
+	if got := levels["user.email"]; len(got) != 1 || got[0] != zap.WarnLevel {
+		t.Errorf("user.email logged at %v, want one warning", got)
+	}
+	if got := levels[profileschema.AttrProcessPID]; len(got) != 1 || got[0] != zap.DebugLevel {
+		t.Errorf("process.pid logged at %v, want one debug line", got)
+	}
+	h := &harness{tel: tel}
+	if got := h.dropped(t)[levelResource]; got != 6 {
+		t.Errorf("dropped %d resource attributes, want 6 (2 per request)", got)
 	}
 }
 
