@@ -38,6 +38,9 @@ type processEntry struct {
 	mappings  []profilebuilder.Mapping
 	readAt    time.Time
 	exitedAt  time.Time
+	// execs is processTable.execs[pid] when the read began: a different
+	// count now means what was read is an image the process left.
+	execs uint64
 	// sampledAt is the last drain that had samples of this process;
 	// mapsReadAt the last re-read for a change of its executable memory.
 	// Guarded by processTable.mu.
@@ -466,9 +469,13 @@ func (t *processTable) len() int {
 }
 
 func (t *processTable) read(pid int) *processEntry {
+	t.mu.Lock()
+	execs := t.execs[pid]
+	t.mu.Unlock()
 	var e *processEntry
 	cpu := cputime.Measure(func() { e = t.readProcess(pid) })
 	t.work.charge(workProcessRead, 1, cpu)
+	e.execs = execs
 	// At first sight too, not only when a stack needs it: a short
 	// CPU-bound process (a compiler run) would otherwise spend its first
 	// tens of milliseconds on frame-pointer stacks. Binaries already known
@@ -552,7 +559,15 @@ func (t *processTable) attachUnwind(e *processEntry, heavy bool) {
 	runtime.LockOSThread() // the charges below are per thread
 	defer runtime.UnlockOSThread()
 	tablesBefore := t.work.chargedOnThread()
-	cpu := cputime.Measure(func() { dwarf, err = u.Attach(e.snapshot) })
+	// The kernel is told only if the process did not exec since it was
+	// read: at exec the kernel gave the new image its own table.
+	pid := e.snapshot.PID
+	current := func() bool {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.execs[pid] == e.execs
+	}
+	cpu := cputime.Measure(func() { dwarf, err = u.Attach(e.snapshot, current) })
 	// Symbol tables read on the way were charged as such already.
 	cpu -= t.work.chargedOnThread() - tablesBefore
 	var n uint64

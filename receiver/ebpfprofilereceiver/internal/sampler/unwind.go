@@ -173,18 +173,9 @@ func (s *Sampler) SetProcessUnwind(pid uint32, ms []UnwindMapping) error {
 	if len(ms) == 0 {
 		return s.DeleteProcessUnwind(pid)
 	}
-	if len(ms) > MaxUnwindMappings {
-		return fmt.Errorf("unwind tables of pid %d: %d mappings (at most %d)", pid, len(ms), MaxUnwindMappings)
-	}
-	sorted := slices.Clone(ms)
-	slices.SortFunc(sorted, func(a, b UnwindMapping) int { return cmp.Compare(a.Start, b.Start) })
-	var v cpuProfileProcUnwind
-	v.N = uint32(len(sorted))
-	for i, m := range sorted {
-		if m.End <= m.Start || (i > 0 && m.Start < sorted[i-1].End) {
-			return fmt.Errorf("unwind tables of pid %d: mapping %#x-%#x empty or overlapping", pid, m.Start, m.End)
-		}
-		v.M[i] = cpuProfileUnwindMapping{Start: m.Start, End: m.End, Bias: m.Bias, Table: m.Table.ID, Rows: m.Table.Rows}
+	v, err := procUnwindValue(pid, ms)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,6 +190,55 @@ func (s *Sampler) SetProcessUnwind(pid uint32, ms []UnwindMapping) error {
 			return fmt.Errorf("unwind tables of pid %d: %d processes have tables already (the limit)", pid, s.objs.ProcUnwinds.MaxEntries())
 		}
 		return fmt.Errorf("unwind tables of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// procUnwindValue is the kernel's entry for pid's mappings ms.
+func procUnwindValue(pid uint32, ms []UnwindMapping) (cpuProfileProcUnwind, error) {
+	var v cpuProfileProcUnwind
+	if len(ms) > MaxUnwindMappings {
+		return v, fmt.Errorf("unwind tables of pid %d: %d mappings (at most %d)", pid, len(ms), MaxUnwindMappings)
+	}
+	sorted := slices.Clone(ms)
+	slices.SortFunc(sorted, func(a, b UnwindMapping) int { return cmp.Compare(a.Start, b.Start) })
+	v.N = uint32(len(sorted))
+	for i, m := range sorted {
+		if m.End <= m.Start || (i > 0 && m.Start < sorted[i-1].End) {
+			return v, fmt.Errorf("unwind tables of pid %d: mapping %#x-%#x empty or overlapping", pid, m.Start, m.End)
+		}
+		v.M[i] = cpuProfileUnwindMapping{Start: m.Start, End: m.End, Bias: m.Bias, Table: m.Table.ID, Rows: m.Table.Rows}
+	}
+	return v, nil
+}
+
+// DeleteProcessUnwindIfSet returns pid to frame-pointer unwinding if the
+// kernel still holds the mappings ms that SetProcessUnwind wrote. At exec
+// and exit the kernel drops the entry itself, and at exec gives the new
+// image its executable's table (when loaded): a forget that comes after
+// must not delete that.
+func (s *Sampler) DeleteProcessUnwindIfSet(pid uint32, ms []UnwindMapping) error {
+	want, err := procUnwindValue(pid, ms)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.dwarf {
+		return nil
+	}
+	var got cpuProfileProcUnwind
+	if err := s.objs.ProcUnwinds.Lookup(pid, &got); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		return fmt.Errorf("unwind tables of pid %d: look up: %w", pid, err)
+	}
+	if got != want {
+		return nil
+	}
+	if err := s.objs.ProcUnwinds.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("unwind tables of pid %d: delete: %w", pid, err)
 	}
 	return nil
 }

@@ -78,6 +78,28 @@ func TestUnwindTablesAPI(t *testing.T) {
 	if err := s.SetProcessUnwind(1234, many); err == nil {
 		t.Error("more mappings than the kernel side holds were accepted")
 	}
+	// Forgetting mappings the kernel no longer holds (an exec replaced
+	// them) leaves its entry; forgetting the ones it holds deletes it.
+	other := m
+	other.Start, other.End = 0x500000, 0x501000
+	if err := s.DeleteProcessUnwindIfSet(1234, []UnwindMapping{other}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.objs.ProcUnwinds.Lookup(uint32(1234), &got); err != nil {
+		t.Fatalf("entry deleted by a forget of other mappings: %v", err)
+	}
+	if err := s.DeleteProcessUnwindIfSet(1234, []UnwindMapping{m}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.objs.ProcUnwinds.Lookup(uint32(1234), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("entry after a forget of its own mappings: %v, want gone", err)
+	}
+	if err := s.DeleteProcessUnwindIfSet(1234, []UnwindMapping{m}); err != nil {
+		t.Errorf("forgetting twice: %v", err)
+	}
+	if err := s.SetProcessUnwind(1234, []UnwindMapping{m}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.DeleteProcessUnwind(1234); err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +223,15 @@ func TestExeUnwindAtExec(t *testing.T) {
 	m := got.M[0]
 	if got.N != 1 || m.Table != tab.ID || m.Rows != tab.Rows || m.Start != start || m.End > end || m.End <= m.Start || m.Start-m.Bias != textVaddr {
 		t.Fatalf("entry at exec %+v (n %d); want [%#x, ≤%#x) with ELF text at %#x, table %d", m, got.N, start, end, textVaddr, tab.ID)
+	}
+	// User space forgetting what it wrote for the image before the exec
+	// (the process was read as the forked parent) leaves the exec's entry.
+	before := []UnwindMapping{{Start: 0x10000, End: 0x20000, Bias: 0x10000, Table: tab}}
+	if err := s.DeleteProcessUnwindIfSet(pid, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.objs.ProcUnwinds.Lookup(pid, &got); err != nil || got.M[0].Start != start {
+		t.Fatalf("the exec's entry after a forget of the old image: %+v, %v", got.M[0], err)
 	}
 
 	if err := cmd.Process.Kill(); err != nil {

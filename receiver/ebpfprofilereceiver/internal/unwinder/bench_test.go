@@ -82,7 +82,7 @@ func BenchmarkUnwindCost(b *testing.B) {
 	}
 	defer p.Close()
 	u := New(dw, sym, 64<<20, nil, zap.NewNop())
-	if ok, err := u.Attach(p); !ok || err != nil {
+	if ok, err := u.Attach(p, nil); !ok || err != nil {
 		b.Fatalf("Attach = %v, %v", ok, err)
 	}
 

@@ -37,6 +37,7 @@ type Kernel interface {
 	DeleteExeUnwind(id fileid.ID) error
 	SetProcessUnwind(pid uint32, ms []sampler.UnwindMapping) error
 	DeleteProcessUnwind(pid uint32) error
+	DeleteProcessUnwindIfSet(pid uint32, ms []sampler.UnwindMapping) error
 }
 
 // Stats is the unwinder's state, for telemetry.
@@ -61,7 +62,7 @@ type Unwinder struct {
 	mu        sync.Mutex
 	binaries  map[fileid.ID]*binary
 	lru       *list.List // of *binary with a loaded table and no users, least recent first
-	procs     map[uint32][]*binary
+	procs     map[uint32]attached
 	bytes     uint64
 	tables    int
 	overBudg  uint64
@@ -85,6 +86,13 @@ type binary struct {
 
 func (b *binary) loaded() bool { return b.table.ID != 0 }
 
+// attached is what the kernel was given for one process: the binaries whose
+// tables it uses and the mappings written.
+type attached struct {
+	users []*binary
+	ms    []sampler.UnwindMapping
+}
+
 // New returns an Unwinder that keeps at most maxBytes of tables loaded. disk,
 // when not nil, keeps each binary's verdict and rows across restarts.
 func New(kernel Kernel, sym *symbolize.Symbolizer, maxBytes uint64, disk *binarycache.Cache, log *zap.Logger) *Unwinder {
@@ -95,15 +103,18 @@ func New(kernel Kernel, sym *symbolize.Symbolizer, maxBytes uint64, disk *binary
 		kernel: kernel, sym: sym, maxBytes: maxBytes, disk: disk, log: log,
 		binaries: map[fileid.ID]*binary{},
 		lru:      list.New(),
-		procs:    map[uint32][]*binary{},
+		procs:    map[uint32]attached{},
 	}
 }
 
 // Attach (re)decides how process p is unwound: with tables for its
 // binaries that lack frame pointers, or with frame pointers alone. It
 // returns whether p is unwound with tables. Errors are about one binary or
-// the kernel and leave p on frame pointers.
-func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
+// the kernel and leave p on frame pointers. current, when not nil, is asked
+// just before the kernel is told: false means p exec'd or exited while it
+// was being read and analysed, and the kernel is left alone (at exec it gave
+// the new image its own table, which what was read here would replace).
+func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, error) {
 	type candidate struct {
 		m *symbolize.Mapping
 		t *symbolize.SymbolTable
@@ -170,12 +181,16 @@ func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
 		users = append(users, b)
 		ms = append(ms, sampler.UnwindMapping{Start: c.m.Start, End: c.m.Limit, Bias: c.m.Start - va, Table: b.table})
 	}
+	if current != nil && !current() {
+		u.releaseLocked(users)
+		return false, errors.Join(errs...)
+	}
 	old := u.procs[pid]
 	delete(u.procs, pid)
-	u.releaseLocked(old)
+	u.releaseLocked(old.users)
 	if len(ms) == 0 {
-		if len(old) > 0 {
-			errs = append(errs, u.kernel.DeleteProcessUnwind(pid))
+		if len(old.ms) > 0 {
+			errs = append(errs, u.kernel.DeleteProcessUnwindIfSet(pid, old.ms))
 		}
 		return false, errors.Join(errs...)
 	}
@@ -183,7 +198,7 @@ func (u *Unwinder) Attach(p *symbolize.Process) (bool, error) {
 		u.releaseLocked(users)
 		return false, errors.Join(append(errs, err)...)
 	}
-	u.procs[pid] = users
+	u.procs[pid] = attached{users, ms}
 	return true, errors.Join(errs...)
 }
 
@@ -211,8 +226,11 @@ func unwindable(m *symbolize.Mapping) bool {
 	return m.Path == "[vdso]" || (m.Path != "" && m.Path[0] == '/')
 }
 
-// Detach forgets an exited process; its tables stay loaded (another
-// process may map the same files soon) until the budget needs the room.
+// Detach forgets a process that exited or exec'd; its tables stay loaded
+// (another process may map the same files soon) until the budget needs the
+// room. The kernel's entry goes only if it still holds what Attach wrote:
+// the kernel drops it at exit and exec itself, and at exec puts the new
+// image's table there, which the old image's Detach must not take away.
 func (u *Unwinder) Detach(pid int) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -221,8 +239,8 @@ func (u *Unwinder) Detach(pid int) error {
 		return nil
 	}
 	delete(u.procs, uint32(pid))
-	u.releaseLocked(old)
-	return u.kernel.DeleteProcessUnwind(uint32(pid))
+	u.releaseLocked(old.users)
+	return u.kernel.DeleteProcessUnwindIfSet(uint32(pid), old.ms)
 }
 
 // ExecTable reports whether a process that execs the file id gets its

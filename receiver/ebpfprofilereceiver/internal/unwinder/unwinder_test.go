@@ -95,7 +95,7 @@ func TestAttachLoadsTablesOnlyForBinariesWithoutFramePointers(t *testing.T) {
 	fp := start(t, sym, build(t, "fp", "-O2", "-fno-omit-frame-pointer"))
 	nofp := start(t, sym, build(t, "nofp", "-O2", "-fomit-frame-pointer"))
 
-	dwarf, err := u.Attach(fp)
+	dwarf, err := u.Attach(fp, nil)
 	if err != nil || !dwarf {
 		t.Fatalf("Attach(frame-pointer binary + glibc) = %v, %v; want true (glibc lacks frame pointers)", dwarf, err)
 	}
@@ -103,7 +103,7 @@ func TestAttachLoadsTablesOnlyForBinariesWithoutFramePointers(t *testing.T) {
 	if st.Tables != 2 || st.Processes != 1 || st.TableBytes == 0 {
 		t.Fatalf("after the frame-pointer process: %+v, want two tables (glibc, ld.so) for one process", st)
 	}
-	if _, err := u.Attach(nofp); err != nil {
+	if _, err := u.Attach(nofp, nil); err != nil {
 		t.Fatal(err)
 	}
 	st = u.Stats()
@@ -111,7 +111,7 @@ func TestAttachLoadsTablesOnlyForBinariesWithoutFramePointers(t *testing.T) {
 		t.Fatalf("after the no-frame-pointer process: %+v, want three tables (glibc and ld.so shared, nofp's own)", st)
 	}
 	// Re-reading a process (exec, refresh) must not double-count users.
-	if _, err := u.Attach(nofp); err != nil {
+	if _, err := u.Attach(nofp, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := u.Detach(nofp.PID); err != nil {
@@ -140,7 +140,7 @@ func TestBudget(t *testing.T) {
 
 	tiny := New(s, sym, 4<<10, nil, zaptest.NewLogger(t))
 	p := start(t, sym, build(t, "fp", "-O2", "-fno-omit-frame-pointer"))
-	dwarf, err := tiny.Attach(p)
+	dwarf, err := tiny.Attach(p, nil)
 	if dwarf || err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Fatalf("Attach over budget = %v, %v; want false and a budget error", dwarf, err)
 	}
@@ -152,7 +152,7 @@ func TestBudget(t *testing.T) {
 	// process's own table only fits once an unused one is evicted.
 	one := New(s, sym, 0, nil, zaptest.NewLogger(t))
 	one.maxBytes = 1 << 40
-	if _, err := one.Attach(p); err != nil {
+	if _, err := one.Attach(p, nil); err != nil {
 		t.Fatal(err)
 	}
 	glibc := one.Stats().TableBytes
@@ -161,7 +161,7 @@ func TestBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := start(t, sym, build(t, "nofp", "-O2", "-fomit-frame-pointer"))
-	dwarf, err = one.Attach(q)
+	dwarf, err = one.Attach(q, nil)
 	if !dwarf || err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Fatalf("Attach(nofp) = %v, %v; want tables for some of its binaries, a budget error for the rest", dwarf, err)
 	}
@@ -174,7 +174,7 @@ func TestBudget(t *testing.T) {
 	}
 	// Its own binary comes first (lowest address) and must have stayed:
 	// loading glibc's must not have evicted it.
-	if got := one.procs[uint32(q.PID)]; len(got) == 0 || !strings.HasSuffix(got[0].path, "/nofp") {
+	if got := one.procs[uint32(q.PID)].users; len(got) == 0 || !strings.HasSuffix(got[0].path, "/nofp") {
 		t.Fatalf("tables of the new process: %v", got)
 	}
 	t.Logf("glibc + ld.so tables %d bytes; with a budget of %d: %+v (%v)", glibc, one.maxBytes, st, err)
@@ -210,7 +210,7 @@ func TestGoProcessStaysOnFramePointers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	dwarf, err := u.Attach(p)
+	dwarf, err := u.Attach(p, nil)
 	if dwarf || err != nil {
 		t.Fatalf("Attach(Go test binary) = %v, %v; want frame pointers", dwarf, err)
 	}
@@ -238,7 +238,7 @@ func TestDiskCacheAcrossRestart(t *testing.T) {
 		u := New(s, sym, 64<<20, disk, zaptest.NewLogger(t))
 		for _, bin := range []string{fpBin, nofpBin} {
 			p := start(t, sym, bin)
-			if dwarf, err := u.Attach(p); err != nil || !dwarf {
+			if dwarf, err := u.Attach(p, nil); err != nil || !dwarf {
 				t.Fatalf("Attach(%s) = %v, %v", bin, dwarf, err)
 			}
 			if err := u.Detach(p.PID); err != nil {
@@ -268,5 +268,50 @@ func TestDiskCacheAcrossRestart(t *testing.T) {
 	}
 	if secondSym.Loads >= firstSym.Loads {
 		t.Errorf("symbol tables read: %d after restart, %d before; the frame-pointer binary's verdict should come from disk", secondSym.Loads, firstSym.Loads)
+	}
+}
+
+// recordingKernel is the real sampler, with the process entries the
+// unwinder writes and forgets noted.
+type recordingKernel struct {
+	*sampler.Sampler
+	set, forgotten []uint32
+}
+
+func (k *recordingKernel) SetProcessUnwind(pid uint32, ms []sampler.UnwindMapping) error {
+	k.set = append(k.set, pid)
+	return k.Sampler.SetProcessUnwind(pid, ms)
+}
+
+func (k *recordingKernel) DeleteProcessUnwindIfSet(pid uint32, ms []sampler.UnwindMapping) error {
+	k.forgotten = append(k.forgotten, pid)
+	return k.Sampler.DeleteProcessUnwindIfSet(pid, ms)
+}
+
+// A process that exec'd while it was being read is not written to the
+// kernel (which gave the new image its own table at exec), and the tables
+// taken for it are released; a later Detach forgets only what was written.
+func TestAttachOfAnImageLeftBehindWritesNothing(t *testing.T) {
+	k := &recordingKernel{Sampler: openSampler(t)}
+	sym := symbolize.New(symbolize.Options{})
+	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
+	nofp := start(t, sym, build(t, "nofp", "-O2", "-fomit-frame-pointer"))
+
+	dwarf, err := u.Attach(nofp, func() bool { return false })
+	if err != nil || dwarf {
+		t.Fatalf("Attach of a process that exec'd meanwhile = %v, %v; want false, nil", dwarf, err)
+	}
+	if st := u.Stats(); len(k.set) != 0 || st.Processes != 0 || u.lru.Len() != st.Tables {
+		t.Fatalf("after it: kernel writes for pids %v, %+v, %d unused tables; want no write, no process, every table unused", k.set, st, u.lru.Len())
+	}
+	if err := u.Detach(nofp.PID); err != nil || len(k.forgotten) != 0 {
+		t.Fatalf("Detach of a process never written: %v, forgot %v", err, k.forgotten)
+	}
+
+	if dwarf, err := u.Attach(nofp, func() bool { return true }); err != nil || !dwarf || len(k.set) != 1 {
+		t.Fatalf("Attach of the current image = %v, %v, writes %v; want one write", dwarf, err, k.set)
+	}
+	if err := u.Detach(nofp.PID); err != nil || len(k.forgotten) != 1 {
+		t.Fatalf("Detach: %v, forgot %v; want the written entry forgotten", err, k.forgotten)
 	}
 }
