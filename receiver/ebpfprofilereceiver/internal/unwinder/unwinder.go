@@ -36,7 +36,6 @@ type Kernel interface {
 	SetExeUnwind(id fileid.ID, textVaddr uint64, t sampler.UnwindTable) error
 	DeleteExeUnwind(id fileid.ID) error
 	SetProcessUnwind(pid uint32, ms []sampler.UnwindMapping) error
-	DeleteProcessUnwind(pid uint32) error
 	DeleteProcessUnwindIfSet(pid uint32, ms []sampler.UnwindMapping) error
 }
 
@@ -111,9 +110,9 @@ func New(kernel Kernel, sym *symbolize.Symbolizer, maxBytes uint64, disk *binary
 // binaries that lack frame pointers, or with frame pointers alone. It
 // returns whether p is unwound with tables. Errors are about one binary or
 // the kernel and leave p on frame pointers. current, when not nil, is asked
-// just before the kernel is told: false means p exec'd or exited while it
-// was being read and analysed, and the kernel is left alone (at exec it gave
-// the new image its own table, which what was read here would replace).
+// just before the kernel is told: false means p exec'd since it was read,
+// and the kernel is left alone (at exec it gave the new image its own
+// table, which what was read here would replace).
 func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, error) {
 	type candidate struct {
 		m *symbolize.Mapping
