@@ -99,6 +99,9 @@ type Batch struct {
 	Resolve func(stack int32) ([]string, []FrameMeta)
 }
 
+// empty: b (which may be nil) writes nothing.
+func (b *Batch) empty() bool { return b == nil || len(b.Rows) == 0 && len(b.Binaries) == 0 }
+
 // FramesOf is r's frames and their metadata, named by Resolve if r does
 // not carry them.
 func (b *Batch) FramesOf(r *StackRow) ([]string, []FrameMeta) {
@@ -424,7 +427,7 @@ func (w *Writer) noteFailure(ctx context.Context, err error) {
 // (every sample in Samples, trace-tagged ones also in Traces) and binary
 // metadata. On error nothing of b is stored.
 func (w *Writer) Write(ctx context.Context, b *Batch) error {
-	if len(b.Rows) == 0 && len(b.Binaries) == 0 {
+	if b.empty() {
 		return nil
 	}
 	return w.WriteConverted(ctx, b.ID, func() *Batch { return b })
@@ -591,7 +594,7 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, id string, next fu
 		return ErrDuplicate
 	}
 	b := next()
-	if b == nil || len(b.Rows) == 0 && len(b.Binaries) == 0 {
+	if b.empty() {
 		return errNothingToWrite // rolled back: the id is not recorded either
 	}
 
@@ -729,15 +732,14 @@ func appendAll(dc driver.Conn, table string, n int, row func(a *duckdb.Appender,
 // once for each run of rows that share them: a batch holds a few times and
 // periods for thousands of rows, and boxing a time.Time is an allocation.
 type boxedTimes struct {
-	at, period driver.Value
+	at, period driver.Value // at is nil until the first row
 	atTime     time.Time
 	periodNs   int64
-	set        bool
 }
 
 func (b *boxedTimes) of(at time.Time, periodNs int64) (driver.Value, driver.Value) {
-	if !b.set || !at.Equal(b.atTime) || periodNs != b.periodNs {
-		b.at, b.atTime, b.period, b.periodNs, b.set = at.UTC(), at, nullablePeriod(periodNs), periodNs, true
+	if b.at == nil || !at.Equal(b.atTime) || periodNs != b.periodNs {
+		b.at, b.atTime, b.period, b.periodNs = at.UTC(), at, nullablePeriod(periodNs), periodNs
 	}
 	return b.at, b.period
 }
