@@ -1,10 +1,16 @@
 package framedict
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	_ "github.com/duckdb/duckdb-go/v2"
+
+	"github.com/hotpath-dev/hotpath/internal/stacknames"
 )
 
 func TestIDsRollbackAndForget(t *testing.T) {
@@ -107,5 +113,101 @@ func TestStackHasherMatchesKeyOf(t *testing.T) {
 	}
 	if h.Sum() != KeyOf(frames) {
 		t.Fatal("StackHasher over NameKeyOf differs from KeyOf")
+	}
+}
+
+// LoadStacks gives every stored stack the key KeyOf gives its frames'
+// names, the converter's key: lists empty, deep, naming a frame twice, and
+// naming IDs the frame table does not hold (0, negative, past its end),
+// which are "[missing]" as in the queries. With a frame ID far beyond the
+// others, the frames are kept in a map instead of a slice by ID.
+func TestLoadStacksKeysMatchKeyOf(t *testing.T) {
+	for _, sparse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sparse=%v", sparse), func(t *testing.T) {
+			db, err := sql.Open("duckdb", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			ctx := context.Background()
+			names := map[int32]string{1: "main", 2: "a b", 3: "f [k]", 4: "", 7: "x;y", 12: "1 2"}
+			deep := make([]int32, 1024)
+			for i := range deep {
+				deep[i] = int32(1 + i%12)
+			}
+			stacks := map[int32][]int32{
+				1: {}, 2: {1}, 3: {1, 2, 3}, 4: {3, 2, 1}, 5: {1, 1}, 6: {4}, 7: {0, 1},
+				8: {-3}, 9: {999, 12}, 10: {5, 2}, 11: deep, 40: {7, 12, 2},
+			}
+			if sparse {
+				names[2_000_000_000] = "far"
+				stacks[41] = []int32{2_000_000_000, 1}
+			}
+			for _, q := range []string{
+				"CREATE TABLE frames (frame_id INTEGER PRIMARY KEY, frame_name VARCHAR NOT NULL)",
+				"CREATE TABLE stacks (stack_id INTEGER NOT NULL, stack_frame_ids INTEGER[] NOT NULL)",
+			} {
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for id, name := range names {
+				if _, err := db.ExecContext(ctx, "INSERT INTO frames VALUES (?, ?)", id, name); err != nil {
+					t.Fatal(err)
+				}
+			}
+			maxID := int32(0)
+			for id, frames := range stacks {
+				list := make([]string, len(frames))
+				for i, f := range frames {
+					list[i] = fmt.Sprint(f)
+				}
+				if _, err := db.ExecContext(ctx, fmt.Sprintf("INSERT INTO stacks VALUES (%d, [%s]::INTEGER[])", id, strings.Join(list, ","))); err != nil {
+					t.Fatal(err)
+				}
+				maxID = max(maxID, id)
+			}
+			d, err := LoadStacks(ctx, db, "stacks", "frames")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Len() != len(stacks) {
+				t.Fatalf("loaded %d stacks, want %d", d.Len(), len(stacks))
+			}
+			for id, frames := range stacks {
+				named := make([]string, len(frames))
+				for i, f := range frames {
+					n, ok := names[f]
+					if !ok {
+						n = stacknames.Missing
+					}
+					named[i] = n
+				}
+				got, isNew := d.ID(KeyOf(named))
+				if isNew || got != id {
+					t.Fatalf("stack %d %v: loaded as %d (new %v)", id, frames, got, isNew)
+				}
+			}
+			if next, _ := d.ID(KeyOf([]string{"never stored"})); next != maxID+1 {
+				t.Fatalf("next ID %d, want %d", next, maxID+1)
+			}
+		})
+	}
+}
+
+func TestLeadingInt(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		v    int64
+		n    int
+		fail bool
+	}{
+		{"12 7", 12, 3, false}, {"7", 7, 1, false}, {"-3 1", -3, 3, false}, {"0", 0, 1, false},
+		{"", 0, 0, true}, {"-", 0, 0, true}, {" 1", 0, 0, true}, {"1,2", 0, 0, true}, {"99999999999999999999", 0, 0, true},
+	} {
+		v, n, ok := leadingInt([]byte(c.in))
+		if ok == c.fail || ok && (v != c.v || n != c.n) {
+			t.Errorf("leadingInt(%q) = %d, %d, %v", c.in, v, n, ok)
+		}
 	}
 }
