@@ -156,7 +156,11 @@ type Writer struct {
 	catchUpWG   sync.WaitGroup
 	// catchUpReport, when set, hears how the background catch-up went.
 	catchUpReport func(took time.Duration, err error)
-	broken        error // set when DuckDB invalidated the instance; reopen on next write
+	// loading is the dictionaries' load begun by open, until a caller
+	// that needs them has waited for it (awaitDicts); nil once dicts holds
+	// them.
+	loading *dictLoad
+	broken  error // set when DuckDB invalidated the instance; reopen on next write
 	// connStuck is set when the writer connection no longer runs statements
 	// after a failure (a ROLLBACK that failed leaves its transaction
 	// aborted); the next write replaces the connection.
@@ -169,6 +173,60 @@ type Dicts struct {
 	Frames *framedict.FrameDict
 	Stacks *framedict.StackDict
 	Series *framedict.SeriesDict
+}
+
+// dictLoad is one load of a file's dictionaries on a goroutine of its own.
+type dictLoad struct {
+	done chan struct{} // closed when d and err are set
+	d    Dicts
+	err  error
+}
+
+// loadDictsAsync begins loading the dictionaries of db. The load reads
+// every stack the file holds (0.3 s for the storage bench's 3-hour agent
+// file, seconds for a gateway's millions): the collector need not wait for
+// it to start its receivers, only the first write does.
+func loadDictsAsync(db *sql.DB, t schema.Tier) *dictLoad {
+	l := &dictLoad{done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.d, l.err = loadDictsFunc(context.Background(), db, t)
+	}()
+	return l
+}
+
+// loadDictsFunc is loadDicts; tests replace it to hold a load back or
+// make it fail.
+var loadDictsFunc = loadDicts
+
+// awaitDicts waits for the load open began, if it is still pending, and
+// installs its dictionaries. A load that failed marks the file broken:
+// the error is returned now and the next write reopens the file.
+func (w *Writer) awaitDicts() error {
+	l := w.loading
+	if l == nil {
+		return nil
+	}
+	<-l.done
+	w.loading = nil
+	if l.err != nil {
+		w.broken = fmt.Errorf("load the dictionaries of %s: %w", w.path, l.err)
+		return w.broken
+	}
+	w.dicts = l.d
+	return nil
+}
+
+// stopLoading waits for a pending load to end and drops it (the file is
+// being closed or its dictionaries reloaded). The load is not interrupted:
+// an interrupted query could leave the database instance referenced past
+// its close, and the next open of the file then waited for it forever
+// (a loop of 300 opens and closes hung in NewConnector).
+func (w *Writer) stopLoading() {
+	if l := w.loading; l != nil {
+		<-l.done
+		w.loading = nil
+	}
 }
 
 func loadDicts(ctx context.Context, db *sql.DB, t schema.Tier) (Dicts, error) {
@@ -191,8 +249,6 @@ func loadDicts(ctx context.Context, db *sql.DB, t schema.Tier) (Dicts, error) {
 // ErrInUse means another exporter of this process already has the file open.
 var ErrInUse = errors.New("file is already open in this process")
 
-// Open opens (creating if needed) the file at path for tier t and loads its
-// frame dictionary.
 // Resources bounds what DuckDB may use in this process: an agent must stay
 // small, while DuckDB's defaults take 80% of RAM and every core.
 type Resources struct {
@@ -214,6 +270,8 @@ func WithCatchUpReport(report func(took time.Duration, err error)) Option {
 	return func(w *Writer) { w.catchUpReport = report }
 }
 
+// Open opens (creating if needed) the file at path for tier t. Its
+// dictionaries load on another goroutine; the first write waits for them.
 func Open(ctx context.Context, path string, t schema.Tier, opts ...Option) (*Writer, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -263,11 +321,6 @@ func (w *Writer) open(ctx context.Context) error {
 		cleanup()
 		return fmt.Errorf("prepare schema in %s: %w", w.path, err)
 	}
-	dicts, err := loadDicts(ctx, db, w.tier)
-	if err != nil {
-		cleanup()
-		return err
-	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		cleanup()
@@ -279,7 +332,8 @@ func (w *Writer) open(ctx context.Context) error {
 		cleanup()
 		return err
 	}
-	w.connector, w.db, w.conn, w.dicts, w.rolled, w.broken = c, db, conn, dicts, rollState{hourly, daily}, nil
+	w.connector, w.db, w.conn, w.dicts, w.rolled, w.broken = c, db, conn, Dicts{}, rollState{hourly, daily}, nil
+	w.loading = loadDictsAsync(db, w.tier)
 	w.binaries = nil
 	w.catchingUp, w.catchUpErr, w.catchUpStop = false, nil, make(chan struct{})
 	if w.tier == schema.Summary {
@@ -305,6 +359,7 @@ func (w *Writer) open(ctx context.Context) error {
 }
 
 func (w *Writer) closeLocked() error {
+	w.stopLoading()
 	if w.catchUpStop != nil {
 		close(w.catchUpStop)
 		w.catchUpStop = nil
@@ -350,6 +405,9 @@ func (w *Writer) Tier() schema.Tier { return w.tier }
 func (w *Writer) FrameCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.awaitDicts() != nil || w.dicts.Frames == nil {
+		return 0
+	}
 	return w.dicts.Frames.Len()
 }
 
@@ -357,6 +415,9 @@ func (w *Writer) FrameCount() int {
 func (w *Writer) StackCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.awaitDicts() != nil || w.dicts.Stacks == nil {
+		return 0
+	}
 	return w.dicts.Stacks.Len()
 }
 
@@ -414,6 +475,7 @@ func (w *Writer) noteFailure(ctx context.Context, err error) {
 	// not fail with it, or one slow batch would force a reopen.
 	ctx = context.WithoutCancel(ctx)
 	w.binaries = nil
+	w.stopLoading()
 	d, lerr := loadDicts(ctx, w.db, w.tier)
 	hourly, daily, rerr := schema.Rollups(ctx, w.db, w.tier)
 	if lerr = errors.Join(lerr, rerr); lerr == nil {
@@ -462,6 +524,9 @@ func (w *Writer) write(ctx context.Context, id string, batches <-chan *Batch) er
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.ready(ctx); err != nil {
+		return err
+	}
+	if err := w.awaitDicts(); err != nil {
 		return err
 	}
 	var b *Batch
@@ -1088,6 +1153,9 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.ready(ctx); err != nil {
+		return err
+	}
+	if err := w.awaitDicts(); err != nil {
 		return err
 	}
 	if _, err := w.conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {

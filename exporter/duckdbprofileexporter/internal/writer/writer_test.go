@@ -635,3 +635,94 @@ func TestSeriesDictionaryOneRowPerSeries(t *testing.T) {
 		})
 	}
 }
+
+// Open returns while the dictionaries are still loading (a file's stacks
+// take seconds to read on a large gateway; the collector's receivers start
+// after its exporters), and the first write waits for them: a stack stored
+// before the reopen keeps its ID instead of being stored again.
+func TestOpenDoesNotWaitForTheDictionaries(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "local.duckdb")
+	batch := func(id string) *Batch {
+		return &Batch{ID: id, Rows: []StackRow{{Time: t0, ServiceID: "api", Frames: []string{"main", "serve"}, Count: 3}}}
+	}
+	w := open(t, path, schema.Local)
+	if err := w.Write(ctx, batch("first")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	started, release := make(chan struct{}), make(chan struct{})
+	loadDictsFunc = func(ctx context.Context, db *sql.DB, tier schema.Tier) (Dicts, error) {
+		close(started)
+		<-release
+		return loadDicts(ctx, db, tier)
+	}
+	defer func() { loadDictsFunc = loadDicts }()
+	opened := make(chan *Writer, 1)
+	go func() {
+		w, err := Open(ctx, path, schema.Local)
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- w
+	}()
+	var w2 *Writer
+	select {
+	case w2 = <-opened:
+	case <-time.After(time.Minute):
+		close(release)
+		t.Fatal("Open waited for the dictionaries")
+	}
+	if w2 == nil {
+		t.FailNow()
+	}
+	defer w2.Close()
+	<-started
+	written := make(chan error, 1)
+	go func() { written <- w2.Write(ctx, batch("second")) }()
+	close(release)
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	if got := queryStrings(t, w2.DB(), "SELECT count(*) FROM profile_stack_dictionary_local"); got[0] != "1" {
+		t.Fatalf("%s stacks stored, want 1: the write did not use the loaded dictionary", got[0])
+	}
+	if got := queryStrings(t, w2.DB(), "SELECT sum(sample_count) FROM stack_samples_local"); got[0] != "6" {
+		t.Fatalf("%s samples stored, want 6", got[0])
+	}
+}
+
+// A load that fails fails the write that waited for it, and the next
+// write reopens the file and loads again: nothing is lost or doubled.
+func TestDictionaryLoadFailureIsRetried(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "local.duckdb")
+	loads := 0
+	loadDictsFunc = func(ctx context.Context, db *sql.DB, tier schema.Tier) (Dicts, error) {
+		loads++
+		if loads == 1 {
+			return Dicts{}, errors.New("disk went away")
+		}
+		return loadDicts(ctx, db, tier)
+	}
+	defer func() { loadDictsFunc = loadDicts }()
+	w := open(t, path, schema.Local)
+	defer w.Close()
+	b := &Batch{ID: "b", Rows: []StackRow{{Time: t0, ServiceID: "api", Frames: []string{"main"}, Count: 2}}}
+	err := w.Write(ctx, b)
+	if err == nil || !strings.Contains(err.Error(), "load the dictionaries") || !strings.Contains(err.Error(), "disk went away") {
+		t.Fatalf("first write: %v, want the load's error", err)
+	}
+	if err := w.Write(ctx, b); err != nil {
+		t.Fatalf("write after the failed load: %v", err)
+	}
+	if loads != 2 {
+		t.Fatalf("%d loads, want 2", loads)
+	}
+	if got := queryStrings(t, w.DB(), "SELECT sum(sample_count) FROM stack_samples_local"); got[0] != "2" {
+		t.Fatalf("%s samples stored, want 2", got[0])
+	}
+}
