@@ -35,15 +35,33 @@ func collectorBinary(t *testing.T) string {
 	return bin
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// portsGiven are the ports freePort has returned in this process.
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// freePort returns a loopback port that was free a moment ago and that no
+// earlier call returned. The kernel can hand the same port to two binds in
+// a row once the first is closed: the gateway's and the agent's SQL
+// endpoints of one test once got the same one, and the agent could not
+// start.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // collector is a running collector process.
