@@ -144,7 +144,7 @@ func TestLoadStacksKeysMatchKeyOf(t *testing.T) {
 				stacks[41] = []int32{2_000_000_000, 1}
 			}
 			for _, q := range []string{
-				"CREATE TABLE frames (frame_id INTEGER PRIMARY KEY, frame_name VARCHAR NOT NULL)",
+				"CREATE TABLE frames (frame_id INTEGER PRIMARY KEY, frame_name VARCHAR NOT NULL, frame_type VARCHAR, file_name VARCHAR)",
 				"CREATE TABLE stacks (stack_id INTEGER NOT NULL, stack_frame_ids INTEGER[] NOT NULL)",
 			} {
 				if _, err := db.ExecContext(ctx, q); err != nil {
@@ -152,7 +152,7 @@ func TestLoadStacksKeysMatchKeyOf(t *testing.T) {
 				}
 			}
 			for id, name := range names {
-				if _, err := db.ExecContext(ctx, "INSERT INTO frames VALUES (?, ?)", id, name); err != nil {
+				if _, err := db.ExecContext(ctx, "INSERT INTO frames VALUES (?, ?, NULL, NULL)", id, name); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -167,7 +167,11 @@ func TestLoadStacksKeysMatchKeyOf(t *testing.T) {
 				}
 				maxID = max(maxID, id)
 			}
-			d, err := LoadStacks(ctx, db, "stacks", "frames")
+			fd, err := Load(ctx, db, "frames")
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := LoadStacks(ctx, db, "stacks", fd)
 			if err != nil {
 				t.Fatal(err)
 			}

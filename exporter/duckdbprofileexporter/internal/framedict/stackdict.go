@@ -97,38 +97,25 @@ func NewStacks() *StackDict {
 	return &StackDict{ids: map[StackKey]int32{}, byID: map[int32]StackKey{}, next: 1}
 }
 
-// LoadStacks reads table's stacks, naming their frames with frameTable.
-// Each frame's name is hashed once (a NameKey per frame ID), and a stack's
-// key is built from its frames' NameKeys with StackHasher, as KeyOf does
-// from the names: on a 3-hour agent file (168,398 stacks of 15 frames,
-// 6,299 frames) that is 6,299 name hashes instead of 2.5 million.
+// LoadStacks reads table's stacks, naming their frames with the file's
+// frame dictionary, loaded already (Load). Each frame's name is hashed
+// once (a NameKey per frame ID), and a stack's key is built from its
+// frames' NameKeys with StackHasher, as KeyOf does from the names: on a
+// 3-hour agent file (168,398 stacks of 15 frames, 6,299 frames) that is
+// 6,299 name hashes instead of 2.5 million.
 func LoadStacks(ctx context.Context, q interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}, table, frameTable string) (*StackDict, error) {
+}, table string, fd *FrameDict) (*StackDict, error) {
 	type frameKey struct {
 		id  int32
 		key NameKey
 	}
-	var frames []frameKey
+	frames := make([]frameKey, 0, len(fd.ids))
 	maxID := int32(0)
-	frows, err := q.QueryContext(ctx, "SELECT frame_id, frame_name FROM "+frameTable)
-	if err != nil {
-		return nil, fmt.Errorf("load stack dictionary %s: %w", table, err)
-	}
-	for frows.Next() {
-		var id int32
-		var name string
-		if err := frows.Scan(&id, &name); err != nil {
-			frows.Close()
-			return nil, fmt.Errorf("load stack dictionary %s: %w", table, err)
-		}
+	for name, id := range fd.ids {
 		frames = append(frames, frameKey{id, NameKeyOf(name)})
 		maxID = max(maxID, id)
-	}
-	frows.Close()
-	if err := frows.Err(); err != nil {
-		return nil, fmt.Errorf("load stack dictionary %s: %w", table, err)
 	}
 	// Frame IDs are handed out from 1 up, so a slice indexed by ID is
 	// small; a map takes a file whose IDs are sparse.
@@ -184,11 +171,11 @@ func LoadStacks(ctx context.Context, q interface {
 		}
 		var h StackHasher
 		for rest := list; len(rest) > 0; {
-			fid, n, ok := leadingInt(rest)
+			fid, used, ok := leadingInt(rest)
 			if !ok {
 				return nil, fmt.Errorf("load stack dictionary %s: stack %d: frame list %q", table, id, list)
 			}
-			rest = rest[n:]
+			rest = rest[used:]
 			k, ok := keyOf(fid)
 			if !ok {
 				k = missing

@@ -235,7 +235,7 @@ func loadDicts(ctx context.Context, db *sql.DB, t schema.Tier) (Dicts, error) {
 	if err != nil {
 		return Dicts{}, err
 	}
-	stacks, err := framedict.LoadStacks(ctx, db, tb.StackDict, tb.Frames)
+	stacks, err := framedict.LoadStacks(ctx, db, tb.StackDict, frames)
 	if err != nil {
 		return Dicts{}, err
 	}
