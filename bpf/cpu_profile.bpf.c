@@ -257,6 +257,20 @@ struct {
 	__type(value, struct exe_unwind);
 } exe_unwinds SEC(".maps");
 
+// When each process last exec'd (bpf_ktime_get_ns, CLOCK_MONOTONIC), for
+// processes that exec'd while DWARF unwinding was on; dropped at exit. User
+// space learns of an exec from the ring buffer, later than it happens: a
+// read of /proc that began after this time saw the new image, one that
+// began before may have seen the image the process left, whose mappings must
+// not replace the table the exec gave the new one.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32); // tgid
+	__type(value, __u64);
+} exec_times SEC(".maps");
+
 // Room to build a proc_unwind (too large for the BPF stack).
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -792,6 +806,9 @@ int BPF_PROG(proc_exec, struct task_struct *p)
 	struct sample_stats *st;
 
 	if (dwarf_unwind) {
+		__u64 now = bpf_ktime_get_ns();
+
+		bpf_map_update_elem(&exec_times, &pid, &now, BPF_ANY);
 		// The old image's tables describe mappings that are gone.
 		bpf_map_delete_elem(&proc_unwinds, &pid);
 		exe_unwind_at_exec(p, pid);
@@ -823,8 +840,10 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	}
 	if (p->pid != p->tgid)
 		return 0; // a thread, not the thread-group leader
-	if (dwarf_unwind)
+	if (dwarf_unwind) {
 		bpf_map_delete_elem(&proc_unwinds, &pid);
+		bpf_map_delete_elem(&exec_times, &pid);
+	}
 	if (bpf_map_delete_elem(&seen_pids, &pid) != 0)
 		return 0; // never sampled: user space has nothing to forget
 	st = stats_for(active_set & 1);

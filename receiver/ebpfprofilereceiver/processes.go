@@ -37,7 +37,11 @@ type processEntry struct {
 	snapshot  *symbolize.Process // nil when the process was gone before it could be read
 	mappings  []profilebuilder.Mapping
 	readAt    time.Time
-	exitedAt  time.Time
+	// readMono is readAt on the kernel's exec clock (sampler.MonotonicNow):
+	// an exec the kernel recorded after it may have come before or during
+	// the read, and what was read may be the image the process left.
+	readMono uint64
+	exitedAt time.Time
 	// execs is processTable.execs[pid] when the read began: a different
 	// count now means what was read is an image the process left.
 	execs uint64
@@ -86,6 +90,10 @@ type processTable struct {
 	// forget, when set (sampler open), makes the kernel announce a pid
 	// again at its next sample.
 	forget atomic.Pointer[func(pid int) error]
+	// lastExec, when set (unwinding: auto, sampler open), returns when the
+	// kernel saw pid exec last (sampler.LastExec): it knows at once what
+	// the exec event tells user space later.
+	lastExec atomic.Pointer[func(pid int) (uint64, bool)]
 	// onRead, when set, is told the files of each process read (trace
 	// context markers are looked up per binary from them).
 	onRead func(pid int, snap *symbolize.Process)
@@ -202,12 +210,46 @@ func (t *processTable) store(pid int, e *processEntry, execs uint64) {
 
 // execed drops what was read of pid's old image: the kernel announces the
 // new one with its next sample. (Samples of the old image still in this
-// interval's counts are read against the new one, as before.)
-func (t *processTable) execed(pid int) {
+// interval's counts are read against the new one, as before.) It returns
+// false, and keeps the entry, when the entry was read after the exec (the
+// first sample's event came before the exec, the read after it): that entry
+// is the new image, and the kernel may unwind with the tables it gave it.
+// Dropping it would take them away until the next read.
+func (t *processTable) execed(pid int) bool {
 	t.mu.Lock()
 	t.execs[pid]++
+	e := t.entries[pid]
 	t.mu.Unlock()
+	if after, known := t.execAfterRead(pid, e); known && !after {
+		t.mu.Lock()
+		kept := t.entries[pid] == e
+		if kept {
+			e.execs = t.execs[pid]
+		}
+		t.mu.Unlock()
+		if kept {
+			return false
+		}
+	}
 	t.drop(pid)
+	return true
+}
+
+// execAfterRead reports whether the kernel recorded pid's last exec after
+// e's read began (what was read may be the image the process left). known
+// is false when it has no record: unwinding is not auto, the process did
+// not exec since the sampler opened, or e is nil; then only the exec events,
+// counted in execs, tell.
+func (t *processTable) execAfterRead(pid int, e *processEntry) (after, known bool) {
+	lastExec := t.lastExec.Load()
+	if lastExec == nil || e == nil || e.readMono == 0 {
+		return false, false
+	}
+	at, ok := (*lastExec)(pid)
+	if !ok {
+		return false, false
+	}
+	return at >= e.readMono, true
 }
 
 // drop forgets pid: its entry, open files and unwind tables. It returns the
@@ -499,7 +541,7 @@ func (t *processTable) read(pid int) *processEntry {
 }
 
 func (t *processTable) readProcess(pid int) *processEntry {
-	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}, readAt: time.Now()}
+	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
 	info, err := procinfo.Read(t.procRoot, pid)
 	if err != nil {
 		// Exited before we could look: its frames stay as raw addresses.
@@ -560,9 +602,14 @@ func (t *processTable) attachUnwind(e *processEntry, heavy bool) {
 	defer runtime.UnlockOSThread()
 	tablesBefore := t.work.chargedOnThread()
 	// The kernel is told only if the process did not exec since it was
-	// read: at exec the kernel gave the new image its own table.
+	// read: at exec the kernel gave the new image its own table. Its exec
+	// event may still be on its way (the read began before the exec and
+	// the attach comes after it): the kernel's own record says so first.
 	pid := e.snapshot.PID
 	current := func() bool {
+		if after, _ := t.execAfterRead(pid, e); after {
+			return false
+		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		return t.execs[pid] == e.execs

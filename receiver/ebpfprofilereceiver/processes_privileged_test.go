@@ -5,6 +5,10 @@
 package ebpfprofilereceiver
 
 import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +83,92 @@ func targetOf(t *testing.T, table *processTable, pid int) controlapi.Target {
 	}
 	t.Fatalf("pid %d not in the targets", pid)
 	return controlapi.Target{}
+}
+
+// The first sample's event can come before the exec and the read after it
+// (the process was sampled inside execve): the read is the new image, and
+// the exec event, handled after it, keeps it and the unwind tables it got.
+// Dropping it left the process without tables until its next read.
+func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), true)
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	waitKernelExec(t, table, pid, "sleep")
+
+	table.seen(pid) // read after the exec
+	table.mu.Lock()
+	e := table.entries[pid]
+	table.mu.Unlock()
+	if e == nil || !strings.HasSuffix(e.resource.ExePath, "/sleep") {
+		t.Fatalf("entry after the read: %+v", e)
+	}
+	if dropped := table.execed(pid); dropped {
+		t.Fatal("the exec event dropped a read of the image the process exec'd")
+	}
+	table.mu.Lock()
+	kept, execs := table.entries[pid], table.execs[pid]
+	table.mu.Unlock()
+	if kept != e || e.execs != execs {
+		t.Fatalf("entry %p (execs %d) after the exec event; want %p with execs %d", kept, e.execs, e, execs)
+	}
+}
+
+// A read that began before the exec is the image the process left: its
+// tables are not given to the kernel even when the exec event has not
+// arrived yet (the kernel gave the new image its own at exec), and the
+// event, when it comes, drops the read.
+func TestAttachOfAReadFromBeforeTheExecIsRefused(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), true)
+	cmd := exec.Command("sh", "-c", "read line; exec sleep 30")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	waitKernelExec(t, table, pid, "sh")
+
+	// sh's libc has no frame pointers and was never analysed here, so the
+	// read leaves the attach to later (the worker).
+	e := table.read(pid)
+	if e.snapshot == nil || !strings.HasSuffix(e.resource.ExePath, "/sh") && !strings.HasSuffix(e.resource.ExePath, "/dash") {
+		t.Fatalf("read of sh: %+v", e.resource)
+	}
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitKernelExec(t, table, pid, "sleep")
+	table.attachUnwind(e, true) // before the exec event is handled
+	u := table.unwind.Load()
+	if e.dwarf.Load() || u.Stats().Processes != 0 {
+		t.Fatalf("the old image's tables were given to the kernel after the exec (dwarf %v, %+v)", e.dwarf.Load(), u.Stats())
+	}
+	table.store(pid, e, e.execs)
+	if dropped := table.execed(pid); !dropped || table.tracked(pid) {
+		t.Fatalf("a read from before the exec survived the exec event (dropped %v)", dropped)
+	}
+}
+
+// waitKernelExec waits until pid runs a program named exe and the kernel
+// has recorded an exec of it.
+func waitKernelExec(t *testing.T, table *processTable, pid int, exe string) {
+	t.Helper()
+	lastExec := *table.lastExec.Load()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		path, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+		base := path[strings.LastIndexByte(path, '/')+1:]
+		if _, ok := lastExec(pid); err == nil && ok && (base == exe || exe == "sh" && base == "dash") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: no exec of %s seen in 10 s (exe %q, %v)", pid, exe, path, err)
+		}
+	}
 }

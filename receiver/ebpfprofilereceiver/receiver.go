@@ -217,6 +217,14 @@ func (r *profileReceiver) startSamplingLocked() error {
 	r.procs.forget.Store(&forget)
 	if scfg.DWARFUnwind {
 		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.binaryCache, r.set.Logger)
+		lastExec := func(pid int) (uint64, bool) {
+			ns, ok, err := s.LastExec(uint32(pid))
+			if err != nil {
+				r.set.Logger.Debug("exec time", zap.Int("pid", pid), zap.Error(err))
+			}
+			return ns, ok
+		}
+		r.procs.lastExec.Store(&lastExec)
 		r.procs.setUnwinder(r.unwind)
 		if r.cfg.PythonFrames {
 			r.procs.setPython(newPythonFrames(s, r.symbolizer, r.set.Logger, r.metrics.tb.ReceiverEbpfprofilePythonProcesses))
@@ -251,6 +259,7 @@ func (r *profileReceiver) setSampling(ctx context.Context, on bool) error {
 		r.procs.setUnwinder(nil)
 		r.procs.setPython(nil)
 		r.procs.forget.Store(nil)
+		r.procs.lastExec.Store(nil)
 		err = errors.Join(err, r.sampler.Close())
 		r.sampler, r.unwind = nil, nil
 		r.metrics.recordFrequency(ctx, 0)
@@ -294,6 +303,7 @@ func (r *profileReceiver) stopAll() error {
 		r.procs.setUnwinder(nil)
 		r.procs.setPython(nil)
 		r.procs.forget.Store(nil)
+		r.procs.lastExec.Store(nil)
 		err = r.sampler.Close()
 		r.sampler, r.unwind = nil, nil
 	}
@@ -319,8 +329,11 @@ func (r *profileReceiver) watchProcesses(events <-chan sampler.ProcEvent) {
 		case sampler.EventSeen:
 			r.procs.seen(pid)
 		case sampler.EventExec:
-			r.procs.execed(pid)
-			r.traceCtx.event(ev)
+			// A process read after its exec keeps what was read, trace
+			// context markers included.
+			if r.procs.execed(pid) {
+				r.traceCtx.event(ev)
+			}
 		case sampler.EventMapsChanged:
 			r.procs.mapsChanged(pid)
 		case sampler.EventExit:

@@ -133,6 +133,7 @@ const (
 	cpuProfileMapCounts1              = "counts_1"
 	cpuProfileMapEvents               = "events"
 	cpuProfileMapExeUnwinds           = "exe_unwinds"
+	cpuProfileMapExecTimes            = "exec_times"
 	cpuProfileMapGoTraces             = "go_traces"
 	cpuProfileMapProcUnwindScratch    = "proc_unwind_scratch"
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
@@ -224,6 +225,7 @@ type cpuProfileMapSpecs struct {
 	Counts1           *ebpf.MapSpec `ebpf:"counts_1"`
 	Events            *ebpf.MapSpec `ebpf:"events"`
 	ExeUnwinds        *ebpf.MapSpec `ebpf:"exe_unwinds"`
+	ExecTimes         *ebpf.MapSpec `ebpf:"exec_times"`
 	GoTraces          *ebpf.MapSpec `ebpf:"go_traces"`
 	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.MapSpec `ebpf:"proc_unwinds"`
@@ -285,6 +287,7 @@ type cpuProfileMaps struct {
 	Counts1           *ebpf.Map `ebpf:"counts_1"`
 	Events            *ebpf.Map `ebpf:"events"`
 	ExeUnwinds        *ebpf.Map `ebpf:"exe_unwinds"`
+	ExecTimes         *ebpf.Map `ebpf:"exec_times"`
 	GoTraces          *ebpf.Map `ebpf:"go_traces"`
 	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.Map `ebpf:"proc_unwinds"`
@@ -308,6 +311,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.Counts1,
 		m.Events,
 		m.ExeUnwinds,
+		m.ExecTimes,
 		m.GoTraces,
 		m.ProcUnwindScratch,
 		m.ProcUnwinds,

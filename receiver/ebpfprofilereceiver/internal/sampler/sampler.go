@@ -134,6 +134,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses)
 		spec.Maps[cpuProfileMapUnwindTables].MaxEntries = uint32(cfg.MaxUnwindTables)
 		spec.Maps[cpuProfileMapExeUnwinds].MaxEntries = uint32(cfg.MaxUnwindTables)
+		spec.Maps[cpuProfileMapExecTimes].MaxEntries = uint32(cfg.MaxUnwindProcesses)
 		s.dwarf = true
 		if err := enablePythonWalk(spec); err != nil {
 			return nil, err
@@ -227,6 +228,7 @@ func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) e
 		// The exec program gives known binaries their tables.
 		cpuProfileMapProcUnwinds:       s.objs.ProcUnwinds,
 		cpuProfileMapExeUnwinds:        s.objs.ExeUnwinds,
+		cpuProfileMapExecTimes:         s.objs.ExecTimes,
 		cpuProfileMapProcUnwindScratch: s.objs.ProcUnwindScratch,
 		cpuProfileMapUnwindTables:      s.objs.UnwindTables,
 	}

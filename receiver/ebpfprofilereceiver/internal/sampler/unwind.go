@@ -212,6 +212,36 @@ func procUnwindValue(pid uint32, ms []UnwindMapping) (cpuProfileProcUnwind, erro
 	return v, nil
 }
 
+// LastExec returns when pid last exec'd (CLOCK_MONOTONIC nanoseconds, the
+// clock of MonotonicNow), as the kernel recorded it at the exec; ok is false
+// when it did not exec while DWARF unwinding was on, or has exited. The
+// kernel's exec event reaches user space later: this tells a read of the
+// process that began after the exec (it saw the new image) from one that
+// began before.
+func (s *Sampler) LastExec(pid uint32) (ns uint64, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.dwarf {
+		return 0, false, nil
+	}
+	if err := s.objs.ExecTimes.Lookup(pid, &ns); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return 0, false, nil
+		}
+		return 0, false, fmt.Errorf("exec time of pid %d: %w", pid, err)
+	}
+	return ns, true, nil
+}
+
+// MonotonicNow is CLOCK_MONOTONIC in nanoseconds, the clock of LastExec.
+func MonotonicNow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0 // cannot fail on Linux (the vDSO clock exists since 2.6)
+	}
+	return uint64(ts.Nano())
+}
+
 // DeleteProcessUnwindIfSet returns pid to frame-pointer unwinding if the
 // kernel still holds the mappings ms that SetProcessUnwind wrote. At exec
 // and exit the kernel drops the entry itself, and at exec gives the new

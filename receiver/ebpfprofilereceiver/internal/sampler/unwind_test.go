@@ -206,6 +206,7 @@ func TestExeUnwindAtExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	beforeExec := MonotonicNow()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,12 @@ func TestExeUnwindAtExec(t *testing.T) {
 	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
+	afterExec := MonotonicNow()
 	pid := uint32(cmd.Process.Pid)
+	// The kernel recorded the exec, on the clock user space reads.
+	if at, ok, err := s.LastExec(pid); err != nil || !ok || at < beforeExec || at > afterExec {
+		t.Errorf("LastExec(%d) = %d, %v, %v; want within [%d, %d]", pid, at, ok, err, beforeExec, afterExec)
+	}
 	var got cpuProfileProcUnwind
 	if err := s.objs.ProcUnwinds.Lookup(pid, &got); err != nil {
 		t.Fatalf("no unwind entry for pid %d after exec: %v", pid, err)
@@ -240,6 +246,9 @@ func TestExeUnwindAtExec(t *testing.T) {
 	_ = cmd.Wait()
 	if err := s.objs.ProcUnwinds.Lookup(pid, &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Errorf("unwind entry of exited pid %d: %v, want gone", pid, err)
+	}
+	if _, ok, err := s.LastExec(pid); ok || err != nil {
+		t.Errorf("exec time of exited pid %d: %v, %v, want none", pid, ok, err)
 	}
 
 	// A binary with no registered table: nothing at exec.
