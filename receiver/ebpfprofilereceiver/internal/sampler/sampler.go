@@ -166,7 +166,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		return nil, fmt.Errorf("set active map set: %w", err)
 	}
 	s.mapBytes, err = mapMemory(s.objs.Counts0, s.objs.Counts1, s.objs.Stacks0, s.objs.Stacks1,
-		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds, s.objs.PyProcs)
+		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds, s.objs.ExecTimes, s.objs.PyProcs)
 	if err != nil {
 		s.closeObjects()
 		return nil, err
