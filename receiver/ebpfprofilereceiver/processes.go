@@ -55,7 +55,9 @@ type processEntry struct {
 	// installed. Guarded by processTable.mu.
 	unwindDeferred, attachQueued bool
 	// unsettled: read while the process was exec'ing (its executable was
-	// not mapped yet): read again at the next chance rather than trusted.
+	// not mapped yet), or kept across its exec event (the dynamic loader
+	// may not have mapped its libraries yet): read again at the next
+	// chance rather than trusted. Guarded by processTable.mu.
 	unsettled bool
 	// dwarf: the kernel unwinds its user stacks with unwind tables;
 	// unwindDecided: tables were attached or found not needed at least
@@ -178,8 +180,9 @@ func (t *processTable) seen(pid int) {
 	t.mu.Lock()
 	known, ok := t.entries[pid]
 	execs := t.execs[pid]
+	settled := ok && !known.unsettled
 	t.mu.Unlock()
-	if ok && known.startTime != 0 && !known.unsettled {
+	if settled && known.startTime != 0 {
 		// Gone, or the same process: what was read of it while it lived
 		// stays. A read now would find at best a zombie (no executable, no
 		// environment, no mappings) and its remaining samples would lose
@@ -214,7 +217,10 @@ func (t *processTable) store(pid int, e *processEntry, execs uint64) {
 // false, and keeps the entry, when the entry was read after the exec (the
 // first sample's event came before the exec, the read after it): that entry
 // is the new image, and the kernel may unwind with the tables it gave it.
-// Dropping it would take them away until the next read.
+// Dropping it would take them away until the next read. The kept entry is
+// read again all the same when the new image's first sample is announced:
+// it may predate the libraries the dynamic loader maps, and a change of
+// executable memory is only reported against what that sample found.
 func (t *processTable) execed(pid int) bool {
 	t.mu.Lock()
 	t.execs[pid]++
@@ -225,6 +231,7 @@ func (t *processTable) execed(pid int) bool {
 		kept := t.entries[pid] == e
 		if kept {
 			e.execs = t.execs[pid]
+			e.unsettled = true
 		}
 		t.mu.Unlock()
 		if kept {

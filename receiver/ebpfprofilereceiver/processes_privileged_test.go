@@ -88,7 +88,9 @@ func targetOf(t *testing.T, table *processTable, pid int) controlapi.Target {
 // The first sample's event can come before the exec and the read after it
 // (the process was sampled inside execve): the read is the new image, and
 // the exec event, handled after it, keeps it and the unwind tables it got.
-// Dropping it left the process without tables until its next read.
+// Dropping it left the process without tables until its next read. The new
+// image's own first-sample event still reads it again (the kept read may
+// predate the libraries the loader maps), replacing the tables in place.
 func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 	table, _ := newTestTable(t, newBinaryWork(0, time.Second), true)
 	cmd := exec.Command("sleep", "30")
@@ -106,14 +108,36 @@ func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 	if e == nil || !strings.HasSuffix(e.resource.ExePath, "/sleep") {
 		t.Fatalf("entry after the read: %+v", e)
 	}
+	// libc has no frame pointers: sleep is unwound with tables once the
+	// worker has analysed it.
+	waitFor(t, 10*time.Second, "sleep's unwinding decided", e.unwindDecided.Load)
+	u := table.unwind.Load()
+	if !e.dwarf.Load() || u.Stats().Processes != 1 {
+		t.Fatalf("sleep not unwound with tables: dwarf %v, %+v", e.dwarf.Load(), u.Stats())
+	}
 	if dropped := table.execed(pid); dropped {
 		t.Fatal("the exec event dropped a read of the image the process exec'd")
 	}
 	table.mu.Lock()
-	kept, execs := table.entries[pid], table.execs[pid]
+	kept, execs, unsettled := table.entries[pid], table.execs[pid], e.unsettled
 	table.mu.Unlock()
-	if kept != e || e.execs != execs {
-		t.Fatalf("entry %p (execs %d) after the exec event; want %p with execs %d", kept, e.execs, e, execs)
+	if kept != e || e.execs != execs || !unsettled {
+		t.Fatalf("entry %p (execs %d, unsettled %v) after the exec event; want %p with execs %d, unsettled", kept, e.execs, unsettled, e, execs)
+	}
+	if u.Stats().Processes != 1 {
+		t.Fatalf("the exec event took the kept read's tables away: %+v", u.Stats())
+	}
+
+	table.seen(pid) // the new image's first sample
+	table.mu.Lock()
+	reread := table.entries[pid]
+	table.mu.Unlock()
+	if reread == nil || reread == e {
+		t.Fatalf("the kept entry was not read again: %p", reread)
+	}
+	waitFor(t, 10*time.Second, "the re-read's unwinding decided", reread.unwindDecided.Load)
+	if !reread.dwarf.Load() || u.Stats().Processes != 1 {
+		t.Fatalf("after the new image's first sample: entry %p (was %p), %+v", reread, e, u.Stats())
 	}
 }
 
