@@ -643,6 +643,21 @@ func (t *processTable) attachUnwind(e *processEntry, heavy bool) {
 // setUnwinder starts (u != nil) or stops table-based unwinding; known
 // processes are attached at once, so re-enabling sampling at runtime
 // restores their tables.
+// setExecClock makes the table judge reads against the kernel's record of
+// each process's last exec (sampler.LastExec). A lookup that fails counts as
+// no record (the exec events decide, as without the clock) and is passed to
+// onErr.
+func (t *processTable) setExecClock(lastExec func(pid uint32) (uint64, bool, error), onErr func(pid int, err error)) {
+	f := func(pid int) (uint64, bool) {
+		ns, ok, err := lastExec(uint32(pid))
+		if err != nil {
+			onErr(pid, err)
+		}
+		return ns, ok
+	}
+	t.lastExec.Store(&f)
+}
+
 func (t *processTable) setUnwinder(u *unwinder.Unwinder) {
 	t.unwind.Store(u)
 	t.mu.Lock()

@@ -31,14 +31,7 @@ func newTestTable(t *testing.T, work *binaryWork, dwarf bool) (*processTable, *s
 		}
 		t.Cleanup(func() { s.Close() })
 		table.unwind.Store(unwinder.New(s, sym, 64<<20, nil, zap.NewNop()))
-		lastExec := func(pid int) (uint64, bool) {
-			ns, ok, err := s.LastExec(uint32(pid))
-			if err != nil {
-				t.Error(err)
-			}
-			return ns, ok
-		}
-		table.lastExec.Store(&lastExec)
+		table.setExecClock(s.LastExec, func(_ int, err error) { t.Error(err) })
 	}
 	t.Cleanup(table.closeAll)
 	return table, sym

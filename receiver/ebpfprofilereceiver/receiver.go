@@ -217,14 +217,9 @@ func (r *profileReceiver) startSamplingLocked() error {
 	r.procs.forget.Store(&forget)
 	if scfg.DWARFUnwind {
 		r.unwind = unwinder.New(s, r.symbolizer, uint64(r.cfg.MaxUnwindTableMiB)<<20, r.binaryCache, r.set.Logger)
-		lastExec := func(pid int) (uint64, bool) {
-			ns, ok, err := s.LastExec(uint32(pid))
-			if err != nil {
-				r.set.Logger.Debug("exec time", zap.Int("pid", pid), zap.Error(err))
-			}
-			return ns, ok
-		}
-		r.procs.lastExec.Store(&lastExec)
+		r.procs.setExecClock(s.LastExec, func(pid int, err error) {
+			r.set.Logger.Debug("exec time", zap.Int("pid", pid), zap.Error(err))
+		})
 		r.procs.setUnwinder(r.unwind)
 		if r.cfg.PythonFrames {
 			r.procs.setPython(newPythonFrames(s, r.symbolizer, r.set.Logger, r.metrics.tb.ReceiverEbpfprofilePythonProcesses))
