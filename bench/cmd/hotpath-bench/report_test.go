@@ -19,7 +19,7 @@ func TestReport(t *testing.T) {
 		TTFSMillis: []float64{300, 320, 310}, Pairs: []abPair{{1000, 999}, {1000, 1001}, {1000, 998}}, ArmSeconds: 8,
 		SamplesKept: 2200, SymbolizeSum: 0.04, SymbolizeCount: 4}
 	st := storebench.Result{Services: 10, SpanHours: 24, LocalSpanHours: 3,
-		Summary: storebench.Tier{Path: "/x/summary.duckdb", BytesPerSvcDay: 1.5e6, Rows: 100},
+		Summary: storebench.Tier{Path: "/x/summary.duckdb", BytesPerSvcDay: 1.5e6, Rows: 100, FileBytes: 15e6, UsedBytes: 12e6, CompactBytes: 10e6},
 		Local:   storebench.Tier{Path: "/x/local.duckdb", BytesPerSvcDay: 24 * 600e3, Rows: 100},
 		Queries: []storebench.Query{
 			{Name: "summary 30d folded_stacks (30 days stored)", SQL: "SELECT 1", Samples: 10, Want: 10, Millis: []float64{250, 260}},
@@ -54,6 +54,8 @@ func TestReport(t *testing.T) {
 		"| agent RSS, peak (VmHWM) | — | ≤ 30 MB | 40.0 MB | FAIL |",
 		"2.50 M merges/s",
 		"| storage, gateway summary tier, per service per day",
+		// 15 MB for 10 services' day is 1.5 MB per service; compact, 1.0.
+		"| storage, gateway summary tier as written against the same data copied in one go | — | — | file 15.0 MB (used 12.0, free 3.0), compact copy 10.0 MB = 1.00 MB per service per day: used ×1.20, file ×1.50 | info |",
 		"MISMATCH: 9 samples returned, 10 stored",
 		"symbolization per interval: not measured",
 	} {

@@ -58,15 +58,23 @@ type TraceProbe struct {
 
 // Tier is the storage figure of one tier.
 type Tier struct {
-	Path             string  `json:"path"`
-	FileBytes        int64   `json:"file_bytes"`
-	DiskBytes        int64   `json:"disk_bytes"`  // st_blocks × 512, what du counts
-	Rows             int64   `json:"rows"`        // in the samples table
-	TracedRows       int64   `json:"traced_rows"` // in the trace table (also counted in Rows' samples)
-	Frames           int64   `json:"frames"`
-	Stacks           int64   `json:"stacks"` // stack dictionary entries
-	Samples          int64   `json:"samples"`
-	BytesPerSvcDay   float64 `json:"bytes_per_service_day"`
+	Path           string  `json:"path"`
+	FileBytes      int64   `json:"file_bytes"`
+	DiskBytes      int64   `json:"disk_bytes"`  // st_blocks × 512, what du counts
+	Rows           int64   `json:"rows"`        // in the samples table
+	TracedRows     int64   `json:"traced_rows"` // in the trace table (also counted in Rows' samples)
+	Frames         int64   `json:"frames"`
+	Stacks         int64   `json:"stacks"` // stack dictionary entries
+	Samples        int64   `json:"samples"`
+	BytesPerSvcDay float64 `json:"bytes_per_service_day"`
+	// UsedBytes is DuckDB's used blocks of the file (FileBytes less its
+	// free blocks). CompactBytes is the size of the same data copied in one
+	// go into a fresh file (COPY FROM DATABASE): the layout's own cost. The
+	// exporter writes a batch per transaction and DuckDB checkpoints every
+	// 16 MB of WAL, which leaves more used blocks than one bulk write, and
+	// free ones.
+	UsedBytes        int64   `json:"used_bytes"`
+	CompactBytes     int64   `json:"compact_bytes"`
 	WriteSeconds     float64 `json:"write_seconds"` // both tiers written concurrently
 	Pushes           int     `json:"pushes"`
 	DistinctPerSvcMn float64 `json:"distinct_stacks_per_service_minute"`
@@ -377,6 +385,14 @@ FROM %[1]s`, tb.samples, tb.frames, tb.timeCol, tb.traces, tb.stackDict)
 	if err := db.QueryRowContext(ctx, q).Scan(&t.Rows, &t.TracedRows, &t.Samples, &t.Frames, &t.Stacks, &t.DistinctPerSvcMn); err != nil {
 		return fmt.Errorf("count rows of %s: %w", path, err)
 	}
+	var blockSize, used int64
+	if err := db.QueryRowContext(ctx, "SELECT block_size, used_blocks FROM pragma_database_size()").Scan(&blockSize, &used); err != nil {
+		return fmt.Errorf("blocks of %s: %w", path, err)
+	}
+	t.UsedBytes = blockSize * used
+	if t.CompactBytes, err = compactSize(ctx, db, path+".compact"); err != nil {
+		return fmt.Errorf("compact copy of %s: %w", path, err)
+	}
 	if err := db.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", path, err)
 	}
@@ -394,4 +410,73 @@ FROM %[1]s`, tb.samples, tb.frames, tb.timeCol, tb.traces, tb.stackDict)
 	}
 	t.BytesPerSvcDay = float64(t.FileBytes) / float64(services) / days
 	return nil
+}
+
+// compactSize copies every table of db's file into a fresh file at dst in
+// one go, checkpoints it and returns its size, then removes it.
+func compactSize(ctx context.Context, db *sql.DB, dst string) (int64, error) {
+	conn, err := db.Conn(ctx) // ATTACH is per connection
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var name string
+	if err := conn.QueryRowContext(ctx, "SELECT current_database()").Scan(&name); err != nil {
+		return 0, err
+	}
+	defer os.Remove(dst)
+	defer os.Remove(dst + ".wal")
+	exec := func(stmts ...string) error {
+		for _, stmt := range stmts {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("%s: %w", stmt, err)
+			}
+		}
+		return nil
+	}
+	if err := exec(fmt.Sprintf("ATTACH '%s' AS hotpath_compact", dst),
+		fmt.Sprintf(`COPY FROM DATABASE "%s" TO hotpath_compact`, name)); err != nil {
+		return 0, err
+	}
+	// A copy that lost rows would look small: every table must hold as
+	// many rows as the file's.
+	rows, err := conn.QueryContext(ctx, "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", name)
+	if err != nil {
+		return 0, err
+	}
+	var tables []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		tables = append(tables, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for _, t := range tables {
+		var in, out int64
+		q := fmt.Sprintf(`SELECT (SELECT count(*) FROM "%[1]s".main."%[2]s"), (SELECT count(*) FROM hotpath_compact.main."%[2]s")`, name, t)
+		if err := conn.QueryRowContext(ctx, q).Scan(&in, &out); err != nil {
+			return 0, fmt.Errorf("rows of %s: %w", t, err)
+		}
+		if in != out {
+			return 0, fmt.Errorf("the copy of %s holds %d rows, the file %d", t, out, in)
+		}
+	}
+	if err := exec("CHECKPOINT hotpath_compact", "DETACH hotpath_compact"); err != nil {
+		return 0, err
+	}
+	st, err := os.Stat(dst)
+	if err != nil {
+		return 0, err
+	}
+	size := st.Size()
+	if wal, err := os.Stat(dst + ".wal"); err == nil {
+		size += wal.Size()
+	}
+	return size, nil
 }

@@ -36,6 +36,9 @@ func TestSmallRun(t *testing.T) {
 		if tier.FileBytes <= 0 || tier.BytesPerSvcDay <= 0 || tier.Rows <= 0 || tier.TracedRows <= 0 {
 			t.Fatalf("implausible tier figures: %+v", tier)
 		}
+		if tier.UsedBytes <= 0 || tier.UsedBytes > tier.FileBytes || tier.CompactBytes <= 0 {
+			t.Fatalf("implausible block figures: file %d, used %d, compact copy %d", tier.FileBytes, tier.UsedBytes, tier.CompactBytes)
+		}
 	}
 	if len(res.Summary.Breakdown) == 0 || res.Summary.Breakdown[0].Bytes <= 0 {
 		t.Fatalf("no storage breakdown: %+v", res.Summary.Breakdown)
