@@ -42,10 +42,10 @@ func TestHoldChild(t *testing.T) {
 	os.Exit(0)
 }
 
-// TestSQLExplainsHeldFile: with a collector holding the file and no endpoint
-// answering, the error says where to query instead.
-func TestSQLExplainsHeldFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "held.duckdb")
+// holdInChild starts TestHoldChild in a child process, which opens path
+// with a real exporter (as a running collector does) until the test ends.
+func holdInChild(t *testing.T, path string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldChild$")
 	cmd.Env = append(os.Environ(), holdEnv+"="+path)
 	out, err := cmd.StdoutPipe()
@@ -55,11 +55,18 @@ func TestSQLExplainsHeldFile(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	lines := bufio.NewScanner(out)
 	if !lines.Scan() || lines.Text() != "holding" {
 		t.Fatalf("child: %q", lines.Text())
 	}
+}
+
+// TestSQLExplainsHeldFile: with a collector holding the file and no endpoint
+// answering, the error says where to query instead.
+func TestSQLExplainsHeldFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "held.duckdb")
+	holdInChild(t, path)
 	_, stderr, code := runCLI(t, "sql", "--endpoint", freePort(t), "--db", path, "SELECT 1")
 	t.Logf("stderr: %s", stderr)
 	if code != 1 || !strings.Contains(stderr, "a collector holds the file") {

@@ -79,6 +79,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newGateCommand(),
 		newWebCommand(),
 		newSymbolizeCommand(),
+		newCompactCommand(),
 		newCaptureCommand(),
 		newTraceProfileCommand(),
 	)

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"debug/elf"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -137,20 +135,7 @@ func TestSymbolizeRefusesHeldFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "held.duckdb")
-	cmd := exec.Command(exe, "-test.run=^TestHoldChild$")
-	cmd.Env = append(os.Environ(), holdEnv+"="+path)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	lines := bufio.NewScanner(out)
-	if !lines.Scan() || lines.Text() != "holding" {
-		t.Fatalf("child: %q", lines.Text())
-	}
+	holdInChild(t, path)
 	_, stderr, code := runCLI(t, "symbolize", "--db", path, "--build-id", "abc", "--symbols", exe)
 	if code != 1 || !strings.Contains(stderr, "a collector holds") || !strings.Contains(stderr, "stop it first") {
 		t.Fatalf("code %d, stderr %q", code, stderr)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/timerange"
 )
 
@@ -212,10 +213,6 @@ func (p *Profile) BuildIDs() []string {
 	return ids
 }
 
-// quote makes a SQL string literal. The endpoint takes SQL text only (no
-// bind parameters), so values are quoted here.
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 func sqlTime(t time.Time) string {
 	return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'"
 }
@@ -229,11 +226,11 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 	fallback := fallbackPeriod(sel.FallbackHz)
 	table := tb.stacks
 	where := fmt.Sprintf("service_id = %s AND %s >= %s AND %s < %s",
-		quote(sel.Service), tb.timeCol, sqlTime(sel.Range.Since), tb.timeCol, sqlTime(sel.Range.Until))
+		sqlquery.Quote(sel.Service), tb.timeCol, sqlTime(sel.Range.Since), tb.timeCol, sqlTime(sel.Range.Until))
 	if tb.samplesIn {
 		// The file's macro reads the coarsest tier that answers the
 		// range exactly (the gateway's hourly and daily roll-ups).
-		table = fmt.Sprintf("samples_in(%s, %s, %s)", quote(sel.Service), sqlTime(sel.Range.Since), sqlTime(sel.Range.Until))
+		table = fmt.Sprintf("samples_in(%s, %s, %s)", sqlquery.Quote(sel.Service), sqlTime(sel.Range.Since), sqlTime(sel.Range.Until))
 		where = "true"
 	}
 	if sel.Pod != "" || sel.Container != "" {
@@ -244,7 +241,7 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 		where += w
 	}
 	if sel.BuildID != "" {
-		where += " AND starts_with(build_id, " + quote(sel.BuildID) + ")"
+		where += " AND starts_with(build_id, " + sqlquery.Quote(sel.BuildID) + ")"
 	}
 	// Rows of different sampling periods stay apart (one stack may come
 	// from nodes at 19 and 99 Hz) and merge in Go.
@@ -292,7 +289,7 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 	if len(p.Stacks) == 0 {
 		return p, noSamplesError(ctx, src, sel, tb)
 	}
-	bres, err := src.Query(ctx, fmt.Sprintf("SELECT build_id, binary_path FROM %s WHERE service_id = %s", tb.binaries, quote(sel.Service)))
+	bres, err := src.Query(ctx, fmt.Sprintf("SELECT build_id, binary_path FROM %s WHERE service_id = %s", tb.binaries, sqlquery.Quote(sel.Service)))
 	if err != nil {
 		return nil, fmt.Errorf("read binary metadata from %s: %w", src.Describe(), err)
 	}
@@ -548,11 +545,11 @@ func (tb tables) workloadWhere(src Source, sel Selector) (string, error) {
 	if sel.Pod != "" {
 		switch {
 		case tb.workload && src.Tier() == Summary:
-			where += " AND (pod_name = " + quote(sel.Pod) + " OR k8s_pod_uid = " + quote(sel.Pod) + ")"
+			where += " AND (pod_name = " + sqlquery.Quote(sel.Pod) + " OR k8s_pod_uid = " + sqlquery.Quote(sel.Pod) + ")"
 		case tb.workload:
-			where += " AND k8s_pod_uid = " + quote(sel.Pod)
+			where += " AND k8s_pod_uid = " + sqlquery.Quote(sel.Pod)
 		case src.Tier() == Summary:
-			where += " AND pod_name = " + quote(sel.Pod)
+			where += " AND pod_name = " + sqlquery.Quote(sel.Pod)
 		default:
 			return "", fmt.Errorf("--pod: %s predates pod UIDs in storage (schema version 7) and its agent tier has no pod names; the collector upgrades it when it opens it", src.Describe())
 		}
@@ -561,7 +558,7 @@ func (tb tables) workloadWhere(src Source, sel Selector) (string, error) {
 		if !tb.workload {
 			return "", fmt.Errorf("--container: %s predates containers in storage (schema version 7); the collector upgrades it when it opens it", src.Describe())
 		}
-		where += " AND starts_with(container_id, " + quote(sel.Container) + ")"
+		where += " AND starts_with(container_id, " + sqlquery.Quote(sel.Container) + ")"
 	}
 	return where, nil
 }

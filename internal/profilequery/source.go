@@ -95,9 +95,9 @@ func tablesOf(src Source) tables {
 // traceWhere selects a trace's rows (id as ParseTraceID returns it).
 func (tb tables) traceWhere(id string) string {
 	if tb.stackDict == "" {
-		return "trace_id = " + quote(id)
+		return "trace_id = " + sqlquery.Quote(id)
 	}
-	return "trace_id = unhex(" + quote(id) + ")"
+	return "trace_id = unhex(" + sqlquery.Quote(id) + ")"
 }
 
 // hexID is an ID column as lowercase hex.

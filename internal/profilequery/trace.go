@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/timerange"
 )
 
@@ -184,7 +185,7 @@ func LoadTrace(ctx context.Context, src Source, traceID, service string, hints T
 	fallback := fallbackPeriod(hints.FrequencyHz)
 	where := tb.traceWhere(traceID)
 	if service != "" {
-		where += " AND service_id = " + quote(service)
+		where += " AND service_id = " + sqlquery.Quote(service)
 	}
 	stmt := tb.stacksSQL(tb.traces, "service_id, build_id", where, fallback)
 	res, err := src.Query(ctx, stmt)
@@ -250,7 +251,7 @@ FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.he
 
 	names := make([]string, 0, len(byService))
 	for name := range byService {
-		names = append(names, quote(name))
+		names = append(names, sqlquery.Quote(name))
 	}
 	sort.Strings(names)
 	bres, err := src.Query(ctx, fmt.Sprintf("SELECT service_id, build_id, binary_path FROM %s WHERE service_id IN (%s)", tb.binaries, strings.Join(names, ", ")))

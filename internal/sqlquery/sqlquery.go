@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strings"
 	"time"
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
@@ -49,6 +50,10 @@ func DSN(path string, readOnly bool) string {
 	}
 	return dsn
 }
+
+// Quote makes a SQL string literal. The endpoint takes SQL text only (no
+// bind parameters), so values are quoted where the SQL is built.
+func Quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // OpenReadOnly opens a file no other process holds, for queries only.
 func OpenReadOnly(path string) (*sql.DB, func() error, error) {

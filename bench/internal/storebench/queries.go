@@ -157,6 +157,9 @@ func steadyState(ctx context.Context, path string, services, days int, logf func
 		return out, fmt.Errorf("size of %s: %w", path, err)
 	}
 	out.UsedBytes, out.FreeBytes = used*blockSize, free*blockSize
+	if out.CompactBytes, err = compactSize(ctx, db, path+".compact"); err != nil {
+		return out, fmt.Errorf("compact copy of %s: %w", path, err)
+	}
 	var oldestTrace, newestTrace sql.NullTime
 	q := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s), count(*), min(%[3]s), max(%[3]s) FROM %[2]s`, summaryTables.sampleRows, summaryTables.traceRows, summaryTables.timeCol)
 	if err := db.QueryRowContext(ctx, q).Scan(&out.Rows, &out.TracedRows, &oldestTrace, &newestTrace); err != nil {
@@ -174,8 +177,8 @@ func steadyState(ctx context.Context, path string, services, days int, logf func
 	}
 	out.FileBytes = st.Size()
 	out.BytesPerSvcDay = float64(out.UsedBytes) / float64(services) / float64(days)
-	logf("storage: %d-day file at the default retention: %.1f MB used, %.1f MB free, traces over %.1f days (retention took %.0f s)",
-		days, float64(out.UsedBytes)/1e6, float64(out.FreeBytes)/1e6, out.TraceDays, out.Seconds)
+	logf("storage: %d-day file at the default retention: %.1f MB used, %.1f MB free, %.1f MB compacted, traces over %.1f days (retention took %.0f s)",
+		days, float64(out.UsedBytes)/1e6, float64(out.FreeBytes)/1e6, float64(out.CompactBytes)/1e6, out.TraceDays, out.Seconds)
 	return out, nil
 }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/bench/internal/simday"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
+	"github.com/hotpath-dev/hotpath/internal/dbcopy"
 )
 
 // Options of one run.
@@ -116,9 +117,11 @@ type Result struct {
 // data; free blocks (left by deletes and rewritten row groups) are reused
 // by later writes, so they are reported but not counted.
 type Steady struct {
-	FileBytes      int64   `json:"file_bytes"`
-	UsedBytes      int64   `json:"used_bytes"`
-	FreeBytes      int64   `json:"free_bytes"`
+	FileBytes int64 `json:"file_bytes"`
+	UsedBytes int64 `json:"used_bytes"`
+	FreeBytes int64 `json:"free_bytes"`
+	// CompactBytes is the file after `hotpath compact` (a copy in one go).
+	CompactBytes   int64   `json:"compact_bytes"`
 	Rows           int64   `json:"rows"`
 	TracedRows     int64   `json:"traced_rows"`
 	TraceDays      float64 `json:"trace_days"` // span of trace-tagged rows kept
@@ -413,7 +416,7 @@ FROM %[1]s`, tb.samples, tb.frames, tb.timeCol, tb.traces, tb.stackDict)
 }
 
 // compactSize copies every table of db's file into a fresh file at dst in
-// one go, checkpoints it and returns its size, then removes it.
+// one go (dbcopy), and returns its size; the copy is removed.
 func compactSize(ctx context.Context, db *sql.DB, dst string) (int64, error) {
 	conn, err := db.Conn(ctx) // ATTACH is per connection
 	if err != nil {
@@ -426,57 +429,8 @@ func compactSize(ctx context.Context, db *sql.DB, dst string) (int64, error) {
 	}
 	defer os.Remove(dst)
 	defer os.Remove(dst + ".wal")
-	exec := func(stmts ...string) error {
-		for _, stmt := range stmts {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("%s: %w", stmt, err)
-			}
-		}
-		return nil
-	}
-	if err := exec(fmt.Sprintf("ATTACH '%s' AS hotpath_compact", dst),
-		fmt.Sprintf(`COPY FROM DATABASE "%s" TO hotpath_compact`, name)); err != nil {
+	if _, err := dbcopy.Copy(ctx, conn, name, dst); err != nil {
 		return 0, err
 	}
-	// A copy that lost rows would look small: every table must hold as
-	// many rows as the file's.
-	rows, err := conn.QueryContext(ctx, "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", name)
-	if err != nil {
-		return 0, err
-	}
-	var tables []string
-	for rows.Next() {
-		var t string
-		if err := rows.Scan(&t); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		tables = append(tables, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	for _, t := range tables {
-		var in, out int64
-		q := fmt.Sprintf(`SELECT (SELECT count(*) FROM "%[1]s".main."%[2]s"), (SELECT count(*) FROM hotpath_compact.main."%[2]s")`, name, t)
-		if err := conn.QueryRowContext(ctx, q).Scan(&in, &out); err != nil {
-			return 0, fmt.Errorf("rows of %s: %w", t, err)
-		}
-		if in != out {
-			return 0, fmt.Errorf("the copy of %s holds %d rows, the file %d", t, out, in)
-		}
-	}
-	if err := exec("CHECKPOINT hotpath_compact", "DETACH hotpath_compact"); err != nil {
-		return 0, err
-	}
-	st, err := os.Stat(dst)
-	if err != nil {
-		return 0, err
-	}
-	size := st.Size()
-	if wal, err := os.Stat(dst + ".wal"); err == nil {
-		size += wal.Size()
-	}
-	return size, nil
+	return dbcopy.FileBytes(dst)
 }

@@ -45,7 +45,7 @@ func TestSmallRun(t *testing.T) {
 	}
 	// The simulated hour ended in the past: the default retention leaves
 	// the dictionaries and roll-ups, which still take blocks.
-	if sd := res.Steady; sd.UsedBytes <= 0 || sd.FileBytes < sd.UsedBytes || sd.BytesPerSvcDay <= 0 {
+	if sd := res.Steady; sd.UsedBytes <= 0 || sd.FileBytes < sd.UsedBytes || sd.BytesPerSvcDay <= 0 || sd.CompactBytes <= 0 {
 		t.Fatalf("implausible steady state: %+v", sd)
 	}
 	if len(res.Queries) != 6 {
