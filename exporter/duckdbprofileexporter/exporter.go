@@ -41,6 +41,10 @@ type profilesExporter struct {
 	skipped    int64 // malformed samples dropped since start
 	repaired   int64 // samples stored after a repair since start
 	loggedSkip map[string]bool
+
+	// compactHinted is when the retention goroutine last said that the
+	// file's free blocks are worth a `hotpath compact`.
+	compactHinted time.Time
 }
 
 func newProfilesExporter(cfg *Config, set component.TelemetrySettings) *profilesExporter {
@@ -111,8 +115,40 @@ func (e *profilesExporter) open(ctx context.Context, host component.Host) error 
 		}
 		// Every run, for whoever waits on one (the storage bench).
 		e.logger.Debug("retention run done", fields...)
+		e.hintCompaction(w)
 	})
 	return nil
+}
+
+// A file whose free blocks take at least compactHintBytes and a quarter of
+// it is worth compacting; the hint is repeated at most once a day.
+const (
+	compactHintBytes = 64 << 20
+	compactHintEvery = 24 * time.Hour
+)
+
+// worthCompacting says whether a file with sp's blocks is worth a
+// `hotpath compact`.
+func worthCompacting(sp writer.Space) bool {
+	return sp.FreeBytes >= compactHintBytes && 4*sp.FreeBytes >= sp.FileBytes
+}
+
+// hintCompaction tells the operator, once a day at most, when deletes have
+// left much of the file free: DuckDB reuses those blocks but never shrinks
+// the file, and the collector does not compact it while it runs.
+func (e *profilesExporter) hintCompaction(w *writer.Writer) {
+	if time.Since(e.compactHinted) < compactHintEvery {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sp, err := w.Space(ctx)
+	if err != nil || !worthCompacting(sp) {
+		return
+	}
+	e.compactHinted = time.Now()
+	e.logger.Info("the file's free blocks take much of it: DuckDB reuses them but does not shrink the file; `hotpath compact` rewrites a stopped collector's file without them",
+		zap.String("path", e.cfg.Path), zap.Int64("file_bytes", sp.FileBytes), zap.Int64("free_bytes", sp.FreeBytes))
 }
 
 func (e *profilesExporter) shutdown(ctx context.Context) error {

@@ -401,6 +401,28 @@ func (w *Writer) DB() *sql.DB {
 // Tier is the file's tier.
 func (w *Writer) Tier() schema.Tier { return w.tier }
 
+// Space is how much of the file DuckDB uses: its blocks in all, and those
+// free (left by deletes and by checkpoints rewriting row groups). DuckDB
+// reuses free blocks for later writes but never gives them back to the
+// file system.
+type Space struct {
+	FileBytes, FreeBytes int64
+}
+
+// Space reads the file's block counts.
+func (w *Writer) Space(ctx context.Context) (Space, error) {
+	var sp Space
+	db := w.DB()
+	if db == nil {
+		return sp, errors.New("file is closed")
+	}
+	err := db.QueryRowContext(ctx, "SELECT block_size * total_blocks, block_size * free_blocks FROM pragma_database_size()").Scan(&sp.FileBytes, &sp.FreeBytes)
+	if err != nil {
+		return sp, fmt.Errorf("read the file's block counts: %w", err)
+	}
+	return sp, nil
+}
+
 // FrameCount is the number of frames in the in-memory dictionary.
 func (w *Writer) FrameCount() int {
 	w.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -724,5 +725,61 @@ func TestDictionaryLoadFailureIsRetried(t *testing.T) {
 	}
 	if got := queryStrings(t, w.DB(), "SELECT sum(sample_count) FROM stack_samples_local"); got[0] != "2" {
 		t.Fatalf("%s samples stored, want 2", got[0])
+	}
+}
+
+// TestSpaceCountsFreeBlocks: the first row group deleted and checkpointed
+// away leaves free blocks in the file, and Space counts them within the
+// file's blocks.
+func TestSpaceCountsFreeBlocks(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "local.duckdb")
+	w := open(t, path, schema.Local)
+	defer w.Close()
+	// Three row groups of rows (122,880 each), checkpointed as they come,
+	// so that the first one's blocks lie before the others'.
+	for i := 0; i < 60; i++ {
+		if i%20 == 0 {
+			if _, err := w.DB().ExecContext(ctx, "CHECKPOINT"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var rows []StackRow
+		for j := 0; j < 5000; j++ {
+			rows = append(rows, StackRow{Time: t0.Add(time.Duration(i) * time.Minute), ServiceID: "api", BuildID: "b",
+				Frames: []string{"main", fmt.Sprintf("f%d", j%700), fmt.Sprintf("g%d", (i*5000+j)%3000)}, Count: int64(1 + j%7)})
+		}
+		if err := w.Write(ctx, &Batch{Rows: rows}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.DB().ExecContext(ctx, "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := w.Space(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.InTx(ctx, func(ctx context.Context, c *sql.Conn) (func(Dicts), error) {
+		_, err := c.ExecContext(ctx, "DELETE FROM stack_sample_rows_local WHERE timestamp < ?", t0.Add(30*time.Minute))
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.DB().ExecContext(ctx, "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := w.Space(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("space before the delete %+v, after %+v, file %d bytes", before, after, fi.Size())
+	if after.FreeBytes <= before.FreeBytes || after.FreeBytes > after.FileBytes || after.FileBytes > fi.Size() {
+		t.Fatalf("space before the delete %+v, after %+v, file %d bytes", before, after, fi.Size())
 	}
 }
