@@ -85,14 +85,17 @@ func compactFile(ctx context.Context, path string) (*compactResult, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	tmp := path + ".compact"
-	removeCopy := func() {
-		_ = os.Remove(tmp)
-		_ = os.Remove(tmp + ".wal")
-	}
-	for _, f := range []string{tmp, tmp + ".wal"} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("remove the copy an earlier run left: %w", err)
+	// removeCopy removes a copy this run or an interrupted one left.
+	removeCopy := func() error {
+		for _, f := range []string{tmp, tmp + ".wal"} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
 		}
+		return nil
+	}
+	if err := removeCopy(); err != nil {
+		return nil, fmt.Errorf("remove the copy an earlier run left: %w", err)
 	}
 	// The copy holds the data without the slack: at most the file's size.
 	var fs syscall.Statfs_t
@@ -146,19 +149,19 @@ func compactFile(ctx context.Context, path string) (*compactResult, error) {
 	defer func() { _, _ = conn.ExecContext(ctx, "DETACH hotpath_src") }()
 	st, err := dbcopy.Copy(ctx, conn, "hotpath_src", tmp)
 	if err != nil {
-		removeCopy()
+		_ = removeCopy()
 		return nil, fmt.Errorf("%w: %s left as it was", err, path)
 	}
 	if fi, err := os.Stat(tmp + ".wal"); err == nil && fi.Size() > 0 {
-		removeCopy()
+		_ = removeCopy()
 		return nil, fmt.Errorf("the copy's log %s.wal holds %d bytes after its checkpoint: %s left as it was", tmp, fi.Size(), path)
 	}
 	if err := syncFile(tmp); err != nil {
-		removeCopy()
+		_ = removeCopy()
 		return nil, err
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		removeCopy()
+		_ = removeCopy()
 		return nil, fmt.Errorf("replace %s with its copy: %w", path, err)
 	}
 	if err := syncFile(filepath.Dir(path)); err != nil {
