@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/exporter/exportertest"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
+	"github.com/hotpath-dev/hotpath/internal/profilequery"
 )
 
 func freePort(t *testing.T) string {
@@ -51,7 +53,7 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	}
 
 	out, stderr, code := runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "--db", cfg.Path, "--format", "csv", probe)
-	if code != 0 || out != "tier,version,ids,nothing\nlocal,9,\"[1, 2]\",\n" {
+	if want := fmt.Sprintf("tier,version,ids,nothing\nlocal,%d,\"[1, 2]\",\n", profilequery.WritableVersion); code != 0 || out != want {
 		t.Fatalf("endpoint csv: code %d out %q err %q", code, out, stderr)
 	}
 	_, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "DELETE FROM schema_version")
@@ -66,7 +68,7 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	out, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "--db", cfg.Path, "--format", "table", probe)
 	want := "tier   version  ids     nothing\n" +
 		"-----  -------  ------  -------\n" +
-		"local        9  [1, 2]     NULL\n"
+		fmt.Sprintf("local  %7d  [1, 2]     NULL\n", profilequery.WritableVersion)
 	if code != 0 || out != want {
 		t.Fatalf("file table: code %d err %q out:\n%s\nwant:\n%s", code, stderr, out, want)
 	}

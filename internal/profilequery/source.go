@@ -52,6 +52,9 @@ type tables struct {
 	// k8s_pod_uid (schema version 7; version 8 reads them through views
 	// of the same names and columns).
 	workload bool
+	// uuidTraces: the trace tables hold trace_id as UUID and span_id as
+	// UBIGINT (schema version 10; BLOB before).
+	uuidTraces bool
 }
 
 func tablesFor(t Tier) tables {
@@ -80,6 +83,7 @@ func tablesOf(src Source) tables {
 		tb.samplesIn = true
 		tb.frameMeta = !ok || v.version() >= 6
 		tb.workload = !ok || v.version() >= 7
+		tb.uuidTraces = !ok || v.version() >= 10
 		return tb
 	}
 	if v.version() == 4 {
@@ -94,18 +98,24 @@ func tablesOf(src Source) tables {
 
 // traceWhere selects a trace's rows (id as ParseTraceID returns it).
 func (tb tables) traceWhere(id string) string {
-	if tb.stackDict == "" {
+	switch {
+	case tb.stackDict == "":
 		return "trace_id = " + sqlquery.Quote(id)
+	case tb.uuidTraces:
+		return "trace_id = CAST(" + sqlquery.Quote(id) + " AS UUID)"
 	}
 	return "trace_id = unhex(" + sqlquery.Quote(id) + ")"
 }
 
-// hexID is an ID column as lowercase hex.
-func (tb tables) hexID(col string) string {
-	if tb.stackDict == "" {
-		return col
+// spanHex is the span_id column as lowercase hex.
+func (tb tables) spanHex() string {
+	switch {
+	case tb.stackDict == "":
+		return "span_id"
+	case tb.uuidTraces:
+		return "printf('%016x', span_id)"
 	}
-	return "lower(hex(" + col + "))"
+	return "lower(hex(span_id))"
 }
 
 // stacksSQL sums the rows of table matching where per group columns, stack
@@ -135,7 +145,7 @@ FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonE
 }
 
 // supportedVersions are the schema versions whose tables are read here.
-var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true}
+var supportedVersions = map[int64]bool{1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 7: true, 8: true, 9: true, 10: true}
 
 // Default endpoints and files of `make run` (distributions/*/config.yaml).
 const (
@@ -344,9 +354,9 @@ type Tables struct {
 }
 
 // WritableVersion is the schema version whose tables TablesOf names.
-const WritableVersion = 9
+const WritableVersion = 10
 
-// TablesOf returns the table names of tier t (schema version 9).
+// TablesOf returns the table names of tier t (schema version 10).
 func TablesOf(t Tier) Tables {
 	tb := tablesFor(t)
 	if t == Summary {

@@ -230,7 +230,7 @@ func LoadTrace(ctx context.Context, src Source, traceID, service string, hints T
 
 	// When and in how many spans each service ran the trace.
 	mres, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, min(%[1]s), max(%[1]s), list(DISTINCT %[4]s ORDER BY %[4]s) FILTER (WHERE span_id IS NOT NULL)
-FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.hexID("span_id")))
+FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.spanHex()))
 	if err != nil {
 		return nil, fmt.Errorf("read time range of trace %s from %s: %w", traceID, src.Describe(), err)
 	}

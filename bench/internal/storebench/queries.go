@@ -36,10 +36,10 @@ func timeQueries(ctx context.Context, o Options, res *Result, localPath, summary
 		return fmt.Sprintf("SELECT coalesce(sum(sample_count), 0) FROM %s WHERE service_id = '%s' AND %s >= %s AND %s < %s",
 			tb.samples, service, tb.timeCol, ts(since), tb.timeCol, ts(end))
 	}
-	// What hotpath trace-profile runs: the trace table by binary ID,
+	// What hotpath trace-profile runs: the trace table by trace ID (UUID),
 	// summed per stack, each distinct stack decoded once.
 	trace := func(tb tierTables) string {
-		return fmt.Sprintf(`WITH agg AS (SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %s WHERE trace_id = unhex('%s') GROUP BY stack_id),
+		return fmt.Sprintf(`WITH agg AS (SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %s WHERE trace_id = '%s'::UUID GROUP BY stack_id),
 dict AS (%s)
 SELECT array_to_string(%s, ';') AS folded, samples
 FROM agg JOIN %s s USING (stack_id), dict ORDER BY samples DESC`, tb.traces, o.Trace.TraceID, stacknames.DictSQL(tb.frames), stacknames.DecodeSQL("s.stack_frame_ids"), tb.stackDict)

@@ -140,7 +140,7 @@ func TestMigrateV2FilesKeepsEveryTotal(t *testing.T) {
 			same(t, "samples per service, stack and minute (Samples)", totals(t, db, `WITH dict AS (`+namesSQL(tb)+`)
 SELECT service_id, time_bucket(INTERVAL 1 MINUTE, `+tb.TimeCol+`) AS minute, array_to_string(`+decodeSQL("s.stack_frame_ids")+`, ';'), sum(sample_count)
 FROM `+tb.SamplesView+` JOIN `+tb.StackDict+` s USING (stack_id), dict GROUP BY ALL`), minutes)
-			same(t, "samples per trace (Traces)", totals(t, db, `SELECT lower(hex(trace_id)), lower(hex(span_id)), service_id, sum(sample_count) FROM `+tb.TracesView+` GROUP BY ALL`), traces)
+			same(t, "samples per trace (Traces)", totals(t, db, `SELECT `+TraceHex("trace_id")+`, `+SpanHex("span_id")+`, service_id, sum(sample_count) FROM `+tb.TracesView+` GROUP BY ALL`), traces)
 			if err := CheckIntegrity(ctx, db, tier); err != nil {
 				t.Fatal(err)
 			}
@@ -387,7 +387,7 @@ FROM ` + tb.SamplesView + ` JOIN ` + tb.StackDict + ` s USING (stack_id), dict G
 			for _, rv := range tb.rowViews() {
 				same(t, rv[1]+" per series, stack and bucket", totals(t, db, `SELECT `+key+`, sum(sample_count) FROM `+rv[1]+` GROUP BY ALL`), before[rv[1]])
 			}
-			same(t, "trace rows", totals(t, db, `SELECT `+key+`, hex(trace_id), hex(span_id), sum(sample_count) FROM `+tb.TracesView+` GROUP BY ALL`), traces)
+			same(t, "trace rows", totals(t, db, `SELECT `+key+`, upper(`+TraceHex("trace_id")+`), upper(`+SpanHex("span_id")+`), sum(sample_count) FROM `+tb.TracesView+` GROUP BY ALL`), traces)
 			same(t, "series", totals(t, db, `SELECT `+SeriesColumns(tier)+` FROM `+tb.Series), distinct)
 			same(t, "samples per service, stack and minute", totals(t, db, byName), minutes)
 			same(t, "samples per service, stack and minute (RFD view)", totals(t, db, perMinute(tb)), minutes)
@@ -444,6 +444,61 @@ SELECT max(frame_id) + 1, 'migrate_test_typed', 0, 'python', '/srv/app.py', 42 F
 			var n int
 			if err := db.QueryRow(`SELECT count(*) FROM duckdb_columns() WHERE table_name = ? AND column_name = 'frame_count'`, tb.Frames).Scan(&n); err != nil || n != 0 {
 				t.Fatalf("frame_count columns after migration: %d (%v)", n, err)
+			}
+			if err := CheckIntegrity(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The step to version 10 rewrites Traces with UUID trace and UBIGINT span
+// IDs: every row keeps its time, series, stack, count, period and the
+// bytes of both IDs (a span ID with its high bit set and a row without
+// span included), the RFD view gives the same hex, and a trace is found by
+// its hex ID.
+func TestMigrateV9StoresTraceIDsAsIntegers(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []Tier{Local, Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			tb := TablesFor(tier)
+			db := openDB(t, openV2(t, tier))
+			if err := ensure(ctx, db, tier, 9); err != nil {
+				t.Fatal(err)
+			}
+			// Two more traces on one key of the fixture, and their samples
+			// in Samples (every trace-tagged sample is also there).
+			key := `SELECT ` + tb.TimeCol + `, series_id, stack_id, sample_period_ns FROM ` + tb.Traces + ` ORDER BY ALL LIMIT 1`
+			for _, q := range []string{
+				`INSERT INTO ` + tb.Traces + ` SELECT ` + tb.TimeCol + `, series_id, stack_id, unhex('ffeeddccbbaa99887766554433221100'), unhex('8000000000000001'), 7, sample_period_ns FROM (` + key + `)`,
+				`INSERT INTO ` + tb.Traces + ` SELECT ` + tb.TimeCol + `, series_id, stack_id, unhex('00000000000000000000000000000001'), NULL, 3, sample_period_ns FROM (` + key + `)`,
+				`INSERT INTO ` + tb.Samples + ` SELECT ` + tb.TimeCol + `, series_id, stack_id, 10, sample_period_ns FROM (` + key + `)`,
+			} {
+				if _, err := db.Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const cols = "series_id, stack_id, sample_count, sample_period_ns"
+			before := totals(t, db, `SELECT `+tb.TimeCol+`, `+cols+`, lower(hex(trace_id)), lower(hex(span_id)) FROM `+tb.Traces)
+			// perTrace's figures, from the table (views are made for
+			// Version only).
+			rfd := totals(t, db, `SELECT lower(hex(trace_id)), lower(hex(span_id)), s.service_id, sum(sample_count) FROM `+tb.Traces+` r JOIN `+tb.Series+` s USING (series_id) GROUP BY ALL`)
+			if len(before) < 3 {
+				t.Fatalf("%d trace rows in the fixture", len(before))
+			}
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			if v := version(t, db); v != Version {
+				t.Fatalf("version %d after migration, want %d", v, Version)
+			}
+			same(t, "trace rows", totals(t, db, `SELECT `+tb.TimeCol+`, `+cols+`, `+TraceHex("trace_id")+`, `+SpanHex("span_id")+` FROM `+tb.Traces), before)
+			same(t, "samples per trace, span and service (RFD view)", totals(t, db, perTrace(tb)), rfd)
+			types := totals(t, db, `SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = '`+tb.Traces+`' AND column_name IN ('trace_id', 'span_id')`)
+			same(t, "ID column types", types, []string{"span_idUBIGINT", "trace_idUUID"})
+			var n int64
+			if err := db.QueryRow(`SELECT sum(sample_count) FROM ` + tb.Traces + ` WHERE trace_id = CAST('ffeeddccbbaa99887766554433221100' AS UUID) AND span_id = CAST('0x8000000000000001' AS UBIGINT)`).Scan(&n); err != nil || n != 7 {
+				t.Fatalf("samples of the added trace: %d (%v), want 7", n, err)
 			}
 			if err := CheckIntegrity(ctx, db, tier); err != nil {
 				t.Fatal(err)

@@ -5,11 +5,13 @@
 package writer
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -940,8 +942,8 @@ type aggRow struct {
 }
 
 // appendRows writes every row's samples to Samples (trace-tagged rows
-// merged into the untraced row of their key) and the trace-tagged rows to
-// Traces with binary IDs, each in rowOrder.
+// merged into the untraced row of their key) in rowOrder, and the
+// trace-tagged rows to Traces with binary IDs in traceOrder.
 func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, series, ids []int32) error {
 	if len(rows) == 0 {
 		return nil
@@ -996,24 +998,74 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, series, ids []int32
 	if err != nil || len(tracedRows) == 0 {
 		return err
 	}
-	slices.SortFunc(tracedRows, order)
-	return appendAll(dc, w.tb.Traces, len(tracedRows), func(a *duckdb.Appender, j int) error {
-		r := tracedRows[j].r
-		trace, err := hex.DecodeString(r.TraceID)
-		if err != nil || len(trace) != 16 {
+	traces := make([]tracedRow, len(tracedRows))
+	for j := range tracedRows {
+		t := &traces[j]
+		t.aggRow = tracedRows[j]
+		r := t.r
+		if len(r.TraceID) != 32 {
 			return fmt.Errorf("trace ID %q: want 32 hex characters", r.TraceID)
 		}
-		var span driver.Value
+		if _, err := hex.Decode(t.trace[:], []byte(r.TraceID)); err != nil {
+			return fmt.Errorf("trace ID %q: want 32 hex characters", r.TraceID)
+		}
 		if r.SpanID != "" {
-			b, err := hex.DecodeString(r.SpanID)
-			if err != nil || len(b) != 8 {
+			var b [8]byte
+			if len(r.SpanID) != 16 {
 				return fmt.Errorf("span ID %q: want 16 hex characters", r.SpanID)
 			}
-			span = b
+			if _, err := hex.Decode(b[:], []byte(r.SpanID)); err != nil {
+				return fmt.Errorf("span ID %q: want 16 hex characters", r.SpanID)
+			}
+			t.span, t.hasSpan = binary.BigEndian.Uint64(b[:]), true
 		}
-		at, period := boxed.of(r.Time, r.PeriodNanos)
-		return a.AppendRow(at, tracedRows[j].series, tracedRows[j].stack, trace, span, clampCount(r.Count), period)
+	}
+	slices.SortFunc(traces, traceOrder)
+	return appendAll(dc, w.tb.Traces, len(traces), func(a *duckdb.Appender, j int) error {
+		t := &traces[j]
+		var span driver.Value
+		if t.hasSpan {
+			span = t.span
+		}
+		at, period := boxed.of(t.r.Time, t.r.PeriodNanos)
+		return a.AppendRow(at, t.series, t.stack, t.trace, span, clampCount(t.r.Count), period)
 	})
+}
+
+// tracedRow is a trace-tagged row with its IDs decoded.
+type tracedRow struct {
+	aggRow
+	trace   duckdb.UUID
+	span    uint64
+	hasSpan bool
+}
+
+// traceOrder is the order trace-tagged rows are appended in: time, series,
+// trace, span, stack. A trace's rows of one bucket then sit together, and
+// DuckDB stores each run of equal trace and span IDs once (run-length):
+// random 16- and 8-byte IDs compress no other way. On the storage bench's
+// simulated day the gateway's trace table is 11.0 MB in this order, 27.0 MB
+// in rowOrder's (time, stack), and 15.7 MB as BLOB IDs (schema version 9).
+func traceOrder(a, b tracedRow) int {
+	if c := a.r.Time.Compare(b.r.Time); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.series, b.series); c != 0 {
+		return c
+	}
+	if c := bytes.Compare(a.trace[:], b.trace[:]); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.span, b.span); c != 0 {
+		return c
+	}
+	if a.hasSpan != b.hasSpan {
+		if a.hasSpan {
+			return 1
+		}
+		return -1
+	}
+	return cmp.Compare(a.stack, b.stack)
 }
 
 func named(vs ...driver.Value) []driver.NamedValue {

@@ -529,7 +529,8 @@ func TestBinaryRowsFollowBatchesToTheMinute(t *testing.T) {
 }
 
 // A batch's rows are stored by time, then by stack ID, in alternate
-// directions from batch to batch (rowOrder), in both row tables.
+// directions from batch to batch (rowOrder); its trace-tagged rows by time,
+// series, trace, span and stack (traceOrder).
 func TestRowsStoredInAlternatingStackOrder(t *testing.T) {
 	ctx := context.Background()
 	w := open(t, filepath.Join(t.TempDir(), "local.duckdb"), schema.Local)
@@ -550,11 +551,14 @@ func TestRowsStoredInAlternatingStackOrder(t *testing.T) {
 		}
 	}
 	tb := schema.TablesFor(schema.Local)
-	for _, table := range []string{tb.Samples, tb.Traces} {
-		got := strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM "+table+" ORDER BY rowid"), ",")
-		if want := "1,2,3,4,4,3,2,1,1,2,3,4"; got != want {
-			t.Errorf("%s: stack IDs in storage order %s, want %s", table, got, want)
-		}
+	got := strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM "+tb.Samples+" ORDER BY rowid"), ",")
+	if want := "1,2,3,4,4,3,2,1,1,2,3,4"; got != want {
+		t.Errorf("%s: stack IDs in storage order %s, want %s", tb.Samples, got, want)
+	}
+	// Stack i+1 carries trace i+1: every batch's trace rows in trace order.
+	got = strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM "+tb.Traces+" ORDER BY rowid"), ",")
+	if want := "1,2,3,4,1,2,3,4,1,2,3,4"; got != want {
+		t.Errorf("%s: stack IDs in storage order %s, want %s", tb.Traces, got, want)
 	}
 	// Within a batch, time comes first.
 	b := &Batch{Rows: []StackRow{
@@ -565,9 +569,46 @@ func TestRowsStoredInAlternatingStackOrder(t *testing.T) {
 	if err := w.Write(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM "+tb.Samples+" ORDER BY rowid OFFSET 12"), ",")
+	got = strings.Join(queryStrings(t, w.DB(), "SELECT stack_id FROM "+tb.Samples+" ORDER BY rowid OFFSET 12"), ",")
 	if want := "4,2,1"; got != want {
 		t.Errorf("fourth batch (descending): %s, want %s", got, want)
+	}
+}
+
+// Trace-tagged rows are stored by time, series, trace, span (none first)
+// and stack, whatever order the batch had, with both IDs' bytes kept.
+func TestTraceRowsStoredInTraceOrder(t *testing.T) {
+	ctx := context.Background()
+	w := open(t, filepath.Join(t.TempDir(), "local.duckdb"), schema.Local)
+	defer w.Close()
+	const hi = "ff000000000000000000000000000001"
+	row := func(svc string, stack, trace, span string) StackRow {
+		return StackRow{Time: t0, ServiceID: svc, Frames: []string{stack}, Count: 1, TraceID: trace, SpanID: span}
+	}
+	// Stacks a, b, c get IDs 1, 2, 3 in the order the batch names them.
+	b := &Batch{Rows: []StackRow{
+		row("api", "a", hi, "8000000000000000"),
+		row("api", "b", hi, ""),
+		row("api", "c", fmt.Sprintf("%032x", 2), "0000000000000001"),
+		row("web", "a", fmt.Sprintf("%032x", 1), ""),
+		row("api", "a", fmt.Sprintf("%032x", 2), "0000000000000001"),
+		row("api", "b", hi, "8000000000000000"),
+	}}
+	if err := w.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	tb := schema.TablesFor(schema.Local)
+	got := queryStrings(t, w.DB(), "SELECT s.service_id || ' ' || "+schema.TraceHex("r.trace_id")+" || ' ' || coalesce("+schema.SpanHex("r.span_id")+", '-') || ' ' || r.stack_id FROM "+tb.Traces+" r JOIN "+tb.Series+" s USING (series_id) ORDER BY r.rowid")
+	want := []string{
+		"api 00000000000000000000000000000002 0000000000000001 1",
+		"api 00000000000000000000000000000002 0000000000000001 3",
+		"api " + hi + " - 2",
+		"api " + hi + " 8000000000000000 1",
+		"api " + hi + " 8000000000000000 2",
+		"web 00000000000000000000000000000001 - 1",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("trace rows in storage order:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
