@@ -506,3 +506,45 @@ func TestMigrateV9StoresTraceIDsAsIntegers(t *testing.T) {
 		})
 	}
 }
+
+// A step to version 10 that fails after the old trace table is dropped
+// (before the new one takes its name) leaves version 9 with every trace
+// row; the next open migrates it.
+func TestMigrateV9FailedAfterDropKeepsTraceRows(t *testing.T) {
+	ctx := context.Background()
+	for _, tier := range []Tier{Local, Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			tb := TablesFor(tier)
+			db := openDB(t, openV2(t, tier))
+			if err := ensure(ctx, db, tier, 9); err != nil {
+				t.Fatal(err)
+			}
+			const rows = "SELECT series_id, stack_id, sample_count, lower(hex(trace_id)), lower(hex(span_id)) FROM "
+			before := totals(t, db, rows+tb.Traces)
+			injected := errors.New("injected failure")
+			n := 0
+			migrationFault = func(v int) error {
+				// Statements of the step: create, insert, drop, rename.
+				if v == 9 {
+					if n++; n == 4 {
+						return injected
+					}
+				}
+				return nil
+			}
+			err := Ensure(ctx, db, tier)
+			migrationFault = nil
+			if !errors.Is(err, injected) || n != 4 {
+				t.Fatalf("Ensure with a failing step: %v (%d statements)", err, n)
+			}
+			if v := version(t, db); v != 9 {
+				t.Fatalf("version %d after a failed migration, want 9", v)
+			}
+			same(t, "trace rows after a failed migration", totals(t, db, rows+tb.Traces), before)
+			if err := Ensure(ctx, db, tier); err != nil {
+				t.Fatal(err)
+			}
+			same(t, "trace rows after migrating again", totals(t, db, "SELECT series_id, stack_id, sample_count, "+TraceHex("trace_id")+", "+SpanHex("span_id")+" FROM "+tb.Traces), before)
+		})
+	}
+}
