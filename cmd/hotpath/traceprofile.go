@@ -134,6 +134,21 @@ func frequencies(hz []float64) string {
 	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1] + " Hz"
 }
 
+// storedWhen says when a trace's samples were stored: "at" one time, or
+// "from" the first "to" the last, the last with its date when it is on
+// another day (a request across midnight).
+func storedWhen(first, last time.Time) string {
+	const day, clock = "2006-01-02 15:04:05", "15:04:05"
+	if !last.After(first) {
+		return "at " + first.Format(day)
+	}
+	end := clock
+	if first.Format(time.DateOnly) != last.Format(time.DateOnly) {
+		end = day
+	}
+	return "from " + first.Format(day) + " to " + last.Format(end)
+}
+
 // writeTraceText prints RFD 078's example: per service, its CPU time and
 // where it went.
 //
@@ -160,12 +175,8 @@ func writeTraceText(w io.Writer, tp *profilequery.TraceProfile, n int, from stri
 		if s.Spans == 1 {
 			spans = "1 span"
 		}
-		when := "at " + s.Range.Since.Format("2006-01-02 15:04:05")
-		if s.Range.Until.After(s.Range.Since) {
-			when = "from " + s.Range.Since.Format("2006-01-02 15:04:05") + " to " + s.Range.Until.Format("15:04:05")
-		}
 		// Stored times are window starts (15 s agent, 1 min gateway).
-		fmt.Fprintf(&b, "  %d samples, ~%s CPU, %s, stored %s UTC\n", s.Total(), profilequery.FormatCPUTime(s.CPU()), spans, when)
+		fmt.Fprintf(&b, "  %d samples, ~%s CPU, %s, stored %s UTC\n", s.Total(), profilequery.FormatCPUTime(s.CPU()), spans, storedWhen(s.Range.Since, s.Range.Until))
 		for _, h := range s.Hotspots(n) {
 			fn := h.Function
 			if h.Caller != "" {

@@ -481,3 +481,22 @@ func readPprof(t *testing.T, path string) *profile.Profile {
 	}
 	return p
 }
+
+// A trace's stored range names the end's date only when it is on another
+// day than the start.
+func TestStoredWhen(t *testing.T) {
+	at := time.Date(2026, 11, 25, 23, 59, 0, 0, time.UTC)
+	for _, c := range []struct {
+		first, last time.Time
+		want        string
+	}{
+		{at, at, "at 2026-11-25 23:59:00"},
+		{at.Add(-time.Minute), at, "from 2026-11-25 23:58:00 to 23:59:00"},
+		{at, at.Add(time.Minute), "from 2026-11-25 23:59:00 to 2026-11-26 00:00:00"},
+		{at, at.AddDate(1, 0, 0), "from 2026-11-25 23:59:00 to 2027-11-25 23:59:00"},
+	} {
+		if got := storedWhen(c.first, c.last); got != c.want {
+			t.Errorf("storedWhen(%v, %v) = %q, want %q", c.first, c.last, got, c.want)
+		}
+	}
+}
