@@ -45,6 +45,16 @@ func openV2(t *testing.T, tier Tier) string {
 	return path
 }
 
+// openAt is a copy of the version 2 fixture of tier migrated to version v.
+func openAt(t *testing.T, tier Tier, v int) *sql.DB {
+	t.Helper()
+	db := openDB(t, openV2(t, tier))
+	if err := ensure(context.Background(), db, tier, v); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
 func openDB(t *testing.T, path string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("duckdb", path)
@@ -289,10 +299,7 @@ func TestMigrateV6AddsWorkloadColumns(t *testing.T) {
 	for _, tier := range []Tier{Local, Summary} {
 		t.Run(string(tier), func(t *testing.T) {
 			tb := TablesFor(tier)
-			db := openDB(t, openV2(t, tier))
-			if err := ensure(ctx, db, tier, 6); err != nil {
-				t.Fatal(err)
-			}
+			db := openAt(t, tier, 6)
 			var tables []string
 			for _, rv := range tb.rowViews() {
 				tables = append(tables, rv[1]) // the tables' names before version 8
@@ -341,10 +348,7 @@ func TestMigrateV7MovesRowsToSeriesDictionary(t *testing.T) {
 	for _, tier := range []Tier{Local, Summary} {
 		t.Run(string(tier), func(t *testing.T) {
 			tb := TablesFor(tier)
-			db := openDB(t, openV2(t, tier))
-			if err := ensure(ctx, db, tier, 7); err != nil {
-				t.Fatal(err)
-			}
+			db := openAt(t, tier, 7)
 			pod := podCol(tier, "")
 			// Copies of every row in another container, pod UID and build
 			// (and pod: the summary tier), and roll-ups of all of it.
@@ -420,10 +424,7 @@ func TestMigrateV8DropsFrameCounts(t *testing.T) {
 	for _, tier := range []Tier{Local, Summary} {
 		t.Run(string(tier), func(t *testing.T) {
 			tb := TablesFor(tier)
-			db := openDB(t, openV2(t, tier))
-			if err := ensure(ctx, db, tier, 8); err != nil {
-				t.Fatal(err)
-			}
+			db := openAt(t, tier, 8)
 			// A frame with every column set, as version 8 wrote them.
 			if _, err := db.Exec(`INSERT INTO ` + tb.Frames + ` (frame_id, frame_name, frame_count, frame_type, file_name, line_number)
 SELECT max(frame_id) + 1, 'migrate_test_typed', 0, 'python', '/srv/app.py', 42 FROM ` + tb.Frames); err != nil {
@@ -462,10 +463,7 @@ func TestMigrateV9StoresTraceIDsAsIntegers(t *testing.T) {
 	for _, tier := range []Tier{Local, Summary} {
 		t.Run(string(tier), func(t *testing.T) {
 			tb := TablesFor(tier)
-			db := openDB(t, openV2(t, tier))
-			if err := ensure(ctx, db, tier, 9); err != nil {
-				t.Fatal(err)
-			}
+			db := openAt(t, tier, 9)
 			// Two more traces on one key of the fixture, and their samples
 			// in Samples (every trace-tagged sample is also there).
 			key := `SELECT ` + tb.TimeCol + `, series_id, stack_id, sample_period_ns FROM ` + tb.Traces + ` ORDER BY ALL LIMIT 1`
@@ -515,10 +513,7 @@ func TestMigrateV9FailedAfterDropKeepsTraceRows(t *testing.T) {
 	for _, tier := range []Tier{Local, Summary} {
 		t.Run(string(tier), func(t *testing.T) {
 			tb := TablesFor(tier)
-			db := openDB(t, openV2(t, tier))
-			if err := ensure(ctx, db, tier, 9); err != nil {
-				t.Fatal(err)
-			}
+			db := openAt(t, tier, 9)
 			const rows = "SELECT series_id, stack_id, sample_count, lower(hex(trace_id)), lower(hex(span_id)) FROM "
 			before := totals(t, db, rows+tb.Traces)
 			injected := errors.New("injected failure")
