@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -151,7 +152,7 @@ func Run(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Result, err
 			return nil, fmt.Errorf("read row: %w", err)
 		}
 		for i := range vals {
-			vals[i] = jsonValue(vals[i])
+			vals[i] = columnValue(res.Types[i], vals[i])
 		}
 		b, err := json.Marshal(vals)
 		if err != nil {
@@ -183,6 +184,38 @@ func wrapTimeout(ctx context.Context, err error) error {
 		return fmt.Errorf("query timed out: %w", err)
 	}
 	return fmt.Errorf("query: %w", err)
+}
+
+// columnValue is jsonValue, but the driver gives UUID and BLOB values as
+// raw bytes: they are written as DuckDB writes them as text (the trace
+// tables' trace_id is a UUID), so they can be read and pasted back into a
+// query.
+func columnValue(typ string, v any) any {
+	b, ok := v.([]byte)
+	switch {
+	case !ok:
+		return jsonValue(v)
+	case typ == "UUID" && len(b) == 16:
+		h := hex.EncodeToString(b)
+		return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	case typ == "BLOB":
+		return blobText(b)
+	}
+	return jsonValue(v)
+}
+
+// blobText is a BLOB as DuckDB casts it to VARCHAR: printable ASCII as is,
+// every other byte (and \, ' and ") as \xHH.
+func blobText(b []byte) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c >= 0x20 && c <= 0x7e && c != '\\' && c != '\'' && c != '"' {
+			sb.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&sb, "\\x%02X", c)
+	}
+	return sb.String()
 }
 
 // jsonValue turns driver values into what encoding/json writes plainly.
