@@ -25,6 +25,14 @@ func TestReport(t *testing.T) {
 			{Name: "summary 30d folded_stacks (30 days stored)", SQL: "SELECT 1", Samples: 10, Want: 10, Millis: []float64{250, 260}},
 			{Name: "local 1h folded_stacks (3 h stored)", SQL: "SELECT 2", Samples: 9, Want: 10, Millis: []float64{5}},
 		}}
+	// The agent tier is judged by issue 16's 200 KB, not RFD 072's 480 KB.
+	for perHour, want := range map[float64]string{300e3: "FAIL", 190e3: "PASS"} {
+		small := st
+		small.Local.BytesPerSvcDay = 24 * perHour
+		if got := storageRows(&small)[1]; got.Goal != "≤ 200 KB" || got.Status != want {
+			t.Errorf("agent tier at %.0f KB per hour: goal %q, %s; want ≤ 200 KB, %s", perHour/1e3, got.Goal, got.Status, want)
+		}
+	}
 	noisy := ag
 	noisy.Pairs = []abPair{{1000, 600}, {1000, 1400}}
 	if rows := agentRows(&noisy); rows[2].Status != "NOISY" {
@@ -56,6 +64,7 @@ func TestReport(t *testing.T) {
 		"| storage, gateway summary tier, per service per day",
 		// 15 MB for 10 services' day is 1.5 MB per service; compact, 1.0.
 		"| storage, gateway summary tier as written against the same data copied in one go | — | — | file 15.0 MB (used 12.0, free 3.0), compact copy 10.0 MB = 1.00 MB per service per day: used ×1.20, file ×1.50 | info |",
+		"| storage, agent local tier, per service per hour (3 h simulated) | ~480 KB per hour (1 h kept) | ≤ 200 KB | 0.60 MB per hour, 14.40 MB per day written (100 rows) | FAIL |",
 		"MISMATCH: 9 samples returned, 10 stored",
 		"symbolization per interval: not measured",
 	} {
