@@ -9,7 +9,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -196,8 +195,8 @@ func columnValue(typ string, v any) any {
 	case !ok:
 		return jsonValue(v)
 	case typ == "UUID" && len(b) == 16:
-		h := hex.EncodeToString(b)
-		return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+		u := duckdb.UUID(b)
+		return u.String()
 	case typ == "BLOB":
 		return blobText(b)
 	}

@@ -238,28 +238,19 @@ func rowTablesDDL(t Tier) []string {
     sample_count     INTEGER   NOT NULL, -- every sample, trace-tagged or not
     sample_period_ns BIGINT              -- CPU time per sample (1e9 / frequency), NULL = unknown
 )`
-	traces := `CREATE TABLE ` + tb.Traces + ` (
-    ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
-    series_id        INTEGER   NOT NULL,
-    stack_id         INTEGER   NOT NULL,
-    trace_id         UUID      NOT NULL, -- the 16-byte W3C trace ID
-    span_id          UBIGINT,            -- the 8-byte span ID (big-endian), NULL without span
-    sample_count     INTEGER   NOT NULL,
-    sample_period_ns BIGINT
-)`
-	return []string{samples, traces}
+	return []string{samples, tracesDDL(t, tb.Traces, "UUID", "UBIGINT")}
 }
 
-// v9TracesDDL is Traces as versions 8 and 9 wrote it (binary IDs as BLOB),
-// for the step to version 8.
-func v9TracesDDL(t Tier) string {
-	tb := TablesFor(t)
-	return `CREATE TABLE ` + tb.Traces + ` (
-    ` + fmt.Sprintf("%-16s", tb.TimeCol) + ` TIMESTAMP NOT NULL,
+// tracesDDL is Traces under name with its ID columns of the given types:
+// UUID and UBIGINT since version 10, BLOB and BLOB in versions 4 to 9 (the
+// step to version 8 creates it so; the step to version 10 converts it).
+func tracesDDL(t Tier, name, traceType, spanType string) string {
+	return `CREATE TABLE ` + name + ` (
+    ` + fmt.Sprintf("%-16s", TablesFor(t).TimeCol) + ` TIMESTAMP NOT NULL,
     series_id        INTEGER   NOT NULL,
     stack_id         INTEGER   NOT NULL,
-    trace_id         BLOB      NOT NULL,
-    span_id          BLOB,
+    trace_id         ` + fmt.Sprintf("%-9s", traceType) + ` NOT NULL, -- the 16-byte W3C trace ID
+    span_id          ` + spanType + `, -- the 8-byte span ID (big-endian), NULL without span
     sample_count     INTEGER   NOT NULL,
     sample_period_ns BIGINT
 )`
@@ -284,7 +275,7 @@ func migrateTraceIDs(t Tier) []string {
 	tb := TablesFor(t)
 	next := tb.Traces + "_v10"
 	return []string{
-		strings.Replace(rowTablesDDL(t)[1], "CREATE TABLE "+tb.Traces+" ", "CREATE TABLE "+next+" ", 1),
+		tracesDDL(t, next, "UUID", "UBIGINT"),
 		fmt.Sprintf(`INSERT INTO %[1]s (%[2]s, series_id, stack_id, trace_id, span_id, sample_count, sample_period_ns)
 SELECT %[2]s, series_id, stack_id, CAST(hex(trace_id) AS UUID), CAST('0x' || hex(span_id) AS UBIGINT), sample_count, sample_period_ns
 FROM %[3]s ORDER BY %[2]s, series_id, trace_id, span_id, stack_id`, next, tb.TimeCol, tb.Traces),
@@ -734,7 +725,7 @@ func migrateToSeriesDictionary(t Tier) []string {
 		`DROP TABLE ` + oldDict,
 		seriesDDL(t)}
 	// Traces as version 9 wrote it: the step to version 10 converts it.
-	stmts = append(stmts, rowTablesDDL(t)[0], v9TracesDDL(t))
+	stmts = append(stmts, rowTablesDDL(t)[0], tracesDDL(t, tb.Traces, "BLOB", "BLOB"))
 	stmts = append(stmts, rollupDDL(t)...)
 	// rollup_progress is kept: rollupDDL's copy is not needed.
 	if t == Summary {

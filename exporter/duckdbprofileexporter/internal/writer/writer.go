@@ -1003,18 +1003,12 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, series, ids []int32
 		t := &traces[j]
 		t.aggRow = tracedRows[j]
 		r := t.r
-		if len(r.TraceID) != 32 {
-			return fmt.Errorf("trace ID %q: want 32 hex characters", r.TraceID)
-		}
-		if _, err := hex.Decode(t.trace[:], []byte(r.TraceID)); err != nil {
+		if !decodeID(t.trace[:], r.TraceID) {
 			return fmt.Errorf("trace ID %q: want 32 hex characters", r.TraceID)
 		}
 		if r.SpanID != "" {
 			var b [8]byte
-			if len(r.SpanID) != 16 {
-				return fmt.Errorf("span ID %q: want 16 hex characters", r.SpanID)
-			}
-			if _, err := hex.Decode(b[:], []byte(r.SpanID)); err != nil {
+			if !decodeID(b[:], r.SpanID) {
 				return fmt.Errorf("span ID %q: want 16 hex characters", r.SpanID)
 			}
 			t.span, t.hasSpan = binary.BigEndian.Uint64(b[:]), true
@@ -1030,6 +1024,15 @@ func (w *Writer) appendRows(dc driver.Conn, rows []StackRow, series, ids []int32
 		at, period := boxed.of(t.r.Time, t.r.PeriodNanos)
 		return a.AppendRow(at, t.series, t.stack, t.trace, span, clampCount(t.r.Count), period)
 	})
+}
+
+// decodeID fills dst with the bytes of s, exactly 2×len(dst) hex digits.
+func decodeID(dst []byte, s string) bool {
+	if len(s) != 2*len(dst) {
+		return false
+	}
+	_, err := hex.Decode(dst, []byte(s))
+	return err == nil
 }
 
 // tracedRow is a trace-tagged row with its IDs decoded.
