@@ -289,6 +289,16 @@ func storageRows(st *storebench.Result) []row {
 			"info",
 			"after CHECKPOINT: used blocks from pragma_database_size; the compact copy is COPY FROM DATABASE into a fresh file, CHECKPOINTed"})
 	}
+	// What an agent's file holds: its hour (the row above spreads the
+	// stack dictionary of the whole simulated span over its hours).
+	if lh := st.LocalHour; lh.BytesPerSvcHour > 0 {
+		rows = append(rows, row{
+			"storage, agent local tier holding its hour (the default 1 h retention run on the file), per service per hour", "~480 KB per hour (1 h kept)", "≤ 200 KB",
+			fmt.Sprintf("%s compact (%d rows and %d stacks over %.0f min; file %.1f MB, used %.1f MB, compact copy %.1f MB)",
+				mb(lh.BytesPerSvcHour), lh.Rows, lh.Stacks, 60*lh.KeptHours, float64(lh.FileBytes)/1e6, float64(lh.UsedBytes)/1e6, float64(lh.CompactBytes)/1e6),
+			verdict(lh.BytesPerSvcHour, 200e3, true),
+			"a copy of the agent's file after the exporter's default retention (rows and stacks older than 1 h by the real clock) ran on it and CHECKPOINT; the compact copy (COPY FROM DATABASE into a fresh file) ÷ services ÷ hours kept. One retention run deletes two thirds of the file, scattered over its row groups, which stay in their blocks: the used blocks are an upper bound, the compact copy the layout's own cost"})
+	}
 	if sd := st.Steady; sd.UsedBytes > 0 {
 		rows = append(rows, row{
 			fmt.Sprintf("storage, gateway after %d days at the default retention (traces kept 7 days), per service per day", st.SummaryDay), "—", "≤ 2 MB",

@@ -21,6 +21,8 @@ func TestReport(t *testing.T) {
 	st := storebench.Result{Services: 10, SpanHours: 24, LocalSpanHours: 3,
 		Summary: storebench.Tier{Path: "/x/summary.duckdb", BytesPerSvcDay: 1.5e6, Rows: 100, FileBytes: 15e6, UsedBytes: 12e6, CompactBytes: 10e6},
 		Local:   storebench.Tier{Path: "/x/local.duckdb", BytesPerSvcDay: 24 * 600e3, Rows: 100},
+		LocalHour: storebench.Steady{FileBytes: 11e6, UsedBytes: 10e6, CompactBytes: 6.8e6, Rows: 40, Stacks: 30, KeptHours: 58.0 / 60,
+			BytesPerSvcHour: 6.8e6 / 10 / (58.0 / 60)},
 		Queries: []storebench.Query{
 			{Name: "summary 30d folded_stacks (30 days stored)", SQL: "SELECT 1", Samples: 10, Want: 10, Millis: []float64{250, 260}},
 			{Name: "local 1h folded_stacks (3 h stored)", SQL: "SELECT 2", Samples: 9, Want: 10, Millis: []float64{5}},
@@ -31,6 +33,16 @@ func TestReport(t *testing.T) {
 		small.Local.BytesPerSvcDay = 24 * perHour
 		if got := storageRows(&small)[1]; got.Goal != "≤ 200 KB" || got.Status != want {
 			t.Errorf("agent tier at %.0f KB per hour: goal %q, %s; want ≤ 200 KB, %s", perHour/1e3, got.Goal, got.Status, want)
+		}
+	}
+	// The agent's hour is judged by the same goal, on its compact copy.
+	for perHour, want := range map[float64]string{300e3: "FAIL", 190e3: "PASS"} {
+		small := st
+		small.LocalHour.BytesPerSvcHour = perHour
+		rows := storageRows(&small)
+		i := slices.IndexFunc(rows, func(r row) bool { return strings.Contains(r.Figure, "agent local tier holding its hour") })
+		if i < 0 || rows[i].Goal != "≤ 200 KB" || rows[i].Status != want {
+			t.Errorf("agent's hour at %.0f KB per hour: row %d %+v; want ≤ 200 KB, %s", perHour/1e3, i, rows, want)
 		}
 	}
 	noisy := ag
@@ -65,6 +77,7 @@ func TestReport(t *testing.T) {
 		// 15 MB for 10 services' day is 1.5 MB per service; compact, 1.0.
 		"| storage, gateway summary tier as written against the same data copied in one go | — | — | file 15.0 MB (used 12.0, free 3.0), compact copy 10.0 MB = 1.00 MB per service per day: used ×1.20, file ×1.50 | info |",
 		"| storage, agent local tier, per service per hour (3 h simulated) | ~480 KB per hour (1 h kept) | ≤ 200 KB | 0.60 MB per hour, 14.40 MB per day written (100 rows) | FAIL |",
+		"| storage, agent local tier holding its hour (the default 1 h retention run on the file), per service per hour | ~480 KB per hour (1 h kept) | ≤ 200 KB | 0.70 MB compact (40 rows and 30 stacks over 58 min; file 11.0 MB, used 10.0 MB, compact copy 6.8 MB) | FAIL |",
 		"MISMATCH: 9 samples returned, 10 stored",
 		"symbolization per interval: not measured",
 	} {

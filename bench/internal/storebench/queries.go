@@ -105,44 +105,42 @@ FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples
 	}
 	// Last, as it deletes: the gateway's default retention on the N-day
 	// file is what a gateway that ran N days keeps.
-	steady, err := steadyState(ctx, longPath, o.Host.Services, o.Days, o.Log)
+	steady, err := retained(ctx, "summary", summaryTables, longPath, time.Minute)
 	if err != nil {
 		return nil, err
 	}
+	steady.BytesPerSvcDay = float64(steady.UsedBytes) / float64(o.Host.Services) / float64(o.Days)
+	o.Log("storage: %d-day file at the default retention: %.1f MB used, %.1f MB free, %.1f MB compacted, traces over %.1f days (retention took %.0f s)",
+		o.Days, float64(steady.UsedBytes)/1e6, float64(steady.FreeBytes)/1e6, float64(steady.CompactBytes)/1e6, steady.TraceDays, steady.Seconds)
 	res.Steady = steady
 	return qs, nil
 }
 
-// steadyState starts the summary exporter with its default retention on
-// path (a file of days days), waits for the retention run that starts
-// with it, and measures what the file then holds, per service and day.
-// (Not used for
-// the agent's file: one retention run on it deletes half of its
-// stack dictionary, scattered over every row group, and DuckDB keeps such deleted
-// rows in their blocks, so its used blocks would say nothing about an
-// agent that deletes a little every 10 minutes.)
-func steadyState(ctx context.Context, path string, services, days int, logf func(string, ...any)) (Steady, error) {
+// retained starts the tier's exporter with its default retention on path,
+// waits for the retention run that starts with it, and measures what the
+// file then holds (bucket: the width of the tier's sample rows).
+func retained(ctx context.Context, tier string, tb tierTables, path string, bucket time.Duration) (Steady, error) {
 	var out Steady
 	core, logs := observer.New(zap.DebugLevel)
 	began := time.Now()
-	exp, err := startExporterLogging(ctx, "summary", path, core, true)
+	exp, err := startExporterLogging(ctx, tier, path, core, true)
 	if err != nil {
-		return out, fmt.Errorf("steady state of %s: %w", path, err)
+		return out, fmt.Errorf("retention on %s: %w", path, err)
 	}
 	for logs.FilterMessage("retention run done").Len() == 0 {
 		if failed := logs.FilterMessage("retention cleanup failed; will retry next interval"); failed.Len() > 0 {
 			_ = exp.Shutdown(ctx)
-			return out, fmt.Errorf("steady state of %s: retention failed: %v", path, failed.All()[0].ContextMap())
+			return out, fmt.Errorf("retention on %s failed: %v", path, failed.All()[0].ContextMap())
 		}
 		if time.Since(began) > time.Hour {
 			_ = exp.Shutdown(ctx)
-			return out, fmt.Errorf("steady state of %s: no retention run after an hour", path)
+			return out, fmt.Errorf("retention on %s: no run after an hour", path)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	out.Seconds = time.Since(began).Seconds()
 	if err := exp.Shutdown(ctx); err != nil {
-		return out, fmt.Errorf("steady state of %s: %w", path, err)
+		return out, fmt.Errorf("retention on %s: %w", path, err)
 	}
 	db, err := sql.Open("duckdb", path)
 	if err != nil {
@@ -161,10 +159,13 @@ func steadyState(ctx context.Context, path string, services, days int, logf func
 		return out, fmt.Errorf("compact copy of %s: %w", path, err)
 	}
 	var oldestTrace, newestTrace sql.NullTime
-	q := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s), count(*), min(%[3]s), max(%[3]s) FROM %[2]s`, summaryTables.sampleRows, summaryTables.traceRows, summaryTables.timeCol)
-	if err := db.QueryRowContext(ctx, q).Scan(&out.Rows, &out.TracedRows, &oldestTrace, &newestTrace); err != nil {
+	var buckets int64
+	q := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s), (SELECT count(DISTINCT %[3]s) FROM %[1]s), (SELECT count(*) FROM %[4]s),
+  count(*), min(%[3]s), max(%[3]s) FROM %[2]s`, tb.sampleRows, tb.traceRows, tb.timeCol, tb.stackDict)
+	if err := db.QueryRowContext(ctx, q).Scan(&out.Rows, &buckets, &out.Stacks, &out.TracedRows, &oldestTrace, &newestTrace); err != nil {
 		return out, fmt.Errorf("count rows of %s: %w", path, err)
 	}
+	out.KeptHours = float64(buckets) * bucket.Hours()
 	if oldestTrace.Valid {
 		out.TraceDays = newestTrace.Time.Sub(oldestTrace.Time).Hours() / 24
 	}
@@ -176,9 +177,6 @@ func steadyState(ctx context.Context, path string, services, days int, logf func
 		return out, fmt.Errorf("size of %s: %w", path, err)
 	}
 	out.FileBytes = st.Size()
-	out.BytesPerSvcDay = float64(out.UsedBytes) / float64(services) / float64(days)
-	logf("storage: %d-day file at the default retention: %.1f MB used, %.1f MB free, %.1f MB compacted, traces over %.1f days (retention took %.0f s)",
-		days, float64(out.UsedBytes)/1e6, float64(out.FreeBytes)/1e6, float64(out.CompactBytes)/1e6, out.TraceDays, out.Seconds)
 	return out, nil
 }
 

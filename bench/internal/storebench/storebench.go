@@ -111,11 +111,22 @@ type Result struct {
 	// Steady is the N-day file after the gateway's default retention ran
 	// on it: what a gateway that has run N days holds.
 	Steady Steady `json:"steady_state"`
+	// LocalHour is a copy of the agent's file after the agent's default
+	// retention (1 h) ran on it: the hour an agent holds. The local row
+	// above divides LocalSpan's file by its hours, which spreads the stack
+	// dictionary (most of the file) over them: the stacks of one hour are
+	// over half of those of three.
+	LocalHour Steady `json:"local_hour"`
 }
 
-// Steady is a file's size at steady state: DuckDB's used blocks are its
-// data; free blocks (left by deletes and rewritten row groups) are reused
-// by later writes, so they are reported but not counted.
+// Steady is a file's size after the tier's default retention ran on it.
+// At the gateway, DuckDB's used blocks are its data; free blocks (left by
+// deletes and rewritten row groups) are reused by later writes, so they are
+// reported but not counted. At the agent, one retention run deletes two
+// thirds of the rows and of the stack dictionary, scattered over every row
+// group, and DuckDB keeps deleted rows in their blocks: its used blocks are
+// an upper bound there, and the compact copy, the layout's own cost for the
+// hour, is the figure (BytesPerSvcHour).
 type Steady struct {
 	FileBytes int64 `json:"file_bytes"`
 	UsedBytes int64 `json:"used_bytes"`
@@ -127,6 +138,11 @@ type Steady struct {
 	TraceDays      float64 `json:"trace_days"` // span of trace-tagged rows kept
 	BytesPerSvcDay float64 `json:"bytes_per_service_day"`
 	Seconds        float64 `json:"retention_seconds"` // the retention run that made it
+	Stacks         int64   `json:"stacks"`            // stack dictionary entries kept
+	// KeptHours is the span of the sample rows kept: their distinct times
+	// × the bucket width.
+	KeptHours       float64 `json:"kept_hours"`
+	BytesPerSvcHour float64 `json:"bytes_per_service_hour,omitempty"` // agent: compact copy ÷ services ÷ KeptHours
 }
 
 // Run writes the simulated span through both tiers, measures the files and
@@ -221,6 +237,22 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := measureTier(ctx, &res.Local, localPath, localTables, o.Host.Services, o.LocalSpan.Hours()/24); err != nil {
 		return nil, err
 	}
+	// The agent's hour: its default retention on a copy, as early as
+	// possible (the simulated span ends at o.End; retention cuts at the
+	// real clock less 1 h), as the queries below need the whole file.
+	localHourPath := filepath.Join(o.Dir, "local-hour.duckdb")
+	if err := copyFile(localPath, localHourPath); err != nil {
+		return nil, err
+	}
+	if res.LocalHour, err = retained(ctx, "local", localTables, localHourPath, o.Host.Interval); err != nil {
+		return nil, err
+	}
+	if h := res.LocalHour.KeptHours; h > 0 {
+		res.LocalHour.BytesPerSvcHour = float64(res.LocalHour.CompactBytes) / float64(o.Host.Services) / h
+	}
+	o.Log("storage: agent file after its default retention: %.1f MB used, %.1f MB free, %.1f MB compacted, %d rows and %d stacks over %.2f h (retention took %.0f s)",
+		float64(res.LocalHour.UsedBytes)/1e6, float64(res.LocalHour.FreeBytes)/1e6, float64(res.LocalHour.CompactBytes)/1e6,
+		res.LocalHour.Rows, res.LocalHour.Stacks, res.LocalHour.KeptHours, res.LocalHour.Seconds)
 	if err := measureTier(ctx, &res.Summary, summaryPath, summaryTables, o.Host.Services, days); err != nil {
 		return nil, err
 	}

@@ -10,13 +10,15 @@ import (
 
 // TestSmallRun drives the real exporter with a small simulated host for
 // an hour: both files hold every sample, every query returns exactly the
-// stored samples, and the probe trace is found whole.
+// stored samples, and the probe trace is found whole. The hour ends 15
+// minutes before now, so the agent's default retention (1 h, against the
+// real clock) keeps about its last 45 minutes.
 func TestSmallRun(t *testing.T) {
 	p := simday.Default()
 	p.Services = 3
 	o := Options{
-		Dir: t.TempDir(), Host: p, Span: time.Hour, LocalSpan: 30 * time.Minute, Days: 2, Runs: 1, LongRuns: 1,
-		End: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Log: t.Logf,
+		Dir: t.TempDir(), Host: p, Span: time.Hour, LocalSpan: time.Hour, Days: 2, Runs: 1, LongRuns: 1,
+		End: time.Now().UTC().Truncate(time.Minute).Add(-15 * time.Minute), Log: t.Logf,
 	}
 	res, err := Run(context.Background(), o)
 	if err != nil {
@@ -26,11 +28,11 @@ func TestSmallRun(t *testing.T) {
 	if want := perInterval * 4 * 60; res.Summary.Samples != want {
 		t.Fatalf("summary tier holds %d samples, want %d", res.Summary.Samples, want)
 	}
-	if want := perInterval * 4 * 30; res.Local.Samples != want {
+	if want := perInterval * 4 * 60; res.Local.Samples != want {
 		t.Fatalf("local tier holds %d samples, want %d", res.Local.Samples, want)
 	}
-	if res.Local.Pushes != 120 || res.Summary.Pushes != 60 {
-		t.Fatalf("pushes: local %d (want 120), summary %d (want 60)", res.Local.Pushes, res.Summary.Pushes)
+	if res.Local.Pushes != 240 || res.Summary.Pushes != 60 {
+		t.Fatalf("pushes: local %d (want 240), summary %d (want 60)", res.Local.Pushes, res.Summary.Pushes)
 	}
 	for _, tier := range []Tier{res.Local, res.Summary} {
 		if tier.FileBytes <= 0 || tier.BytesPerSvcDay <= 0 || tier.Rows <= 0 || tier.TracedRows <= 0 {
@@ -43,8 +45,18 @@ func TestSmallRun(t *testing.T) {
 	if len(res.Summary.Breakdown) == 0 || res.Summary.Breakdown[0].Bytes <= 0 {
 		t.Fatalf("no storage breakdown: %+v", res.Summary.Breakdown)
 	}
-	// The simulated hour ended in the past: the default retention leaves
-	// the dictionaries and roll-ups, which still take blocks.
+	// The agent's retention deleted the rows of the hour's first 15
+	// minutes or more, and the stacks only they used.
+	lh := res.LocalHour
+	if lh.KeptHours <= 0 || lh.KeptHours > 0.75 || lh.Rows <= 0 || lh.Rows >= res.Local.Rows || lh.Stacks <= 0 || lh.Stacks >= res.Local.Stacks {
+		t.Fatalf("agent file after retention: %.2f h, %d of %d rows, %d of %d stacks; want under 45 minutes and fewer rows and stacks",
+			lh.KeptHours, lh.Rows, res.Local.Rows, lh.Stacks, res.Local.Stacks)
+	}
+	if want := float64(lh.CompactBytes) / 3 / lh.KeptHours; lh.CompactBytes <= 0 || lh.BytesPerSvcHour != want {
+		t.Fatalf("agent's hour: %.0f bytes per service per hour, want compact copy %d ÷ 3 services ÷ %.2f h", lh.BytesPerSvcHour, lh.CompactBytes, lh.KeptHours)
+	}
+	// The gateway's default retention keeps 30 days: it leaves the whole
+	// simulated hour, the dictionaries and roll-ups.
 	if sd := res.Steady; sd.UsedBytes <= 0 || sd.FileBytes < sd.UsedBytes || sd.BytesPerSvcDay <= 0 || sd.CompactBytes <= 0 {
 		t.Fatalf("implausible steady state: %+v", sd)
 	}
