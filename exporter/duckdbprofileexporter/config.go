@@ -50,19 +50,29 @@ type DuckDBConfig struct {
 	// memory_limit (sorts, joins, large aggregates); "" keeps DuckDB's
 	// default, "<path>.tmp" beside the file.
 	TempDirectory string `mapstructure:"temp_directory"`
+	// BlockSize is the block size, in bytes, of a file this exporter
+	// creates: a power of two from 16384 to 262144 (DuckDB's default);
+	// 0 takes the tier's default. A file keeps the size it was created
+	// with. DuckDB gives each column's segment of a row group blocks of its
+	// own, so an agent's hour (a few MB over a dozen tables) is a third
+	// smaller in 64 KiB blocks, while a gateway's month is 3 % larger.
+	BlockSize int `mapstructure:"block_size"`
 }
 
 var memoryLimitPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$`)
 
 // resources returns the DuckDB bounds with the tier's defaults filled in.
 func (c *Config) resources() writer.Resources {
-	r := writer.Resources{MemoryLimit: c.DuckDB.MemoryLimit, Threads: c.DuckDB.Threads, TempDirectory: c.DuckDB.TempDirectory}
+	r := writer.Resources{MemoryLimit: c.DuckDB.MemoryLimit, Threads: c.DuckDB.Threads, TempDirectory: c.DuckDB.TempDirectory, BlockSize: c.DuckDB.BlockSize}
 	local := schema.Tier(c.Tier) == schema.Local
 	if r.MemoryLimit == "" {
 		r.MemoryLimit = map[bool]string{true: "64MB", false: "1GB"}[local]
 	}
 	if r.Threads == 0 {
 		r.Threads = map[bool]int{true: 1, false: 2}[local]
+	}
+	if r.BlockSize == 0 {
+		r.BlockSize = map[bool]int{true: 64 << 10, false: 256 << 10}[local]
 	}
 	return r
 }
@@ -170,6 +180,9 @@ func (c *Config) Validate() error {
 	}
 	if m := c.DuckDB.MemoryLimit; m != "" && !memoryLimitPattern.MatchString(m) {
 		errs = append(errs, fmt.Errorf("duckdb.memory_limit must be a size such as 64MB or 1GB, got %q", m))
+	}
+	if b := c.DuckDB.BlockSize; b != 0 && (b < 16<<10 || b > 256<<10 || b&(b-1) != 0) {
+		errs = append(errs, fmt.Errorf("duckdb.block_size must be 0 (tier default) or a power of two from 16384 to 262144 bytes, got %d", b))
 	}
 	if c.DuckDB.Threads < 0 || c.DuckDB.Threads > 256 {
 		errs = append(errs, fmt.Errorf("duckdb.threads must be between 0 (tier default) and 256, got %d", c.DuckDB.Threads))

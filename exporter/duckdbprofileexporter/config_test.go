@@ -48,6 +48,9 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 		"rows":      {func(c *Config) { c.Query.MaxRows = 0 }, "query.max_rows must be positive"},
 		"memory":    {func(c *Config) { c.DuckDB.MemoryLimit = "64 potatoes" }, "duckdb.memory_limit must be a size"},
 		"threads":   {func(c *Config) { c.DuckDB.Threads = -1 }, "duckdb.threads must be between"},
+		"blocksize": {func(c *Config) { c.DuckDB.BlockSize = 100000 }, "duckdb.block_size must be 0 (tier default) or a power of two from 16384 to 262144 bytes, got 100000"},
+		"blockmax":  {func(c *Config) { c.DuckDB.BlockSize = 512 << 10 }, "duckdb.block_size must be"},
+		"blockmin":  {func(c *Config) { c.DuckDB.BlockSize = 8 << 10 }, "duckdb.block_size must be"},
 		"tempdir":   {func(c *Config) { c.DuckDB.TempDirectory = "config_test.go" }, `duckdb.temp_directory "config_test.go" exists and is not a directory`},
 		"parallel":  {func(c *Config) { c.Query.MaxConcurrent = 0 }, "query.max_concurrent must be between 1 and 64, got 0"},
 	}
@@ -75,15 +78,18 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 func TestDuckDBResourceDefaultsByTier(t *testing.T) {
 	cfg := createDefaultConfig()
 	cfg.Tier = "local"
-	if r := cfg.resources(); r.MemoryLimit != "64MB" || r.Threads != 1 {
+	if r := cfg.resources(); r.MemoryLimit != "64MB" || r.Threads != 1 || r.BlockSize != 65536 {
 		t.Errorf("local tier resources = %+v", r)
 	}
 	cfg.Tier = "summary"
-	if r := cfg.resources(); r.MemoryLimit != "1GB" || r.Threads != 2 {
+	if r := cfg.resources(); r.MemoryLimit != "1GB" || r.Threads != 2 || r.BlockSize != 262144 {
 		t.Errorf("summary tier resources = %+v", r)
 	}
-	cfg.DuckDB = DuckDBConfig{MemoryLimit: "3GB", Threads: 4}
-	if r := cfg.resources(); r.MemoryLimit != "3GB" || r.Threads != 4 {
+	cfg.DuckDB = DuckDBConfig{MemoryLimit: "3GB", Threads: 4, BlockSize: 32768}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.resources(); r.MemoryLimit != "3GB" || r.Threads != 4 || r.BlockSize != 32768 {
 		t.Errorf("configured resources = %+v", r)
 	}
 }

@@ -31,9 +31,15 @@ func Copy(ctx context.Context, conn *sql.Conn, src, dst string) (Stats, error) {
 	if err != nil {
 		return st, fmt.Errorf("list the tables of %s: %w", src, err)
 	}
+	// The copy keeps the file's block size: an agent's file, created in
+	// 64 KiB blocks, is a third larger copied into DuckDB's default 256.
+	var blockSize int64
+	if err := conn.QueryRowContext(ctx, "SELECT block_size FROM pragma_database_size() WHERE database_name = ?", src).Scan(&blockSize); err != nil {
+		return st, fmt.Errorf("block size of %s: %w", src, err)
+	}
 	const alias = "hotpath_copy"
 	for _, stmt := range []string{
-		"ATTACH " + sqlquery.Quote(dst) + " AS " + alias,
+		fmt.Sprintf("ATTACH %s AS %s (BLOCK_SIZE %d)", sqlquery.Quote(dst), alias, blockSize),
 		"COPY FROM DATABASE " + ident(src) + " TO " + alias,
 	} {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {

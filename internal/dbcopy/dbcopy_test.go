@@ -14,7 +14,8 @@ import (
 )
 
 // TestCopyKeepsTablesViewsAndMacros copies a file written in many
-// transactions and reads every object back from the copy.
+// transactions and reads every object back from the copy, which has the
+// file's block size (not DuckDB's default).
 func TestCopyKeepsTablesViewsAndMacros(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -37,7 +38,7 @@ func TestCopyKeepsTablesViewsAndMacros(t *testing.T) {
 			}
 		}
 	}
-	exec("ATTACH "+sqlquery.Quote(src)+" AS src",
+	exec("ATTACH "+sqlquery.Quote(src)+" AS src (BLOCK_SIZE 65536)",
 		"CREATE TABLE src.rows (id INTEGER PRIMARY KEY, stack INTEGER[], n BIGINT)",
 		"CREATE TABLE src.empty (x VARCHAR)",
 		"CREATE VIEW src.totals AS SELECT sum(n) AS n FROM src.rows",
@@ -53,9 +54,12 @@ func TestCopyKeepsTablesViewsAndMacros(t *testing.T) {
 		t.Fatalf("copied %d tables, %d rows; want 2 and 5000", st.Tables, st.Rows)
 	}
 	exec("ATTACH "+sqlquery.Quote(dst)+" AS dst", "USE dst")
-	var n, total, twice int64
+	var n, total, twice, blockSize int64
 	if err := conn.QueryRowContext(ctx, "SELECT (SELECT count(*) FROM rows), (SELECT n FROM totals), twice(21)").Scan(&n, &total, &twice); err != nil {
 		t.Fatal(err)
+	}
+	if err := conn.QueryRowContext(ctx, "SELECT block_size FROM pragma_database_size() WHERE database_name = 'dst'").Scan(&blockSize); err != nil || blockSize != 65536 {
+		t.Fatalf("the copy's block size is %d (%v), want the file's 65536", blockSize, err)
 	}
 	if n != 5000 || total != 10*4999*5000/2 || twice != 42 {
 		t.Fatalf("the copy reads %d rows, total %d, twice(21) = %d", n, total, twice)

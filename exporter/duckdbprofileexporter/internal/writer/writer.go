@@ -257,6 +257,9 @@ type Resources struct {
 	MemoryLimit   string // DuckDB size, e.g. "64MB"; "" keeps DuckDB's default
 	Threads       int    // 0 keeps DuckDB's default
 	TempDirectory string // where DuckDB spills; "" keeps DuckDB's default (<path>.tmp)
+	// BlockSize is the block size of the file if Open creates it (0:
+	// DuckDB's default); an existing file keeps its own.
+	BlockSize int
 }
 
 // Option configures Open.
@@ -309,7 +312,13 @@ func WrapOpenError(path string, err error) error {
 }
 
 func (w *Writer) open(ctx context.Context) error {
-	c, err := duckdb.NewConnector(w.path, nil)
+	dsn := w.path
+	if w.res.BlockSize > 0 {
+		// DuckDB's setting for a file it creates; it reads an existing
+		// file's from its header.
+		dsn += "?default_block_size=" + strconv.Itoa(w.res.BlockSize)
+	}
+	c, err := duckdb.NewConnector(dsn, nil)
 	if err != nil {
 		return WrapOpenError(w.path, err)
 	}

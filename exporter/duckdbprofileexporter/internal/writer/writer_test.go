@@ -274,6 +274,54 @@ func TestResourcesBoundDuckDB(t *testing.T) {
 	}
 }
 
+// The block size applies to a file Open creates; a file created before
+// keeps its own, and both take batches.
+func TestBlockSizeAppliesToNewFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	blockSize := func(w *Writer) string {
+		t.Helper()
+		return strings.Join(queryStrings(t, w.DB(), "SELECT block_size FROM pragma_database_size() WHERE database_name = current_database()"), "")
+	}
+	write := func(w *Writer, frame string) {
+		t.Helper()
+		if err := w.Write(ctx, &Batch{Rows: []StackRow{{Time: t0, ServiceID: "s", Frames: []string{frame}, Count: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	small := Resources{BlockSize: 64 << 10}
+	fresh, err := Open(ctx, filepath.Join(dir, "new.duckdb"), schema.Local, WithResources(small))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(fresh, "a")
+	if got := blockSize(fresh); got != "65536" {
+		t.Errorf("a new file with block_size 65536 has blocks of %s bytes", got)
+	}
+	if err := fresh.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	oldPath := filepath.Join(dir, "old.duckdb")
+	old := open(t, oldPath, schema.Local)
+	write(old, "a")
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	old, err = Open(ctx, oldPath, schema.Local, WithResources(small))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	write(old, "b")
+	if got := blockSize(old); got != "262144" {
+		t.Errorf("a file created with DuckDB's default blocks has blocks of %s bytes after a reopen with block_size 65536", got)
+	}
+	if got := queryStrings(t, old.DB(), "SELECT folded FROM cpu_profile_samples_local_decoded ORDER BY folded"); strings.Join(got, ",") != "a,b" {
+		t.Errorf("rows of the reopened file: %v", got)
+	}
+}
+
 // A batch sent twice (a retry after a lost answer, or a window replayed from
 // the stackaggregator's log after a crash) is stored once, in both tiers and
 // across a reopen of the file.
