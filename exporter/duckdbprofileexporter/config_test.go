@@ -82,7 +82,7 @@ func TestDuckDBResourceDefaultsByTier(t *testing.T) {
 		t.Errorf("local tier resources = %+v", r)
 	}
 	cfg.Tier = "summary"
-	if r := cfg.resources(); r.MemoryLimit != "1GB" || r.Threads != 2 || r.BlockSize != 262144 {
+	if r := cfg.resources(); r.MemoryLimit != "1GB" || r.Threads != 2 || r.BlockSize != 131072 {
 		t.Errorf("summary tier resources = %+v", r)
 	}
 	cfg.DuckDB = DuckDBConfig{MemoryLimit: "3GB", Threads: 4, BlockSize: 32768}
