@@ -18,8 +18,13 @@ collector=./bin/otelcol-hotpath
 pids=()
 stop() {
 	trap - INT TERM EXIT
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
+	# The agent first, then the gateway: stopped together, the gateway
+	# went first and the agent's last batch failed to send ("connection
+	# refused", kept in its queue for the next start but logged as errors).
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill -TERM "${pids[i]}" 2>/dev/null || true
+		wait "${pids[i]}" 2>/dev/null || true
+	done
 	rm -f "$runpid"
 }
 trap stop INT TERM EXIT
