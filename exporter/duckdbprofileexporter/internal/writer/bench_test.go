@@ -47,6 +47,14 @@ func BenchmarkWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer w.Close()
+			// writeTx is called directly below, without write, which
+			// waits for the dictionaries Open loads in the background.
+			w.mu.Lock()
+			err = w.awaitDicts()
+			w.mu.Unlock()
+			if err != nil {
+				b.Fatal(err)
+			}
 			batches := make([]*Batch, 4)
 			for i := range batches {
 				batches[i] = benchBatch(rowsPerBatch, time.Unix(1_700_000_000+int64(i)*15, 0))
