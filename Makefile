@@ -145,6 +145,7 @@ test: check-generated lint build test-race test-deploy
 	@[ "$$(id -u)" = 0 ] || { echo "make test must run as root: the eBPF tests load real BPF programs"; exit 1; }
 	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath $(GO) test -tags privileged -count=1 -timeout 30m ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
+	BENCH_SMOKE=1 ./scripts/bench.sh
 
 bench: build
 	@$(call install-tool,benchstat,golang.org/x/perf/cmd/benchstat,$(BENCHSTAT_VERSION))

@@ -16,6 +16,7 @@
 #   BENCH_ONLY="agent unwinding churn symbolize micro storage"  phases to run (a subset
 #                        writes bench/results/<date>-<host>-<phases>.md)
 #   BENCH_KEEP=1         keep the work directory (JSON, logs, DuckDB files)
+#   BENCH_SMOKE=1        run each micro-benchmark once and nothing else (make test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$HOME/go/bin:$PATH
@@ -32,6 +33,27 @@ BENCH_LOCAL_SPAN=${BENCH_LOCAL_SPAN:-3h}
 BENCH_DAYS=${BENCH_DAYS:-30}
 all_phases="agent unwinding churn symbolize micro storage"
 BENCH_ONLY=${BENCH_ONLY:-$all_phases}
+
+# The micro phase's Go benchmarks: package, -bench regexp, -benchtime.
+micro_benchmarks=(
+	"./internal/symbolize ^BenchmarkSymbolizeInterval$ 50x"
+	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonWalk$ 20x"
+	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonResolve$ 2000x"
+	"./processor/stackaggregatorprocessor ^(BenchmarkMerge|BenchmarkWindow)$ 0.5s"
+	"./exporter/duckdbprofileexporter/internal/writer ^BenchmarkWrite$ 5x"
+	"./exporter/duckdbprofileexporter ^BenchmarkPush$ 20x"
+)
+if [ "${BENCH_SMOKE:-0}" = 1 ]; then
+	# make test runs each once: a benchmark that no longer runs (BenchmarkWrite
+	# panicked for hours unseen) fails the tests, not the next make bench.
+	for m in "${micro_benchmarks[@]}"; do
+		# shellcheck disable=SC2086
+		set -- $m
+		echo "+ go test -tags privileged -run '^\$' -bench '$2' -benchtime 1x -count 1 $1"
+		go test -tags privileged -run '^$' -bench "$2" -benchtime 1x -count 1 "$1"
+	done
+	exit 0
+fi
 
 work=$(mktemp -d /tmp/hotpath-bench.XXXXXX)
 if [ "${BENCH_KEEP:-0}" = 1 ]; then
@@ -99,12 +121,10 @@ if wants micro; then
 		go test -tags privileged -run '^$' -bench "$2" -benchtime "$3" -count "$BENCH_COUNT" "$1" | tee -a "$work/micro.txt" | grep -E '^(Benchmark|ok|FAIL)' >&2 \
 			|| { echo "FAILED: go test -bench $1" >&2; failed+=("micro $1"); }
 	}
-	micro ./internal/symbolize '^BenchmarkSymbolizeInterval$' 50x
-	micro ./receiver/ebpfprofilereceiver/internal/sampler '^BenchmarkPythonWalk$' 20x
-	micro ./receiver/ebpfprofilereceiver/internal/sampler '^BenchmarkPythonResolve$' 2000x
-	micro ./processor/stackaggregatorprocessor '^(BenchmarkMerge|BenchmarkWindow)$' 0.5s
-	micro ./exporter/duckdbprofileexporter/internal/writer '^BenchmarkWrite$' 5x
-	micro ./exporter/duckdbprofileexporter '^BenchmarkPush$' 20x
+	for m in "${micro_benchmarks[@]}"; do
+		# shellcheck disable=SC2086 # package, regexp and benchtime, split
+		micro $m
+	done
 	if command -v benchstat >/dev/null; then
 		benchstat "$work/micro.txt" >"$work/benchstat.txt" 2>&1 || true
 	fi
