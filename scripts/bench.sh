@@ -43,14 +43,19 @@ micro_benchmarks=(
 	"./exporter/duckdbprofileexporter/internal/writer ^BenchmarkWrite$ 5x"
 	"./exporter/duckdbprofileexporter ^BenchmarkPush$ 20x"
 )
+# go_bench runs Go benchmarks: package, -bench regexp, -benchtime, -count
+# (the BPF ones are in privileged files).
+go_bench() {
+	echo "+ go test -tags privileged -run '^\$' -bench '$2' -benchtime $3 -count $4 $1" >&2
+	go test -tags privileged -run '^$' -bench "$2" -benchtime "$3" -count "$4" "$1"
+}
 if [ "${BENCH_SMOKE:-0}" = 1 ]; then
 	# make test runs each once: a benchmark that no longer runs (BenchmarkWrite
 	# panicked for hours unseen) fails the tests, not the next make bench.
 	for m in "${micro_benchmarks[@]}"; do
-		# shellcheck disable=SC2086
+		# shellcheck disable=SC2086 # package, regexp and benchtime, split
 		set -- $m
-		echo "+ go test -tags privileged -run '^\$' -bench '$2' -benchtime 1x -count 1 $1"
-		go test -tags privileged -run '^$' -bench "$2" -benchtime 1x -count 1 "$1"
+		go_bench "$1" "$2" 1x 1
 	done
 	exit 0
 fi
@@ -116,9 +121,8 @@ fi
 if wants micro; then
 	echo "== micro: Go benchmarks of the hot paths (-count $BENCH_COUNT)"
 	: >"$work/micro.txt"
-	micro() { # package, -bench regexp, -benchtime (the BPF ones are in privileged files)
-		echo "+ go test -tags privileged -run '^\$' -bench '$2' -benchtime $3 -count $BENCH_COUNT $1" >&2
-		go test -tags privileged -run '^$' -bench "$2" -benchtime "$3" -count "$BENCH_COUNT" "$1" | tee -a "$work/micro.txt" | grep -E '^(Benchmark|ok|FAIL)' >&2 \
+	micro() { # package, -bench regexp, -benchtime
+		go_bench "$1" "$2" "$3" "$BENCH_COUNT" | tee -a "$work/micro.txt" | grep -E '^(Benchmark|ok|FAIL)' >&2 \
 			|| { echo "FAILED: go test -bench $1" >&2; failed+=("micro $1"); }
 	}
 	for m in "${micro_benchmarks[@]}"; do
