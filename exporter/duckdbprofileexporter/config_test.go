@@ -94,6 +94,31 @@ func TestDuckDBResourceDefaultsByTier(t *testing.T) {
 	}
 }
 
+// TestRetentionPolicyKeepsBatchIDsAnHourPastTheRows: ids of stored batches
+// are kept as long as the rows they stored and an hour more (an agent: 2 h,
+// not the week it kept before; a gateway: its 30 days and an hour).
+func TestRetentionPolicyKeepsBatchIDsAnHourPastTheRows(t *testing.T) {
+	for _, c := range []struct {
+		tier                                      string
+		stacks, wantStacks, wantIDs, wantInterval time.Duration
+	}{
+		{"local", 0, time.Hour, 2 * time.Hour, 10 * time.Minute},
+		{"summary", 0, 30 * 24 * time.Hour, 30*24*time.Hour + time.Hour, 24 * time.Hour},
+		{"local", 6 * time.Hour, 6 * time.Hour, 7 * time.Hour, 10 * time.Minute},
+	} {
+		cfg := createDefaultConfig()
+		cfg.Tier = c.tier
+		cfg.Retention.Stacks = c.stacks
+		p, every := cfg.retentionPolicy()
+		if p.Stacks != c.wantStacks || p.BatchIDs != c.wantIDs || every != c.wantInterval {
+			t.Errorf("%s with stacks %v: rows %v, ids %v, every %v; want %v, %v", c.tier, c.stacks, p.Stacks, p.BatchIDs, every, c.wantStacks, c.wantIDs)
+		}
+		if p.TraceStacks > p.BatchIDs {
+			t.Errorf("%s: trace-tagged rows (%v) outlive the ids (%v)", c.tier, p.TraceStacks, p.BatchIDs)
+		}
+	}
+}
+
 // TestReadmeExampleIsValid unmarshals the README's YAML example.
 func TestReadmeExampleIsValid(t *testing.T) {
 	for id, c := range readmetest.Check(t, "README.md", "exporters", NewFactory()) {

@@ -2,6 +2,8 @@ package retention
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,6 +90,80 @@ func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
 	}
 	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchIDsOutliveTheirRows: a batch's id is forgotten only after its
+// rows are deleted, so a resend (here, the same batch written again) is
+// either dropped as a repeat or stored where no copy of it is left: never
+// doubled. The exporter keeps ids an hour longer than its rows.
+func TestBatchIDsOutliveTheirRows(t *testing.T) {
+	ctx := context.Background()
+	w, err := writer.Open(ctx, filepath.Join(t.TempDir(), "r.duckdb"), schema.Local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	now := time.Now().UTC()
+	// The batch's samples are 90 minutes old, older than the rows' hour.
+	batch := func() *writer.Batch {
+		return &writer.Batch{ID: "window-1", Rows: []writer.StackRow{{Time: now.Add(-90 * time.Minute), ServiceID: "s", Frames: []string{"main", "work"}, Count: 5}}}
+	}
+	samples := func() int64 {
+		t.Helper()
+		var n int64
+		if err := w.DB().QueryRow("SELECT coalesce(sum(sample_count), 0) FROM stack_samples_local").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	ids := func() int64 {
+		t.Helper()
+		var n int64
+		if err := w.DB().QueryRow("SELECT count(*) FROM " + schema.IngestedBatches).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := w.Write(ctx, batch()); err != nil {
+		t.Fatal(err)
+	}
+	p := Policy{Stacks: time.Hour, BatchIDs: 2 * time.Hour}
+	if _, err := Apply(ctx, w, p, now); err != nil {
+		t.Fatal(err)
+	}
+	if n, k := samples(), ids(); n != 0 || k != 1 {
+		t.Fatalf("after the rows' hour: %d samples, %d ids; want the rows gone and the id kept", n, k)
+	}
+	if err := w.Write(ctx, batch()); !errors.Is(err, writer.ErrDuplicate) {
+		t.Fatalf("resend while the id is kept: %v, want ErrDuplicate", err)
+	}
+	// The id was stored three hours ago: past the ids' two hours.
+	err = w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
+		_, err := conn.ExecContext(ctx, "UPDATE "+schema.IngestedBatches+" SET stored_at = stored_at - INTERVAL 3 HOUR")
+		return nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, w, p, now); err != nil {
+		t.Fatal(err)
+	}
+	if k := ids(); k != 0 {
+		t.Fatalf("%d ids left, want 0", k)
+	}
+	// A resend now is stored, once: its first copy is gone.
+	if err := w.Write(ctx, batch()); err != nil {
+		t.Fatal(err)
+	}
+	if n := samples(); n != 5 {
+		t.Fatalf("after the late resend: %d samples, want 5 (one copy)", n)
+	}
+	if _, err := Apply(ctx, w, p, now); err != nil {
+		t.Fatal(err)
+	}
+	if n := samples(); n != 0 {
+		t.Fatalf("the late resend's rows outlived their hour: %d samples", n)
 	}
 }
 
