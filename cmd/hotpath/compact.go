@@ -22,6 +22,7 @@ const compactExamples = `  # stop the collector first: compact rewrites the file
   hotpath compact                       # the gateway's file
   hotpath compact --local               # the agent's file
   hotpath compact --db /var/lib/hotpath/gateway.duckdb
+  hotpath compact --local --block-size 65536   # an agent file created before 64 KiB blocks were its default
 `
 
 // newCompactCommand rewrites a hotpath file into a fresh one holding the
@@ -31,7 +32,7 @@ const compactExamples = `  # stop the collector first: compact rewrites the file
 // file in the storage bench (docs/performance.md, "Ninth pass").
 func newCompactCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "compact [--db FILE] [--local]",
+		Use:     "compact [--db FILE] [--local] [--block-size BYTES]",
 		Short:   "rewrite a stopped collector's file without the space batch-by-batch writing left",
 		Example: compactExamples,
 		Args:    noArgs,
@@ -39,6 +40,7 @@ func newCompactCommand() *cobra.Command {
 	fs := cmd.Flags()
 	db := fs.String("db", os.Getenv("HOTPATH_DB"), "DuckDB file to compact (default: the gateway's file, or the agent's with --local; see hotpath profile --help)")
 	local := fs.Bool("local", false, "the agent's file instead of the gateway's")
+	blockSize := fs.Int("block-size", 0, "block size of the rewritten file in bytes, a power of two from 16384 to 262144 (default: the file's own); a file's block size is fixed when it is created")
 	_ = cmd.MarkFlagFilename("db", "duckdb")
 	cmd.RunE = action(func(cmd *cobra.Command, args []string) error {
 		path := *db
@@ -48,28 +50,37 @@ func newCompactCommand() *cobra.Command {
 		if profilequery.IsEndpoint(path) {
 			return fmt.Errorf("--db %s is an endpoint: compact rewrites the file, so it needs the file path, with no collector running", path)
 		}
+		if *blockSize != 0 && !dbcopy.ValidBlockSize(*blockSize) {
+			return fmt.Errorf("--block-size %d: want a power of two from %d to %d bytes (65536 is the agent's default, 131072 the gateway's)", *blockSize, dbcopy.MinBlockSize, dbcopy.MaxBlockSize)
+		}
 		stop := startProgress(cmd.ErrOrStderr(), "compacting "+path, 0)
-		res, err := compactFile(cmd.Context(), path)
+		res, err := compactFile(cmd.Context(), path, *blockSize)
 		stop()
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "%s: %.1f MB -> %.1f MB (%d tables, %d rows, every table's row count checked)\n",
-			path, float64(res.before)/1e6, float64(res.after)/1e6, res.tables, res.rows)
+		blocks := ""
+		if res.blockBefore != res.blockAfter {
+			blocks = fmt.Sprintf(", blocks of %d -> %d bytes", res.blockBefore, res.blockAfter)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: %.1f MB -> %.1f MB (%d tables, %d rows, every table's row count checked%s)\n",
+			path, float64(res.before)/1e6, float64(res.after)/1e6, res.tables, res.rows, blocks)
 		return nil
 	})
 	return cmd
 }
 
 type compactResult struct {
-	before, after int64 // bytes, write-ahead log included
-	tables        int
-	rows          int64
+	before, after           int64 // bytes, write-ahead log included
+	blockBefore, blockAfter int   // block sizes, bytes
+	tables                  int
+	rows                    int64
 }
 
 // compactFile copies every table, view and macro of the file at path into
 // path+".compact" in one go (dbcopy: COPY FROM DATABASE, each table's row
-// count checked), and renames the copy over the file. The file is only
+// count checked; in blocks of blockSize bytes, 0: the file's), and renames
+// the copy over the file. The file is only
 // replaced by the rename, after the copy is complete and synced: an
 // interrupted run leaves the original as it was (and a stale copy, which the
 // next run removes).
@@ -79,7 +90,7 @@ type compactResult struct {
 // after the rename: its shared lock keeps a collector from opening the old
 // file and writing rows the rename would drop, and a read-only database
 // never writes a log that could be replayed onto the copy.
-func compactFile(ctx context.Context, path string) (*compactResult, error) {
+func compactFile(ctx context.Context, path string, blockSize int) (*compactResult, error) {
 	before, err := dbcopy.FileBytes(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -147,7 +158,15 @@ func compactFile(ctx context.Context, path string) (*compactResult, error) {
 		return nil, err
 	}
 	defer func() { _, _ = conn.ExecContext(ctx, "DETACH hotpath_src") }()
-	st, err := dbcopy.Copy(ctx, conn, "hotpath_src", tmp)
+	res := &compactResult{before: before}
+	if err := conn.QueryRowContext(ctx, "SELECT block_size FROM pragma_database_size() WHERE database_name = 'hotpath_src'").Scan(&res.blockBefore); err != nil {
+		return nil, fmt.Errorf("block size of %s: %w", path, err)
+	}
+	res.blockAfter = res.blockBefore
+	if blockSize != 0 {
+		res.blockAfter = blockSize
+	}
+	st, err := dbcopy.Copy(ctx, conn, "hotpath_src", tmp, blockSize)
 	if err != nil {
 		_ = removeCopy()
 		return nil, fmt.Errorf("%w: %s left as it was", err, path)
@@ -167,11 +186,11 @@ func compactFile(ctx context.Context, path string) (*compactResult, error) {
 	if err := syncFile(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("compacted, but the rename may not be on disk yet: %w", err)
 	}
-	after, err := dbcopy.FileBytes(path)
-	if err != nil {
+	if res.after, err = dbcopy.FileBytes(path); err != nil {
 		return nil, err
 	}
-	return &compactResult{before: before, after: after, tables: st.Tables, rows: st.Rows}, nil
+	res.tables, res.rows = st.Tables, st.Rows
+	return res, nil
 }
 
 // syncFile flushes a file or a directory (a rename in it) to disk.

@@ -120,6 +120,22 @@ func TestCompactKeepsEveryRow(t *testing.T) {
 			if sizeAfter, _ := dbcopy.FileBytes(path); sizeAfter > sizeBefore {
 				t.Fatalf("the compacted file is %d bytes, the original %d", sizeAfter, sizeBefore)
 			}
+			// Once more into 32 KiB blocks: a file's block size is fixed
+			// when it is created, and compact is how an existing one changes.
+			blocksWere := blockSizeOf(t, path)
+			out, stderr, code = runCLI(t, "compact", "--db", path, "--block-size", "32768")
+			if code != 0 {
+				t.Fatalf("compact --block-size 32768: code %d, stderr %q", code, stderr)
+			}
+			if want := fmt.Sprintf("blocks of %d -> 32768 bytes", blocksWere); !strings.Contains(out, want) {
+				t.Fatalf("compact --block-size printed %q, want it to say %q", out, want)
+			}
+			if got := blockSizeOf(t, path); got != 32768 {
+				t.Fatalf("after compact --block-size 32768 the file's blocks are %d bytes", got)
+			}
+			if again := readContents(t, path, since, until); !reflect.DeepEqual(before, again) {
+				t.Fatalf("compacting into other blocks changed the file:\nbefore %v\nafter  %v", before, again)
+			}
 			more := deployFixture(now.Add(5 * time.Minute))
 			for _, p := range []string{path, twin} {
 				writeDB(t, tier, p, "", more)
@@ -129,6 +145,20 @@ func TestCompactKeepsEveryRow(t *testing.T) {
 			}
 		})
 	}
+}
+
+func blockSizeOf(t *testing.T, path string) int {
+	t.Helper()
+	db, closeDB, err := sqlquery.OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeDB() //nolint:errcheck
+	var n int
+	if err := db.QueryRow("SELECT block_size FROM pragma_database_size()").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // TestCompactCheckpointsTheLog: rows that are only in the write-ahead log
@@ -175,7 +205,7 @@ func TestCompactCheckpointsTheLog(t *testing.T) {
 }
 
 // TestCompactRefuses: a file a collector holds, a file that is not
-// hotpath's and an endpoint are refused with a message saying why, and the
+// hotpath's, a block size DuckDB cannot create and an endpoint are refused with a message saying why, and the
 // file is left as it was.
 func TestCompactRefuses(t *testing.T) {
 	dir := t.TempDir()
@@ -214,6 +244,14 @@ func TestCompactRefuses(t *testing.T) {
 	}
 	if _, err := os.Stat(other + ".compact"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused compact left its copy (%v)", err)
+	}
+
+	_, stderr, code = runCLI(t, "compact", "--db", other, "--block-size", "100000")
+	if code != 1 || !strings.Contains(stderr, "--block-size 100000: want a power of two from 16384 to 262144 bytes") {
+		t.Fatalf("--block-size 100000: code %d, stderr %q", code, stderr)
+	}
+	if sum(other) != was {
+		t.Fatal("a refused compact changed the file")
 	}
 
 	_, stderr, code = runCLI(t, "compact", "--db", "127.0.0.1:7072")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
+	"github.com/hotpath-dev/hotpath/internal/dbcopy"
 	"github.com/hotpath-dev/hotpath/internal/localendpoint"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
@@ -183,8 +184,8 @@ func (c *Config) Validate() error {
 	if m := c.DuckDB.MemoryLimit; m != "" && !memoryLimitPattern.MatchString(m) {
 		errs = append(errs, fmt.Errorf("duckdb.memory_limit must be a size such as 64MB or 1GB, got %q", m))
 	}
-	if b := c.DuckDB.BlockSize; b != 0 && (b < 16<<10 || b > 256<<10 || b&(b-1) != 0) {
-		errs = append(errs, fmt.Errorf("duckdb.block_size must be 0 (tier default) or a power of two from 16384 to 262144 bytes, got %d", b))
+	if b := c.DuckDB.BlockSize; b != 0 && !dbcopy.ValidBlockSize(b) {
+		errs = append(errs, fmt.Errorf("duckdb.block_size must be 0 (tier default) or a power of two from %d to %d bytes, got %d", dbcopy.MinBlockSize, dbcopy.MaxBlockSize, b))
 	}
 	if c.DuckDB.Threads < 0 || c.DuckDB.Threads > 256 {
 		errs = append(errs, fmt.Errorf("duckdb.threads must be between 0 (tier default) and 256, got %d", c.DuckDB.Threads))

@@ -21,21 +21,38 @@ type Stats struct {
 	Rows   int64
 }
 
+// The block sizes DuckDB can create a file with (powers of two between
+// them): a file's block size is fixed when it is created.
+const (
+	MinBlockSize = 16 << 10
+	MaxBlockSize = 256 << 10 // DuckDB's default
+)
+
+// ValidBlockSize says whether DuckDB can create a file in blocks of n bytes.
+func ValidBlockSize(n int) bool {
+	return n >= MinBlockSize && n <= MaxBlockSize && n&(n-1) == 0
+}
+
 // Copy copies the database attached as src on conn into a new file at dst,
-// checks that every table of the copy holds as many rows as in src,
-// checkpoints the copy and detaches it. On an error the copy at dst may be
-// partial: the caller removes it.
-func Copy(ctx context.Context, conn *sql.Conn, src, dst string) (Stats, error) {
+// in blocks of blockSize bytes (0: src's), checks that every table of the
+// copy holds as many rows as in src, checkpoints the copy and detaches it.
+// On an error the copy at dst may be partial: the caller removes it.
+func Copy(ctx context.Context, conn *sql.Conn, src, dst string, blockSize int) (Stats, error) {
 	var st Stats
+	if blockSize != 0 && !ValidBlockSize(blockSize) {
+		return st, fmt.Errorf("block size %d: want a power of two from %d to %d bytes", blockSize, MinBlockSize, MaxBlockSize)
+	}
 	tables, err := tableNames(ctx, conn, src)
 	if err != nil {
 		return st, fmt.Errorf("list the tables of %s: %w", src, err)
 	}
-	// The copy keeps the file's block size: an agent's file, created in
-	// 64 KiB blocks, is a third larger copied into DuckDB's default 256.
-	var blockSize int64
-	if err := conn.QueryRowContext(ctx, "SELECT block_size FROM pragma_database_size() WHERE database_name = ?", src).Scan(&blockSize); err != nil {
-		return st, fmt.Errorf("block size of %s: %w", src, err)
+	// By default the copy keeps the file's block size: an agent's file,
+	// created in 64 KiB blocks, is a third larger copied into DuckDB's
+	// default 256.
+	if blockSize == 0 {
+		if err := conn.QueryRowContext(ctx, "SELECT block_size FROM pragma_database_size() WHERE database_name = ?", src).Scan(&blockSize); err != nil {
+			return st, fmt.Errorf("block size of %s: %w", src, err)
+		}
 	}
 	const alias = "hotpath_copy"
 	for _, stmt := range []string{

@@ -461,7 +461,7 @@ func compactSize(ctx context.Context, db *sql.DB, dst string) (int64, error) {
 	}
 	defer os.Remove(dst)
 	defer os.Remove(dst + ".wal")
-	if _, err := dbcopy.Copy(ctx, conn, name, dst); err != nil {
+	if _, err := dbcopy.Copy(ctx, conn, name, dst, 0); err != nil {
 		return 0, err
 	}
 	return dbcopy.FileBytes(dst)
