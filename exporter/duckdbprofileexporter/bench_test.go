@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/exporter/exportertest"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/retention"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/simday"
 )
 
 // BenchmarkPush measures the whole export path (OTLP → rows → DuckDB) in
@@ -102,4 +106,86 @@ func BenchmarkPush(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLocalTierUptime runs an agent's local tier for b.N simulated
+// hours, after two of warm-up, on the storage bench's simulated host
+// (internal/simday: 10 services, a push per 15 s carrying its window's batch
+// id as the stackaggregator sets it). The exporter's clock is the simulated
+// one, and the retention policy the exporter runs (retentionPolicy) is
+// applied at its interval of simulated time. It reports what an agent that
+// has run that long keeps, per service and hour of samples held: the file's
+// used blocks and its whole size after a CHECKPOINT, and the batch ids kept.
+// ns/op is the writes and retention of one simulated hour.
+//
+//	go test -run xxx -bench BenchmarkLocalTierUptime -benchtime 22x ./exporter/duckdbprofileexporter/
+func BenchmarkLocalTierUptime(b *testing.B) {
+	ctx := context.Background()
+	cfg := createDefaultConfig()
+	cfg.Tier = "local"
+	cfg.Path = filepath.Join(b.TempDir(), "agent.duckdb")
+	cfg.Query.Enabled = false
+	params := simday.Default()
+	host, err := simday.NewHost(params)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var clock atomic.Int64 // the retention runner reads it from its goroutine
+	clock.Store(start.UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()).UTC() }
+	e := newProfilesExporter(cfg, exportertest.NewNopSettings(NewFactory().Type()).TelemetrySettings)
+	e.setClock(now)
+	if err := e.start(ctx, nil); err != nil {
+		b.Fatal(err)
+	}
+	defer e.shutdown(ctx) //nolint:errcheck
+	policy, every := cfg.retentionPolicy()
+	window := 0
+	run := func(d time.Duration) {
+		for end := now().Add(d); now().Before(end); {
+			at := now()
+			pd := host.Profiles(host.Next(at))
+			window++
+			rps := pd.ResourceProfiles()
+			for i := range rps.Len() {
+				rps.At(i).Resource().Attributes().PutStr(profileschema.AttrBatchID, fmt.Sprintf("3f9a0c1d5e7b2468-%d", window))
+			}
+			// The window is emitted when it closes.
+			clock.Store(at.Add(params.Interval).UnixNano())
+			if err := e.push(ctx, pd); err != nil {
+				b.Fatal(err)
+			}
+			if now().Sub(start)%every == 0 {
+				if _, err := retention.Apply(ctx, e.w, policy, now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	run(2 * time.Hour)
+	b.ResetTimer()
+	run(time.Duration(b.N) * time.Hour)
+	b.StopTimer()
+
+	db := e.w.DB()
+	if _, err := db.ExecContext(ctx, "CHECKPOINT"); err != nil {
+		b.Fatal(err)
+	}
+	sp, err := e.w.Space(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buckets, ids int64
+	if err := db.QueryRowContext(ctx, "SELECT (SELECT count(DISTINCT timestamp) FROM stack_sample_rows_local), (SELECT count(*) FROM ingested_batches)").Scan(&buckets, &ids); err != nil {
+		b.Fatal(err)
+	}
+	hoursKept := float64(buckets) * params.Interval.Hours()
+	if hoursKept == 0 {
+		b.Fatal("the file holds no samples")
+	}
+	per := float64(params.Services) * hoursKept * 1e6
+	b.ReportMetric(float64(sp.FileBytes-sp.FreeBytes)/per, "MB-used/svc-h")
+	b.ReportMetric(float64(sp.FileBytes)/per, "MB-file/svc-h")
+	b.ReportMetric(float64(ids), "batch-ids")
 }

@@ -45,6 +45,9 @@ type profilesExporter struct {
 	set    component.TelemetrySettings
 	logger *zap.Logger
 	conv   converter
+	// now is the clock of what the exporter dates: the batch ids it
+	// records, the retention's cutoffs, the converter's sample-time checks.
+	now func() time.Time
 
 	w       *writer.Writer
 	cleaner *retention.Runner
@@ -63,13 +66,21 @@ type profilesExporter struct {
 }
 
 func newProfilesExporter(cfg *Config, set component.TelemetrySettings) *profilesExporter {
-	return &profilesExporter{
+	e := &profilesExporter{
 		cfg:        cfg,
 		set:        set,
 		logger:     set.Logger,
-		conv:       converter{tier: schema.Tier(cfg.Tier), bucket: cfg.BucketInterval, now: time.Now},
+		conv:       converter{tier: schema.Tier(cfg.Tier), bucket: cfg.BucketInterval},
 		loggedSkip: map[string]bool{},
 	}
+	e.setClock(time.Now)
+	return e
+}
+
+// setClock makes now the exporter's clock (before start): the uptime
+// benchmark runs days of an agent on a simulated one.
+func (e *profilesExporter) setClock(now func() time.Time) {
+	e.now, e.conv.now = now, now
 }
 
 // start opens the file and the query endpoint. A failure is also reported
@@ -84,7 +95,7 @@ func (e *profilesExporter) start(ctx context.Context, host component.Host) error
 }
 
 func (e *profilesExporter) open(ctx context.Context, host component.Host) error {
-	w, err := writer.Open(ctx, e.cfg.Path, schema.Tier(e.cfg.Tier), writer.WithResources(e.cfg.resources()),
+	w, err := writer.Open(ctx, e.cfg.Path, schema.Tier(e.cfg.Tier), writer.WithResources(e.cfg.resources()), writer.WithClock(e.now),
 		writer.WithCatchUpReport(func(took time.Duration, err error) {
 			if err != nil {
 				e.logger.Warn("roll-up catch-up step failed; retrying (queries stay exact, from the minutes)", zap.String("path", e.cfg.Path), zap.Error(err))
@@ -116,7 +127,7 @@ func (e *profilesExporter) open(ctx context.Context, host component.Host) error 
 		e.logger.Info("serving read-only SQL", zap.String("endpoint", srv.Addr()), zap.String("path", e.cfg.Path))
 	}
 	policy, interval := e.cfg.retentionPolicy()
-	e.cleaner = retention.Start(w, policy, interval, time.Now, func(res retention.Result, err error) {
+	e.cleaner = retention.Start(w, policy, interval, e.now, func(res retention.Result, err error) {
 		if err != nil {
 			e.logger.Warn("retention cleanup failed; will retry next interval", zap.Error(err))
 			return

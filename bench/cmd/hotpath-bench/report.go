@@ -258,6 +258,14 @@ func microRows(r benchfmt.Results) []row {
 	add("exporter rows/s (OTLP → DuckDB, summary tier, 6.5 % new stacks)", "BenchmarkPush/summary", "rows/s", "rows/s", 1, "—", "≥ 500 k", 5e5, true, false)
 	add("exporter rows/s (OTLP → DuckDB, local tier, known stacks)", "BenchmarkPush/local-known", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
 	add("exporter rows/s (OTLP → DuckDB, summary tier, known stacks)", "BenchmarkPush/summary-known", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	// An agent that has run a day on a simulated clock: its file as its
+	// disk holds it, retention and checkpoints having run all along (the
+	// storage phase's agent rows are one retention run on a fresh file).
+	add("storage, agent local tier after a simulated day at its default retention, used blocks per service per hour kept", "BenchmarkLocalTierUptime", "MB-used/svc-h", "MB", 1,
+		"~480 KB per hour (1 h kept)", "≤ 200 KB", agentGoalPerHour/1e6, true, true)
+	add("storage, agent local tier after a simulated day, whole file per service per hour kept", "BenchmarkLocalTierUptime", "MB-file/svc-h", "MB", 1, "—", "—", 0, false, false)
+	add("batch ids an agent's file keeps (after a simulated day)", "BenchmarkLocalTierUptime", "batch-ids", "ids", 1, "—", "—", 0, false, false)
+	add("agent's writes and retention, wall seconds per simulated hour (10 services)", "BenchmarkLocalTierUptime", "ns/op", "s", 1e-9, "—", "—", 0, false, false)
 	return rows
 }
 

@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/bench/internal/simday"
 	"github.com/hotpath-dev/hotpath/bench/internal/storebench"
+	"github.com/hotpath-dev/hotpath/internal/simday"
 )
 
 func storageCmd(args []string) error {

@@ -25,9 +25,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/hotpath-dev/hotpath/bench/internal/simday"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
 	"github.com/hotpath-dev/hotpath/internal/dbcopy"
+	"github.com/hotpath-dev/hotpath/internal/simday"
 )
 
 // Options of one run.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hotpath-dev/hotpath/bench/internal/simday"
+	"github.com/hotpath-dev/hotpath/internal/simday"
 )
 
 // TestSmallRun drives the real exporter with a small simulated host for

@@ -132,6 +132,7 @@ type Writer struct {
 	tier schema.Tier
 	tb   schema.Tables
 	res  Resources
+	now  func() time.Time // dates a stored batch's id
 
 	mu        sync.Mutex // serialises everything that writes
 	connector *duckdb.Connector
@@ -268,6 +269,10 @@ type Option func(*Writer)
 // WithResources applies r to the database when it is opened.
 func WithResources(r Resources) Option { return func(w *Writer) { w.res = r } }
 
+// WithClock dates what the writer records (a stored batch's id) by now
+// instead of time.Now.
+func WithClock(now func() time.Time) Option { return func(w *Writer) { w.now = now } }
+
 // WithCatchUpReport has report called from the background roll-up
 // catch-up (see CatchingUp): with err set after a step failed (it is
 // retried), and with err nil once the backlog is closed, after took.
@@ -290,7 +295,7 @@ func Open(ctx context.Context, path string, t schema.Tier, opts ...Option) (*Wri
 	openPaths[abs] = true
 	openMu.Unlock()
 
-	w := &Writer{path: abs, tier: t, tb: schema.TablesFor(t)}
+	w := &Writer{path: abs, tier: t, tb: schema.TablesFor(t), now: time.Now}
 	for _, o := range opts {
 		o(w)
 	}
@@ -634,7 +639,7 @@ func (w *Writer) committed(ctx context.Context, id string) (bool, error) {
 // (committed).
 func (w *Writer) recordBatch(ctx context.Context, dc driver.Conn, c rawConn, id string) (recorded bool, err error) {
 	err = appendAll(dc, schema.IngestedBatches, 1, func(a *duckdb.Appender, _ int) error {
-		return a.AppendRow(id, time.Now().UTC())
+		return a.AppendRow(id, w.now().UTC())
 	})
 	if err == nil {
 		return true, nil
