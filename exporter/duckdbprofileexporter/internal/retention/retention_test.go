@@ -15,6 +15,17 @@ import (
 
 var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 
+// openWriter opens a fresh file of tier for the test, closed at its end.
+func openWriter(t *testing.T, tier schema.Tier) *writer.Writer {
+	t.Helper()
+	w, err := writer.Open(context.Background(), filepath.Join(t.TempDir(), "r.duckdb"), tier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
 func folded(t *testing.T, w *writer.Writer, view string) string {
 	t.Helper()
 	rows, err := w.DB().Query("SELECT folded FROM " + view + " ORDER BY 1")
@@ -35,11 +46,7 @@ func folded(t *testing.T, w *writer.Writer, view string) string {
 
 func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
 	ctx := context.Background()
-	w, err := writer.Open(ctx, filepath.Join(t.TempDir(), "r.duckdb"), schema.Local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := openWriter(t, schema.Local)
 	// Ten old rows through "old_fn" (of a service that sends nothing
 	// after), two recent ones through "main;recent".
 	var rows []writer.StackRow
@@ -99,11 +106,7 @@ func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
 // doubled. The exporter keeps ids an hour longer than its rows.
 func TestBatchIDsOutliveTheirRows(t *testing.T) {
 	ctx := context.Background()
-	w, err := writer.Open(ctx, filepath.Join(t.TempDir(), "r.duckdb"), schema.Local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := openWriter(t, schema.Local)
 	now := time.Now().UTC()
 	// The batch's samples are 90 minutes old, older than the rows' hour.
 	batch := func() *writer.Batch {
@@ -139,7 +142,7 @@ func TestBatchIDsOutliveTheirRows(t *testing.T) {
 		t.Fatalf("resend while the id is kept: %v, want ErrDuplicate", err)
 	}
 	// The id was stored three hours ago: past the ids' two hours.
-	err = w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
+	err := w.InTx(ctx, func(ctx context.Context, conn *sql.Conn) (func(writer.Dicts), error) {
 		_, err := conn.ExecContext(ctx, "UPDATE "+schema.IngestedBatches+" SET stored_at = stored_at - INTERVAL 3 HOUR")
 		return nil, err
 	})
@@ -168,11 +171,7 @@ func TestBatchIDsOutliveTheirRows(t *testing.T) {
 }
 
 func TestRunnerStopsPromptly(t *testing.T) {
-	w, err := writer.Open(context.Background(), filepath.Join(t.TempDir(), "r.duckdb"), schema.Summary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := openWriter(t, schema.Summary)
 	results := make(chan error, 10)
 	r := Start(w, Policy{Stacks: time.Hour}, time.Hour, time.Now, func(_ Result, err error) { results <- err })
 	if err := <-results; err != nil {
@@ -187,11 +186,7 @@ func TestRunnerStopsPromptly(t *testing.T) {
 // still be running when retention first runs).
 func TestMinutesKeptUntilRolledUp(t *testing.T) {
 	ctx := context.Background()
-	w, err := writer.Open(ctx, filepath.Join(t.TempDir(), "g.duckdb"), schema.Summary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := openWriter(t, schema.Summary)
 	var rows []writer.StackRow
 	for h := range 30 {
 		rows = append(rows, writer.StackRow{Time: t0.Add(time.Duration(h) * time.Hour), ServiceID: "s", PodName: "p", Frames: []string{"main"}, Count: 1})
