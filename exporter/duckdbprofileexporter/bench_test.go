@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -115,8 +116,10 @@ func BenchmarkPush(b *testing.B) {
 // one, and the retention policy the exporter runs (retentionPolicy) is
 // applied at its interval of simulated time. It reports what an agent that
 // has run that long keeps, per service and hour of samples held: the file's
-// used blocks and its whole size after a CHECKPOINT, and the batch ids kept.
-// ns/op is the writes and retention of one simulated hour.
+// used blocks and its whole size after a CHECKPOINT, and the batch ids kept;
+// and the most it held on the way: the write-ahead log's size after a push,
+// DuckDB's memory after a retention run. ns/op is the writes and retention
+// of one simulated hour.
 //
 //	go test -run xxx -bench BenchmarkLocalTierUptime -benchtime 22x ./exporter/duckdbprofileexporter/
 func BenchmarkLocalTierUptime(b *testing.B) {
@@ -141,6 +144,7 @@ func BenchmarkLocalTierUptime(b *testing.B) {
 	}
 	defer e.shutdown(ctx) //nolint:errcheck
 	policy, every := cfg.retentionPolicy()
+	var walPeak, memPeak int64
 	window := 0
 	run := func(d time.Duration) {
 		for end := now().Add(d); now().Before(end); {
@@ -156,10 +160,18 @@ func BenchmarkLocalTierUptime(b *testing.B) {
 			if err := e.push(ctx, pd); err != nil {
 				b.Fatal(err)
 			}
+			if fi, err := os.Stat(cfg.Path + ".wal"); err == nil {
+				walPeak = max(walPeak, fi.Size())
+			}
 			if now().Sub(start)%every == 0 {
 				if _, err := retention.Apply(ctx, e.w, policy, now()); err != nil {
 					b.Fatal(err)
 				}
+				var mem int64
+				if err := e.w.DB().QueryRowContext(ctx, "SELECT sum(memory_usage_bytes) FROM duckdb_memory()").Scan(&mem); err != nil {
+					b.Fatal(err)
+				}
+				memPeak = max(memPeak, mem)
 			}
 		}
 	}
@@ -188,4 +200,6 @@ func BenchmarkLocalTierUptime(b *testing.B) {
 	b.ReportMetric(float64(sp.FileBytes-sp.FreeBytes)/per, "MB-used/svc-h")
 	b.ReportMetric(float64(sp.FileBytes)/per, "MB-file/svc-h")
 	b.ReportMetric(float64(ids), "batch-ids")
+	b.ReportMetric(float64(walPeak)/1e6, "MB-wal-peak")
+	b.ReportMetric(float64(memPeak)/1e6, "MB-duckdb-mem-peak")
 }

@@ -39,20 +39,21 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 		mutate func(*Config)
 		want   string
 	}{
-		"tier":      {func(c *Config) { c.Tier = "colony" }, `tier must be "local" or "summary", got "colony"`},
-		"path":      {func(c *Config) { c.Path = "" }, "path must name the DuckDB file"},
-		"bucket":    {func(c *Config) { c.Tier = "summary"; c.BucketInterval = 0 }, "bucket_interval must be positive"},
-		"retention": {func(c *Config) { c.Retention.Stacks = -time.Hour }, "retention.stacks must not be negative"},
-		"public":    {func(c *Config) { c.Query.HTTP.NetAddr.Endpoint = "0.0.0.0:7072" }, "not a loopback address; set a token"},
-		"endpoint":  {func(c *Config) { c.Query.HTTP.NetAddr.Endpoint = "7072" }, "query.endpoint must be host:port"},
-		"rows":      {func(c *Config) { c.Query.MaxRows = 0 }, "query.max_rows must be positive"},
-		"memory":    {func(c *Config) { c.DuckDB.MemoryLimit = "64 potatoes" }, "duckdb.memory_limit must be a size"},
-		"threads":   {func(c *Config) { c.DuckDB.Threads = -1 }, "duckdb.threads must be between"},
-		"blocksize": {func(c *Config) { c.DuckDB.BlockSize = 100000 }, "duckdb.block_size must be 0 (tier default) or a power of two from 16384 to 262144 bytes, got 100000"},
-		"blockmax":  {func(c *Config) { c.DuckDB.BlockSize = 512 << 10 }, "duckdb.block_size must be"},
-		"blockmin":  {func(c *Config) { c.DuckDB.BlockSize = 8 << 10 }, "duckdb.block_size must be"},
-		"tempdir":   {func(c *Config) { c.DuckDB.TempDirectory = "config_test.go" }, `duckdb.temp_directory "config_test.go" exists and is not a directory`},
-		"parallel":  {func(c *Config) { c.Query.MaxConcurrent = 0 }, "query.max_concurrent must be between 1 and 64, got 0"},
+		"tier":       {func(c *Config) { c.Tier = "colony" }, `tier must be "local" or "summary", got "colony"`},
+		"path":       {func(c *Config) { c.Path = "" }, "path must name the DuckDB file"},
+		"bucket":     {func(c *Config) { c.Tier = "summary"; c.BucketInterval = 0 }, "bucket_interval must be positive"},
+		"retention":  {func(c *Config) { c.Retention.Stacks = -time.Hour }, "retention.stacks must not be negative"},
+		"public":     {func(c *Config) { c.Query.HTTP.NetAddr.Endpoint = "0.0.0.0:7072" }, "not a loopback address; set a token"},
+		"endpoint":   {func(c *Config) { c.Query.HTTP.NetAddr.Endpoint = "7072" }, "query.endpoint must be host:port"},
+		"rows":       {func(c *Config) { c.Query.MaxRows = 0 }, "query.max_rows must be positive"},
+		"memory":     {func(c *Config) { c.DuckDB.MemoryLimit = "64 potatoes" }, "duckdb.memory_limit must be a size"},
+		"checkpoint": {func(c *Config) { c.DuckDB.CheckpointThreshold = "often" }, "duckdb.checkpoint_threshold must be a size"},
+		"threads":    {func(c *Config) { c.DuckDB.Threads = -1 }, "duckdb.threads must be between"},
+		"blocksize":  {func(c *Config) { c.DuckDB.BlockSize = 100000 }, "duckdb.block_size must be 0 (tier default) or a power of two from 16384 to 262144 bytes, got 100000"},
+		"blockmax":   {func(c *Config) { c.DuckDB.BlockSize = 512 << 10 }, "duckdb.block_size must be"},
+		"blockmin":   {func(c *Config) { c.DuckDB.BlockSize = 8 << 10 }, "duckdb.block_size must be"},
+		"tempdir":    {func(c *Config) { c.DuckDB.TempDirectory = "config_test.go" }, `duckdb.temp_directory "config_test.go" exists and is not a directory`},
+		"parallel":   {func(c *Config) { c.Query.MaxConcurrent = 0 }, "query.max_concurrent must be between 1 and 64, got 0"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -78,18 +79,18 @@ func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 func TestDuckDBResourceDefaultsByTier(t *testing.T) {
 	cfg := createDefaultConfig()
 	cfg.Tier = "local"
-	if r := cfg.resources(); r.MemoryLimit != "64MB" || r.Threads != 1 || r.BlockSize != 65536 {
+	if r := cfg.resources(); r.MemoryLimit != "64MB" || r.Threads != 1 || r.BlockSize != 65536 || r.CheckpointThreshold != "4MB" {
 		t.Errorf("local tier resources = %+v", r)
 	}
 	cfg.Tier = "summary"
-	if r := cfg.resources(); r.MemoryLimit != "1GB" || r.Threads != 2 || r.BlockSize != 131072 {
+	if r := cfg.resources(); r.MemoryLimit != "1GB" || r.Threads != 2 || r.BlockSize != 131072 || r.CheckpointThreshold != "" {
 		t.Errorf("summary tier resources = %+v", r)
 	}
-	cfg.DuckDB = DuckDBConfig{MemoryLimit: "3GB", Threads: 4, BlockSize: 32768}
+	cfg.DuckDB = DuckDBConfig{MemoryLimit: "3GB", Threads: 4, BlockSize: 32768, CheckpointThreshold: "64MB"}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if r := cfg.resources(); r.MemoryLimit != "3GB" || r.Threads != 4 || r.BlockSize != 32768 {
+	if r := cfg.resources(); r.MemoryLimit != "3GB" || r.Threads != 4 || r.BlockSize != 32768 || r.CheckpointThreshold != "64MB" {
 		t.Errorf("configured resources = %+v", r)
 	}
 }

@@ -265,6 +265,8 @@ func microRows(r benchfmt.Results) []row {
 		"~480 KB per hour (1 h kept)", "≤ 200 KB", agentGoalPerHour/1e6, true, true)
 	add("storage, agent local tier after a simulated day, whole file per service per hour kept", "BenchmarkLocalTierUptime", "MB-file/svc-h", "MB", 1, "—", "—", 0, false, false)
 	add("batch ids an agent's file keeps (after a simulated day)", "BenchmarkLocalTierUptime", "batch-ids", "ids", 1, "—", "—", 0, false, false)
+	add("agent's write-ahead log beside its file, largest over the simulated day", "BenchmarkLocalTierUptime", "MB-wal-peak", "MB", 1, "—", "—", 0, false, false)
+	add("agent's DuckDB memory, largest over the simulated day (after retention runs)", "BenchmarkLocalTierUptime", "MB-duckdb-mem-peak", "MB", 1, "—", "—", 0, false, false)
 	add("agent's writes and retention, wall seconds per simulated hour (10 services)", "BenchmarkLocalTierUptime", "ns/op", "s", 1e-9, "—", "—", 0, false, false)
 	return rows
 }

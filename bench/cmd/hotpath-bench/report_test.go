@@ -56,7 +56,7 @@ func TestReport(t *testing.T) {
 		}
 	}
 	micro := "BenchmarkMerge-2 100 5000 ns/op 2000000 merges/s\nBenchmarkMerge-2 100 5000 ns/op 3000000 merges/s\n" +
-		"BenchmarkLocalTierUptime-2 22 4398334182 ns/op 1.003 MB-file/svc-h 0.4915 MB-used/svc-h 481.0 batch-ids\n"
+		"BenchmarkLocalTierUptime-2 22 4398334182 ns/op 14.88 MB-duckdb-mem-peak 1.003 MB-file/svc-h 0.4915 MB-used/svc-h 4.041 MB-wal-peak 481.0 batch-ids\n"
 	if err := os.WriteFile(filepath.Join(dir, "micro.txt"), []byte(micro), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +81,7 @@ func TestReport(t *testing.T) {
 		"| storage, agent local tier holding its hour (the default 1 h retention run on the file), per service per hour | ~480 KB per hour (1 h kept) | ≤ 200 KB | 0.70 MB compact (40 rows and 30 stacks over 58 min; file 11.0 MB, used 10.0 MB, compact copy 6.8 MB) | FAIL |",
 		"| storage, agent local tier after a simulated day at its default retention, used blocks per service per hour kept | ~480 KB per hour (1 h kept) | ≤ 200 KB | 0.49 MB [0.49, 0.49] (n=1) | FAIL |",
 		"| batch ids an agent's file keeps (after a simulated day) | — | — | 481 ids [481, 481] (n=1) | info |",
+		"| agent's write-ahead log beside its file, largest over the simulated day | — | — | 4.04 MB [4.04, 4.04] (n=1) | info |",
 		"| agent's writes and retention, wall seconds per simulated hour (10 services) | — | — | 4.40 s [4.40, 4.40] (n=1) | info |",
 		"MISMATCH: 9 samples returned, 10 stored",
 		"symbolization per interval: not measured",

@@ -261,6 +261,10 @@ type Resources struct {
 	// BlockSize is the block size of the file if Open creates it (0:
 	// DuckDB's default); an existing file keeps its own.
 	BlockSize int
+	// CheckpointThreshold is the write-ahead log's size that makes DuckDB
+	// write its changes into the file (a DuckDB size; "" keeps DuckDB's
+	// default, 16 MiB).
+	CheckpointThreshold string
 }
 
 // Option configures Open.
@@ -1282,6 +1286,12 @@ func (r Resources) apply(ctx context.Context, db *sql.DB) error {
 	if r.Threads > 0 {
 		if _, err := db.ExecContext(ctx, fmt.Sprintf("SET threads = %d", r.Threads)); err != nil {
 			return fmt.Errorf("threads %d: %w", r.Threads, err)
+		}
+	}
+	if r.CheckpointThreshold != "" {
+		// Validated by the config, as memory_limit.
+		if _, err := db.ExecContext(ctx, fmt.Sprintf("SET checkpoint_threshold = '%s'", r.CheckpointThreshold)); err != nil {
+			return fmt.Errorf("checkpoint_threshold %q: %w", r.CheckpointThreshold, err)
 		}
 	}
 	if r.TempDirectory != "" {

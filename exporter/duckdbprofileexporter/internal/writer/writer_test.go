@@ -272,6 +272,10 @@ func TestResourcesBoundDuckDB(t *testing.T) {
 		WithResources(Resources{MemoryLimit: "lots"})); err == nil {
 		t.Error("a memory_limit DuckDB cannot parse was accepted")
 	}
+	if _, err := Open(context.Background(), filepath.Join(t.TempDir(), "bad2.duckdb"), schema.Local,
+		WithResources(Resources{CheckpointThreshold: "lots"})); err == nil || !strings.Contains(err.Error(), "checkpoint_threshold") {
+		t.Errorf("a checkpoint_threshold DuckDB cannot parse: %v", err)
+	}
 }
 
 // The block size applies to a file Open creates; a file created before
@@ -319,6 +323,58 @@ func TestBlockSizeAppliesToNewFiles(t *testing.T) {
 	}
 	if got := queryStrings(t, old.DB(), "SELECT folded FROM cpu_profile_samples_local_decoded ORDER BY folded"); strings.Join(got, ",") != "a,b" {
 		t.Errorf("rows of the reopened file: %v", got)
+	}
+}
+
+// TestCheckpointThresholdBoundsTheLog: with checkpoint_threshold set, the
+// write-ahead log beside the file stays near it however much is written
+// (DuckDB's default, 16 MiB, let an agent's log outgrow its file), and every
+// row stays readable.
+func TestCheckpointThresholdBoundsTheLog(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "c.duckdb")
+	w, err := Open(ctx, path, schema.Local, WithResources(Resources{CheckpointThreshold: "1MB"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if got := strings.Join(queryStrings(t, w.DB(), "SELECT current_setting('checkpoint_threshold')"), ""); got != "976.5 KiB" {
+		t.Errorf("checkpoint_threshold = %q, want 976.5 KiB", got)
+	}
+	// logged: what the batches added to the log, in all (DuckDB removes
+	// the log at a checkpoint).
+	var peak, last, logged, rows int64
+	// New stacks of known frames, as an agent's batches mostly bring.
+	for i := range 150 {
+		var b Batch
+		for j := range 500 {
+			b.Rows = append(b.Rows, StackRow{Time: t0.Add(time.Duration(i) * time.Second), ServiceID: "s",
+				Frames: []string{"main", fmt.Sprintf("handler%d", j%50), fmt.Sprintf("f%d", (i*7+j)%200), fmt.Sprintf("leaf%d", (i*13+j*3)%200)}, Count: 1})
+		}
+		if err := w.Write(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+		rows += int64(len(b.Rows))
+		var size int64
+		if fi, err := os.Stat(path + ".wal"); err == nil {
+			size = fi.Size()
+		}
+		if size > last {
+			logged += size - last
+		} else {
+			logged += size // a checkpoint emptied the log, this batch began a new one
+		}
+		peak, last = max(peak, size), size
+	}
+	var stored int64
+	if err := w.DB().QueryRow("SELECT sum(sample_count) FROM stack_samples_local").Scan(&stored); err != nil || stored != rows {
+		t.Fatalf("%d samples stored (%v), want %d", stored, err, rows)
+	}
+	if logged < 2<<20 {
+		t.Fatalf("the batches logged %d bytes: too few to pass the threshold several times", logged)
+	}
+	if peak == 0 || peak > 1536<<10 {
+		t.Errorf("the log reached %d bytes with a 1MB threshold (%d logged in all)", peak, logged)
 	}
 }
 
