@@ -108,6 +108,11 @@ const (
 	JITSuffix    = "_[j]"
 )
 
+// KernelMappingFile is the file of the kernel's mapping (perf's name for
+// it). A kernel frame the agent could not symbolize (no CAP_SYSLOG) is named
+// by it: "[kernel.kallsyms]+0xffffffff81000e06".
+const KernelMappingFile = "[kernel.kallsyms]"
+
 // Sample and period types. A receiver emits, per process, one profile of
 // SampleTypeSamples/UnitCount (the number of samples, what storage keeps) and
 // one of SampleTypeCPU/UnitNanoseconds (count × period). Consumers that want

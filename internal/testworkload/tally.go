@@ -59,10 +59,12 @@ func (t *Tally) Add(stack string, n int64) {
 // userLeaf is the innermost user-space frame of a root-first stack: time the
 // kernel spent in an interrupt while that function ran is the function's
 // (interrupts are frequent on a loaded machine and would blur shares). A
+// kernel frame is one with the kernel suffix, or one named by the kernel's
+// mapping when the agent could not symbolize it (no CAP_SYSLOG). A
 // kernel-only stack gives its kernel leaf.
 func userLeaf(names []string) string {
 	for i := len(names) - 1; i >= 0; i-- {
-		if !strings.HasSuffix(names[i], "_[k]") {
+		if !strings.HasSuffix(names[i], profileschema.KernelSuffix) && !strings.HasPrefix(names[i], profileschema.KernelMappingFile+"+") {
 			return names[i]
 		}
 	}

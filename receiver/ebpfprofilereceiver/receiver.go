@@ -19,6 +19,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/binarycache"
 	"github.com/hotpath-dev/hotpath/internal/cputime"
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
@@ -606,7 +607,7 @@ func (r *profileReceiver) symbolizeSample(proc *processEntry, s *sampler.Sample)
 	return r.frames
 }
 
-var kernelMapping = &profilebuilder.Mapping{File: "[kernel.kallsyms]"}
+var kernelMapping = &profilebuilder.Mapping{File: profileschema.KernelMappingFile}
 
 const (
 	// heavySamples: a process with this many samples in an interval (one
