@@ -158,14 +158,6 @@ func compactFile(ctx context.Context, path string, blockSize int) (*compactResul
 		return nil, err
 	}
 	defer func() { _, _ = conn.ExecContext(ctx, "DETACH hotpath_src") }()
-	res := &compactResult{before: before}
-	if err := conn.QueryRowContext(ctx, "SELECT block_size FROM pragma_database_size() WHERE database_name = 'hotpath_src'").Scan(&res.blockBefore); err != nil {
-		return nil, fmt.Errorf("block size of %s: %w", path, err)
-	}
-	res.blockAfter = res.blockBefore
-	if blockSize != 0 {
-		res.blockAfter = blockSize
-	}
 	st, err := dbcopy.Copy(ctx, conn, "hotpath_src", tmp, blockSize)
 	if err != nil {
 		_ = removeCopy()
@@ -186,11 +178,11 @@ func compactFile(ctx context.Context, path string, blockSize int) (*compactResul
 	if err := syncFile(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("compacted, but the rename may not be on disk yet: %w", err)
 	}
-	if res.after, err = dbcopy.FileBytes(path); err != nil {
+	after, err := dbcopy.FileBytes(path)
+	if err != nil {
 		return nil, err
 	}
-	res.tables, res.rows = st.Tables, st.Rows
-	return res, nil
+	return &compactResult{before: before, after: after, blockBefore: st.SourceBlockSize, blockAfter: st.BlockSize, tables: st.Tables, rows: st.Rows}, nil
 }
 
 // syncFile flushes a file or a directory (a rename in it) to disk.

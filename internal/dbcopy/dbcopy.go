@@ -19,6 +19,9 @@ import (
 type Stats struct {
 	Tables int
 	Rows   int64
+	// SourceBlockSize and BlockSize are the block sizes, in bytes, of the
+	// source and of the copy.
+	SourceBlockSize, BlockSize int
 }
 
 // The block sizes DuckDB can create a file with (powers of two between
@@ -46,14 +49,16 @@ func Copy(ctx context.Context, conn *sql.Conn, src, dst string, blockSize int) (
 	if err != nil {
 		return st, fmt.Errorf("list the tables of %s: %w", src, err)
 	}
+	if err := conn.QueryRowContext(ctx, "SELECT block_size FROM pragma_database_size() WHERE database_name = ?", src).Scan(&st.SourceBlockSize); err != nil {
+		return st, fmt.Errorf("block size of %s: %w", src, err)
+	}
 	// By default the copy keeps the file's block size: an agent's file,
 	// created in 64 KiB blocks, is a third larger copied into DuckDB's
 	// default 256.
 	if blockSize == 0 {
-		if err := conn.QueryRowContext(ctx, "SELECT block_size FROM pragma_database_size() WHERE database_name = ?", src).Scan(&blockSize); err != nil {
-			return st, fmt.Errorf("block size of %s: %w", src, err)
-		}
+		blockSize = st.SourceBlockSize
 	}
+	st.BlockSize = blockSize
 	const alias = "hotpath_copy"
 	for _, stmt := range []string{
 		fmt.Sprintf("ATTACH %s AS %s (BLOCK_SIZE %d)", sqlquery.Quote(dst), alias, blockSize),
