@@ -343,10 +343,11 @@ func storageRows(st *storebench.Result) []row {
 		rfd, goal, bound, have := "—", "—", 0.0, false
 		switch {
 		case strings.HasPrefix(q.Name, "reference"):
+		// Issue 16's goals; the RFDs' bounds stay in their column.
 		case strings.Contains(q.Name, "trace lookup"):
-			rfd, goal, bound, have = "< 200 ms (RFD 078)", "< 200 ms", 200, true
+			rfd, goal, bound, have = "< 200 ms (RFD 078)", "≤ 50 ms", 50, true
 		case strings.Contains(q.Name, " 1h "):
-			rfd, goal, bound, have = "< 100 ms", "< 100 ms", 100, true
+			rfd, goal, bound, have = "< 100 ms", "≤ 50 ms", 50, true
 		default:
 			rfd, goal, bound, have = "< 2 s", "≤ 300 ms", 300, true
 		}

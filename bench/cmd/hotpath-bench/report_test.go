@@ -45,6 +45,25 @@ func TestReport(t *testing.T) {
 			t.Errorf("agent's hour at %.0f KB per hour: row %d %+v; want ≤ 200 KB, %s", perHour/1e3, i, rows, want)
 		}
 	}
+	// The queries are judged by issue 16's goals: 50 ms for a 1 h flame graph
+	// and a trace lookup (the RFDs' 100 and 200 ms in their column).
+	for _, c := range []struct {
+		name string
+		ms   float64
+		want string
+	}{
+		{"summary 1h folded_stacks (30 days stored)", 49, "PASS"}, {"summary 1h folded_stacks (30 days stored)", 60, "FAIL"},
+		{"local trace lookup (3 h of trace-tagged rows)", 45, "PASS"}, {"local trace lookup (3 h of trace-tagged rows)", 80, "FAIL"},
+		{"summary 30d folded_stacks (30 days stored)", 290, "PASS"}, {"summary 30d folded_stacks (30 days stored)", 310, "FAIL"},
+	} {
+		one := st
+		one.Queries = []storebench.Query{{Name: c.name, SQL: "SELECT 1", Samples: 10, Want: 10, Millis: []float64{c.ms}}}
+		rows := storageRows(&one)
+		i := slices.IndexFunc(rows, func(r row) bool { return r.Figure == "query: "+c.name })
+		if i < 0 || rows[i].Status != c.want {
+			t.Errorf("%s at %.0f ms: row %d; want %s (%+v)", c.name, c.ms, i, c.want, rows)
+		}
+	}
 	noisy := ag
 	noisy.Pairs = []abPair{{1000, 600}, {1000, 1400}}
 	if rows := agentRows(&noisy); rows[2].Status != "NOISY" {
