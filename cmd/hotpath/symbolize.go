@@ -17,6 +17,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 )
@@ -189,7 +190,7 @@ func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewrit
 		}
 		base = filepath.Base(paths[0])
 	}
-	prefix := base + "+0x"
+	prefix := profileschema.RawFramePrefix(base)
 
 	rows, err := db.QueryContext(ctx, `SELECT f.frame_id, f.frame_name FROM
 (SELECT DISTINCT unnest(stack_frame_ids) AS id FROM `+tb.StackDict+` WHERE `+buildStacks+`) u

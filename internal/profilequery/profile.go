@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -355,7 +354,7 @@ func ShortBuildID(id string) string {
 func (p *Profile) DisplayFrames(s Stack) []string {
 	base := ""
 	if path := p.Binaries[s.BuildID]; path != "" && s.BuildID != "" {
-		base = filepath.Base(path) + "+0x"
+		base = profileschema.RawFramePrefix(path)
 	}
 	if base == "" {
 		return s.Frames

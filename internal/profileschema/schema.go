@@ -201,11 +201,16 @@ func FrameName(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
 	if mi > 0 && int(mi) < dict.MappingTable().Len() {
 		m := dict.MappingTable().At(int(mi))
 		if file := str(dict, m.FilenameStrindex()); file != "" {
-			return fmt.Sprintf("%s+0x%x", filepath.Base(file), FileOffset(m, loc.Address()))
+			return fmt.Sprintf("%s%x", RawFramePrefix(file), FileOffset(m, loc.Address()))
 		}
 	}
 	return fmt.Sprintf("0x%x", loc.Address())
 }
+
+// RawFramePrefix is how FrameName begins the name of a frame of file it
+// could not symbolize: the file's base name and "+0x" (the file offset in hex
+// follows). Readers that pick such frames out by their file use it too.
+func RawFramePrefix(file string) string { return filepath.Base(file) + "+0x" }
 
 // Str returns the string at index i of the dictionary, or "" when out of range.
 func Str(dict pprofile.ProfilesDictionary, i int32) string { return str(dict, i) }

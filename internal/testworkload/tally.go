@@ -64,7 +64,7 @@ func (t *Tally) Add(stack string, n int64) {
 // kernel-only stack gives its kernel leaf.
 func userLeaf(names []string) string {
 	for i := len(names) - 1; i >= 0; i-- {
-		if !strings.HasSuffix(names[i], profileschema.KernelSuffix) && !strings.HasPrefix(names[i], profileschema.KernelMappingFile+"+") {
+		if !strings.HasSuffix(names[i], profileschema.KernelSuffix) && !strings.HasPrefix(names[i], profileschema.RawFramePrefix(profileschema.KernelMappingFile)) {
 			return names[i]
 		}
 	}

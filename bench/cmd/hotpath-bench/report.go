@@ -340,10 +340,10 @@ func storageRows(st *storebench.Result) []row {
 	}
 	for _, q := range st.Queries {
 		s := benchfmt.Summarize(q.Millis)
+		// Issue 16's goals; the RFDs' bounds stay in their column.
 		rfd, goal, bound, have := "—", "—", 0.0, false
 		switch {
 		case strings.HasPrefix(q.Name, "reference"):
-		// Issue 16's goals; the RFDs' bounds stay in their column.
 		case strings.Contains(q.Name, "trace lookup"):
 			rfd, goal, bound, have = "< 200 ms (RFD 078)", "≤ 50 ms", 50, true
 		case strings.Contains(q.Name, " 1h "):
