@@ -39,6 +39,31 @@ func TestIDsRollbackAndForget(t *testing.T) {
 	}
 }
 
+// Forgotten stacks get new IDs when they come back; the others keep theirs.
+func TestStackDictForget(t *testing.T) {
+	d := NewStacks()
+	keys := []StackKey{KeyOf([]string{"main"}), KeyOf([]string{"main", "run"}), KeyOf([]string{"main", "run", "leaf"})}
+	var ids []int32
+	for i, k := range keys {
+		id, isNew := d.ID(k)
+		if id != int32(i+1) || !isNew {
+			t.Fatalf("stack %d: ID %d, new %v; want %d, true", i, id, isNew, i+1)
+		}
+		ids = append(ids, id)
+	}
+	d.Forget(nil)
+	d.Forget([]int32{ids[0], ids[2], 99})
+	if d.Len() != 1 {
+		t.Fatalf("%d stacks known after forgetting two of three, want 1", d.Len())
+	}
+	if id, isNew := d.ID(keys[1]); id != ids[1] || isNew {
+		t.Fatalf("kept stack: ID %d, new %v; want %d, false", id, isNew, ids[1])
+	}
+	if id, isNew := d.ID(keys[0]); id != 4 || !isNew {
+		t.Fatalf("forgotten stack: ID %d, new %v; want 4 (never reused), true", id, isNew)
+	}
+}
+
 // A frame filled in a batch that failed is untyped again; one filled in a
 // committed batch is not filled twice.
 func TestFillRollsBackWithTheBatch(t *testing.T) {

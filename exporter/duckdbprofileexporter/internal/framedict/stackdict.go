@@ -84,17 +84,21 @@ func KeyOf(frames []string) StackKey {
 // IsZero reports whether k was never computed.
 func (k StackKey) IsZero() bool { return k == StackKey{} }
 
-// StackDict maps frame lists to stack IDs, like FrameDict does names.
+// StackDict maps frame lists to stack IDs, like FrameDict does names. It
+// keeps no map back from IDs to keys: Forget finds the keys by a scan.
+// That map cost as much memory as the dictionary itself (3.5 MB at an
+// agent's 90,000 stacks, 7 MB at a gateway's 200,000) and an insert per
+// new stack, where a retention run scans 200,000 entries in a few ms.
+// Nothing needs the assigned IDs undone: a batch that fails makes the
+// writer reload its dictionaries from the file.
 type StackDict struct {
-	ids     map[StackKey]int32
-	next    int32
-	pending []StackKey
-	byID    map[int32]StackKey // for Forget
+	ids  map[StackKey]int32
+	next int32
 }
 
 // NewStacks returns an empty stack dictionary whose first ID is 1.
 func NewStacks() *StackDict {
-	return &StackDict{ids: map[StackKey]int32{}, byID: map[int32]StackKey{}, next: 1}
+	return &StackDict{ids: map[StackKey]int32{}, next: 1}
 }
 
 // LoadStacks reads table's stacks, naming their frames with the file's
@@ -159,9 +163,9 @@ func LoadStacks(ctx context.Context, q interface {
 	defer rows.Close()
 	d := NewStacks()
 	if n > 0 {
-		// Sized once: growing the maps a stack at a time rehashed them
+		// Sized once: growing the map a stack at a time rehashed it
 		// about as long as the hashing took.
-		d.ids, d.byID = make(map[StackKey]int32, n), make(map[int32]StackKey, n)
+		d.ids = make(map[StackKey]int32, n)
 	}
 	var list sql.RawBytes
 	for rows.Next() {
@@ -184,7 +188,6 @@ func LoadStacks(ctx context.Context, q interface {
 		}
 		k := h.Sum()
 		d.ids[k] = id
-		d.byID[id] = k
 		if id >= d.next {
 			d.next = id + 1
 		}
@@ -229,20 +232,21 @@ func (d *StackDict) ID(k StackKey) (id int32, isNew bool) {
 	id = d.next
 	d.next++
 	d.ids[k] = id
-	d.byID[id] = k
-	d.pending = append(d.pending, k)
 	return id, true
 }
 
-// Commit makes the IDs assigned since the last Commit permanent.
-func (d *StackDict) Commit() { d.pending = d.pending[:0] }
-
 // Forget drops stacks that retention removed from the file.
 func (d *StackDict) Forget(ids []int32) {
+	if len(ids) == 0 {
+		return
+	}
+	gone := make(map[int32]struct{}, len(ids))
 	for _, id := range ids {
-		if k, ok := d.byID[id]; ok {
+		gone[id] = struct{}{}
+	}
+	for k, id := range d.ids {
+		if _, ok := gone[id]; ok {
 			delete(d.ids, k)
-			delete(d.byID, id)
 		}
 	}
 }

@@ -808,7 +808,6 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, id string, next fu
 		w.binaries[id] = sb
 	}
 	w.dicts.Frames.Commit()
-	w.dicts.Stacks.Commit()
 	return nil
 }
 
