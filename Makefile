@@ -32,13 +32,9 @@ all: build
 # deps installs what build and test need on a fresh Debian machine (again
 # whenever this Makefile, and so the package list, changes).
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP): Makefile
+$(DEPS_STAMP): Makefile scripts/apt-install.sh
 	@command -v $(GO) >/dev/null || { echo "Go 1.26 is required at /usr/local/go/bin (see README)"; exit 1; }
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	@./scripts/apt-install.sh $(APT_PACKAGES)
 	@$(call install-tool,builder,go.opentelemetry.io/collector/cmd/builder,$(OCB_VERSION))
 	@$(call install-tool,staticcheck,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION))
 	@touch $@

@@ -103,7 +103,9 @@ func chromium(t *testing.T) string {
 		}
 	}
 	t.Log("chromium missing: installing the Debian package")
-	cmd := exec.Command("sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium")
+	// The repository's installer, which waits its turn when make run or
+	// another test installs packages at the same time.
+	cmd := exec.Command(filepath.Join("..", "..", "scripts", "apt-install.sh"), "chromium")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("install chromium: %v\n%s", err, out)
 	}
