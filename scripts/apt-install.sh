@@ -20,9 +20,11 @@ if ! flock -n 9; then
 	flock 9
 fi
 
+# Installed means dpkg's status "installed": a package removed but not
+# purged still answers dpkg -s, with status "deinstall ok config-files".
 missing=()
 for p in "$@"; do
-	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+	[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "installing: ${missing[*]}"
