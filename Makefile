@@ -39,6 +39,13 @@ $(DEPS_STAMP): Makefile scripts/apt-install.sh
 	@$(call install-tool,staticcheck,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION))
 	@touch $@
 
+# build-lock makes the rest of a recipe's shell line wait for, and hold,
+# this checkout's build lock. The README has make run and make test in two
+# terminals of one checkout: make test's generate rewrites the generated
+# sources (BPF objects, mdatagen's files) in place, and a build reading one
+# half-written would fail. Generating and building take turns.
+build-lock = exec 9>$(CURDIR)/.build.lock && flock 9
+
 # install-tool BINARY,PACKAGE,VERSION: go install PACKAGE@VERSION unless
 # $(HOME)/go/bin/BINARY was built from exactly that version.
 install-tool = [ "$$($(GO) version -m $(HOME)/go/bin/$(1) 2>/dev/null | awk '$$1 == "mod" { print $$3 }')" = "$(3)" ] || { echo "installing $(1) $(3)"; $(GO) install $(2)@$(3); }
@@ -62,8 +69,9 @@ GENERATED := '*_bpfel.go' '*_bpfel.o' '*generated_*.go' '*documentation.md' '*/i
 # components' metadata, telemetry builder, component tests and
 # documentation.md, and every package's goleak TestMain.
 generate: deps $(MDATAGEN)
-	$(GO) generate ./receiver/...
-	@for f in $$(find . -name metadata.yaml -not -path './build/*' -not -path './var/*' -not -path './.git/*' | sort); do \
+	@$(build-lock); set -e; \
+	echo "$(GO) generate ./receiver/..."; $(GO) generate ./receiver/...; \
+	for f in $$(find . -name metadata.yaml -not -path './build/*' -not -path './var/*' -not -path './.git/*' | sort); do \
 		(cd "$$(dirname "$$f")" && $(MDATAGEN) metadata.yaml) || { echo "mdatagen failed on $$f"; exit 1; }; \
 	done
 
@@ -79,13 +87,14 @@ check-generated: generate
 build: collector $(BIN)/hotpath
 
 collector: deps
-	mkdir -p build
-	builder --config=builder-config.yaml --skip-compilation
-	cp distributions/otelcol-hotpath/*.go build/otelcol-hotpath/
+	@$(build-lock); set -ex; \
+	mkdir -p build; \
+	builder --config=builder-config.yaml --skip-compilation; \
+	cp distributions/otelcol-hotpath/*.go build/otelcol-hotpath/; \
 	cd build/otelcol-hotpath && CGO_ENABLED=1 $(GO) build -tags hotpath_dist -trimpath -o ../../$(COLLECTOR) .
 
 $(BIN)/hotpath: deps FORCE
-	CGO_ENABLED=1 $(GO) build -ldflags "$(CLI_LDFLAGS)" -o $@ ./cmd/hotpath
+	@$(build-lock); set -x; CGO_ENABLED=1 $(GO) build -ldflags "$(CLI_LDFLAGS)" -o $@ ./cmd/hotpath
 FORCE:
 
 # run starts the agent (and the gateway) on this machine with the shipped
@@ -152,4 +161,4 @@ soak: build
 	./scripts/soak.sh
 
 clean:
-	rm -rf $(BIN) build $(RUN_DIR) $(DEPS_STAMP)
+	rm -rf $(BIN) build $(RUN_DIR) $(DEPS_STAMP) .build.lock
