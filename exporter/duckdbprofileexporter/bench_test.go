@@ -30,12 +30,21 @@ import (
 //
 //	go test -run xxx -bench BenchmarkPush -benchtime 20x ./exporter/duckdbprofileexporter/
 func BenchmarkPush(b *testing.B) {
-	const procs, stacksPerProc = 20, 250
+	const stacksPerProc = 250
+	// A request is procs processes (services) of 250 stacks: 20 make the
+	// 5,000 rows of an agent's or a small gateway's push. A gateway writes
+	// one push per minute with every agent's stacks of that minute, so a
+	// fleet of 200 services makes pushes of 50,000 rows (fleet-minute).
 	for _, bc := range []struct {
 		tier, name string
 		newShare   float64
-	}{{"local", "local", 0.065}, {"summary", "summary", 0.065}, {"local", "local-known", 0}, {"summary", "summary-known", 0}} {
-		tier := bc.tier
+		procs      int
+	}{
+		{"local", "local", 0.065, 20}, {"summary", "summary", 0.065, 20},
+		{"local", "local-known", 0, 20}, {"summary", "summary-known", 0, 20},
+		{"summary", "summary-fleet-minute", 0.065, 200},
+	} {
+		tier, procs := bc.tier, bc.procs
 		newPerProc := int(math.Round(bc.newShare * stacksPerProc))
 		b.Run(bc.name, func(b *testing.B) {
 			cfg := createDefaultConfig()

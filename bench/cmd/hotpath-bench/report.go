@@ -258,6 +258,10 @@ func microRows(r benchfmt.Results) []row {
 	add("exporter rows/s (OTLP → DuckDB, summary tier, 6.5 % new stacks)", "BenchmarkPush/summary", "rows/s", "rows/s", 1, "—", "≥ 500 k", 5e5, true, false)
 	add("exporter rows/s (OTLP → DuckDB, local tier, known stacks)", "BenchmarkPush/local-known", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
 	add("exporter rows/s (OTLP → DuckDB, summary tier, known stacks)", "BenchmarkPush/summary-known", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
+	// The gateway's push is a minute of every agent's stacks: its size
+	// grows with the fleet, and a push's fixed cost is spread over more
+	// rows. Reported beside the 5,000-row figures, which stay the goal's.
+	add("exporter rows/s (OTLP → DuckDB, summary tier, a gateway minute of 200 services: 50,000 rows a push, 6.5 % new stacks)", "BenchmarkPush/summary-fleet-minute", "rows/s", "rows/s", 1, "—", "—", 0, false, false)
 	// An agent that has run a day on a simulated clock: its file as its
 	// disk holds it, retention and checkpoints having run all along (the
 	// storage phase's agent rows are one retention run on a fresh file).

@@ -532,16 +532,21 @@ FROM r JOIN s USING (stack_id) JOIN %[8]s se ON se.series_id = r.series_id`, tb.
 		`CREATE OR REPLACE MACRO samples_in(service, since, until) AS TABLE
 ` + samplesInSQL(t),
 		`CREATE OR REPLACE MACRO utc_now() AS (now() AT TIME ZONE 'UTC')`,
-		// Folded stacks (flamegraph.pl input): "root;...;leaf <count>" lines.
+		// Folded stacks (flamegraph.pl input): "root;...;leaf <count>" lines,
+		// most samples first. Ties are in the order the file first stored
+		// their stacks (the lowest stack_id of a line): ordering them by the
+		// line itself made DuckDB sort 6.7 MB of text for a 1 h flame graph
+		// of 9,101 stacks, a fifth to a third of the query (41-57 against
+		// 31-47 ms, 4 interleaved rounds on each tier's file).
 		fmt.Sprintf(`CREATE OR REPLACE MACRO folded_stacks(service, since, until) AS TABLE
 WITH agg AS (
     SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %[1]s WHERE %[2]s GROUP BY stack_id
 ), s AS MATERIALIZED (
-    SELECT s.stack_frame_ids, agg.samples FROM agg JOIN %[5]s s USING (stack_id)
+    SELECT s.stack_id, s.stack_frame_ids, agg.samples FROM agg JOIN %[5]s s USING (stack_id)
 ), dict AS (%[3]s)
 SELECT array_to_string(%[4]s, ';') AS folded, sum(s.samples)::BIGINT AS samples
 FROM s, dict
-GROUP BY folded ORDER BY samples DESC, folded`, rows, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
+GROUP BY folded ORDER BY samples DESC, min(s.stack_id)`, rows, inRange, namesSQL(tb), decodeSQL("s.stack_frame_ids"), tb.StackDict),
 		// Leaf (self time) functions ranked by samples.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO top_functions(service, since, until, n) AS TABLE
 WITH agg AS (
@@ -565,11 +570,11 @@ WITH matching AS (
     WHERE %[2]s AND stack_id IN (SELECT stack_id FROM matching)
     GROUP BY stack_id
 ), s AS MATERIALIZED (
-    SELECT s.stack_frame_ids, agg.samples FROM agg JOIN matching s USING (stack_id)
+    SELECT s.stack_id, s.stack_frame_ids, agg.samples FROM agg JOIN matching s USING (stack_id)
 ), dict AS (%[5]s)
 SELECT array_to_string(%[6]s, ';') AS folded, sum(s.samples)::BIGINT AS samples
 FROM s, dict
-GROUP BY folded ORDER BY samples DESC, folded`, rows, inRange, tb.Frames, tb.StackDict, namesSQL(tb), decodeSQL("s.stack_frame_ids")),
+GROUP BY folded ORDER BY samples DESC, min(s.stack_id)`, rows, inRange, tb.Frames, tb.StackDict, namesSQL(tb), decodeSQL("s.stack_frame_ids")),
 		// Inclusive share of samples per function in two builds (a function
 		// counted once per stack even when recursive), largest change first.
 		fmt.Sprintf(`CREATE OR REPLACE MACRO compare_builds(service, build_a, build_b, since, until) AS TABLE
