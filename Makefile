@@ -32,7 +32,7 @@ all: build
 # deps installs what build and test need on a fresh Debian machine (again
 # whenever this Makefile, and so the package list, changes).
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP): Makefile scripts/apt-install.sh
+$(DEPS_STAMP): Makefile scripts/apt-install.sh scripts/go-install-tool.sh
 	@command -v $(GO) >/dev/null || { echo "Go 1.26 is required at /usr/local/go/bin (see README)"; exit 1; }
 	@./scripts/apt-install.sh $(APT_PACKAGES)
 	@$(call install-tool,builder,go.opentelemetry.io/collector/cmd/builder,$(OCB_VERSION))
@@ -47,8 +47,9 @@ $(DEPS_STAMP): Makefile scripts/apt-install.sh
 build-lock = exec 9>$(CURDIR)/.build.lock && flock 9
 
 # install-tool BINARY,PACKAGE,VERSION: go install PACKAGE@VERSION unless
-# $(HOME)/go/bin/BINARY was built from exactly that version.
-install-tool = [ "$$($(GO) version -m $(HOME)/go/bin/$(1) 2>/dev/null | awk '$$1 == "mod" { print $$3 }')" = "$(3)" ] || { echo "installing $(1) $(3)"; $(GO) install $(2)@$(3); }
+# $(HOME)/go/bin/BINARY was built from exactly that version (one install
+# at a time: scripts/go-install-tool.sh).
+install-tool = GO=$(GO) ./scripts/go-install-tool.sh $(1) $(2) $(3)
 
 # $(MDATAGEN) is built in a scratch module: "go install ...@version" fails
 # here because the proxy does not serve mdatagen's version list, which go
