@@ -536,8 +536,8 @@ FROM r JOIN s USING (stack_id) JOIN %[8]s se ON se.series_id = r.series_id`, tb.
 		// most samples first. Ties are in the order the file first stored
 		// their stacks (the lowest stack_id of a line): ordering them by the
 		// line itself made DuckDB sort 6.7 MB of text for a 1 h flame graph
-		// of 9,101 stacks, a fifth to a third of the query (41-57 against
-		// 31-47 ms, 4 interleaved rounds on each tier's file).
+		// of 9,101 stacks, a fifth to a third of the query (44-58 against
+		// 31-49 ms, 4 interleaved rounds on each tier's file).
 		fmt.Sprintf(`CREATE OR REPLACE MACRO folded_stacks(service, since, until) AS TABLE
 WITH agg AS (
     SELECT stack_id, sum(sample_count)::BIGINT AS samples FROM %[1]s WHERE %[2]s GROUP BY stack_id
