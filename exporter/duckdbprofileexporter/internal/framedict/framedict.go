@@ -1,8 +1,9 @@
 // Package framedict keeps the in-memory copies of a file's dictionaries
 // (frames, stacks, series). The frame dictionary maps
 // frame name ↔ integer ID. IDs are loaded from the file on start so they stay
-// stable across restarts; new IDs are staged per batch and only become
-// permanent when the batch's transaction commits.
+// stable across restarts. A dictionary runs ahead of the file while a batch
+// is written: when the batch fails, the writer loads the dictionaries from
+// the file again rather than undoing them here.
 package framedict
 
 import (
@@ -14,14 +15,12 @@ import (
 // FrameDict maps frame names to IDs. It is not safe for concurrent use: the
 // writer owns it and serialises batches.
 type FrameDict struct {
-	ids     map[string]int32
-	next    int32
-	pending []string // names assigned since the last Commit/Rollback
+	ids  map[string]int32
+	next int32
 	// untyped are frames stored with neither type nor file (written
 	// before schema version 6, or sent without them): the first stack
 	// that says what they are fills them in.
 	untyped map[int32]bool
-	filled  []int32 // untyped frames filled since the last Commit/Rollback
 }
 
 // New returns an empty dictionary whose first ID is 1 (0 is never used, so a
@@ -70,7 +69,6 @@ func (d *FrameDict) ID(name string) (id int32, isNew bool) {
 	id = d.next
 	d.next++
 	d.ids[name] = id
-	d.pending = append(d.pending, name)
 	return id, true
 }
 
@@ -84,29 +82,7 @@ func (d *FrameDict) Fill(id int32) bool {
 		return false
 	}
 	delete(d.untyped, id)
-	d.filled = append(d.filled, id)
 	return true
-}
-
-// Commit makes the IDs assigned and frames filled since the last Commit
-// permanent.
-func (d *FrameDict) Commit() {
-	d.pending = d.pending[:0]
-	d.filled = d.filled[:0]
-}
-
-// Rollback forgets the IDs assigned since the last Commit (their batch was
-// not written). The counter is not rewound: an ID is never handed out twice
-// within a process, which keeps a half-failed batch from aliasing frames.
-func (d *FrameDict) Rollback() {
-	for _, name := range d.pending {
-		delete(d.ids, name)
-	}
-	d.pending = d.pending[:0]
-	for _, id := range d.filled {
-		d.untyped[id] = true
-	}
-	d.filled = d.filled[:0]
 }
 
 // Forget drops frames that retention removed from the file.

@@ -13,7 +13,7 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/stacknames"
 )
 
-func TestIDsRollbackAndForget(t *testing.T) {
+func TestIDsAndForget(t *testing.T) {
 	d := New()
 	a, isNew := d.ID("main")
 	if a != 1 || !isNew {
@@ -22,20 +22,15 @@ func TestIDsRollbackAndForget(t *testing.T) {
 	if again, isNew := d.ID("main"); again != a || isNew {
 		t.Fatalf("repeat ID = %d, new %v", again, isNew)
 	}
-	d.Commit()
-	b, _ := d.ID("pending")
-	d.Rollback()
-	if d.Len() != 1 {
-		t.Fatalf("rollback kept %d frames", d.Len())
-	}
-	// IDs are not reused after a rollback, so a half-written batch cannot
-	// alias a new frame.
-	if c, _ := d.ID("pending"); c == b {
-		t.Fatalf("ID %d reused after rollback", c)
-	}
+	b, _ := d.ID("run")
 	d.Forget([]string{"main"})
-	if _, isNew := d.ID("main"); !isNew {
-		t.Fatal("forgotten frame still known")
+	if d.Len() != 1 {
+		t.Fatalf("%d frames known after forgetting one of two, want 1", d.Len())
+	}
+	// A forgotten frame that comes back gets a new ID: a dictionary never
+	// hands out an ID twice.
+	if c, isNew := d.ID("main"); !isNew || c == a || c == b {
+		t.Fatalf("forgotten frame back: ID %d, new %v; want a new ID", c, isNew)
 	}
 }
 
@@ -64,26 +59,20 @@ func TestStackDictForget(t *testing.T) {
 	}
 }
 
-// A frame filled in a batch that failed is untyped again; one filled in a
-// committed batch is not filled twice.
-func TestFillRollsBackWithTheBatch(t *testing.T) {
+// An untyped frame is filled once; a typed one never.
+func TestFillOnce(t *testing.T) {
 	d := New()
 	id, _ := d.ID("main")
+	typed, _ := d.ID("run")
 	d.MarkUntyped(id)
-	d.Commit()
+	if d.Fill(typed) {
+		t.Fatal("typed frame fillable")
+	}
 	if !d.Fill(id) {
 		t.Fatal("untyped frame not fillable")
 	}
 	if d.Fill(id) {
-		t.Fatal("frame filled twice in one batch")
-	}
-	d.Rollback()
-	if !d.Fill(id) {
-		t.Fatal("frame of a failed batch's fill is not untyped again")
-	}
-	d.Commit()
-	if d.Fill(id) {
-		t.Fatal("committed fill filled again")
+		t.Fatal("frame filled twice")
 	}
 }
 

@@ -807,7 +807,6 @@ func (w *Writer) writeTx(ctx context.Context, dc driver.Conn, id string, next fu
 	for id, sb := range written {
 		w.binaries[id] = sb
 	}
-	w.dicts.Frames.Commit()
 	return nil
 }
 

@@ -157,6 +157,45 @@ func TestFailedBatchLeavesNothingAndDictionaryInStep(t *testing.T) {
 	}
 }
 
+// A batch that fails after its new frames, its new stack and a frame's type
+// went into its transaction (a malformed trace ID fails its last append)
+// leaves the dictionaries as the file has them: the new frame is unknown,
+// the filled frame untyped, and the next batch stores both.
+func TestBatchFailingLateLeavesDictionariesAsTheFile(t *testing.T) {
+	ctx := context.Background()
+	w := open(t, filepath.Join(t.TempDir(), "f.duckdb"), schema.Local)
+	defer w.Close()
+	py := FrameMeta{Type: "python", File: "/srv/app.py", Line: 7}
+	if err := w.Write(ctx, &Batch{Rows: []StackRow{{Time: t0, ServiceID: "s", Frames: []string{"main", "handle"}, Count: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	bad := &Batch{Rows: []StackRow{{Time: t0, ServiceID: "s", Frames: []string{"main", "handle", "parse"}, Meta: []FrameMeta{{}, py, py}, Count: 1, TraceID: "not a trace id"}}}
+	if err := w.Write(ctx, bad); err == nil || !strings.Contains(err.Error(), "trace ID") {
+		t.Fatalf("batch with a malformed trace ID: %v", err)
+	}
+	if n := w.FrameCount(); n != 2 {
+		t.Fatalf("%d frames known after the failed batch, want the file's 2", n)
+	}
+	if n := w.StackCount(); n != 1 {
+		t.Fatalf("%d stacks known after the failed batch, want the file's 1", n)
+	}
+	good := bad.Rows[0]
+	good.TraceID = ""
+	if err := w.Write(ctx, &Batch{Rows: []StackRow{good}}); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(queryStrings(t, w.DB(), `SELECT frame_name, coalesce(frame_type, 'NULL') FROM profile_frame_dictionary_local ORDER BY frame_id`), ",")
+	if want := "main|NULL,handle|python,parse|python"; got != want {
+		t.Fatalf("frames: %s, want %s", got, want)
+	}
+	if got := strings.Join(queryStrings(t, w.DB(), `SELECT folded FROM cpu_profile_samples_local_decoded ORDER BY folded`), ","); got != "main;handle,main;handle;parse" {
+		t.Fatalf("rows: %s", got)
+	}
+	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSamePathTwiceInProcessIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.duckdb")
 	w := open(t, path, schema.Local)
