@@ -56,7 +56,7 @@ func TestRollupsAnswerRangesExactly(t *testing.T) {
 	if !hourly.Equal(end) || !daily.Equal(end.Truncate(24*time.Hour)) {
 		t.Fatalf("roll-ups complete until %s (hourly), %s (daily); want %s, %s", hourly, daily, end, end.Truncate(24*time.Hour))
 	}
-	ts := func(t time.Time) string { return "TIMESTAMP '" + t.Format(time.DateTime) + "'" }
+	ts := func(t time.Time) string { return "TIMESTAMP '" + t.Format("2006-01-02 15:04:05.999999") + "'" }
 	plain := func(lo, hi time.Time) string {
 		return strings.Join(rowsOf(t, db, fmt.Sprintf("SELECT coalesce(sum(sample_count), 0) FROM %s WHERE service_id = 'api' AND bucket_time >= %s AND bucket_time < %s", tb.SamplesView, ts(lo), ts(hi))), "")
 	}
@@ -87,6 +87,25 @@ func TestRollupsAnswerRangesExactly(t *testing.T) {
 	}
 	if before[2] == "0" || before[4] == "0" {
 		t.Fatalf("empty ranges: %v", before)
+	}
+	// Every range between these points, empty and reversed ones too:
+	// before the data, on and off hour and day boundaries, within one
+	// hour, across midnight by less than a day, up to and past the
+	// roll-ups' progress.
+	midnight := end.Truncate(24 * time.Hour)
+	points := []time.Time{
+		start.Add(-90 * time.Minute), start, start.Add(7 * time.Minute), start.Add(time.Hour),
+		start.Add(3*time.Hour + 10*time.Minute), start.Add(4 * time.Hour),
+		midnight.Add(-24 * time.Hour), midnight.Add(-50 * time.Minute), midnight.Add(-time.Microsecond), midnight,
+		midnight.Add(40 * time.Minute), midnight.Add(2 * time.Hour),
+		end.Add(-30 * time.Minute), end, end.Add(time.Minute), end.Add(2 * time.Hour),
+	}
+	for _, lo := range points {
+		for _, hi := range points {
+			if got, want := viaMacro(lo, hi), plain(lo, hi); got != want {
+				t.Errorf("samples_in %s..%s: %s samples, the minutes hold %s", lo.Format(time.DateTime+".000000"), hi.Format(time.DateTime+".000000"), got, want)
+			}
+		}
 	}
 
 	// Minutes of closed hours gone: whole hours and days still answer.
