@@ -13,8 +13,13 @@ const Missing = "[missing]"
 // for an ID the dictionary does not hold). Callers cross-join it as dict and
 // decode with DecodeSQL.
 //
-// Frame IDs are small positive integers handed out in order, so the list
-// is about as long as the dictionary. Measured on 9,152 stacks of 15 frames
+// Frame IDs are small positive integers, the lowest free one for each new
+// frame (the exporter hands the IDs of frames retention removed to new
+// ones), so the list is about as long as the most frames the file held at
+// once. When IDs were never handed out again, a file on a node that starts
+// processes all day (unsymbolized frames are named by address) grew a list
+// of every frame it had ever held: 6,299 frames spread over IDs up to 2 M
+// took 1.97 s to list, against 7 ms packed. Measured on 9,152 stacks of 15 frames
 // (one DuckDB thread): indexing this list costs ~35 ms, a MAP of the
 // dictionary ~115 ms (its lookup is per key), and unnesting the stacks and
 // joining the frame table ~400 ms (the frames must be listed again in

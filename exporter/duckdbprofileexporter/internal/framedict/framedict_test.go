@@ -27,10 +27,67 @@ func TestIDsAndForget(t *testing.T) {
 	if d.Len() != 1 {
 		t.Fatalf("%d frames known after forgetting one of two, want 1", d.Len())
 	}
-	// A forgotten frame that comes back gets a new ID: a dictionary never
-	// hands out an ID twice.
-	if c, isNew := d.ID("main"); !isNew || c == a || c == b {
-		t.Fatalf("forgotten frame back: ID %d, new %v; want a new ID", c, isNew)
+	// A forgotten frame that comes back is new to the file: it is stored
+	// again, with the lowest free ID (its old one here).
+	if c, isNew := d.ID("main"); !isNew || c != a || c == b {
+		t.Fatalf("forgotten frame back: ID %d, new %v; want %d, true", c, isNew, a)
+	}
+}
+
+// Frames retention removed give their IDs to new frames, lowest first;
+// IDs freed at the top bring the next new ID down.
+func TestFreedIDsAreReused(t *testing.T) {
+	d := New()
+	for _, n := range []string{"a", "b", "c", "d", "e"} {
+		d.ID(n)
+	}
+	d.MarkUntyped(3)
+	d.Forget([]string{"d", "b", "c", "nothing"})
+	for _, want := range []struct {
+		name string
+		id   int32
+	}{{"x", 2}, {"y", 3}, {"z", 4}, {"w", 6}} {
+		if id, isNew := d.ID(want.name); id != want.id || !isNew {
+			t.Fatalf("%s: ID %d, new %v; want %d, true", want.name, id, isNew, want.id)
+		}
+	}
+	if d.Fill(3) {
+		t.Fatal("a reused ID kept the untyped mark of the frame it belonged to")
+	}
+	d.Forget([]string{"w", "e", "z"})
+	if id, _ := d.ID("v"); id != 4 {
+		t.Fatalf("after the top three were freed: ID %d, want 4", id)
+	}
+	if id, _ := d.ID("u"); id != 5 {
+		t.Fatalf("next: ID %d, want 5", id)
+	}
+}
+
+// A file's gaps (frames removed before a restart) are free after Load.
+func TestLoadFreesGaps(t *testing.T) {
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE f (frame_id INTEGER, frame_name VARCHAR, frame_type VARCHAR, file_name VARCHAR);
+INSERT INTO f VALUES (7, 'g', 'native', NULL), (2, 'b', 'native', NULL), (3, 'c', NULL, NULL), (9, 'i', 'native', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(context.Background(), db, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int32
+	for _, n := range []string{"b", "n1", "n2", "n3", "n4", "n5", "n6", "n7"} {
+		id, _ := d.ID(n)
+		got = append(got, id)
+	}
+	if want := []int32{2, 1, 4, 5, 6, 8, 10, 11}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("IDs %v, want %v", got, want)
+	}
+	if !d.Fill(3) {
+		t.Fatal("untyped frame 3 not fillable after Load")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -223,5 +224,85 @@ func TestMinutesKeptUntilRolledUp(t *testing.T) {
 	}
 	if total != 30 {
 		t.Errorf("samples_in over everything: %d, want all 30", total)
+	}
+}
+
+// A node that starts processes all day names new frames all day (an
+// unsymbolized frame is named by its address, which differs from process
+// to process). Frames retention removes give their IDs to new ones, so the
+// highest frame ID, the length of the name list every query builds, stays
+// at the most frames the file held at once: here 20 simulated hours of 50
+// new frames an hour end at 101, not 1,001. A reader's snapshot taken
+// before retention stays as it was while a batch reuses the IDs.
+func TestFrameIDsReusedAfterRetention(t *testing.T) {
+	ctx := context.Background()
+	w := openWriter(t, schema.Local)
+	tb := schema.TablesFor(schema.Local)
+	one := func(q string) int64 {
+		t.Helper()
+		var n int64
+		if err := w.DB().QueryRowContext(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	const hours, perHour = 20, 50
+	for h := range hours {
+		at := t0.Add(time.Duration(h) * time.Hour)
+		var rows []writer.StackRow
+		for j := range perHour {
+			rows = append(rows, writer.StackRow{Time: at, ServiceID: "s", Frames: []string{"main", fmt.Sprintf("0x%x", 0x7f0000000000+h*perHour+j)}, Count: 1})
+		}
+		if err := w.Write(ctx, &writer.Batch{Rows: rows}); err != nil {
+			t.Fatalf("hour %d: %v", h, err)
+		}
+		var reader *sql.Conn
+		var seen int64
+		if h == hours/2 {
+			var err error
+			if reader, err = w.DB().Conn(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := reader.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+				t.Fatal(err)
+			}
+			if err := reader.QueryRowContext(ctx, "SELECT sum(frame_id) FROM "+tb.Frames).Scan(&seen); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := Apply(ctx, w, Policy{Stacks: time.Hour}, at.Add(30*time.Minute)); err != nil {
+			t.Fatalf("hour %d: retention: %v", h, err)
+		}
+		if reader != nil {
+			// The next hour's batch reuses the IDs just freed while the
+			// reader's transaction still sees their old frames.
+			if err := w.Write(ctx, &writer.Batch{Rows: []writer.StackRow{{Time: at.Add(time.Minute), ServiceID: "s", Frames: []string{"main", "0x1"}, Count: 1}}}); err != nil {
+				t.Fatalf("batch reusing an ID under an open reader: %v", err)
+			}
+			var again int64
+			if err := reader.QueryRowContext(ctx, "SELECT sum(frame_id) FROM "+tb.Frames).Scan(&again); err != nil {
+				t.Fatal(err)
+			}
+			if again != seen {
+				t.Fatalf("reader's snapshot changed: sum of frame IDs %d, then %d", seen, again)
+			}
+			if _, err := reader.ExecContext(ctx, "COMMIT"); err != nil {
+				t.Fatal(err)
+			}
+			reader.Close()
+		}
+	}
+	if got := one("SELECT max(frame_id) FROM " + tb.Frames); got != 2*perHour+1 {
+		t.Fatalf("highest frame ID %d after %d hours of %d new frames, want %d", got, hours, perHour, 2*perHour+1)
+	}
+	if got, want := one("SELECT count(*) FROM "+tb.Decoded+" WHERE folded LIKE 'main;0x%'"), int64(perHour); got != want {
+		t.Fatalf("%d stacks of the last hour decode, want %d", got, want)
+	}
+	last := fmt.Sprintf("main;0x%x", 0x7f0000000000+(hours-1)*perHour)
+	if got := one("SELECT count(*) FROM " + tb.Decoded + " WHERE folded = '" + last + "'"); got != 1 {
+		t.Fatalf("the last hour's first stack %q decoded %d times, want 1", last, got)
+	}
+	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
+		t.Fatal(err)
 	}
 }
