@@ -7,6 +7,7 @@
 package framedict
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -121,23 +122,19 @@ func (d *FrameDict) Fill(id int32) bool {
 // to new frames. Only frames no longer in the file may be forgotten: a
 // batch that reuses an ID appends a row with it.
 func (d *FrameDict) Forget(names []string) {
-	var freed []int32
+	before := len(d.free)
 	for _, n := range names {
 		if id, ok := d.ids[n]; ok {
 			delete(d.ids, n)
 			delete(d.untyped, id)
-			freed = append(freed, id)
+			d.free = append(d.free, idRange{id, id})
 		}
 	}
-	if len(freed) == 0 {
+	if len(d.free) == before {
 		return
 	}
-	slices.Sort(freed)
-	for _, id := range freed {
-		d.free = append(d.free, idRange{id, id})
-	}
 	// Merge the ranges (the freed IDs were held, so none overlaps another).
-	slices.SortFunc(d.free, func(a, b idRange) int { return int(a.lo) - int(b.lo) })
+	slices.SortFunc(d.free, func(a, b idRange) int { return cmp.Compare(a.lo, b.lo) })
 	merged := d.free[:1]
 	for _, r := range d.free[1:] {
 		if last := &merged[len(merged)-1]; r.lo == last.hi+1 {
