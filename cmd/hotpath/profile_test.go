@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -72,6 +73,44 @@ func TestProfileFoldedAnnotatesBuilds(t *testing.T) {
 	}
 	if doc.Samples != 4*(600+800+590+10+7) || len(doc.BuildIDs) != 1 || doc.BuildIDs[0] != oldBuild {
 		t.Fatalf("window: %+v", doc)
+	}
+}
+
+// TestProfileNamesFramesTheDictionaryLacks: the CLI names frames from the
+// IDs its query returns with the frames they use (profilequery's
+// readStacks). A frame ID the dictionary does not hold reads [missing], as
+// the SQL views show it, and stacks that then read the same are one line.
+func TestProfileNamesFramesTheDictionaryLacks(t *testing.T) {
+	for _, tier := range []string{"local", "summary"} {
+		t.Run(tier, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), tier+".duckdb")
+			writeDB(t, tier, path, "", []batch{{at: time.Now().Add(-5 * time.Minute), service: "api", stacks: map[string]int64{
+				"main.main;alpha.A;leaf.X": 10, "main.main;beta.B;leaf.X": 5, "main.main;gamma.C;leaf.X": 1,
+			}}})
+			db, err := sql.Open("duckdb", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			frames := map[string]string{"local": "profile_frame_dictionary_local", "summary": "profile_frame_dictionary"}[tier]
+			res, err := db.Exec("DELETE FROM " + frames + " WHERE frame_name IN ('alpha.A', 'beta.B')")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != 2 {
+				t.Fatalf("deleted %d frames, want 2", n)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"profile", "--db", path, "--service", "api", "--since", "1h"}
+			if tier == "local" {
+				args = append(args, "--local")
+			}
+			out, stderr, code := runCLI(t, args...)
+			if want := "main.main;[missing];leaf.X 15\nmain.main;gamma.C;leaf.X 1\n"; code != 0 || out != want {
+				t.Fatalf("code %d: %s\ngot:\n%swant:\n%s", code, stderr, out, want)
+			}
+		})
 	}
 }
 

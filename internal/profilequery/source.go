@@ -119,29 +119,113 @@ func (tb tables) spanHex() string {
 }
 
 // stacksSQL sums the rows of table matching where per group columns, stack
-// and sampling period, then names each distinct stack's frames once:
-// decoding every row costs more than the whole aggregation. It returns the
-// group columns, frames (root first), samples, cpu_ns and period.
+// and sampling period. Its rows are of two kinds, in no set order: one per
+// stack (the group columns, frame_ids, samples, cpu_ns and period;
+// frame_id NULL), and one per frame those stacks hold (frame_id,
+// frame_name and what the file knows of the frame: frame_type, file_name,
+// line_number; the rest NULL). readStacks names the frames. Naming them in
+// SQL built a list of names for every stack and sent each name again for
+// every stack holding it: a 1 h profile of 9,165 stacks read 137,000
+// strings (6.7 MB) where it now reads 641 names and the ID lists. It is one
+// statement so the names come from the stacks' snapshot: the exporter gives
+// the IDs of frames retention removed to new frames.
 func (tb tables) stacksSQL(table, group, where string, fallback time.Duration) string {
 	key, frames, join, nonEmpty := "stack_id", "s.stack_frame_ids", " JOIN "+tb.stackDict+" s USING (stack_id)", ""
 	if tb.stackDict == "" {
 		key, frames, join, nonEmpty = "stack_frame_ids", "agg.stack_frame_ids", "", " AND len(stack_frame_ids) > 0"
 	}
-	var aggGroup []string
+	var aggGroup, nulls []string
 	for _, c := range strings.Split(group, ", ") {
 		aggGroup = append(aggGroup, "agg."+c)
+		nulls = append(nulls, "NULL")
 	}
-	// The join is materialized before decoding: planned after the
-	// dictionary's cross product, DuckDB would decode every stack.
-	return fmt.Sprintf(`WITH agg0 AS (
+	meta := "NULL, NULL, NULL"
+	if tb.frameMeta {
+		meta = "f.frame_type, f.file_name, f.line_number"
+	}
+	return fmt.Sprintf(`WITH agg AS (
     SELECT %[1]s, %[2]s, %[3]s AS period, sum(sample_count)::BIGINT AS samples, %[4]s AS cpu_ns
     FROM %[5]s WHERE %[6]s%[7]s
     GROUP BY ALL
-), agg AS MATERIALIZED (SELECT agg.*, %[10]s AS stack_frame_list FROM agg0 AS agg%[11]s),
-dict AS (%[8]s)
-SELECT %[9]s, %[12]s AS frames, agg.samples, agg.cpu_ns, agg.period
-FROM agg, dict`, group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty, stacknames.DictSQL(tb.frames), strings.Join(aggGroup, ", "), frames, join,
-		stacknames.DecodeSQL("agg.stack_frame_list"))
+), stacks AS MATERIALIZED (SELECT %[8]s, %[9]s AS frame_ids, agg.samples, agg.cpu_ns, agg.period FROM agg%[10]s)
+SELECT %[1]s, frame_ids, samples, cpu_ns, period,
+       NULL::INTEGER AS frame_id, NULL::VARCHAR AS frame_name, NULL::VARCHAR AS frame_type, NULL::VARCHAR AS file_name, NULL::INTEGER AS line_number
+FROM stacks
+UNION ALL
+SELECT %[11]s, NULL, NULL, NULL, NULL, f.frame_id, f.frame_name, %[12]s
+FROM %[13]s f WHERE f.frame_id IN (SELECT unnest(frame_ids) FROM stacks)`,
+		group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty,
+		strings.Join(aggGroup, ", "), frames, join, strings.Join(nulls, ", "), meta, tb.frames)
+}
+
+// stackRow is one stack of a stacksSQL result, its frames named.
+type stackRow struct {
+	group   []string // the group columns' values
+	frames  []string // root first
+	samples int64
+	cpu     float64
+	period  any
+}
+
+// readStacks reads a stacksSQL result of ngroup group columns: its stacks,
+// and what the file knows of the frames they hold by name (only frames it
+// knows something of). A frame ID the dictionary does not hold reads
+// stacknames.Missing, as in the SQL views.
+func readStacks(res *sqlquery.Result, ngroup int) ([]stackRow, map[string]FrameInfo, error) {
+	c := ngroup // frame_ids; samples, cpu_ns, period, frame_id, frame_name, frame_type, file_name, line_number follow
+	names := stacknames.Names{}
+	info := map[string]FrameInfo{}
+	for _, r := range res.Rows {
+		if len(r) != c+9 {
+			return nil, nil, fmt.Errorf("read stacks: %d columns, want %d", len(r), c+9)
+		}
+		if r[c+4] == nil {
+			continue
+		}
+		id, err := asInt64(r[c+4])
+		if err != nil {
+			return nil, nil, fmt.Errorf("read stacks: frame_id: %w", err)
+		}
+		name := asString(r[c+5])
+		names[id] = name
+		if r[c+6] == nil && r[c+7] == nil && r[c+8] == nil {
+			continue
+		}
+		line, err := asInt64(r[c+8])
+		if err != nil {
+			return nil, nil, fmt.Errorf("read stacks: line_number: %w", err)
+		}
+		info[name] = FrameInfo{Type: asString(r[c+6]), File: asString(r[c+7]), Line: line}
+	}
+	stacks := make([]stackRow, 0, len(res.Rows)-len(names))
+	for _, r := range res.Rows {
+		if r[c+4] != nil {
+			continue
+		}
+		n, err := asInt64(r[c+1])
+		if err != nil {
+			return nil, nil, fmt.Errorf("read stacks: samples: %w", err)
+		}
+		cpu, err := asFloat64(r[c+2])
+		if err != nil {
+			return nil, nil, fmt.Errorf("read stacks: cpu_ns: %w", err)
+		}
+		ids, _ := r[c].([]any)
+		frames := make([]string, len(ids))
+		for i, v := range ids {
+			id, err := asInt64(v)
+			if err != nil {
+				return nil, nil, fmt.Errorf("read stacks: frame_ids: %w", err)
+			}
+			frames[i] = names.Of(id)
+		}
+		group := make([]string, ngroup)
+		for i := range group {
+			group[i] = asString(r[i])
+		}
+		stacks = append(stacks, stackRow{group: group, frames: frames, samples: n, cpu: cpu, period: r[c+3]})
+	}
+	return stacks, info, nil
 }
 
 // supportedVersions are the schema versions whose tables are read here.

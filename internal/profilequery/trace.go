@@ -195,29 +195,25 @@ func LoadTrace(ctx context.Context, src Source, traceID, service string, hints T
 	if res.Truncated != "" {
 		return nil, fmt.Errorf("read stacks of trace %s from %s: result truncated (%s)", traceID, src.Describe(), res.Truncated)
 	}
+	rows, info, err := readStacks(res, 2)
+	if err != nil {
+		return nil, fmt.Errorf("read stacks of trace %s: %w", traceID, err)
+	}
 	tp := &TraceProfile{TraceID: traceID, Tier: src.Tier()}
-	if len(res.Rows) == 0 {
+	if len(rows) == 0 {
 		return tp, noTraceSamplesError(ctx, src, traceID, service, hints, tb)
 	}
 	byService := map[string]*ServiceProfile{}
 	merged := map[string]int{}
-	for _, r := range res.Rows {
-		n, err := asInt64(r[3])
-		if err != nil {
-			return nil, fmt.Errorf("read stacks of trace %s: samples: %w", traceID, err)
-		}
-		cpu, err := asFloat64(r[4])
-		if err != nil {
-			return nil, fmt.Errorf("read stacks of trace %s: cpu_ns: %w", traceID, err)
-		}
-		name := asString(r[0])
+	for _, r := range rows {
+		name := r.group[0]
 		sp := byService[name]
 		if sp == nil {
 			sp = &ServiceProfile{Profile: &Profile{Service: name, Tier: src.Tier(), Binaries: map[string]string{}, Fallback: fallback}}
 			byService[name] = sp
 		}
-		sp.addPeriod(r[5], n)
-		s := Stack{BuildID: asString(r[1]), Frames: asStrings(r[2]), Count: n, CPU: time.Duration(cpu)}
+		sp.addPeriod(r.period, r.samples)
+		s := Stack{BuildID: r.group[1], Frames: r.frames, Count: r.samples, CPU: time.Duration(r.cpu)}
 		key := name + "\x00" + s.BuildID + "\x00" + strings.Join(s.Frames, "\x00")
 		if i, ok := merged[key]; ok {
 			sp.Stacks[i].Count += s.Count
@@ -266,9 +262,7 @@ FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.sp
 
 	for _, sp := range byService {
 		sortStacks(sp.Stacks)
-		if err := sp.loadFrameInfo(ctx, src, tb); err != nil {
-			return nil, err
-		}
+		sp.setFrameInfo(info, tb)
 		tp.Services = append(tp.Services, *sp)
 	}
 	sort.Slice(tp.Services, func(i, j int) bool {
@@ -279,19 +273,6 @@ FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.sp
 		return a.Service < b.Service
 	})
 	return tp, nil
-}
-
-func sortStacks(stacks []Stack) {
-	sort.Slice(stacks, func(i, j int) bool {
-		a, b := stacks[i], stacks[j]
-		if a.Count != b.Count {
-			return a.Count > b.Count
-		}
-		if a.BuildID != b.BuildID {
-			return a.BuildID < b.BuildID
-		}
-		return strings.Join(a.Frames, ";") < strings.Join(b.Frames, ";")
-	})
 }
 
 // PeriodAt is the time one sample stands for at hz samples per second.

@@ -1,12 +1,26 @@
-// Package stacknames is the SQL that names the frames of stored stacks: a
-// hotpath file keeps each distinct stack once, as a list of frame IDs into
-// the frame dictionary. The exporter's views and macros and the CLI's
-// queries (internal/profilequery) decode through it, so both name frames
-// the same way and at the same cost.
+// Package stacknames names the frames of stored stacks: a hotpath file keeps
+// each distinct stack once, as a list of frame IDs into the frame
+// dictionary. The exporter's views and macros decode in SQL (DictSQL,
+// DecodeSQL); the CLI's queries (internal/profilequery) read the IDs and the
+// names of the frames they use, and decode in Go (Names). Both name a frame
+// the dictionary does not hold Missing.
 package stacknames
 
 // Missing is the name of a frame ID that is not in the frame dictionary.
 const Missing = "[missing]"
+
+// Names is frame names by frame ID, as a query read them from the frame
+// dictionary.
+type Names map[int64]string
+
+// Of is the name of frame id, as DecodeSQL names it: Missing for an ID
+// the dictionary does not hold, zero and negative ones included.
+func (n Names) Of(id int64) string {
+	if name, ok := n[id]; ok && id > 0 {
+		return name
+	}
+	return Missing
+}
 
 // DictSQL is a one-row query of the frame dictionary frames (frame_id,
 // frame_name) as the list names, where names[id] is frame id's name (NULL
