@@ -12,7 +12,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/stacknames"
+	"github.com/hotpath-dev/hotpath/internal/timerange"
 )
 
 const tsLayout = "2006-01-02 15:04:05"
@@ -22,7 +24,8 @@ func ts(t time.Time) string { return "TIMESTAMP '" + t.UTC().Format(tsLayout) + 
 // timeQueries runs the figures' queries: 1 h folded stacks on the local
 // tier (a day stored), a trace lookup among a day of trace-tagged rows on
 // both tiers, and 1 h and N-day folded stacks on a summary file holding N
-// days of 10 services.
+// days of 10 services; and the same profiles as `hotpath profile` loads
+// them (timeProfile).
 func timeQueries(ctx context.Context, o Options, res *Result, localPath, summaryPath, service string) ([]Query, error) {
 	end := o.End
 	hourAgo := end.Add(-time.Hour)
@@ -61,6 +64,12 @@ FROM agg JOIN %s s USING (stack_id), dict ORDER BY samples DESC`, tb.traces, o.T
 		qs = append(qs, q)
 		o.Log("storage: query %q: %v ms, %d rows", q.Name, q.Millis, q.Rows)
 	}
+	q, err := timeProfile(ctx, localPath, fmt.Sprintf("cli: hotpath profile --local --since 1h (%g h stored)", o.LocalSpan.Hours()), "--local ", service, hourAgo, end, want(localTables, hourAgo), o.Runs)
+	if err != nil {
+		return nil, err
+	}
+	qs = append(qs, q)
+	o.Log("storage: %q: %v ms, %d stacks", q.Name, q.Millis, q.Rows)
 
 	// The long query needs N days: copy the written day and replicate it
 	// N-1 times into the past. The rows are the exporter's own (same
@@ -102,6 +111,21 @@ FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples
 		}
 		qs = append(qs, q)
 		o.Log("storage: query %q: %v ms, %d rows", q.Name, q.Millis, q.Rows)
+	}
+	for _, r := range []struct {
+		name  string
+		since time.Time
+		runs  int
+	}{
+		{fmt.Sprintf("cli: hotpath profile --since 1h (%d days stored)", o.Days), hourAgo, o.Runs},
+		{fmt.Sprintf("cli: hotpath profile --since %dd (%d days stored)", o.Days, o.Days), daysAgo, o.LongRuns},
+	} {
+		q, err := timeProfile(ctx, longPath, r.name, "", service, r.since, end, want(summaryTables, r.since), r.runs)
+		if err != nil {
+			return nil, err
+		}
+		qs = append(qs, q)
+		o.Log("storage: %q: %v ms, %d stacks", q.Name, q.Millis, q.Rows)
 	}
 	// Last, as it deletes: the gateway's default retention on the N-day
 	// file is what a gateway that ran N days keeps.
@@ -214,6 +238,50 @@ func timeQuery(ctx context.Context, file, name, q, wantSQL string, want int64, r
 			// repeating them would cost minutes: this run is the figure.
 			out.Millis = append(out.Millis, ms)
 			break
+		}
+	}
+	return out, nil
+}
+
+// timeProfile times what `hotpath profile --db file` does for service over
+// [since, until): open the file read-only, load the profile
+// (internal/profilequery: the query, naming the frames, merging and
+// sorting) and write its folded lines; once untimed, then runs times. Rows
+// is the stacks loaded; the expected sample total comes from wantSQL.
+func timeProfile(ctx context.Context, file, name, flags, service string, since, until time.Time, wantSQL string, runs int) (Query, error) {
+	cmd := fmt.Sprintf("hotpath profile --db %s %s--service %s --since %q --until %q", file, flags, service, since.UTC().Format(tsLayout), until.UTC().Format(tsLayout))
+	out := Query{Name: name, SQL: cmd + ", in the bench's process: opening the file, loading and writing the folded lines (not the process's start)", File: file}
+	db, err := sql.Open("duckdb", file+"?access_mode=read_only")
+	if err != nil {
+		return out, fmt.Errorf("open %s: %w", file, err)
+	}
+	err = db.QueryRowContext(ctx, wantSQL).Scan(&out.Want)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return out, fmt.Errorf("%s: expected total: %w", name, err)
+	}
+	for i := 0; i <= runs; i++ {
+		t0 := time.Now()
+		src, err := profilequery.Open(ctx, profilequery.Target{DB: file})
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", name, err)
+		}
+		p, err := profilequery.Load(ctx, src, profilequery.Selector{Service: service, Range: timerange.Range{Since: since, Until: until}})
+		if err == nil {
+			err = p.WriteFolded(io.Discard)
+		}
+		if cerr := src.Close(); err == nil {
+			err = cerr
+		}
+		ms := float64(time.Since(t0).Microseconds()) / 1000
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", name, err)
+		}
+		out.Rows, out.Samples = int64(len(p.Stacks)), p.Total()
+		if i > 0 {
+			out.Millis = append(out.Millis, ms)
 		}
 	}
 	return out, nil
