@@ -210,7 +210,10 @@ func readStacks(res *sqlquery.Result, ngroup int) ([]stackRow, map[string]FrameI
 		if err != nil {
 			return nil, nil, fmt.Errorf("read stacks: cpu_ns: %w", err)
 		}
-		ids, _ := r[c].([]any)
+		ids, ok := r[c].([]any)
+		if !ok {
+			return nil, nil, fmt.Errorf("read stacks: frame_ids: unexpected %T", r[c])
+		}
 		frames := make([]string, len(ids))
 		for i, v := range ids {
 			id, err := asInt64(v)
