@@ -6,12 +6,14 @@
 package sqlquery
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"strings"
 	"time"
@@ -95,6 +97,84 @@ func Check(ctx context.Context, conn *sql.Conn, stmt string) error {
 
 // Run checks and runs stmt on db within lim.
 func Run(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Result, error) {
+	res := &Result{Rows: [][]any{}}
+	var err error
+	res.Columns, res.Types, res.Truncated, err = run(ctx, db, stmt, lim, func(vals []any, _ []byte) {
+		res.Rows = append(res.Rows, vals)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Body is a query's answer as the endpoint sends it: each row kept as the
+// JSON it was measured in against MaxBytes, which WriteTo writes as it is.
+// Encoding the rows again for the response took a fifth of the server's
+// time for a 30-day profile (32 of ~175 ms), and held the rows twice.
+type Body struct {
+	Columns, Types []string
+	Rows           []json.RawMessage
+	Truncated      string
+}
+
+// RunBody is Run for the endpoint's response.
+func RunBody(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Body, error) {
+	b := &Body{}
+	var err error
+	b.Columns, b.Types, b.Truncated, err = run(ctx, db, stmt, lim, func(_ []any, row []byte) {
+		b.Rows = append(b.Rows, row)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// WriteTo writes b as the JSON document of its Result (json.Encoder's
+// bytes, newline included), which Client decodes.
+func (b *Body) WriteTo(w io.Writer) (int64, error) {
+	bw := bufio.NewWriter(w)
+	cols, err := json.Marshal(b.Columns)
+	if err != nil {
+		return 0, err
+	}
+	types, err := json.Marshal(b.Types)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	write := func(p []byte) {
+		k, _ := bw.Write(p) // the first error sticks in bw and Flush returns it
+		n += k
+	}
+	write([]byte(`{"columns":`))
+	write(cols)
+	write([]byte(`,"types":`))
+	write(types)
+	write([]byte(`,"rows":[`))
+	for i, r := range b.Rows {
+		if i > 0 {
+			write([]byte{','})
+		}
+		write(r)
+	}
+	write([]byte{']'})
+	if b.Truncated != "" {
+		t, err := json.Marshal(b.Truncated)
+		if err != nil {
+			return int64(n), err
+		}
+		write([]byte(`,"truncated":`))
+		write(t)
+	}
+	write([]byte("}\n"))
+	return int64(n), bw.Flush()
+}
+
+// run checks and runs stmt on db within lim, and hands each row to keep
+// as values and as the JSON counted against lim.MaxBytes.
+func run(ctx context.Context, db *sql.DB, stmt string, lim Limits, keep func(vals []any, row []byte)) (columns, types []string, truncated string, err error) {
 	if lim.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, lim.Timeout)
@@ -102,16 +182,16 @@ func Run(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Result, err
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, nil, "", fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close()
 	if err := Check(ctx, conn, stmt); err != nil {
-		return nil, err
+		return nil, nil, "", err
 	}
 	// A read-only transaction is the second guard: even a statement the
 	// check let through cannot write.
 	if _, err := conn.ExecContext(ctx, "BEGIN TRANSACTION READ ONLY"); err != nil {
-		return nil, fmt.Errorf("begin read-only transaction: %w", err)
+		return nil, nil, "", fmt.Errorf("begin read-only transaction: %w", err)
 	}
 	defer func() {
 		// A connection whose ROLLBACK fails (e.g. out of memory) would go
@@ -124,22 +204,21 @@ func Run(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Result, err
 
 	rows, err := conn.QueryContext(ctx, stmt)
 	if err != nil {
-		return nil, wrapTimeout(ctx, err)
+		return nil, nil, "", wrapTimeout(ctx, err)
 	}
 	defer rows.Close()
 	cols, err := rows.ColumnTypes()
 	if err != nil {
-		return nil, fmt.Errorf("read columns: %w", err)
+		return nil, nil, "", fmt.Errorf("read columns: %w", err)
 	}
-	res := &Result{Rows: [][]any{}}
 	for _, c := range cols {
-		res.Columns = append(res.Columns, c.Name())
-		res.Types = append(res.Types, c.DatabaseTypeName())
+		columns = append(columns, c.Name())
+		types = append(types, c.DatabaseTypeName())
 	}
-	size := 0
+	size, n := 0, 0
 	for rows.Next() {
-		if lim.MaxRows > 0 && len(res.Rows) >= lim.MaxRows {
-			res.Truncated = fmt.Sprintf("row limit %d reached", lim.MaxRows)
+		if lim.MaxRows > 0 && n >= lim.MaxRows {
+			truncated = fmt.Sprintf("row limit %d reached", lim.MaxRows)
 			break
 		}
 		vals := make([]any, len(cols))
@@ -148,26 +227,27 @@ func Run(ctx context.Context, db *sql.DB, stmt string, lim Limits) (*Result, err
 			ptrs[i] = &vals[i]
 		}
 		if err := rows.Scan(ptrs...); err != nil {
-			return nil, fmt.Errorf("read row: %w", err)
+			return nil, nil, "", fmt.Errorf("read row: %w", err)
 		}
 		for i := range vals {
-			vals[i] = columnValue(res.Types[i], vals[i])
+			vals[i] = columnValue(types[i], vals[i])
 		}
 		b, err := json.Marshal(vals)
 		if err != nil {
-			return nil, fmt.Errorf("encode row: %w", err)
+			return nil, nil, "", fmt.Errorf("encode row: %w", err)
 		}
 		if lim.MaxBytes > 0 && size+len(b) > lim.MaxBytes {
-			res.Truncated = fmt.Sprintf("byte limit %d reached", lim.MaxBytes)
+			truncated = fmt.Sprintf("byte limit %d reached", lim.MaxBytes)
 			break
 		}
 		size += len(b)
-		res.Rows = append(res.Rows, vals)
+		n++
+		keep(vals, b)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, wrapTimeout(ctx, err)
+		return nil, nil, "", wrapTimeout(ctx, err)
 	}
-	return res, nil
+	return columns, types, truncated, nil
 }
 
 // IsOutOfMemory reports whether err is DuckDB refusing an allocation beyond

@@ -1,8 +1,12 @@
 package sqlquery
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
 	_ "github.com/duckdb/duckdb-go/v2" // the "duckdb" database/sql driver
@@ -36,5 +40,72 @@ func TestRunWritesUUIDAndBlobAsDuckDBText(t *testing.T) {
 	res, err = Run(context.Background(), db, `SELECT count(*) FROM (SELECT '87d205562df99bf6957bc1c0aa118434'::UUID AS u) WHERE u = '`+row[0].(string)+`'`, DefaultLimits)
 	if err != nil || res.Rows[0][0] != int64(1) {
 		t.Fatalf("lookup by the written UUID: %v %v", res, err)
+	}
+}
+
+// TestBodyIsTheResultsJSON: the endpoint's body (RunBody, WriteTo) is byte
+// for byte the JSON of Run's Result, for every kind of value the encoder
+// meets (quotes, HTML characters, non-ASCII, NULL, lists, structs, maps,
+// UUID, BLOB, times, large and floating numbers), for no rows, and when
+// the row or byte limit truncates; and Client's decoding reads it back.
+func TestBodyIsTheResultsJSON(t *testing.T) {
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const values = `SELECT i, 'a "quoted" <b>&amp;</b> \ é ✓ ' || i AS s, NULL AS n, [i, NULL, 3] AS l, {'k': i, 'v': 'x'} AS st,
+	MAP {'a': i} AS m, '87d205562df99bf6957bc1c0aa118434'::UUID AS u, unhex('00ff41') AS b,
+	TIMESTAMP '2026-11-27 14:05:00.123456' AS ts, 170141183460469231731687303715884105727::HUGEINT AS h, i / 3 AS d, i % 2 = 0 AS bo
+	FROM range(5) r(i)`
+	for _, c := range []struct {
+		name string
+		stmt string
+		lim  Limits
+	}{
+		{"values", values, DefaultLimits},
+		{"no rows", values + " WHERE false", DefaultLimits},
+		{"row limit", values, Limits{MaxRows: 2}},
+		{"byte limit", values, Limits{MaxBytes: 600}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := Run(context.Background(), db, c.stmt, c.lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			if err := json.NewEncoder(&want).Encode(res); err != nil {
+				t.Fatal(err)
+			}
+			b, err := RunBody(context.Background(), db, c.stmt, c.lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			n, err := b.WriteTo(&got)
+			if err != nil || n != int64(got.Len()) {
+				t.Fatalf("WriteTo: %d bytes of %d, %v", n, got.Len(), err)
+			}
+			if got.String() != want.String() {
+				t.Fatalf("body:\n%s\nResult's JSON:\n%s", got.String(), want.String())
+			}
+			if (c.name == "row limit" || c.name == "byte limit") != (res.Truncated != "") || (c.name == "values") != (len(res.Rows) == 5) {
+				t.Fatalf("%d rows, truncated %q", len(res.Rows), res.Truncated)
+			}
+			var back, again Result
+			dec := json.NewDecoder(strings.NewReader(got.String()))
+			dec.UseNumber()
+			if err := dec.Decode(&back); err != nil {
+				t.Fatal(err)
+			}
+			dec = json.NewDecoder(strings.NewReader(want.String()))
+			dec.UseNumber()
+			if err := dec.Decode(&again); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(back, again) {
+				t.Fatalf("decoded body %+v, decoded Result %+v", back, again)
+			}
+		})
 	}
 }

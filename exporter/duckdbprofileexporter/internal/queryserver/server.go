@@ -67,7 +67,7 @@ func Start(ctx context.Context, endpoint *localendpoint.ServerConfig, host compo
 				"%d queries are already running (query.max_concurrent); retry in %s s", cap(s.sem), retryAfter))
 			return
 		}
-		res, err := sqlquery.Run(r.Context(), db(), req.SQL, cfg.Limits)
+		body, err := sqlquery.RunBody(r.Context(), db(), req.SQL, cfg.Limits)
 		if err != nil {
 			status := http.StatusBadRequest
 			switch {
@@ -85,7 +85,7 @@ func Start(ctx context.Context, endpoint *localendpoint.ServerConfig, host compo
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if err := json.NewEncoder(w).Encode(res); err != nil {
+		if _, err := body.WriteTo(w); err != nil {
 			logger.Debug("write query result", zap.Error(err))
 		}
 	}))
