@@ -99,7 +99,7 @@ func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
-	waitKernelExec(t, table, pid, "sleep")
+	waitKernelExec(t, table, pid, "sleep", 0)
 
 	table.seen(pid) // read after the exec
 	table.mu.Lock()
@@ -157,7 +157,7 @@ func TestAttachOfAReadFromBeforeTheExecIsRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
-	waitKernelExec(t, table, pid, "sh")
+	shExec := waitKernelExec(t, table, pid, "sh", 0)
 
 	// sh's libc has no frame pointers and was never analysed here, so the
 	// read leaves the attach to later (the worker).
@@ -168,7 +168,7 @@ func TestAttachOfAReadFromBeforeTheExecIsRefused(t *testing.T) {
 	if _, err := in.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitKernelExec(t, table, pid, "sleep")
+	waitKernelExec(t, table, pid, "sleep", shExec)
 	table.attachUnwind(e, true) // before the exec event is handled
 	u := table.unwind.Load()
 	if e.dwarf.Load() || u.Stats().Processes != 0 {
@@ -181,15 +181,19 @@ func TestAttachOfAReadFromBeforeTheExecIsRefused(t *testing.T) {
 }
 
 // waitKernelExec waits until pid runs a program named exe and the kernel
-// has recorded an exec of it.
-func waitKernelExec(t *testing.T, table *processTable, pid int, exe string) {
+// has recorded an exec later than after (what it returned for an earlier
+// exec of pid, or 0), and returns that record. The path alone is not
+// enough: /proc/pid/exe names the new program before the exec's tracepoint
+// records it, and a CI run under load read "sleep" there while the kernel
+// still held sh's exec.
+func waitKernelExec(t *testing.T, table *processTable, pid int, exe string, after uint64) uint64 {
 	t.Helper()
 	lastExec := *table.lastExec.Load()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		path, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
 		base := path[strings.LastIndexByte(path, '/')+1:]
-		if _, ok := lastExec(pid); err == nil && ok && (base == exe || exe == "sh" && base == "dash") {
-			return
+		if at, ok := lastExec(pid); err == nil && ok && at > after && (base == exe || exe == "sh" && base == "dash") {
+			return at
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("pid %d: no exec of %s seen in 10 s (exe %q, %v)", pid, exe, path, err)
