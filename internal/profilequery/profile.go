@@ -78,13 +78,11 @@ func (p *Profile) FrameTypes() func(name string) string {
 	return func(name string) string { return types[name] }
 }
 
-// setFrameInfo keeps what the file knows (info, by name) of the frames
-// of the profile's stacks.
-func (p *Profile) setFrameInfo(info map[string]FrameInfo, tb tables) {
+// setFrameInfo keeps what the file knows (info, by name, as readStacks
+// returns it: nothing before schema version 6) of the frames of the
+// profile's stacks.
+func (p *Profile) setFrameInfo(info map[string]FrameInfo) {
 	p.FrameInfo = map[string]FrameInfo{}
-	if !tb.frameMeta {
-		return
-	}
 	for _, s := range p.Stacks {
 		for _, f := range s.Frames {
 			if fi, ok := info[f]; ok {
@@ -255,7 +253,7 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 		p.Stacks = append(p.Stacks, s)
 	}
 	sortStacks(p.Stacks)
-	p.setFrameInfo(info, tb)
+	p.setFrameInfo(info)
 	if len(p.Stacks) == 0 {
 		return p, noSamplesError(ctx, src, sel, tb)
 	}

@@ -262,7 +262,7 @@ FROM %[2]s WHERE %[3]s GROUP BY service_id`, tb.timeCol, tb.traces, where, tb.sp
 
 	for _, sp := range byService {
 		sortStacks(sp.Stacks)
-		sp.setFrameInfo(info, tb)
+		sp.setFrameInfo(info)
 		tp.Services = append(tp.Services, *sp)
 	}
 	sort.Slice(tp.Services, func(i, j int) bool {
