@@ -117,6 +117,7 @@ func sampleCount(s pprofile.Sample) (int64, string) {
 // stackEntry is one stack of a request, keyed once.
 type stackEntry struct {
 	done    bool
+	fed     bool               // handed to the writer (StackFeed)
 	dictKey framedict.StackKey // the frame list's identity, also in rows' merge key
 	bad     string             // reason the stack cannot be stored
 	detail  string
@@ -168,13 +169,14 @@ func grow[T any](s []T, n int) []T {
 
 // convert builds the batch in buffers of its own.
 func (c converter) convert(pd pprofile.Profiles) (*writer.Batch, skipReport) {
-	return c.convertWith(pd, new(convertBuffers))
+	return c.convertWith(pd, new(convertBuffers), nil)
 }
 
 // convertWith builds the batch in buf, which it uses until buf.reset.
 // Identical stacks (same time or bucket, service, pod, build, trace, span,
-// sampling period) are merged so each is one row.
-func (c converter) convertWith(pd pprofile.Profiles, buf *convertBuffers) (*writer.Batch, skipReport) {
+// sampling period) are merged so each is one row. Each stack a row holds
+// is handed to feed (when not nil) as the first row holding it is made.
+func (c converter) convertWith(pd pprofile.Profiles, buf *convertBuffers, feed *writer.StackFeed) (*writer.Batch, skipReport) {
 	var skip skipReport
 	dict := pd.Dictionary()
 	locs := dict.LocationTable()
@@ -194,6 +196,12 @@ func (c converter) convertWith(pd pprofile.Profiles, buf *convertBuffers) (*writ
 	batch := &writer.Batch{Resolve: func(sx int32) ([]string, []writer.FrameMeta) {
 		return stackFrames(stacks.At(int(sx)), frameCache)
 	}}
+	if feed != nil {
+		// The writer names a fed stack's frames from frameCache while
+		// this goroutine goes on: a stack is fed once its frames are
+		// resolved, and a resolved frame is never written again.
+		feed.Resolve = batch.Resolve
+	}
 	type resourceKey struct{ service, pod, build, container, uid string }
 	resources := map[resourceKey]int32{}
 	n := sampleCapacity(dict, pd)
@@ -314,6 +322,10 @@ func (c converter) convertWith(pd pprofile.Profiles, buf *convertBuffers) (*writ
 					}
 					if !sid.IsEmpty() {
 						spanID = hex.EncodeToString(sid[:])
+					}
+					if !st.fed && feed != nil {
+						st.fed = true
+						feed.Add(sx, st.dictKey)
 					}
 					index[key] = len(batch.Rows)
 					batch.Rows = append(batch.Rows, writer.StackRow{

@@ -204,12 +204,14 @@ func (e *profilesExporter) push(ctx context.Context, pd pprofile.Profiles) error
 		buffersPool.Put(buf)
 	}()
 	// The writer begins the transaction and checks the batch ID while the
-	// request is converted.
+	// request is converted, then looks up its stacks as the converter
+	// hands them over.
 	id := profileschema.BatchID(pd)
 	var batch *writer.Batch
 	var skip skipReport
-	err := e.w.WriteConverted(ctx, id, func() *writer.Batch {
-		batch, skip = e.conv.convertWith(pd, buf)
+	stacks := pd.Dictionary().StackTable().Len()
+	err := e.w.WriteConverted(ctx, id, stacks, func(feed *writer.StackFeed) *writer.Batch {
+		batch, skip = e.conv.convertWith(pd, buf, feed)
 		batch.ID = id
 		return batch
 	})

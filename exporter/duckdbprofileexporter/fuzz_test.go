@@ -168,7 +168,7 @@ func TestConvertReusedBuffersGiveTheSameBatch(t *testing.T) {
 		for _, hc := range cases {
 			pd := hc.Build(at)
 			want := describe(c.convert(pd))
-			got := describe(c.convertWith(pd, buf))
+			got := describe(c.convertWith(pd, buf, nil))
 			if !slices.Equal(got, want) {
 				t.Fatalf("pass %d, %s: reused buffers give\n%s\nfresh ones\n%s", pass, hc.Name, strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}

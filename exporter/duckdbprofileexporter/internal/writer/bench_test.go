@@ -67,7 +67,9 @@ func BenchmarkWrite(b *testing.B) {
 				for j := range batch.Rows {
 					batch.Rows[j].Time = at
 				}
-				err := w.conn.Raw(func(dc any) error { return w.writeTx(ctx, dc.(driver.Conn), batch.ID, func() *Batch { return batch }) })
+				err := w.conn.Raw(func(dc any) error {
+					return w.writeTx(ctx, dc.(driver.Conn), batch.ID, nil, func() *Batch { return batch })
+				})
 				if err != nil {
 					b.Fatal(err)
 				}

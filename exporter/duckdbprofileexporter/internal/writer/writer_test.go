@@ -13,6 +13,7 @@ import (
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
 
+	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 )
 
@@ -477,8 +478,8 @@ func TestWriteConvertedWhileTransactionBegins(t *testing.T) {
 			ctx := context.Background()
 			w := open(t, filepath.Join(t.TempDir(), "f.duckdb"), tier)
 			defer w.Close()
-			batch := func(id string, count int64) func() *Batch {
-				return func() *Batch {
+			batch := func(id string, count int64) func(*StackFeed) *Batch {
+				return func(*StackFeed) *Batch {
 					return &Batch{ID: id, Rows: []StackRow{{Time: t0, ServiceID: "api", Frames: []string{"main", "work"}, Count: count}}}
 				}
 			}
@@ -489,10 +490,10 @@ func TestWriteConvertedWhileTransactionBegins(t *testing.T) {
 				return strings.Join(queryStrings(t, w.DB(), "SELECT batch_id FROM "+schema.IngestedBatches+" WHERE batch_id LIKE 'c-%' ORDER BY 1"), ",")
 			}
 
-			if err := w.WriteConverted(ctx, "c-1", func() *Batch { return &Batch{ID: "c-1"} }); err != nil {
+			if err := w.WriteConverted(ctx, "c-1", 0, func(*StackFeed) *Batch { return &Batch{ID: "c-1"} }); err != nil {
 				t.Fatalf("empty batch: %v", err)
 			}
-			if err := w.WriteConverted(ctx, "c-1", func() *Batch { return nil }); err != nil {
+			if err := w.WriteConverted(ctx, "c-1", 0, func(*StackFeed) *Batch { return nil }); err != nil {
 				t.Fatalf("nil batch: %v", err)
 			}
 			func() {
@@ -501,16 +502,16 @@ func TestWriteConvertedWhileTransactionBegins(t *testing.T) {
 						t.Fatalf("recovered %v, want the conversion's panic", r)
 					}
 				}()
-				_ = w.WriteConverted(ctx, "c-1", func() *Batch { panic("conversion failed") })
+				_ = w.WriteConverted(ctx, "c-1", 0, func(*StackFeed) *Batch { panic("conversion failed") })
 			}()
 			if got := ids() + "/" + total(); got != "/0" {
 				t.Fatalf("after an empty, a nil and a panicking conversion: ids %q, total %q; want none", ids(), total())
 			}
 
-			if err := w.WriteConverted(ctx, "c-1", batch("c-1", 5)); err != nil {
+			if err := w.WriteConverted(ctx, "c-1", 0, batch("c-1", 5)); err != nil {
 				t.Fatal(err)
 			}
-			if err := w.WriteConverted(ctx, "c-1", batch("c-1", 7)); !errors.Is(err, ErrDuplicate) {
+			if err := w.WriteConverted(ctx, "c-1", 0, batch("c-1", 7)); !errors.Is(err, ErrDuplicate) {
 				t.Fatalf("c-1 again: got %v, want ErrDuplicate", err)
 			}
 			if got := ids() + "/" + total(); got != "c-1/5" {
@@ -965,5 +966,122 @@ func TestSpaceCountsFreeBlocks(t *testing.T) {
 	t.Logf("space before the delete %+v, after %+v, file %d bytes", before, after, fi.Size())
 	if after.FreeBytes <= before.FreeBytes || after.FreeBytes > after.FileBytes || after.FileBytes > fi.Size() {
 		t.Fatalf("space before the delete %+v, after %+v, file %d bytes", before, after, fi.Size())
+	}
+}
+
+// feedBatch is a batch of rows sent the way the exporter's converter sends
+// them (Key and Stack, frames named by Resolve), over stacks: stack i's
+// frames are stacks[i], and row i holds stack i%len(stacks).
+func feedBatch(id string, stacks [][]string, rows int, count int64) *Batch {
+	resolve := func(sx int32) ([]string, []FrameMeta) {
+		frames := stacks[sx]
+		metas := make([]FrameMeta, len(frames))
+		for j, f := range frames {
+			metas[j] = FrameMeta{Type: "go", File: f + ".go", Line: int64(10 + j)}
+		}
+		return frames, metas
+	}
+	b := &Batch{ID: id, Resolve: resolve}
+	for i := range rows {
+		sx := int32(i % len(stacks))
+		b.Rows = append(b.Rows, StackRow{Time: t0.Add(time.Duration(i/len(stacks)) * time.Second), ServiceID: "api",
+			Stack: sx, Key: framedict.KeyOf(stacks[sx]), Count: count})
+	}
+	return b
+}
+
+// storedStacks is what a file holds, decoded: each stack's frames with
+// its samples, and each frame's type, file and line.
+func storedStacks(t *testing.T, w *Writer, tier schema.Tier) string {
+	t.Helper()
+	tb := schema.TablesFor(tier)
+	return strings.Join(queryStrings(t, w.DB(), "SELECT folded, sum(sample_count) FROM "+tb.Decoded+" GROUP BY ALL ORDER BY ALL"), "\n") + "\n" +
+		strings.Join(queryStrings(t, w.DB(), "SELECT frame_name, frame_type, file_name, line_number FROM "+tb.Frames+" ORDER BY ALL"), "\n")
+}
+
+// Stacks handed over through the feed while the batch is converted are
+// stored as the same rows sent without a feed: some stacks fed (others
+// not, as past a full feed), some new to the file and some stored before,
+// and a stack fed twice.
+func TestFedStacksAreStoredAsUnfedOnes(t *testing.T) {
+	var stacks [][]string
+	for i := range 700 {
+		stacks = append(stacks, []string{"main", fmt.Sprintf("handler%d", i%40), fmt.Sprintf("leaf%d", i)})
+	}
+	for _, tier := range []schema.Tier{schema.Local, schema.Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			plain, fed := open(t, filepath.Join(dir, "plain.duckdb"), tier), open(t, filepath.Join(dir, "fed.duckdb"), tier)
+			defer plain.Close()
+			defer fed.Close()
+			// The first batch stores the first 300 stacks in both files.
+			for _, w := range []*Writer{plain, fed} {
+				if err := w.Write(ctx, feedBatch("b-1", stacks[:300], 300, 2)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := plain.Write(ctx, feedBatch("b-2", stacks, 1400, 3)); err != nil {
+				t.Fatal(err)
+			}
+			err := fed.WriteConverted(ctx, "b-2", len(stacks), func(feed *StackFeed) *Batch {
+				b := feedBatch("b-2", stacks, 1400, 3)
+				feed.Resolve = b.Resolve
+				// Every other stack, some twice, out of order: the rest
+				// come with their rows only.
+				for sx := len(stacks) - 1; sx >= 0; sx -= 2 {
+					feed.Add(int32(sx), b.Rows[sx].Key)
+				}
+				feed.Add(5, b.Rows[5].Key)
+				return b
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := storedStacks(t, fed, tier), storedStacks(t, plain, tier); got != want {
+				t.Fatalf("stored with a feed:\n%s\nwithout:\n%s", got, want)
+			}
+			if got := fed.StackCount(); got != len(stacks) {
+				t.Fatalf("%d stacks in the dictionary, want %d", got, len(stacks))
+			}
+		})
+	}
+}
+
+// A conversion that hands over stacks new to the file and then panics
+// stores nothing, and the stacks it handed over are stored in full by the
+// next batch that holds them: the IDs they were given are not taken for
+// stored ones.
+func TestFedStacksOfAFailedConversionAreNotTakenAsStored(t *testing.T) {
+	stacks := [][]string{{"main", "serve", "parse"}, {"main", "serve", "write"}, {"main", "gc"}}
+	for _, tier := range []schema.Tier{schema.Local, schema.Summary} {
+		t.Run(string(tier), func(t *testing.T) {
+			ctx := context.Background()
+			w := open(t, filepath.Join(t.TempDir(), "f.duckdb"), tier)
+			defer w.Close()
+			func() {
+				defer func() {
+					if r := recover(); r != "conversion failed" {
+						t.Fatalf("recovered %v, want the conversion's panic", r)
+					}
+				}()
+				_ = w.WriteConverted(ctx, "p-1", len(stacks), func(feed *StackFeed) *Batch {
+					b := feedBatch("p-1", stacks, 3, 1)
+					feed.Resolve = b.Resolve
+					for sx := range stacks {
+						feed.Add(int32(sx), b.Rows[sx].Key)
+					}
+					panic("conversion failed")
+				})
+			}()
+			if err := w.Write(ctx, feedBatch("p-1", stacks, 3, 4)); err != nil {
+				t.Fatal(err)
+			}
+			want := "main;gc|4\nmain;serve;parse|4\nmain;serve;write|4\n" +
+				"gc|go|gc.go|11\nmain|go|main.go|10\nparse|go|parse.go|12\nserve|go|serve.go|11\nwrite|go|write.go|12"
+			if got := storedStacks(t, w, tier); got != want {
+				t.Fatalf("stored:\n%s\nwant:\n%s", got, want)
+			}
+		})
 	}
 }
