@@ -88,9 +88,16 @@ func TestSeenTellsReusedPIDApart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
-	waitFor(t, 5*time.Second, "sleep to exec", func() bool {
+	// The kernel names the new executable (/proc/pid/exe) before it maps
+	// it: a read in between is unsettled and read again at the next
+	// announcement, which is not what this test is about.
+	waitFor(t, 5*time.Second, "sleep to exec and be mapped", func() bool {
 		exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-		return err == nil && exe != "" && exe != mustExecutable(t)
+		if err != nil || exe == "" || exe == mustExecutable(t) {
+			return false
+		}
+		maps, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
+		return err == nil && strings.Contains(string(maps), exe)
 	})
 
 	table.seen(pid)
