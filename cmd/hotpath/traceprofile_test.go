@@ -464,6 +464,25 @@ func TestMixedFrequenciesGiveCPUTime(t *testing.T) {
 			if p.Period != int64(time.Second/99) || p.SampleType[1].Type != "cpu" || samples != 148 || cpu < 1999_999_000 || cpu > 2000_000_000 {
 				t.Errorf("pprof: period %d, types %v, %d samples, %d ns", p.Period, p.SampleType, samples, cpu)
 			}
+
+			// The stack stored at 49 and at 99 Hz is one stack of the
+			// profile (rows merge on their frame IDs).
+			pj, stderr, code := runCLI(t, "profile", "--db", db, "--service", "payment", "--since", "1h", "--format", "json")
+			if code != 0 {
+				t.Fatalf("profile json: code %d: %s", code, stderr)
+			}
+			var prof struct {
+				Stacks []struct {
+					Frames  []string `json:"frames"`
+					Samples int64    `json:"samples"`
+				} `json:"stacks"`
+			}
+			if err := json.Unmarshal([]byte(pj), &prof); err != nil {
+				t.Fatal(err)
+			}
+			if len(prof.Stacks) != 1 || prof.Stacks[0].Samples != 148 || strings.Join(prof.Stacks[0].Frames, ";") != "main.main;main.serve;rsa.VerifyPKCS1v15" {
+				t.Errorf("profile json: stacks %+v, want one of 148 samples", prof.Stacks)
+			}
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"sort"
-	"strings"
 )
 
 // DiffLine is one stack of a differential profile: its samples in the
@@ -53,7 +52,7 @@ func Diff(a, b *Profile) []DiffLine {
 func plainSums(p *Profile) map[string]int64 {
 	sums := map[string]int64{}
 	for _, s := range p.Stacks {
-		sums[strings.Join(p.DisplayFrames(s), ";")] += s.Count
+		sums[p.line(s)] += s.Count
 	}
 	return sums
 }

@@ -214,7 +214,7 @@ func LoadTrace(ctx context.Context, src Source, traceID, service string, hints T
 		}
 		sp.addPeriod(r.period, r.samples)
 		s := Stack{BuildID: r.group[1], Frames: r.frames, Count: r.samples, CPU: time.Duration(r.cpu)}
-		key := name + "\x00" + s.BuildID + "\x00" + strings.Join(s.Frames, "\x00")
+		key := r.mergeKey()
 		if i, ok := merged[key]; ok {
 			sp.Stacks[i].Count += s.Count
 			sp.Stacks[i].CPU += s.CPU

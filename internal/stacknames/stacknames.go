@@ -6,6 +6,12 @@
 // the dictionary does not hold Missing.
 package stacknames
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
 // Missing is the name of a frame ID that is not in the frame dictionary.
 const Missing = "[missing]"
 
@@ -50,4 +56,40 @@ LEFT JOIN ` + frames + ` f ON f.frame_id = r.id`
 // index from the list's end) is Missing.
 func DecodeSQL(ids string) string {
 	return `list_transform(` + ids + `, lambda f: coalesce(CASE WHEN f > 0 THEN dict.names[f] END, '` + Missing + `'))`
+}
+
+// ListSQL is the INTEGER[] expression ids as text for OfList: its IDs in
+// decimal, separated by single spaces (a NULL ID as 0). A query that sends
+// stacks to Go sends each as one string: as a list, every ID is a value of
+// its own to encode and decode, 340,000 of them for a 30-day profile of
+// 20,000 stacks (the endpoint's JSON and the CLI's decoding took longer
+// than the query).
+func ListSQL(ids string) string {
+	return `array_to_string(list_transform(` + ids + `, lambda f: coalesce(f, 0)), ' ')`
+}
+
+// OfList names the frames of a stack given as ListSQL's text, root first.
+// complete says whether the dictionary held every one (none is Missing).
+func (n Names) OfList(ids string) (frames []string, complete bool, err error) {
+	if ids == "" {
+		return []string{}, true, nil
+	}
+	frames = make([]string, 0, strings.Count(ids, " ")+1)
+	complete = true
+	for rest := ids; ; {
+		field, tail, more := strings.Cut(rest, " ")
+		id, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return nil, false, fmt.Errorf("frame ID %q: %w", field, err)
+		}
+		name, held := n[id]
+		if !held || id <= 0 {
+			name, complete = Missing, false
+		}
+		frames = append(frames, name)
+		if !more {
+			return frames, complete, nil
+		}
+		rest = tail
+	}
 }

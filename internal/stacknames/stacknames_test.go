@@ -3,6 +3,7 @@ package stacknames
 import (
 	"database/sql"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,7 +14,8 @@ import (
 // (recursion), names IDs the dictionary does not hold [missing] (past its
 // end, in a gap, zero, negative; a row with ID 0 is not a frame), and gives
 // an empty stack an empty list. Names, which the CLI decodes with in Go,
-// names every stack as the SQL does.
+// names every stack as the SQL does from the text ListSQL sends it, and
+// says which stacks hold a frame the dictionary lacks.
 func TestDecode(t *testing.T) {
 	db, err := sql.Open("duckdb", "")
 	if err != nil {
@@ -25,7 +27,7 @@ func TestDecode(t *testing.T) {
 		// 3 was removed by retention: a gap.
 		`INSERT INTO frames VALUES (0, 'zero'), (1, 'main'), (2, 'run'), (4, 'leaf'), (5, 'unused')`,
 		`CREATE TABLE stacks (stack_id INTEGER, stack_frame_ids INTEGER[])`,
-		`INSERT INTO stacks VALUES (10, [1, 2, 4]), (11, [1, 2, 2, 2, 4]), (12, [1, 99]), (13, []), (14, [4, 2, 1]), (15, [1, 3]), (16, [0, -1, 2])`,
+		`INSERT INTO stacks VALUES (10, [1, 2, 4]), (11, [1, 2, 2, 2, 4]), (12, [1, 99]), (13, []), (14, [4, 2, 1]), (15, [1, 3]), (16, [0, -1, 2]), (17, [1, NULL, 4])`,
 	} {
 		if _, err := db.Exec(s); err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -59,6 +61,7 @@ SELECT stack_id, array_to_string(` + DecodeSQL("stack_frame_ids") + `, ';') FROM
 		14: "leaf;run;main",
 		15: "main;" + m,
 		16: m + ";" + m + ";run",
+		17: "main;" + m + ";leaf",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("decoded stacks:\n got %v\nwant %v", got, want)
@@ -78,26 +81,49 @@ SELECT stack_id, array_to_string(` + DecodeSQL("stack_frame_ids") + `, ';') FROM
 		}
 		names[id] = name
 	}
-	srows, err := db.Query(`SELECT stack_id, stack_frame_ids FROM stacks`)
+	srows, err := db.Query(`SELECT stack_id, ` + ListSQL("stack_frame_ids") + ` FROM stacks`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srows.Close()
 	inGo := map[int]string{}
+	var incomplete []int
 	for srows.Next() {
 		var id int
-		var ids []any
+		var ids string
 		if err := srows.Scan(&id, &ids); err != nil {
 			t.Fatal(err)
 		}
-		var frames []string
-		for _, f := range ids {
-			frames = append(frames, names.Of(int64(f.(int32))))
+		frames, complete, err := names.OfList(ids)
+		if err != nil {
+			t.Fatalf("stack %d (%q): %v", id, ids, err)
 		}
 		inGo[id] = strings.Join(frames, ";")
+		if !complete {
+			incomplete = append(incomplete, id)
+		}
 	}
 	if !reflect.DeepEqual(inGo, want) {
 		t.Fatalf("stacks named by Names:\n got %v\nwant %v", inGo, want)
+	}
+	slices.Sort(incomplete)
+	if want := []int{12, 15, 16, 17}; !slices.Equal(incomplete, want) {
+		t.Fatalf("stacks with a frame the dictionary lacks: %v, want %v", incomplete, want)
+	}
+}
+
+// TestOfListRefusesWhatListSQLDoesNotWrite: text that is not IDs separated
+// by single spaces is an error, not a stack of fewer or other frames.
+func TestOfListRefusesWhatListSQLDoesNotWrite(t *testing.T) {
+	names := Names{1: "main", 2: "run"}
+	for _, bad := range []string{"1,2", "1  2", " 1 2", "1 2 ", "1 x", "[1, 2]", "1 99999999999999999999"} {
+		if frames, _, err := names.OfList(bad); err == nil {
+			t.Errorf("OfList(%q) = %q, want an error", bad, frames)
+		}
+	}
+	frames, complete, err := names.OfList("1 2 1")
+	if err != nil || !complete || !slices.Equal(frames, []string{"main", "run", "main"}) {
+		t.Fatalf("OfList(\"1 2 1\") = %q, %v, %v", frames, complete, err)
 	}
 }
 
