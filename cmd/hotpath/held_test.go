@@ -72,4 +72,12 @@ func TestSQLExplainsHeldFile(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "a collector holds the file") {
 		t.Fatalf("code %d, stderr %q", code, stderr)
 	}
+	// --db alone, and no endpoint asked serves the file (this collector
+	// serves none): the same, for sql and profile.
+	for _, args := range [][]string{{"sql", "--db", path, "SELECT 1"}, {"profile", "--db", path, "--service", "api"}} {
+		_, stderr, code := runCLI(t, args...)
+		if code != 1 || !strings.Contains(stderr, "a collector holds the file") || !strings.Contains(stderr, "--db HOST:PORT") {
+			t.Fatalf("%s: code %d, stderr %q", args[0], code, stderr)
+		}
+	}
 }

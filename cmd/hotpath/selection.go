@@ -50,7 +50,7 @@ type targetFlags struct {
 
 func addTargetFlags(fs *pflag.FlagSet) *targetFlags {
 	t := &targetFlags{}
-	fs.StringVar(&t.db, "db", os.Getenv("HOTPATH_DB"), "DuckDB file, or HOST:PORT of a running collector's query endpoint\n(default: the gateway at "+profilequery.GatewayEndpoint+", else its file under $HOTPATH_STATE_DIR, ./var or /var/lib/hotpath;\nwith --local the agent at "+profilequery.AgentEndpoint+" and agent.duckdb)")
+	fs.StringVar(&t.db, "db", os.Getenv("HOTPATH_DB"), "DuckDB file (one a running collector holds is read through its endpoint), or HOST:PORT of a collector's query endpoint\n(default: the gateway at "+profilequery.GatewayEndpoint+", else its file under $HOTPATH_STATE_DIR, ./var or /var/lib/hotpath;\nwith --local the agent at "+profilequery.AgentEndpoint+" and agent.duckdb)")
 	fs.StringVar(&t.token, "token", os.Getenv("HOTPATH_QUERY_TOKEN"), "bearer token of the query endpoint, when it has one")
 	fs.BoolVar(&t.local, "local", false, "read the agent's local tier (15 s resolution, last hour) instead of the gateway's 1-minute summaries")
 	return t

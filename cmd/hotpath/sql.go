@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
@@ -21,7 +22,12 @@ const sqlExamples = `  hotpath sql "SELECT * FROM top_functions('api', utc_now()
 
 // newSQLCommand queries through the running collector's endpoint; when none
 // answers, it opens --db read-only (DuckDB lets one process hold a file, so
-// the file is only reachable directly when no collector runs).
+// the file is only reachable directly when no collector runs). A --db given
+// without --endpoint is the one place asked, as in the other commands: a
+// collector's HOST:PORT, or a file, read through the endpoint of the
+// collector holding it (sqlquery.ServedBy) or opened. The default endpoint
+// is the agent's, and asked first it answered for whichever file --db named
+// (the gateway's file got the agent's rows).
 func newSQLCommand() *cobra.Command {
 	var (
 		endpoint, token, dbPath, format string
@@ -32,7 +38,7 @@ func newSQLCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:         "sql [flags] \"SELECT ...\"",
 		Short:       "run a read-only SQL query on a profile database",
-		Long:        "Runs a read-only SQL query (the query as arguments, or on standard input) through a running collector's query endpoint, or on --db opened read-only when none answers. Tables and columns: docs/sql.md.",
+		Long:        "Runs a read-only SQL query (the query as arguments, or on standard input) through a running collector's query endpoint, or on --db opened read-only when none answers. --db without --endpoint is the only place asked: a file, or HOST:PORT of a collector's endpoint. Tables and columns: docs/sql.md.",
 		Example:     sqlExamples,
 		Annotations: map[string]string{flagsBeforeArgs: "true"},
 	}
@@ -42,7 +48,7 @@ func newSQLCommand() *cobra.Command {
 	fs.SetInterspersed(false)
 	fs.StringVar(&endpoint, "endpoint", envOr("HOTPATH_QUERY_ENDPOINT", sqlquery.DefaultAgentEndpoint), "query endpoint of a running collector (exporter query.endpoint)")
 	fs.StringVar(&token, "token", os.Getenv("HOTPATH_QUERY_TOKEN"), "bearer token of the endpoint (exporter query.token)")
-	fs.StringVar(&dbPath, "db", os.Getenv("HOTPATH_DB"), "DuckDB file to open read-only when no collector serves it")
+	fs.StringVar(&dbPath, "db", os.Getenv("HOTPATH_DB"), "DuckDB file to open read-only when no collector serves it, or HOST:PORT of a collector's endpoint\n(given without --endpoint, the only place asked)")
 	fs.StringVar(&format, "format", "", "output: table, csv or json (default: table on a terminal, csv otherwise)")
 	fs.BoolVar(&noHeader, "no-header", false, "omit the header line (table, csv)")
 	fs.DurationVar(&timeout, "timeout", 30*time.Second, "query timeout when opening the file directly")
@@ -71,6 +77,18 @@ func newSQLCommand() *cobra.Command {
 			return fmt.Errorf("--format must be table, csv or json, got %q", format)
 		}
 
+		if cmd.Flags().Changed("db") && !cmd.Flags().Changed("endpoint") {
+			// --db alone is the one place asked: a collector's endpoint,
+			// or a file, through the endpoint of the collector holding it.
+			switch held := sqlquery.ServedBy(cmd.Context(), dbPath, token, append([]string{endpoint}, profilequery.CollectorEndpoints()...)...); {
+			case profilequery.IsEndpoint(dbPath):
+				endpoint, dbPath = dbPath, ""
+			case held != "":
+				endpoint, dbPath = held, ""
+			default:
+				endpoint = ""
+			}
+		}
 		res, err := query(cmd.Context(), stmt, endpoint, token, dbPath, sqlquery.Limits{Timeout: timeout, MaxRows: maxRows, MaxBytes: sqlquery.DefaultLimits.MaxBytes})
 		if err != nil {
 			return err
@@ -93,7 +111,7 @@ func query(ctx context.Context, stmt, endpoint, token, dbPath string, lim sqlque
 			return res, err
 		}
 		if dbPath == "" {
-			return nil, fmt.Errorf("no collector answers at %s and no --db file was given: %w", endpoint, err)
+			return nil, fmt.Errorf("no collector answers at %s, and there is no --db file to open instead: %w", endpoint, err)
 		}
 	}
 	if dbPath == "" {
@@ -104,8 +122,8 @@ func query(ctx context.Context, stmt, endpoint, token, dbPath string, lim sqlque
 	}
 	db, closeDB, err := sqlquery.OpenReadOnly(dbPath)
 	if err != nil {
-		if strings.Contains(err.Error(), "lock") {
-			return nil, fmt.Errorf("%w\n(a collector holds the file; query it through its endpoint: --endpoint = the exporter's query.endpoint)", err)
+		if sqlquery.IsHeld(err) {
+			return nil, fmt.Errorf("%w\n(a collector holds the file, and no endpoint asked answers for it: query it through that collector's endpoint, --db HOST:PORT (its query.endpoint))", err)
 		}
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/exporter/exportertest"
+	"go.opentelemetry.io/collector/exporter/xexporter"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
@@ -36,13 +37,15 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 
 const probe = "SELECT tier, version, [1, 2] AS ids, NULL AS nothing FROM schema_version"
 
-// TestSQLUsesEndpointThenFile runs a real exporter (through its factory),
-// queries it over the endpoint while it holds the file, then queries the
-// file directly once it has stopped.
-func TestSQLUsesEndpointThenFile(t *testing.T) {
+// startQueryExporter starts a real exporter of tier (through its factory)
+// on a new file, serving queries on a free port, until the test ends (or
+// exp.Shutdown).
+func startQueryExporter(t *testing.T, tier string) (*duckdbprofileexporter.Config, xexporter.Profiles) {
+	t.Helper()
 	f := duckdbprofileexporter.NewFactory()
 	cfg := f.CreateDefaultConfig().(*duckdbprofileexporter.Config)
-	cfg.Path = filepath.Join(t.TempDir(), "p.duckdb")
+	cfg.Tier = tier
+	cfg.Path = filepath.Join(t.TempDir(), tier+".duckdb")
 	cfg.Query.HTTP.NetAddr.Endpoint = freePort(t)
 	exp, err := f.CreateProfiles(context.Background(), exportertest.NewNopSettings(f.Type()), cfg)
 	if err != nil {
@@ -51,6 +54,32 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	if err := exp.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = exp.Shutdown(context.Background())
+		}
+	})
+	return cfg, stopOnce{exp, &stopped}
+}
+
+// stopOnce is an exporter that the test's cleanup does not stop again once
+// the test has.
+type stopOnce struct {
+	xexporter.Profiles
+	stopped *bool
+}
+
+func (s stopOnce) Shutdown(ctx context.Context) error {
+	*s.stopped = true
+	return s.Profiles.Shutdown(ctx)
+}
+
+// TestSQLUsesEndpointThenFile runs a real exporter (through its factory),
+// queries it over the endpoint while it holds the file, then queries the
+// file directly once it has stopped.
+func TestSQLUsesEndpointThenFile(t *testing.T) {
+	cfg, exp := startQueryExporter(t, "local")
 
 	out, stderr, code := runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, "--db", cfg.Path, "--format", "csv", probe)
 	if want := fmt.Sprintf("tier,version,ids,nothing\nlocal,%d,\"[1, 2]\",\n", profilequery.WritableVersion); code != 0 || out != want {
@@ -83,6 +112,45 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	_, stderr, code = runCLI(t, "sql", "--endpoint", cfg.Query.HTTP.NetAddr.Endpoint, probe)
 	if code != 1 || !strings.Contains(stderr, "no collector answers") {
 		t.Fatalf("nothing to query: code %d err %q", code, stderr)
+	}
+}
+
+// TestSQLDBAloneIsTheOnePlaceAsked: --db without --endpoint is where the
+// query goes, a file or a collector's HOST:PORT, as in the other commands.
+// The default endpoint (the agent's, or HOTPATH_QUERY_ENDPOINT) was asked
+// first whatever --db named, so a gateway's file got the agent's answer.
+func TestSQLDBAloneIsTheOnePlaceAsked(t *testing.T) {
+	gw, _ := startQueryExporter(t, "summary")
+	agent := localDB(t) // a local-tier file no collector holds
+	const tierSQL = "SELECT tier FROM schema_version"
+
+	// The running gateway as the default endpoint: a --db file alone is
+	// answered from that file.
+	t.Setenv("HOTPATH_QUERY_ENDPOINT", gw.Query.HTTP.NetAddr.Endpoint)
+	if out, stderr, code := runCLI(t, "sql", "--no-header", tierSQL); code != 0 || out != "summary\n" {
+		t.Fatalf("default endpoint: code %d out %q err %q", code, out, stderr)
+	}
+	if out, stderr, code := runCLI(t, "sql", "--no-header", "--db", agent, tierSQL); code != 0 || out != "local\n" {
+		t.Fatalf("--db %s alone: code %d out %q err %q, want the file's tier", agent, code, out, stderr)
+	}
+	// --db HOST:PORT is that collector's endpoint.
+	t.Setenv("HOTPATH_QUERY_ENDPOINT", freePort(t)) // nothing listens there
+	if out, stderr, code := runCLI(t, "sql", "--no-header", "--db", gw.Query.HTTP.NetAddr.Endpoint, tierSQL); code != 0 || out != "summary\n" {
+		t.Fatalf("--db HOST:PORT: code %d out %q err %q", code, out, stderr)
+	}
+	// The file a collector holds, alone: read through the endpoint that
+	// says it serves that file (the gateway's here), by the CLI's commands.
+	t.Setenv("HOTPATH_GATEWAY_QUERY", gw.Query.HTTP.NetAddr.Endpoint)
+	if out, stderr, code := runCLI(t, "sql", "--no-header", "--db", gw.Path, tierSQL); code != 0 || out != "summary\n" {
+		t.Fatalf("--db of a held file: code %d out %q err %q", code, out, stderr)
+	}
+	_, stderr, code := runCLI(t, "profile", "--db", gw.Path, "--service", "api", "--since", "1h")
+	if code != 1 || !strings.Contains(stderr, "no samples") || !strings.Contains(stderr, "collector at "+gw.Query.HTTP.NetAddr.Endpoint) {
+		t.Fatalf("profile --db of a held file: code %d err %q, want no samples on the collector", code, stderr)
+	}
+	// --endpoint with --db: the endpoint first, the file when none answers.
+	if out, stderr, code := runCLI(t, "sql", "--no-header", "--endpoint", gw.Query.HTTP.NetAddr.Endpoint, "--db", agent, tierSQL); code != 0 || out != "summary\n" {
+		t.Fatalf("--endpoint and --db: code %d out %q err %q", code, out, stderr)
 	}
 }
 

@@ -299,6 +299,27 @@ func IsEndpoint(db string) bool {
 	return err == nil && port != ""
 }
 
+// collectorEndpoints are the query endpoints of the agent and the gateway:
+// $HOTPATH_AGENT_QUERY and $HOTPATH_GATEWAY_QUERY, else those of the shipped
+// configs.
+func collectorEndpoints() (agent, gateway string) {
+	agent, gateway = AgentEndpoint, GatewayEndpoint
+	if v := os.Getenv("HOTPATH_AGENT_QUERY"); v != "" {
+		agent = v
+	}
+	if v := os.Getenv("HOTPATH_GATEWAY_QUERY"); v != "" {
+		gateway = v
+	}
+	return agent, gateway
+}
+
+// CollectorEndpoints are the endpoints a file a collector holds is looked
+// for at (sqlquery.ServedBy): the agent's and the gateway's.
+func CollectorEndpoints() []string {
+	agent, gateway := collectorEndpoints()
+	return []string{agent, gateway}
+}
+
 // DefaultFile is the tier's file under the state directory used by
 // `make run` ($HOTPATH_STATE_DIR, else ./var when it holds the file, else
 // /var/lib/hotpath, the shipped configs' default).
@@ -328,18 +349,17 @@ func Open(ctx context.Context, t Target) (Source, error) {
 	case t.DB != "" && IsEndpoint(t.DB):
 		src = &endpointSource{c: sqlquery.Client{Endpoint: t.DB, Token: t.Token}}
 	case t.DB != "":
+		// A file a collector holds is read through its endpoint.
+		if ep := sqlquery.ServedBy(ctx, t.DB, t.Token, CollectorEndpoints()...); ep != "" {
+			src = &endpointSource{c: sqlquery.Client{Endpoint: ep, Token: t.Token}}
+			break
+		}
 		src, err = openFile(t.DB)
 	default:
-		ep := GatewayEndpoint
+		agent, gateway := collectorEndpoints()
+		ep := gateway
 		if t.Local {
-			ep = AgentEndpoint
-		}
-		env := "HOTPATH_GATEWAY_QUERY"
-		if t.Local {
-			env = "HOTPATH_AGENT_QUERY"
-		}
-		if v := os.Getenv(env); v != "" {
-			ep = v
+			ep = agent
 		}
 		src = &endpointSource{c: sqlquery.Client{Endpoint: ep, Token: t.Token}}
 		if _, qerr := src.Query(ctx, "SELECT 1"); errors.Is(qerr, sqlquery.ErrUnreachable) {
@@ -429,8 +449,8 @@ func openFile(path string) (*fileSource, error) {
 		if closeDB != nil {
 			closeDB()
 		}
-		if strings.Contains(err.Error(), "lock") {
-			return nil, fmt.Errorf("%w\n(a collector holds the file: query it through its endpoint, --db 127.0.0.1:7073 for the gateway or 127.0.0.1:7072 for the agent)", err)
+		if sqlquery.IsHeld(err) {
+			return nil, fmt.Errorf("%w\n(a collector holds the file, and neither %s answers for it: query it through that collector's endpoint, --db HOST:PORT (its query.endpoint))", err, strings.Join(CollectorEndpoints(), " nor "))
 		}
 		return nil, err
 	}

@@ -7,7 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"strings"
+	"time"
 )
 
 // Path is where the endpoint serves queries.
@@ -75,4 +79,80 @@ func (c Client) Query(ctx context.Context, stmt string) (*Result, error) {
 		return nil, fmt.Errorf("decode result: %w", err)
 	}
 	return &res, nil
+}
+
+// servedFileSQL asks an endpoint which file it serves.
+const servedFileSQL = "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+
+// probeHTTP asks endpoints one question each: no connection is kept for
+// later (the endpoint found is asked again through the caller's client).
+var probeHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// ServedBy is the first of endpoints whose collector serves the file at
+// path (the same file, by os.SameFile), "" when none does or none answers.
+// DuckDB lets one process open a file, so a file a collector holds is read
+// through that collector's endpoint, which says which file it serves.
+func ServedBy(ctx context.Context, path, token string, endpoints ...string) string {
+	want, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	asked := map[string]bool{"": true}
+	for _, ep := range endpoints {
+		// Only a collector on this machine can hold the file: a remote
+		// one may serve a file of the same path there.
+		if asked[ep] || !onThisMachine(ep) {
+			continue
+		}
+		asked[ep] = true
+		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		res, err := Client{Endpoint: ep, Token: token, HTTP: probeHTTP}.Query(qctx, servedFileSQL)
+		cancel()
+		if err != nil || len(res.Rows) != 1 || len(res.Rows[0]) != 1 {
+			continue
+		}
+		served, ok := res.Rows[0][0].(string)
+		if !ok {
+			continue
+		}
+		if st, err := os.Stat(served); err == nil && os.SameFile(want, st) {
+			return ep
+		}
+	}
+	return ""
+}
+
+// IsHeld reports whether err is DuckDB refusing to open a file another
+// process holds (its lock).
+func IsHeld(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Could not set lock on file")
+}
+
+// onThisMachine reports whether endpoint's host is a loopback name or
+// address, or an address of this machine's interfaces.
+func onThisMachine(endpoint string) bool {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return false
+	}
+	if host == "" || host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return false
+	}
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }

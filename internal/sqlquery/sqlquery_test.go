@@ -109,3 +109,16 @@ func TestBodyIsTheResultsJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestOnThisMachine: a file here can only be held by a collector here, so
+// only endpoints of this machine are asked which file they serve.
+func TestOnThisMachine(t *testing.T) {
+	for ep, want := range map[string]bool{
+		"127.0.0.1:7073": true, "localhost:7072": true, "[::1]:7072": true, ":7072": true, "0.0.0.0:7073": true,
+		"192.0.2.10:7073": false, "gateway.example:7073": false, "127.0.0.1": false,
+	} {
+		if got := onThisMachine(ep); got != want {
+			t.Errorf("onThisMachine(%q) = %v, want %v", ep, got, want)
+		}
+	}
+}
