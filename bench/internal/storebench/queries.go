@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -127,6 +128,19 @@ FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples
 		qs = append(qs, q)
 		o.Log("storage: %q: %v ms, %d stacks", q.Name, q.Millis, q.Rows)
 	}
+	// The same loads through a running collector's endpoint, as
+	// `hotpath profile` runs beside a gateway.
+	eqs, err := timeProfileEndpoint(ctx, longPath, service, end, []endpointRange{
+		{fmt.Sprintf("cli: hotpath profile --since 1h through a running collector (%d days stored)", o.Days), hourAgo, want(summaryTables, hourAgo), o.Runs},
+		{fmt.Sprintf("cli: hotpath profile --since %dd through a running collector (%d days stored)", o.Days, o.Days), daysAgo, want(summaryTables, daysAgo), o.LongRuns},
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range eqs {
+		qs = append(qs, q)
+		o.Log("storage: %q: %v ms, %d stacks", q.Name, q.Millis, q.Rows)
+	}
 	// Last, as it deletes: the gateway's default retention on the N-day
 	// file is what a gateway that ran N days keeps.
 	steady, err := retained(ctx, "summary", summaryTables, longPath, time.Minute)
@@ -147,7 +161,7 @@ func retained(ctx context.Context, tier string, tb tierTables, path string, buck
 	var out Steady
 	core, logs := observer.New(zap.DebugLevel)
 	began := time.Now()
-	exp, err := startExporterLogging(ctx, tier, path, core, true)
+	exp, err := startExporterLogging(ctx, tier, path, core, true, "")
 	if err != nil {
 		return out, fmt.Errorf("retention on %s: %w", path, err)
 	}
@@ -287,6 +301,90 @@ func timeProfile(ctx context.Context, file, name, flags, service string, since, 
 	return out, nil
 }
 
+// endpointRange is one range timeProfileEndpoint loads.
+type endpointRange struct {
+	name    string
+	since   time.Time
+	wantSQL string
+	runs    int
+}
+
+// timeProfileEndpoint times timeProfile's load through a collector's
+// query endpoint: a summary-tier exporter (the gateway's defaults, but
+// retention off, as for the other queries) holds file and serves queries
+// on a free loopback port, and each run opens it as `hotpath profile --db
+// HOST:PORT` does, loads the profile and writes its folded lines. Both
+// sides run in the bench's process; the command's own start is not
+// counted. The expected totals are read from the file before the exporter
+// opens it.
+func timeProfileEndpoint(ctx context.Context, file, service string, until time.Time, ranges []endpointRange) ([]Query, error) {
+	out := make([]Query, len(ranges))
+	db, err := sql.Open("duckdb", file+"?access_mode=read_only")
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", file, err)
+	}
+	for i, r := range ranges {
+		out[i] = Query{Name: r.name, File: file}
+		if err = db.QueryRowContext(ctx, r.wantSQL).Scan(&out[i].Want); err != nil {
+			err = fmt.Errorf("%s: expected total: %w", r.name, err)
+			break
+		}
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	endpoint := ln.Addr().String()
+	ln.Close()
+	// The file's roll-ups are complete (replicate waited for them), so
+	// the exporter's start has nothing to catch up in the background.
+	exp, err := startExporterLogging(ctx, "summary", file, nil, false, endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("collector on %s: %w", file, err)
+	}
+	if err := loadThrough(ctx, endpoint, service, until, ranges, out); err != nil {
+		_ = exp.Shutdown(ctx)
+		return nil, err
+	}
+	return out, exp.Shutdown(ctx)
+}
+
+// loadThrough times each range's loads through endpoint into out.
+func loadThrough(ctx context.Context, endpoint, service string, until time.Time, ranges []endpointRange, out []Query) error {
+	for i, r := range ranges {
+		cmd := fmt.Sprintf("hotpath profile --db %s --service %s --since %q --until %q", endpoint, service, r.since.UTC().Format(tsLayout), until.UTC().Format(tsLayout))
+		out[i].SQL = cmd + ", in the bench's process beside the collector serving the file: opening the endpoint, loading through it and writing the folded lines (not the process's start)"
+		for k := 0; k <= r.runs; k++ {
+			t0 := time.Now()
+			src, err := profilequery.Open(ctx, profilequery.Target{DB: endpoint})
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			p, err := profilequery.Load(ctx, src, profilequery.Selector{Service: service, Range: timerange.Range{Since: r.since, Until: until}})
+			if err == nil {
+				err = p.WriteFolded(io.Discard)
+			}
+			if cerr := src.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			out[i].Rows, out[i].Samples = int64(len(p.Stacks)), p.Total()
+			if k > 0 {
+				out[i].Millis = append(out[i].Millis, float64(time.Since(t0).Microseconds())/1000)
+			}
+		}
+	}
+	return nil
+}
+
 // readAll reads every (folded, samples) row, as a flame graph would.
 func readAll(ctx context.Context, db *sql.DB, q string) (rows, samples int64, err error) {
 	rs, err := db.QueryContext(ctx, q)
@@ -339,7 +437,7 @@ FROM %[1]s WHERE bucket_time >= %[3]s AND bucket_time < %[4]s ORDER BY bucket_ti
 	// once; the long query is measured on the finished roll-ups.
 	core, logs := observer.New(zap.InfoLevel)
 	began := time.Now()
-	exp, err := startExporterLogging(ctx, "summary", path, core, false)
+	exp, err := startExporterLogging(ctx, "summary", path, core, false, "")
 	if err != nil {
 		return fmt.Errorf("roll up %s: %w", path, err)
 	}

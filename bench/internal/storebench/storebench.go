@@ -317,18 +317,20 @@ func countTraces(iv simday.Interval, counts map[string]int64) {
 // retention that cannot fire during the run (the simulated clock runs ahead
 // of the real one).
 func startExporter(ctx context.Context, tier, path string) (xexporter.Profiles, error) {
-	return startExporterLogging(ctx, tier, path, nil, false)
+	return startExporterLogging(ctx, tier, path, nil, false, "")
 }
 
 // startExporterLogging is startExporter with the exporter's log also going
 // to also (nil: none), at the levels also enables; defaultRetention keeps the
-// tier's default retention (it runs at start).
-func startExporterLogging(ctx context.Context, tier, path string, also zapcore.Core, defaultRetention bool) (xexporter.Profiles, error) {
+// tier's default retention (it runs at start); query, when not "", is where
+// it serves queries.
+func startExporterLogging(ctx context.Context, tier, path string, also zapcore.Core, defaultRetention bool, query string) (xexporter.Profiles, error) {
 	f := duckdbprofileexporter.NewFactory()
 	cfg := f.CreateDefaultConfig().(*duckdbprofileexporter.Config)
 	cfg.Tier = tier
 	cfg.Path = path
-	cfg.Query.Enabled = false
+	cfg.Query.Enabled = query != ""
+	cfg.Query.HTTP.NetAddr.Endpoint = query
 	cfg.QueueConfig = configoptional.None[exporterhelper.QueueBatchConfig]()
 	if !defaultRetention {
 		cfg.Retention = duckdbprofileexporter.RetentionConfig{Stacks: 400 * 24 * time.Hour, TraceStacks: 400 * 24 * time.Hour, Metadata: 400 * 24 * time.Hour, Interval: 1000 * time.Hour}

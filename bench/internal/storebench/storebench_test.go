@@ -2,6 +2,7 @@ package storebench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,10 +61,20 @@ func TestSmallRun(t *testing.T) {
 	if sd := res.Steady; sd.UsedBytes <= 0 || sd.FileBytes < sd.UsedBytes || sd.BytesPerSvcDay <= 0 || sd.CompactBytes <= 0 {
 		t.Fatalf("implausible steady state: %+v", sd)
 	}
-	// 6 SQL queries and 3 loads of the CLI's profile (each checked
-	// against the stored total like the queries).
-	if len(res.Queries) != 9 {
-		t.Fatalf("%d queries, want 9", len(res.Queries))
+	// 6 SQL queries and 5 loads of the CLI's profile, 2 of them through a
+	// running collector's endpoint (each checked against the stored total
+	// like the queries).
+	if len(res.Queries) != 11 {
+		t.Fatalf("%d queries, want 11", len(res.Queries))
+	}
+	through := 0
+	for _, q := range res.Queries {
+		if strings.Contains(q.Name, "through a running collector") {
+			through++
+		}
+	}
+	if through != 2 {
+		t.Errorf("%d loads through a collector, want 2", through)
 	}
 	for _, q := range res.Queries {
 		if q.Want <= 0 || q.Samples != q.Want || len(q.Millis) != 1 {
