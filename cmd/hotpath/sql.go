@@ -80,13 +80,10 @@ func newSQLCommand() *cobra.Command {
 		if cmd.Flags().Changed("db") && !cmd.Flags().Changed("endpoint") {
 			// --db alone is the one place asked: a collector's endpoint,
 			// or a file, through the endpoint of the collector holding it.
-			switch held := sqlquery.ServedBy(cmd.Context(), dbPath, token, append([]string{endpoint}, profilequery.CollectorEndpoints()...)...); {
-			case profilequery.IsEndpoint(dbPath):
+			if profilequery.IsEndpoint(dbPath) {
 				endpoint, dbPath = dbPath, ""
-			case held != "":
-				endpoint, dbPath = held, ""
-			default:
-				endpoint = ""
+			} else if endpoint = sqlquery.ServedBy(cmd.Context(), dbPath, token, append([]string{endpoint}, profilequery.CollectorEndpoints()...)...); endpoint != "" {
+				dbPath = ""
 			}
 		}
 		res, err := query(cmd.Context(), stmt, endpoint, token, dbPath, sqlquery.Limits{Timeout: timeout, MaxRows: maxRows, MaxBytes: sqlquery.DefaultLimits.MaxBytes})

@@ -265,22 +265,43 @@ func timeQuery(ctx context.Context, file, name, q, wantSQL string, want int64, r
 func timeProfile(ctx context.Context, file, name, flags, service string, since, until time.Time, wantSQL string, runs int) (Query, error) {
 	cmd := fmt.Sprintf("hotpath profile --db %s %s--service %s --since %q --until %q", file, flags, service, since.UTC().Format(tsLayout), until.UTC().Format(tsLayout))
 	out := Query{Name: name, SQL: cmd + ", in the bench's process: opening the file, loading and writing the folded lines (not the process's start)", File: file}
+	wants, err := expectedTotals(ctx, file, wantSQL)
+	if err != nil {
+		return out, fmt.Errorf("%s: %w", name, err)
+	}
+	out.Want = wants[0]
+	return out, timeLoads(ctx, file, service, since, until, runs, &out)
+}
+
+// expectedTotals reads the total each of wantSQLs gives on file, opened
+// read-only.
+func expectedTotals(ctx context.Context, file string, wantSQLs ...string) ([]int64, error) {
 	db, err := sql.Open("duckdb", file+"?access_mode=read_only")
 	if err != nil {
-		return out, fmt.Errorf("open %s: %w", file, err)
+		return nil, fmt.Errorf("open %s: %w", file, err)
 	}
-	err = db.QueryRowContext(ctx, wantSQL).Scan(&out.Want)
+	wants := make([]int64, len(wantSQLs))
+	for i, q := range wantSQLs {
+		if err = db.QueryRowContext(ctx, q).Scan(&wants[i]); err != nil {
+			err = fmt.Errorf("expected total: %w", err)
+			break
+		}
+	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return out, fmt.Errorf("%s: expected total: %w", name, err)
-	}
+	return wants, err
+}
+
+// timeLoads loads service's profile over [since, until) from target (a
+// file or a collector's HOST:PORT, as `hotpath profile --db` takes it) and
+// writes its folded lines, runs times after one warm-up, into q.
+func timeLoads(ctx context.Context, target, service string, since, until time.Time, runs int, q *Query) error {
 	for i := 0; i <= runs; i++ {
 		t0 := time.Now()
-		src, err := profilequery.Open(ctx, profilequery.Target{DB: file})
+		src, err := profilequery.Open(ctx, profilequery.Target{DB: target})
 		if err != nil {
-			return out, fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", q.Name, err)
 		}
 		p, err := profilequery.Load(ctx, src, profilequery.Selector{Service: service, Range: timerange.Range{Since: since, Until: until}})
 		if err == nil {
@@ -291,14 +312,14 @@ func timeProfile(ctx context.Context, file, name, flags, service string, since, 
 		}
 		ms := float64(time.Since(t0).Microseconds()) / 1000
 		if err != nil {
-			return out, fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", q.Name, err)
 		}
-		out.Rows, out.Samples = int64(len(p.Stacks)), p.Total()
+		q.Rows, q.Samples = int64(len(p.Stacks)), p.Total()
 		if i > 0 {
-			out.Millis = append(out.Millis, ms)
+			q.Millis = append(q.Millis, ms)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // endpointRange is one range timeProfileEndpoint loads.
@@ -318,21 +339,11 @@ type endpointRange struct {
 // counted. The expected totals are read from the file before the exporter
 // opens it.
 func timeProfileEndpoint(ctx context.Context, file, service string, until time.Time, ranges []endpointRange) ([]Query, error) {
-	out := make([]Query, len(ranges))
-	db, err := sql.Open("duckdb", file+"?access_mode=read_only")
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", file, err)
-	}
+	wantSQLs := make([]string, len(ranges))
 	for i, r := range ranges {
-		out[i] = Query{Name: r.name, File: file}
-		if err = db.QueryRowContext(ctx, r.wantSQL).Scan(&out[i].Want); err != nil {
-			err = fmt.Errorf("%s: expected total: %w", r.name, err)
-			break
-		}
+		wantSQLs[i] = r.wantSQL
 	}
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
+	wants, err := expectedTotals(ctx, file, wantSQLs...)
 	if err != nil {
 		return nil, err
 	}
@@ -348,41 +359,17 @@ func timeProfileEndpoint(ctx context.Context, file, service string, until time.T
 	if err != nil {
 		return nil, fmt.Errorf("collector on %s: %w", file, err)
 	}
-	if err := loadThrough(ctx, endpoint, service, until, ranges, out); err != nil {
-		_ = exp.Shutdown(ctx)
-		return nil, err
-	}
-	return out, exp.Shutdown(ctx)
-}
-
-// loadThrough times each range's loads through endpoint into out.
-func loadThrough(ctx context.Context, endpoint, service string, until time.Time, ranges []endpointRange, out []Query) error {
+	out := make([]Query, len(ranges))
 	for i, r := range ranges {
 		cmd := fmt.Sprintf("hotpath profile --db %s --service %s --since %q --until %q", endpoint, service, r.since.UTC().Format(tsLayout), until.UTC().Format(tsLayout))
-		out[i].SQL = cmd + ", in the bench's process beside the collector serving the file: opening the endpoint, loading through it and writing the folded lines (not the process's start)"
-		for k := 0; k <= r.runs; k++ {
-			t0 := time.Now()
-			src, err := profilequery.Open(ctx, profilequery.Target{DB: endpoint})
-			if err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
-			}
-			p, err := profilequery.Load(ctx, src, profilequery.Selector{Service: service, Range: timerange.Range{Since: r.since, Until: until}})
-			if err == nil {
-				err = p.WriteFolded(io.Discard)
-			}
-			if cerr := src.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
-			}
-			out[i].Rows, out[i].Samples = int64(len(p.Stacks)), p.Total()
-			if k > 0 {
-				out[i].Millis = append(out[i].Millis, float64(time.Since(t0).Microseconds())/1000)
-			}
+		out[i] = Query{Name: r.name, File: file, Want: wants[i],
+			SQL: cmd + ", in the bench's process beside the collector serving the file: opening the endpoint, loading through it and writing the folded lines (not the process's start)"}
+		if err := timeLoads(ctx, endpoint, service, r.since, until, r.runs, &out[i]); err != nil {
+			_ = exp.Shutdown(ctx)
+			return nil, err
 		}
 	}
-	return nil
+	return out, exp.Shutdown(ctx)
 }
 
 // readAll reads every (folded, samples) row, as a flame graph would.
