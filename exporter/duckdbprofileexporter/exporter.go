@@ -16,6 +16,7 @@ import (
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/retention"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/writer"
+	"github.com/hotpath-dev/hotpath/internal/duckdballoc"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
@@ -107,6 +108,11 @@ func (e *profilesExporter) open(ctx context.Context, host component.Host) error 
 		return err
 	}
 	e.w = w
+	if alloc, err := duckdballoc.Current(); err == nil {
+		e.logger.Debug("DuckDB's allocator", zap.Uint("arenas", alloc.Arenas), zap.Duration("freed_memory_kept", alloc.DirtyDecay))
+	} else {
+		e.logger.Debug("DuckDB's allocator", zap.Error(err))
+	}
 	if busy, _ := w.CatchingUp(); busy {
 		hourly, _ := w.RolledUp()
 		e.logger.Info("roll-ups are more than a day behind the stored minutes: closing them in the background, a day per transaction (queries stay exact meanwhile)",

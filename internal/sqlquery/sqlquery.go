@@ -19,6 +19,9 @@ import (
 	"time"
 
 	duckdb "github.com/duckdb/duckdb-go/v2"
+
+	// DuckDB keeps the memory it frees between queries.
+	_ "github.com/hotpath-dev/hotpath/internal/duckdballoc"
 )
 
 // Limits bound one query.

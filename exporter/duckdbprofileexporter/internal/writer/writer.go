@@ -29,6 +29,8 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
+	// DuckDB keeps the memory it frees between the exporter's pushes.
+	_ "github.com/hotpath-dev/hotpath/internal/duckdballoc"
 )
 
 // StackRow is one stack with its count, frames named and root first.
