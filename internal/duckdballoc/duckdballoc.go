@@ -9,7 +9,7 @@
 // seconds apart: a push every 15 s, retention, a user's queries. Each burst
 // found its memory given back and touched it afresh, and on a VM a page
 // fault is dear: about 16 µs on the 2-vCPU machine docs/performance.md
-// measures, where touching 64 MB in 4 KiB pages took 258 ms. The agent's
+// measures, where touching 64 MB in 4 KiB pages took 258–270 ms. The agent's
 // 1 h flame graph asked every 2 s took a median of 74 ms and 2,100 faults a
 // query; with one arena and freed pages kept for 30 s, 43 ms and 890. Go
 // threads call into DuckDB from whichever OS thread runs them, and with an
