@@ -120,10 +120,7 @@ func Current() (Settings, error) {
 		to   *time.Duration
 	}{{"opt.dirty_decay_ms", &s.DirtyDecay}, {"opt.muzzy_decay_ms", &s.MuzzyDecay}} {
 		var ms C.int64_t
-		name := C.CString(d.name)
-		rc := C.hotpath_mallctl_ssize(name, &ms)
-		C.free(unsafe.Pointer(name))
-		if rc != 0 {
+		if rc := mallctlSsize(d.name, &ms); rc != 0 {
 			return s, fmt.Errorf("read %s: error %d", d.name, rc)
 		}
 		*d.to = time.Duration(ms) * time.Millisecond // -1: never given back
@@ -135,4 +132,10 @@ func mallctlUnsigned(name string, v *C.uint) C.int {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	return C.hotpath_mallctl_unsigned(cname, v)
+}
+
+func mallctlSsize(name string, v *C.int64_t) C.int {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	return C.hotpath_mallctl_ssize(cname, v)
 }

@@ -3,11 +3,11 @@ package duckdballoc
 import (
 	"database/sql"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	_ "github.com/duckdb/duckdb-go/v2"
+
+	"github.com/hotpath-dev/hotpath/internal/cpulist"
 )
 
 // DuckDB allocates through jemalloc with the settings the package set
@@ -33,7 +33,11 @@ func TestDuckDBRunsWithTheseSettings(t *testing.T) {
 	if s.DirtyDecay != DirtyDecay || s.MuzzyDecay != 0 {
 		t.Errorf("freed pages kept %v, then %v as reclaimable; want %v, then 0", s.DirtyDecay, s.MuzzyDecay, DirtyDecay)
 	}
-	cpus := onlineCPUs(t)
+	online, err := cpulist.Online() // as sysconf(_SC_NPROCESSORS_ONLN) counts them
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus := len(online)
 	want := uint(1)
 	if cpus > 4 {
 		want = uint((cpus + 3) / 4)
@@ -41,28 +45,4 @@ func TestDuckDBRunsWithTheseSettings(t *testing.T) {
 	if s.Arenas != want {
 		t.Errorf("%d arenas on %d online CPUs, want %d (one per four CPUs)", s.Arenas, cpus, want)
 	}
-}
-
-// onlineCPUs counts the CPUs the kernel lists as online ("0-3,6,8-9"), as
-// sysconf(_SC_NPROCESSORS_ONLN) does; runtime.NumCPU counts the process's
-// affinity instead.
-func onlineCPUs(t *testing.T) int {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		if !isRange {
-			hi = lo
-		}
-		a, err1 := strconv.Atoi(lo)
-		z, err2 := strconv.Atoi(hi)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("online CPUs %q", b)
-		}
-		n += z - a + 1
-	}
-	return n
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/hotpath-dev/hotpath/internal/cpulist"
 )
 
 // Limits of an on-demand capture (RFD 070/072): high rates are for short,
@@ -107,7 +109,7 @@ func (s *Sampler) loadCapture(targets, hz int, d time.Duration) (*captureObjects
 	if closed {
 		return nil, errors.New("capture: sampler is closed")
 	}
-	cpus, err := onlineCPUs()
+	cpus, err := cpulist.Online()
 	if err != nil {
 		return nil, err
 	}

@@ -3,31 +3,9 @@
 package sampler
 
 import (
-	"slices"
 	"testing"
 	"time"
 )
-
-func TestParseCPUList(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []int
-	}{
-		{"0", []int{0}},
-		{"0-3", []int{0, 1, 2, 3}},
-		{"0-1,4,6-7", []int{0, 1, 4, 6, 7}},
-	} {
-		got, err := parseCPUList(tc.in)
-		if err != nil || !slices.Equal(got, tc.want) {
-			t.Errorf("parseCPUList(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
-		}
-	}
-	for _, bad := range []string{"", "a", "3-1", "1-", "-1", "0,,1"} {
-		if got, err := parseCPUList(bad); err == nil {
-			t.Errorf("parseCPUList(%q) = %v, want error", bad, got)
-		}
-	}
-}
 
 func TestSizeMaps(t *testing.T) {
 	for _, tc := range []struct {

@@ -25,6 +25,8 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/hotpath-dev/hotpath/internal/cpulist"
 )
 
 // maxStackDepth matches MAX_STACK_DEPTH in cpu_profile.bpf.c.
@@ -101,7 +103,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	if err := checkCapabilities(); err != nil {
 		return nil, err
 	}
-	cpus, err := onlineCPUs()
+	cpus, err := cpulist.Online()
 	if err != nil {
 		return nil, err
 	}
