@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -415,5 +417,67 @@ func TestWebServesPprofUI(t *testing.T) {
 	_, stderr, code := runCLI(t, "web", "--db", db, "--service", "api", "--http", "0.0.0.0:0")
 	if code != 1 || !strings.Contains(stderr, "loopback") {
 		t.Fatalf("non-loopback: %d %s", code, stderr)
+	}
+}
+
+// TestProfileManyStacksAtTwoFrequencies reads more stacks than one row of
+// profilequery's result carries (it sends them as text, a few thousand to
+// a row), each stored twice (at 19 and at 99 Hz, rows the CLI merges),
+// from the file and through a collector's endpoint: every line and the
+// CPU time are what the samples written make.
+func TestProfileManyStacksAtTwoFrequencies(t *testing.T) {
+	const stacks = 9000
+	at := time.Now().Add(-10 * time.Minute).Truncate(time.Minute)
+	slow := batch{at: at, service: "big", build: "b1", hz: 19, stacks: map[string]int64{}}
+	fast := batch{at: at, service: "big", build: "b1", hz: 99, stacks: map[string]int64{}}
+	want := map[string]int64{}
+	var cpu time.Duration
+	for i := range stacks {
+		line := fmt.Sprintf("main.main;pkga.f%d;pkgb.g%d;leaf%d", i%7, i%13, i)
+		slow.stacks[line] = int64(1 + i%5)
+		fast.stacks[line] = 2
+		want[line] = int64(1+i%5) + 2
+		cpu += time.Duration(1+i%5)*(time.Second/19) + 2*(time.Second/99)
+	}
+	wantLines := make([]string, 0, stacks)
+	for line, n := range want {
+		wantLines = append(wantLines, fmt.Sprintf("%s %d", line, n))
+	}
+	// Most samples first, ties by line (the folded lines' order).
+	sort.Slice(wantLines, func(i, j int) bool {
+		a, b := wantLines[i], wantLines[j]
+		na, nb := want[a[:strings.LastIndexByte(a, ' ')]], want[b[:strings.LastIndexByte(b, ' ')]]
+		if na != nb {
+			return na > nb
+		}
+		return a < b
+	})
+
+	file := filepath.Join(t.TempDir(), "gateway.duckdb")
+	writeDB(t, "summary", file, "", []batch{slow, fast})
+	served := filepath.Join(t.TempDir(), "served.duckdb")
+	ep := freePort(t)
+	writeDB(t, "summary", served, ep, []batch{slow, fast})
+	for _, db := range []string{file, ep} {
+		out, stderr, code := runCLI(t, "profile", "--db", db, "--service", "big", "--since", "1h")
+		if code != 0 {
+			t.Fatalf("%s: code %d: %s", db, code, stderr)
+		}
+		if got := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); !slices.Equal(got, wantLines) {
+			t.Fatalf("%s: %d lines, want %d; first %q, want %q", db, len(got), len(wantLines), got[:min(3, len(got))], wantLines[:3])
+		}
+		pprofFile := filepath.Join(t.TempDir(), "cpu.pb.gz")
+		if _, stderr, code := runCLI(t, "profile", "--db", db, "--service", "big", "--since", "1h", "--format", "pprof", "-o", pprofFile); code != 0 {
+			t.Fatalf("%s: pprof: code %d: %s", db, code, stderr)
+		}
+		pp := readPprof(t, pprofFile)
+		// One sample a stack: its rows at the two periods merged.
+		var got time.Duration
+		for _, s := range pp.Sample {
+			got += time.Duration(s.Value[1])
+		}
+		if len(pp.Sample) != stacks || got != cpu {
+			t.Fatalf("%s: %d stacks and %v of CPU, want %d and %v", db, len(pp.Sample), got, stacks, cpu)
+		}
 	}
 }

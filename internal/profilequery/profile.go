@@ -242,11 +242,11 @@ func Load(ctx context.Context, src Source, sel Selector) (*Profile, error) {
 		return nil, err
 	}
 	p := &Profile{Service: sel.Service, Range: sel.Range, Tier: src.Tier(), Binaries: map[string]string{}, Fallback: fallback}
-	merged := map[string]int{}
+	merged := map[stackKey]int{}
 	for _, r := range rows {
 		p.addPeriod(r.period, r.samples)
 		s := Stack{BuildID: r.group[0], Frames: r.frames, Count: r.samples, CPU: time.Duration(r.cpu)}
-		key := r.mergeKey()
+		key := r.key
 		if i, ok := merged[key]; ok {
 			p.Stacks[i].Count += s.Count
 			p.Stacks[i].CPU += s.CPU
@@ -490,20 +490,6 @@ func asInt64(v any) (int64, error) {
 		return 0, nil
 	}
 	return 0, fmt.Errorf("unexpected %T %v for a count", v, v)
-}
-
-// asFloat64 reads a DOUBLE from an endpoint (json.Number) or driver value.
-func asFloat64(v any) (float64, error) {
-	switch x := v.(type) {
-	case json.Number:
-		return x.Float64()
-	case float64:
-		return x, nil
-	case nil:
-		return 0, nil
-	}
-	n, err := asInt64(v)
-	return float64(n), err
 }
 
 func asString(v any) string {

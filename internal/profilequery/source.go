@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,26 +120,36 @@ func (tb tables) spanHex() string {
 }
 
 // stacksSQL sums the rows of table matching where per group columns, stack
-// and sampling period. Its rows are of two kinds, in no set order: one per
-// stack (the group columns, frame_ids, samples, cpu_ns and period;
-// frame_id NULL), and one per frame those stacks hold (frame_id,
-// frame_name and what the file knows of the frame: frame_type, file_name,
-// line_number; the rest NULL). readStacks names the frames. Naming them in
-// SQL built a list of names for every stack and sent each name again for
-// every stack holding it: a 1 h profile of 9,165 stacks read 137,000
-// strings (6.7 MB) where it now reads 641 names and the ID lists. It is one
-// statement so the names come from the stacks' snapshot: the exporter gives
-// the IDs of frames retention removed to new frames. A stack's frame IDs
-// come as one string (stacknames.ListSQL).
+// and sampling period. Its rows (columns part, id, the group columns, text,
+// frame_type, file_name, line_number) are of three parts, in no set order:
+//   - "g", a group: its number (id) and the group columns' values;
+//   - "s", up to stackChunk stacks as text, separated by commas: the number
+//     of its group, samples, cpu_ns, period ("-" when NULL) and the frame
+//     IDs (stacknames.ListSQL), separated by single spaces (no character
+//     JSON escapes, which would take the decoder's slow path);
+//   - "f", a frame those stacks hold: frame_id (id), frame_name (text) and
+//     what the file knows of it (frame_type, file_name, line_number).
+//
+// readStacks names the frames. Naming them in SQL built a list of names for
+// every stack and sent each name again for every stack holding it: a 1 h
+// profile of 9,165 stacks read 137,000 strings (6.7 MB) where it now reads
+// 641 names and the ID lists. Stacks go as text a few thousand to a row:
+// as a row each, a 30-day profile's 20,000 stacks were 206,000 values
+// (3.3 MB of JSON) that the endpoint encoded one by one and the CLI decoded
+// into as many Go values, about 110 ms of the CLI's CPU; as text they are
+// 647 rows and 2.0 MB. It is one statement so the names come from the
+// stacks' snapshot: the exporter gives the IDs of frames retention removed
+// to new frames.
 func (tb tables) stacksSQL(table, group, where string, fallback time.Duration) string {
 	key, frames, join, nonEmpty := "stack_id", "s.stack_frame_ids", " JOIN "+tb.stackDict+" s USING (stack_id)", ""
 	if tb.stackDict == "" {
 		key, frames, join, nonEmpty = "stack_frame_ids", "agg.stack_frame_ids", "", " AND len(stack_frame_ids) > 0"
 	}
-	var aggGroup, nulls []string
+	var aggGroup, nulls, same []string
 	for _, c := range strings.Split(group, ", ") {
 		aggGroup = append(aggGroup, "agg."+c)
 		nulls = append(nulls, "NULL")
+		same = append(same, "st."+c+" IS NOT DISTINCT FROM g."+c)
 	}
 	meta := "NULL, NULL, NULL"
 	if tb.frameMeta {
@@ -148,53 +159,50 @@ func (tb tables) stacksSQL(table, group, where string, fallback time.Duration) s
     SELECT %[1]s, %[2]s, %[3]s AS period, sum(sample_count)::BIGINT AS samples, %[4]s AS cpu_ns
     FROM %[5]s WHERE %[6]s%[7]s
     GROUP BY ALL
-), stacks AS MATERIALIZED (SELECT %[8]s, %[9]s AS frame_ids, agg.samples, agg.cpu_ns, agg.period FROM agg%[10]s)
-SELECT %[1]s, %[14]s AS frame_ids, samples, cpu_ns, period,
-       NULL::INTEGER AS frame_id, NULL::VARCHAR AS frame_name, NULL::VARCHAR AS frame_type, NULL::VARCHAR AS file_name, NULL::INTEGER AS line_number
-FROM stacks
+), stacks AS MATERIALIZED (SELECT %[8]s, %[9]s AS frame_ids, agg.samples, agg.cpu_ns, agg.period FROM agg%[10]s),
+stack_groups AS MATERIALIZED (SELECT %[1]s, (row_number() OVER (ORDER BY %[1]s) - 1)::BIGINT AS g FROM (SELECT DISTINCT %[1]s FROM stacks)),
+stack_lines AS (
+    SELECT (row_number() OVER () - 1) // %[15]d AS chunk,
+           concat_ws(' ', g.g, st.samples, st.cpu_ns::VARCHAR, coalesce(st.period::VARCHAR, '-'), %[14]s) AS line
+    FROM stacks st JOIN stack_groups g ON %[16]s)
+SELECT 'g' AS part, g AS id, %[1]s, NULL::VARCHAR AS text, NULL::VARCHAR AS frame_type, NULL::VARCHAR AS file_name, NULL::INTEGER AS line_number
+FROM stack_groups
 UNION ALL
-SELECT %[11]s, NULL, NULL, NULL, NULL, f.frame_id, f.frame_name, %[12]s
+SELECT 's', chunk, %[11]s, string_agg(line, ','), NULL, NULL, NULL FROM stack_lines GROUP BY chunk
+UNION ALL
+SELECT 'f', f.frame_id, %[11]s, f.frame_name, %[12]s
 FROM %[13]s f WHERE f.frame_id IN (SELECT unnest(frame_ids) FROM stacks)`,
 		group, key, tb.period, cpuSQL(tb, fallback), table, where, nonEmpty,
-		strings.Join(aggGroup, ", "), frames, join, strings.Join(nulls, ", "), meta, tb.frames, stacknames.ListSQL("frame_ids"))
+		strings.Join(aggGroup, ", "), frames, join, strings.Join(nulls, ", "), meta, tb.frames,
+		stacknames.ListSQL("st.frame_ids"), stackChunk, strings.Join(same, " AND "))
 }
+
+// stackChunk is how many stacks a row of stacksSQL's result carries:
+// a few hundred kilobytes of text.
+const stackChunk = 4096
 
 // stackRow is one stack of a stacksSQL result, its frames named.
 type stackRow struct {
-	group   []string // the group columns' values
+	group   []string // the group columns' values (shared by the group's rows)
 	frames  []string // root first
 	samples int64
 	cpu     float64
-	period  any
-	// ids is the stack's frame IDs as stored (stacknames.ListSQL) when
-	// the dictionary held every one: the dictionary names each frame once,
-	// so rows of one ids hold the same frames and rows of different ids
-	// different ones. "" when a frame is missing (distinct IDs then read
-	// the same name).
-	ids string
+	period  any // int64 nanoseconds, nil when stored without one
+	key     stackKey
 }
 
-// mergeKey is the same for rows of the same group values and frames, and
+// stackKey is the same for rows of the same group values and frames, and
 // only for those: the rows of one stack stored at several sampling
-// periods, or in several of the tiers samples_in reads. Comparing the IDs
-// spares joining every stack's names (20,000 stacks of a 30-day profile).
-func (r stackRow) mergeKey() string {
-	var b strings.Builder
-	for _, g := range r.group {
-		b.WriteString(g)
-		b.WriteByte(0)
-	}
-	if r.ids != "" || len(r.frames) == 0 {
-		b.WriteString("ids ")
-		b.WriteString(r.ids)
-		return b.String()
-	}
-	b.WriteString("names")
-	for _, f := range r.frames {
-		b.WriteByte(0)
-		b.WriteString(f)
-	}
-	return b.String()
+// periods, or in several of the tiers samples_in reads. The stack's frame
+// IDs as stored stand for its frames when the dictionary held every one:
+// it names each frame once, so rows of one ID list hold the same frames,
+// and comparing IDs spares joining every stack's names (20,000 stacks of
+// a 30-day profile). Otherwise (distinct IDs then read the same name,
+// stacknames.Missing) it is the names.
+type stackKey struct {
+	group int64 // the group's number in the result
+	ids   string
+	names string
 }
 
 // readStacks reads a stacksSQL result of ngroup group columns: its stacks,
@@ -202,62 +210,109 @@ func (r stackRow) mergeKey() string {
 // knows something of). A frame ID the dictionary does not hold reads
 // stacknames.Missing, as in the SQL views.
 func readStacks(res *sqlquery.Result, ngroup int) ([]stackRow, map[string]FrameInfo, error) {
-	c := ngroup // frame_ids; samples, cpu_ns, period, frame_id, frame_name, frame_type, file_name, line_number follow
-	names := stacknames.Names{}
+	const part, id = 0, 1
+	text := 2 + ngroup // frame_type, file_name, line_number follow
+	names := &stacknames.Names{}
 	info := map[string]FrameInfo{}
+	groups := map[int64][]string{}
+	var chunks []string
 	for _, r := range res.Rows {
-		if len(r) != c+9 {
-			return nil, nil, fmt.Errorf("read stacks: %d columns, want %d", len(r), c+9)
+		if len(r) != text+4 {
+			return nil, nil, fmt.Errorf("read stacks: %d columns, want %d", len(r), text+4)
 		}
-		if r[c+4] == nil {
-			continue
-		}
-		id, err := asInt64(r[c+4])
+		n, err := asInt64(r[id])
 		if err != nil {
-			return nil, nil, fmt.Errorf("read stacks: frame_id: %w", err)
+			return nil, nil, fmt.Errorf("read stacks: id: %w", err)
 		}
-		name := asString(r[c+5])
-		names[id] = name
-		if r[c+6] == nil && r[c+7] == nil && r[c+8] == nil {
-			continue
+		switch asString(r[part]) {
+		case "g":
+			g := make([]string, ngroup)
+			for i := range g {
+				g[i] = asString(r[id+1+i])
+			}
+			groups[n] = g
+		case "s":
+			chunks = append(chunks, asString(r[text]))
+		case "f":
+			name := asString(r[text])
+			names.Set(n, name)
+			if r[text+1] == nil && r[text+2] == nil && r[text+3] == nil {
+				continue
+			}
+			line, err := asInt64(r[text+3])
+			if err != nil {
+				return nil, nil, fmt.Errorf("read stacks: line_number: %w", err)
+			}
+			info[name] = FrameInfo{Type: asString(r[text+1]), File: asString(r[text+2]), Line: line}
+		default:
+			return nil, nil, fmt.Errorf("read stacks: unexpected part %v", r[part])
 		}
-		line, err := asInt64(r[c+8])
-		if err != nil {
-			return nil, nil, fmt.Errorf("read stacks: line_number: %w", err)
-		}
-		info[name] = FrameInfo{Type: asString(r[c+6]), File: asString(r[c+7]), Line: line}
 	}
-	stacks := make([]stackRow, 0, len(res.Rows)-len(names))
-	for _, r := range res.Rows {
-		if r[c+4] != nil {
-			continue
+	nstacks, nframes := 0, 0
+	for _, c := range chunks {
+		nstacks += strings.Count(c, ",") + 1
+		nframes += strings.Count(c, " ") // at least every frame
+	}
+	stacks := make([]stackRow, 0, nstacks)
+	frames := make([]string, 0, nframes) // every stack's, one after another
+	for _, c := range chunks {
+		for text := range strings.SplitSeq(c, ",") {
+			s, err := parseStack(text, groups, names, &frames)
+			if err != nil {
+				return nil, nil, fmt.Errorf("read stacks: %w in %.80q", err, text)
+			}
+			stacks = append(stacks, s)
 		}
-		n, err := asInt64(r[c+1])
-		if err != nil {
-			return nil, nil, fmt.Errorf("read stacks: samples: %w", err)
-		}
-		cpu, err := asFloat64(r[c+2])
-		if err != nil {
-			return nil, nil, fmt.Errorf("read stacks: cpu_ns: %w", err)
-		}
-		ids, ok := r[c].(string)
-		if !ok {
-			return nil, nil, fmt.Errorf("read stacks: frame_ids: unexpected %T", r[c])
-		}
-		frames, complete, err := names.OfList(ids)
-		if err != nil {
-			return nil, nil, fmt.Errorf("read stacks: frame_ids: %w", err)
-		}
-		group := make([]string, ngroup)
-		for i := range group {
-			group[i] = asString(r[i])
-		}
-		if !complete {
-			ids = ""
-		}
-		stacks = append(stacks, stackRow{group: group, frames: frames, samples: n, cpu: cpu, period: r[c+3], ids: ids})
 	}
 	return stacks, info, nil
+}
+
+// parseStack reads one stack of a stacksSQL chunk, naming its frames at
+// the end of frames.
+func parseStack(text string, groups map[int64][]string, names *stacknames.Names, frames *[]string) (stackRow, error) {
+	var f [4]string
+	rest := text
+	for i := range f {
+		var ok bool
+		if f[i], rest, ok = strings.Cut(rest, " "); !ok && i < len(f)-1 {
+			return stackRow{}, fmt.Errorf("%d fields, want at least 4", i+1)
+		}
+	}
+	g, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return stackRow{}, fmt.Errorf("group: %w", err)
+	}
+	group, ok := groups[g]
+	if !ok {
+		return stackRow{}, fmt.Errorf("group %d not in the result", g)
+	}
+	r := stackRow{group: group, key: stackKey{group: g}}
+	if r.samples, err = strconv.ParseInt(f[1], 10, 64); err != nil {
+		return stackRow{}, fmt.Errorf("samples: %w", err)
+	}
+	if r.cpu, err = strconv.ParseFloat(f[2], 64); err != nil {
+		return stackRow{}, fmt.Errorf("cpu_ns: %w", err)
+	}
+	if f[3] != "-" {
+		p, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			return stackRow{}, fmt.Errorf("period: %w", err)
+		}
+		r.period = p
+	}
+	start := len(*frames)
+	all, complete, err := names.AppendList(*frames, rest)
+	if err != nil {
+		return stackRow{}, fmt.Errorf("frame_ids: %w", err)
+	}
+	*frames = all
+	r.frames = all[start:len(all):len(all)]
+	if complete {
+		r.key.ids = rest
+	} else {
+		r.key.names = strings.Join(r.frames, "\x00")
+	}
+	return r, nil
 }
 
 // supportedVersions are the schema versions whose tables are read here.

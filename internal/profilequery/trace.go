@@ -204,7 +204,7 @@ func LoadTrace(ctx context.Context, src Source, traceID, service string, hints T
 		return tp, noTraceSamplesError(ctx, src, traceID, service, hints, tb)
 	}
 	byService := map[string]*ServiceProfile{}
-	merged := map[string]int{}
+	merged := map[stackKey]int{}
 	for _, r := range rows {
 		name := r.group[0]
 		sp := byService[name]
@@ -214,7 +214,7 @@ func LoadTrace(ctx context.Context, src Source, traceID, service string, hints T
 		}
 		sp.addPeriod(r.period, r.samples)
 		s := Stack{BuildID: r.group[1], Frames: r.frames, Count: r.samples, CPU: time.Duration(r.cpu)}
-		key := r.mergeKey()
+		key := r.key
 		if i, ok := merged[key]; ok {
 			sp.Stacks[i].Count += s.Count
 			sp.Stacks[i].CPU += s.CPU

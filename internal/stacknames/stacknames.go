@@ -16,13 +16,52 @@ import (
 const Missing = "[missing]"
 
 // Names is frame names by frame ID, as a query read them from the frame
-// dictionary.
-type Names map[int64]string
+// dictionary (Set). Frame IDs are small positive integers (see DictSQL), so
+// names up to denseIDs are kept in a slice: naming a 30-day profile looks
+// up 300,000 IDs, which took a third of reading its stacks in a map.
+type Names struct {
+	dense  []string // by ID below denseIDs
+	held   []bool   // whether dense[id] was set
+	sparse map[int64]string
+}
+
+// denseIDs bounds the slice of Names: a corrupt or hostile file's ID of
+// billions must not allocate gigabytes.
+const denseIDs = 1 << 22
+
+// Set records frame id's name. IDs of zero and below are never named (Of).
+func (n *Names) Set(id int64, name string) {
+	if id <= 0 {
+		return
+	}
+	if id >= denseIDs {
+		if n.sparse == nil {
+			n.sparse = map[int64]string{}
+		}
+		n.sparse[id] = name
+		return
+	}
+	if int(id) >= len(n.dense) {
+		size := max(int(id)+1, 2*len(n.dense))
+		n.dense = append(n.dense, make([]string, size-len(n.dense))...)
+		n.held = append(n.held, make([]bool, size-len(n.held))...)
+	}
+	n.dense[id], n.held[id] = name, true
+}
+
+// lookup is frame id's name and whether Set recorded one.
+func (n *Names) lookup(id int64) (string, bool) {
+	if id > 0 && id < int64(len(n.dense)) {
+		return n.dense[id], n.held[id]
+	}
+	name, ok := n.sparse[id]
+	return name, ok
+}
 
 // Of is the name of frame id, as DecodeSQL names it: Missing for an ID
 // the dictionary does not hold, zero and negative ones included.
-func (n Names) Of(id int64) string {
-	if name, ok := n[id]; ok && id > 0 {
+func (n *Names) Of(id int64) string {
+	if name, ok := n.lookup(id); ok {
 		return name
 	}
 	return Missing
@@ -70,25 +109,32 @@ func ListSQL(ids string) string {
 
 // OfList names the frames of a stack given as ListSQL's text, root first.
 // complete says whether the dictionary held every one (none is Missing).
-func (n Names) OfList(ids string) (frames []string, complete bool, err error) {
+func (n *Names) OfList(ids string) (frames []string, complete bool, err error) {
+	frames, complete, err = n.AppendList(make([]string, 0, strings.Count(ids, " ")+1), ids)
+	return frames[:len(frames):len(frames)], complete, err
+}
+
+// AppendList is OfList appending the names to dst: a caller naming many
+// stacks gives them one backing array (20,000 stacks of a 30-day profile
+// allocated once, not 20,000 times).
+func (n *Names) AppendList(dst []string, ids string) (frames []string, complete bool, err error) {
 	if ids == "" {
-		return []string{}, true, nil
+		return dst, true, nil
 	}
-	frames = make([]string, 0, strings.Count(ids, " ")+1)
 	complete = true
 	for rest := ids; ; {
 		field, tail, more := strings.Cut(rest, " ")
-		id, err := strconv.ParseInt(field, 10, 64)
+		id, err := strconv.Atoi(field) // its fast path: IDs are short
 		if err != nil {
 			return nil, false, fmt.Errorf("frame ID %q: %w", field, err)
 		}
-		name, held := n[id]
-		if !held || id <= 0 {
+		name, held := n.lookup(int64(id))
+		if !held {
 			name, complete = Missing, false
 		}
-		frames = append(frames, name)
+		dst = append(dst, name)
 		if !more {
-			return frames, complete, nil
+			return dst, complete, nil
 		}
 		rest = tail
 	}

@@ -67,7 +67,7 @@ SELECT stack_id, array_to_string(` + DecodeSQL("stack_frame_ids") + `, ';') FROM
 		t.Fatalf("decoded stacks:\n got %v\nwant %v", got, want)
 	}
 
-	names := Names{}
+	var names Names
 	frows, err := db.Query(`SELECT frame_id, frame_name FROM frames`)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ SELECT stack_id, array_to_string(` + DecodeSQL("stack_frame_ids") + `, ';') FROM
 		if err := frows.Scan(&id, &name); err != nil {
 			t.Fatal(err)
 		}
-		names[id] = name
+		names.Set(id, name)
 	}
 	srows, err := db.Query(`SELECT stack_id, ` + ListSQL("stack_frame_ids") + ` FROM stacks`)
 	if err != nil {
@@ -115,7 +115,9 @@ SELECT stack_id, array_to_string(` + DecodeSQL("stack_frame_ids") + `, ';') FROM
 // TestOfListRefusesWhatListSQLDoesNotWrite: text that is not IDs separated
 // by single spaces is an error, not a stack of fewer or other frames.
 func TestOfListRefusesWhatListSQLDoesNotWrite(t *testing.T) {
-	names := Names{1: "main", 2: "run"}
+	var names Names
+	names.Set(1, "main")
+	names.Set(2, "run")
 	for _, bad := range []string{"1,2", "1  2", " 1 2", "1 2 ", "1 x", "[1, 2]", "1 99999999999999999999"} {
 		if frames, _, err := names.OfList(bad); err == nil {
 			t.Errorf("OfList(%q) = %q, want an error", bad, frames)
