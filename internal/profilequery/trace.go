@@ -14,17 +14,25 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/timerange"
 )
 
-// ParseTraceID accepts a trace ID as 32 hex characters, or a W3C
-// traceparent ("00-<trace-id>-<parent-id>-<flags>", optionally with its
-// "traceparent:" header name), and returns the trace ID in the stored form:
-// 32 lowercase hex characters.
+// ParseTraceID accepts a trace ID as 32 hex characters, as a UUID (the
+// 8-4-4-4-12 form the trace tables' trace_id column reads in SQL), or a
+// W3C traceparent ("00-<trace-id>-<parent-id>-<flags>", optionally with
+// its "traceparent:" header name), and returns the trace ID in the stored
+// form: 32 lowercase hex characters.
 func ParseTraceID(s string) (string, error) {
 	in := strings.TrimSpace(s)
 	if name, v, ok := strings.Cut(in, ":"); ok && strings.EqualFold(strings.TrimSpace(name), "traceparent") {
 		in = strings.TrimSpace(v)
 	}
 	id := in
-	if strings.Count(in, "-") == 3 {
+	switch strings.Count(in, "-") {
+	case 4:
+		parts := strings.Split(in, "-")
+		if len(parts[0]) != 8 || len(parts[1]) != 4 || len(parts[2]) != 4 || len(parts[3]) != 4 || len(parts[4]) != 12 {
+			return "", fmt.Errorf("trace ID %q: a UUID is <8>-<4>-<4>-<4>-<12> hex characters", s)
+		}
+		id = strings.Join(parts, "")
+	case 3:
 		parts := strings.Split(in, "-")
 		if len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
 			return "", fmt.Errorf("trace ID %q: a W3C traceparent is 00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>", s)
@@ -32,7 +40,7 @@ func ParseTraceID(s string) (string, error) {
 		id = parts[1]
 	}
 	if len(id) != 32 {
-		return "", fmt.Errorf("trace ID %q: want 32 hex characters (a 128-bit W3C trace ID) or a traceparent, got %d characters", s, len(id))
+		return "", fmt.Errorf("trace ID %q: want 32 hex characters (a 128-bit W3C trace ID), a UUID or a traceparent, got %d characters", s, len(id))
 	}
 	b, err := hex.DecodeString(id)
 	if err != nil {

@@ -15,6 +15,7 @@ func TestParseTraceID(t *testing.T) {
 		"00-" + id + "-b7ad6b7169203331-01",
 		"traceparent: 00-" + id + "-b7ad6b7169203331-01",
 		"Traceparent:00-" + strings.ToUpper(id) + "-b7ad6b7169203331-00",
+		"0af76519-16cd-43dd-8448-eb211c80319c", // as SQL shows the trace tables' UUIDs
 	} {
 		got, err := ParseTraceID(in)
 		if err != nil || got != id {
@@ -29,6 +30,8 @@ func TestParseTraceID(t *testing.T) {
 		strings.Repeat("0", 32):                  "all-zero",
 		"00-" + id + "-b7ad6b71692033-01":        "W3C traceparent is",
 		"00-" + id[:30] + "-b7ad6b7169203331-01": "W3C traceparent is",
+		"0af7651916cd-43dd-8448-eb21-1c80319c":   "a UUID is",
+		"0af76519-16cd-43dd-8448-eb211c80319z":   "not hexadecimal",
 	} {
 		if _, err := ParseTraceID(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseTraceID(%q): %v, want an error with %q", in, err, want)
