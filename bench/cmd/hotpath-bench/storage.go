@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hotpath-dev/hotpath/bench/internal/storebench"
@@ -23,6 +24,7 @@ func storageCmd(args []string) error {
 	// median of 5 moved by tens of ms between runs of the same file.
 	runs := fs.Int("runs", 11, "timed runs per query, after one untimed run (the report gives their median and range)")
 	services := fs.Int("services", 10, "simulated services")
+	cli := fs.String("cli", siblingBinary("hotpath"), "the hotpath binary, to time `hotpath profile` as a command too (\"\": not)")
 	_ = fs.Parse(args)
 	if *span < time.Hour || *days < 1 || *runs < 1 {
 		return fmt.Errorf("-span must be at least 1h, -days and -runs at least 1")
@@ -43,7 +45,7 @@ func storageCmd(args []string) error {
 	p.Services = *services
 	o := storebench.Options{
 		Dir: *dir, Host: p, Span: *span, LocalSpan: *localSpan, Days: *days, Runs: *runs, LongRuns: *longRuns,
-		End: time.Now().UTC().Truncate(time.Minute), Log: logf,
+		End: time.Now().UTC().Truncate(time.Minute), Log: logf, CLI: *cli,
 	}
 	logf("storage: writing %s of %d services (%d samples per %s) through the duckdbprofile exporter into %s",
 		*span, p.Services, p.SamplesPerInterval(), p.Interval, *dir)
@@ -52,4 +54,18 @@ func storageCmd(args []string) error {
 		return err
 	}
 	return writeJSON(*out, res)
+}
+
+// siblingBinary is the path of name beside this program (make builds both
+// into bin/), or "" when there is none.
+func siblingBinary(name string) string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	path := filepath.Join(filepath.Dir(self), name)
+	if st, err := os.Stat(path); err != nil || st.IsDir() {
+		return ""
+	}
+	return path
 }

@@ -1,13 +1,17 @@
 package storebench
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -71,6 +75,15 @@ FROM agg JOIN %s s USING (stack_id), dict ORDER BY samples DESC`, tb.traces, o.T
 	}
 	qs = append(qs, q)
 	o.Log("storage: %q: %v ms, %d stacks", q.Name, q.Millis, q.Rows)
+	if o.CLI != "" {
+		q, err := timeCommand(ctx, o.CLI, fmt.Sprintf("cli: hotpath profile --local --since 1h (%g h stored), as a command", o.LocalSpan.Hours()),
+			localPath, []string{"--local"}, service, hourAgo, end, want(localTables, hourAgo), o.Runs)
+		if err != nil {
+			return nil, err
+		}
+		qs = append(qs, q)
+		o.Log("storage: %q: %v ms, %d lines", q.Name, q.Millis, q.Rows)
+	}
 
 	// The long query needs N days: copy the written day and replicate it
 	// N-1 times into the past. The rows are the exporter's own (same
@@ -127,10 +140,18 @@ FROM agg JOIN profile_stack_dictionary s USING (stack_id), dict ORDER BY samples
 		}
 		qs = append(qs, q)
 		o.Log("storage: %q: %v ms, %d stacks", q.Name, q.Millis, q.Rows)
+		if o.CLI != "" {
+			q, err := timeCommand(ctx, o.CLI, r.name+", as a command", longPath, nil, service, r.since, end, want(summaryTables, r.since), r.runs)
+			if err != nil {
+				return nil, err
+			}
+			qs = append(qs, q)
+			o.Log("storage: %q: %v ms, %d lines", q.Name, q.Millis, q.Rows)
+		}
 	}
 	// The same loads through a running collector's endpoint, as
 	// `hotpath profile` runs beside a gateway.
-	eqs, err := timeProfileEndpoint(ctx, longPath, service, end, []endpointRange{
+	eqs, err := timeProfileEndpoint(ctx, o.CLI, longPath, service, end, []endpointRange{
 		{fmt.Sprintf("cli: hotpath profile --since 1h through a running collector (%d days stored)", o.Days), hourAgo, want(summaryTables, hourAgo), o.Runs},
 		{fmt.Sprintf("cli: hotpath profile --since %dd through a running collector (%d days stored)", o.Days, o.Days), daysAgo, want(summaryTables, daysAgo), o.LongRuns},
 	})
@@ -336,9 +357,10 @@ type endpointRange struct {
 // on a free loopback port, and each run opens it as `hotpath profile --db
 // HOST:PORT` does, loads the profile and writes its folded lines. Both
 // sides run in the bench's process; the command's own start is not
-// counted. The expected totals are read from the file before the exporter
-// opens it.
-func timeProfileEndpoint(ctx context.Context, file, service string, until time.Time, ranges []endpointRange) ([]Query, error) {
+// counted. With cli set, each range is also timed as that binary's
+// command against the endpoint (timeCommand). The expected totals are read
+// from the file before the exporter opens it.
+func timeProfileEndpoint(ctx context.Context, cli, file, service string, until time.Time, ranges []endpointRange) ([]Query, error) {
 	wantSQLs := make([]string, len(ranges))
 	for i, r := range ranges {
 		wantSQLs[i] = r.wantSQL
@@ -359,17 +381,93 @@ func timeProfileEndpoint(ctx context.Context, file, service string, until time.T
 	if err != nil {
 		return nil, fmt.Errorf("collector on %s: %w", file, err)
 	}
-	out := make([]Query, len(ranges))
+	var out []Query
 	for i, r := range ranges {
 		cmd := fmt.Sprintf("hotpath profile --db %s --service %s --since %q --until %q", endpoint, service, r.since.UTC().Format(tsLayout), until.UTC().Format(tsLayout))
-		out[i] = Query{Name: r.name, File: file, Want: wants[i],
+		q := Query{Name: r.name, File: file, Want: wants[i],
 			SQL: cmd + ", in the bench's process beside the collector serving the file: opening the endpoint, loading through it and writing the folded lines (not the process's start)"}
-		if err := timeLoads(ctx, endpoint, service, r.since, until, r.runs, &out[i]); err != nil {
+		err := timeLoads(ctx, endpoint, service, r.since, until, r.runs, &q)
+		out = append(out, q)
+		if err == nil && cli != "" {
+			q, err = runCommand(ctx, cli, r.name+", as a command", endpoint, nil, service, r.since, until, wants[i], r.runs)
+			q.File = file
+			out = append(out, q)
+		}
+		if err != nil {
 			_ = exp.Shutdown(ctx)
 			return nil, err
 		}
 	}
 	return out, exp.Shutdown(ctx)
+}
+
+// timeCommand times the hotpath binary cli's `profile --db file` command
+// (flags before --service) over [since, until), as a user runs it: a new
+// process each time, its start included; once untimed, then runs times.
+// Rows is its folded lines, Samples their counts' sum; the expected total
+// comes from wantSQL.
+func timeCommand(ctx context.Context, cli, name, file string, flags []string, service string, since, until time.Time, wantSQL string, runs int) (Query, error) {
+	wants, err := expectedTotals(ctx, file, wantSQL)
+	if err != nil {
+		return Query{Name: name, File: file}, fmt.Errorf("%s: %w", name, err)
+	}
+	return runCommand(ctx, cli, name, file, flags, service, since, until, wants[0], runs)
+}
+
+// runCommand is timeCommand against db (a file or HOST:PORT) with the
+// expected total given.
+func runCommand(ctx context.Context, cli, name, db string, flags []string, service string, since, until time.Time, want int64, runs int) (Query, error) {
+	args := append([]string{"profile", "--db", db}, flags...)
+	args = append(args, "--service", service, "--since", since.UTC().Format(tsLayout), "--until", until.UTC().Format(tsLayout))
+	q := Query{Name: name, File: db, Want: want,
+		SQL: fmt.Sprintf("%s %s > folded.txt, as a command: a new process each run, its start included", cli, shellQuote(args))}
+	for i := 0; i <= runs; i++ {
+		var stdout, stderr bytes.Buffer
+		c := exec.CommandContext(ctx, cli, args...)
+		c.Stdout, c.Stderr = &stdout, &stderr
+		t0 := time.Now()
+		err := c.Run()
+		ms := float64(time.Since(t0).Microseconds()) / 1000
+		if err != nil {
+			return q, fmt.Errorf("%s: %w: %s", name, err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		lines, samples, err := foldedTotals(stdout.Bytes())
+		if err != nil {
+			return q, fmt.Errorf("%s: %w", name, err)
+		}
+		q.Rows, q.Samples = lines, samples
+		if i > 0 {
+			q.Millis = append(q.Millis, ms)
+		}
+	}
+	return q, nil
+}
+
+// foldedTotals counts folded lines ("frames count") and sums their counts.
+func foldedTotals(out []byte) (lines, samples int64, err error) {
+	for line := range bytes.Lines(out) {
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		sp := bytes.LastIndexByte(line, ' ')
+		n, perr := strconv.ParseInt(string(line[sp+1:]), 10, 64)
+		if sp < 0 || perr != nil {
+			return 0, 0, fmt.Errorf("folded line %.80q: no count at its end", line)
+		}
+		lines++
+		samples += n
+	}
+	return lines, samples, nil
+}
+
+// shellQuote writes args as a shell would take them back.
+func shellQuote(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t'\"$`\\") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		quoted[i] = a
+	}
+	return strings.Join(quoted, " ")
 }
 
 // readAll reads every (folded, samples) row, as a flame graph would.

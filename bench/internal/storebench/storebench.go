@@ -46,6 +46,10 @@ type Options struct {
 	// LongRuns is the timed runs of the multi-day queries (slow ones).
 	LongRuns int
 	Log      func(format string, args ...any)
+	// CLI is the hotpath binary: when set, `hotpath profile` is also
+	// timed as a command (a new process each run) beside the loads timed
+	// in the bench's process.
+	CLI string
 	// Trace is filled while writing: a trace to look up afterwards.
 	Trace TraceProbe
 }

@@ -2,6 +2,9 @@ package storebench
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +16,22 @@ import (
 // an hour: both files hold every sample, every query returns exactly the
 // stored samples, and the probe trace is found whole. The hour ends 15
 // minutes before now, so the agent's default retention (1 h, against the
-// real clock) keeps about its last 45 minutes.
+// real clock) keeps about its last 45 minutes. The hotpath CLI is timed
+// as a command too: bin/hotpath under make test (HOTPATH_CLI), else built
+// for the test.
 func TestSmallRun(t *testing.T) {
+	cli := os.Getenv("HOTPATH_CLI")
+	if cli == "" {
+		cli = filepath.Join(t.TempDir(), "hotpath")
+		if out, err := exec.Command("go", "build", "-o", cli, "github.com/hotpath-dev/hotpath/cmd/hotpath").CombinedOutput(); err != nil {
+			t.Fatalf("build the CLI: %v\n%s", err, out)
+		}
+	}
 	p := simday.Default()
 	p.Services = 3
 	o := Options{
 		Dir: t.TempDir(), Host: p, Span: time.Hour, LocalSpan: time.Hour, Days: 2, Runs: 1, LongRuns: 1,
-		End: time.Now().UTC().Truncate(time.Minute).Add(-15 * time.Minute), Log: t.Logf,
+		End: time.Now().UTC().Truncate(time.Minute).Add(-15 * time.Minute), Log: t.Logf, CLI: cli,
 	}
 	res, err := Run(context.Background(), o)
 	if err != nil {
@@ -62,19 +74,22 @@ func TestSmallRun(t *testing.T) {
 		t.Fatalf("implausible steady state: %+v", sd)
 	}
 	// 6 SQL queries and 5 loads of the CLI's profile, 2 of them through a
-	// running collector's endpoint (each checked against the stored total
-	// like the queries).
-	if len(res.Queries) != 11 {
-		t.Fatalf("%d queries, want 11", len(res.Queries))
+	// running collector's endpoint, each load also as the CLI's command
+	// (each checked against the stored total like the queries).
+	if len(res.Queries) != 16 {
+		t.Fatalf("%d queries, want 16", len(res.Queries))
 	}
-	through := 0
+	through, commands := 0, 0
 	for _, q := range res.Queries {
 		if strings.Contains(q.Name, "through a running collector") {
 			through++
 		}
+		if strings.HasSuffix(q.Name, ", as a command") {
+			commands++
+		}
 	}
-	if through != 2 {
-		t.Errorf("%d loads through a collector, want 2", through)
+	if through != 4 || commands != 5 {
+		t.Errorf("%d loads through a collector (want 4), %d as a command (want 5)", through, commands)
 	}
 	for _, q := range res.Queries {
 		if q.Want <= 0 || q.Samples != q.Want || len(q.Millis) != 1 {
