@@ -17,8 +17,8 @@ const Missing = "[missing]"
 
 // Names is frame names by frame ID, as a query read them from the frame
 // dictionary (Set). Frame IDs are small positive integers (see DictSQL), so
-// names up to denseIDs are kept in a slice: naming a 30-day profile looks
-// up 300,000 IDs, which took a third of reading its stacks in a map.
+// names up to denseIDs are kept in a slice rather than a map: naming a
+// 30-day profile looks up 300,000 IDs.
 type Names struct {
 	dense  []string // by ID below denseIDs
 	held   []bool   // whether dense[id] was set
@@ -97,7 +97,7 @@ func DecodeSQL(ids string) string {
 	return `list_transform(` + ids + `, lambda f: coalesce(CASE WHEN f > 0 THEN dict.names[f] END, '` + Missing + `'))`
 }
 
-// ListSQL is the INTEGER[] expression ids as text for OfList: its IDs in
+// ListSQL is the INTEGER[] expression ids as text for AppendList: its IDs in
 // decimal, separated by single spaces (a NULL ID as 0). A query that sends
 // stacks to Go sends each as one string: as a list, every ID is a value of
 // its own to encode and decode, 340,000 of them for a 30-day profile of
@@ -107,16 +107,11 @@ func ListSQL(ids string) string {
 	return `array_to_string(list_transform(` + ids + `, lambda f: coalesce(f, 0)), ' ')`
 }
 
-// OfList names the frames of a stack given as ListSQL's text, root first.
-// complete says whether the dictionary held every one (none is Missing).
-func (n *Names) OfList(ids string) (frames []string, complete bool, err error) {
-	frames, complete, err = n.AppendList(make([]string, 0, strings.Count(ids, " ")+1), ids)
-	return frames[:len(frames):len(frames)], complete, err
-}
-
-// AppendList is OfList appending the names to dst: a caller naming many
-// stacks gives them one backing array (20,000 stacks of a 30-day profile
-// allocated once, not 20,000 times).
+// AppendList appends to dst the names of the frames of a stack given as
+// ListSQL's text, root first. complete says whether the dictionary held
+// every one (none is Missing). A caller naming many stacks gives them one
+// backing array (20,000 stacks of a 30-day profile allocated once, not
+// 20,000 times).
 func (n *Names) AppendList(dst []string, ids string) (frames []string, complete bool, err error) {
 	if ids == "" {
 		return dst, true, nil

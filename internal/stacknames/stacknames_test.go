@@ -94,7 +94,7 @@ SELECT stack_id, array_to_string(` + DecodeSQL("stack_frame_ids") + `, ';') FROM
 		if err := srows.Scan(&id, &ids); err != nil {
 			t.Fatal(err)
 		}
-		frames, complete, err := names.OfList(ids)
+		frames, complete, err := names.AppendList(nil, ids)
 		if err != nil {
 			t.Fatalf("stack %d (%q): %v", id, ids, err)
 		}
@@ -112,20 +112,20 @@ SELECT stack_id, array_to_string(` + DecodeSQL("stack_frame_ids") + `, ';') FROM
 	}
 }
 
-// TestOfListRefusesWhatListSQLDoesNotWrite: text that is not IDs separated
+// TestAppendListRefusesWhatListSQLDoesNotWrite: text that is not IDs separated
 // by single spaces is an error, not a stack of fewer or other frames.
-func TestOfListRefusesWhatListSQLDoesNotWrite(t *testing.T) {
+func TestAppendListRefusesWhatListSQLDoesNotWrite(t *testing.T) {
 	var names Names
 	names.Set(1, "main")
 	names.Set(2, "run")
 	for _, bad := range []string{"1,2", "1  2", " 1 2", "1 2 ", "1 x", "[1, 2]", "1 99999999999999999999"} {
-		if frames, _, err := names.OfList(bad); err == nil {
-			t.Errorf("OfList(%q) = %q, want an error", bad, frames)
+		if frames, _, err := names.AppendList(nil, bad); err == nil {
+			t.Errorf("AppendList(%q) = %q, want an error", bad, frames)
 		}
 	}
-	frames, complete, err := names.OfList("1 2 1")
-	if err != nil || !complete || !slices.Equal(frames, []string{"main", "run", "main"}) {
-		t.Fatalf("OfList(\"1 2 1\") = %q, %v, %v", frames, complete, err)
+	frames, complete, err := names.AppendList([]string{"kept"}, "1 2 1")
+	if err != nil || !complete || !slices.Equal(frames, []string{"kept", "main", "run", "main"}) {
+		t.Fatalf("AppendList(kept, \"1 2 1\") = %q, %v, %v", frames, complete, err)
 	}
 }
 
