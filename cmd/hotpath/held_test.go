@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/exporter/exportertest"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 )
 
 const holdEnv = "HOTPATH_SQL_TEST_HOLD"
@@ -67,7 +68,7 @@ func holdInChild(t *testing.T, path string) {
 func TestSQLExplainsHeldFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "held.duckdb")
 	holdInChild(t, path)
-	_, stderr, code := runCLI(t, "sql", "--endpoint", freePort(t), "--db", path, "SELECT 1")
+	_, stderr, code := runCLI(t, "sql", "--endpoint", testport.Addr(t), "--db", path, "SELECT 1")
 	t.Logf("stderr: %s", stderr)
 	if code != 1 || !strings.Contains(stderr, "a collector holds the file") {
 		t.Fatalf("code %d, stderr %q", code, stderr)

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/testport"
 )
 
 // localDB writes the deploy fixture into a local-tier file.
@@ -334,7 +336,7 @@ func TestGateCommand(t *testing.T) {
 // query endpoint (the file is locked by it), with --pod.
 func TestGatewayEndpoint(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gateway.duckdb")
-	ep := freePort(t)
+	ep := testport.Addr(t)
 	writeDB(t, "summary", path, ep, deployFixture(time.Now()))
 	out, stderr, code := runCLI(t, "profile", "--db", ep, "--service", "api", "--since", "1h", "--pod", "api-2")
 	if code != 0 || out != "main.main;main.serve;json.Unmarshal 4800\nmain.main;main.serve;db.Query 3160\nmain.main;main.serve;gzip.Write 2400\n" {
@@ -456,7 +458,7 @@ func TestProfileManyStacksAtTwoFrequencies(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "gateway.duckdb")
 	writeDB(t, "summary", file, "", []batch{slow, fast})
 	served := filepath.Join(t.TempDir(), "served.duckdb")
-	ep := freePort(t)
+	ep := testport.Addr(t)
 	writeDB(t, "summary", served, ep, []batch{slow, fast})
 	for _, db := range []string{file, ep} {
 		out, stderr, code := runCLI(t, "profile", "--db", db, "--service", "big", "--since", "1h")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,18 +14,8 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 )
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 func runCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
@@ -46,7 +35,7 @@ func startQueryExporter(t *testing.T, tier string) (*duckdbprofileexporter.Confi
 	cfg := f.CreateDefaultConfig().(*duckdbprofileexporter.Config)
 	cfg.Tier = tier
 	cfg.Path = filepath.Join(t.TempDir(), tier+".duckdb")
-	cfg.Query.HTTP.NetAddr.Endpoint = freePort(t)
+	cfg.Query.HTTP.NetAddr.Endpoint = testport.Addr(t)
 	exp, err := f.CreateProfiles(context.Background(), exportertest.NewNopSettings(f.Type()), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +123,7 @@ func TestSQLDBAloneIsTheOnePlaceAsked(t *testing.T) {
 		t.Fatalf("--db %s alone: code %d out %q err %q, want the file's tier", agent, code, out, stderr)
 	}
 	// --db HOST:PORT is that collector's endpoint.
-	t.Setenv("HOTPATH_QUERY_ENDPOINT", freePort(t)) // nothing listens there
+	t.Setenv("HOTPATH_QUERY_ENDPOINT", testport.Addr(t)) // nothing listens there
 	if out, stderr, code := runCLI(t, "sql", "--no-header", "--db", gw.Query.HTTP.NetAddr.Endpoint, tierSQL); code != 0 || out != "summary\n" {
 		t.Fatalf("--db HOST:PORT: code %d out %q err %q", code, out, stderr)
 	}

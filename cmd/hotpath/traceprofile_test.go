@@ -21,6 +21,7 @@ import (
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
 	"github.com/hotpath-dev/hotpath/internal/pdict"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 )
 
 // tracedBatch is a batch whose samples were all taken under one trace and
@@ -281,7 +282,7 @@ payment;main.main;main.serve;main.serializeResponse 2
 // The gateway tier through a running exporter's query endpoint: the same
 // per-service answer.
 func TestTraceProfileSummaryEndpoint(t *testing.T) {
-	ep := freePort(t)
+	ep := testport.Addr(t)
 	writeTraced(t, "summary", filepath.Join(t.TempDir(), "gateway.duckdb"), ep, traceFixture(time.Now()))
 	out, stderr, code := runCLI(t, "trace-profile", slowTrace, "--db", ep, "--format", "folded", "--service", "payment")
 	if code != 0 {

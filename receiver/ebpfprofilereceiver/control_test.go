@@ -4,24 +4,14 @@ package ebpfprofilereceiver
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/internal/testport"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 )
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // On-demand capture through the control endpoint: one process at 499 Hz
 // while continuous sampling stays at its rate; the result has the workload's
@@ -30,7 +20,7 @@ func TestControlCapture(t *testing.T) {
 	cBin := testworkload.BuildC(t)
 	cfg := testConfig()
 	cfg.FrequencyHz = 19
-	cfg.Control.HTTP.NetAddr.Endpoint = freeLoopback(t)
+	cfg.Control.HTTP.NetAddr.Endpoint = testport.Addr(t)
 	r, _ := startReceiver(t, cfg)
 	defer r.Shutdown(context.Background())
 	client := controlapi.Client{Endpoint: cfg.Control.HTTP.NetAddr.Endpoint}
@@ -85,7 +75,7 @@ func TestControlCapture(t *testing.T) {
 func TestControlKillSwitch(t *testing.T) {
 	cBin := testworkload.BuildC(t)
 	cfg := testConfig()
-	cfg.Control.HTTP.NetAddr.Endpoint = freeLoopback(t)
+	cfg.Control.HTTP.NetAddr.Endpoint = testport.Addr(t)
 	r, sink := startReceiver(t, cfg)
 	defer r.Shutdown(context.Background())
 	client := controlapi.Client{Endpoint: cfg.Control.HTTP.NetAddr.Endpoint}
@@ -121,7 +111,7 @@ func TestControlKillSwitch(t *testing.T) {
 func TestDisabledByConfig(t *testing.T) {
 	cfg := testConfig()
 	cfg.Enabled = false
-	cfg.Control.HTTP.NetAddr.Endpoint = freeLoopback(t)
+	cfg.Control.HTTP.NetAddr.Endpoint = testport.Addr(t)
 	r, _ := startReceiver(t, cfg)
 	defer r.Shutdown(context.Background())
 	client := controlapi.Client{Endpoint: cfg.Control.HTTP.NetAddr.Endpoint}
@@ -140,7 +130,7 @@ func TestOverheadGuardLowersFrequency(t *testing.T) {
 	cfg := testConfig()
 	cfg.FrequencyHz = 64
 	cfg.MaxCPUPercent = 0.000001
-	cfg.Control.HTTP.NetAddr.Endpoint = freeLoopback(t)
+	cfg.Control.HTTP.NetAddr.Endpoint = testport.Addr(t)
 	r, _ := startReceiver(t, cfg)
 	defer r.Shutdown(context.Background())
 	client := controlapi.Client{Endpoint: cfg.Control.HTTP.NetAddr.Endpoint}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/internal/testport"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 
@@ -28,7 +29,7 @@ func cliBinary(t *testing.T) string {
 // process, its folded stacks out, the agent's continuous rate untouched.
 func TestCaptureThroughAgent(t *testing.T) {
 	cBin := testworkload.BuildC(t)
-	control := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	control := fmt.Sprintf("127.0.0.1:%d", testport.Free(t))
 	agent := startCollector(t, fmt.Sprintf(`
 receivers:
   ebpfprofile:

@@ -7,14 +7,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,62 +33,6 @@ func collectorBinary(t *testing.T) string {
 		t.Fatalf("collector binary: %v", err)
 	}
 	return bin
-}
-
-// portsGiven are the ports freePort has returned in this process.
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
-
-// freePort returns a loopback port that was free a moment ago and that no
-// earlier call returned. The kernel can hand the same port to two binds in
-// a row once the first is closed: the gateway's and the agent's SQL
-// endpoints of one test once got the same one, and the agent could not
-// start. The port is below the kernel's ephemeral range: a port from that
-// range (what a listen on port 0 gives) can be taken by any outgoing
-// connection before the collector binds it, which once kept a gateway
-// restarted during an outage from starting ("address already in use").
-func freePort(t *testing.T) int {
-	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	lo := ephemeralLow()
-	const first = 20000 // above the ports make run and common services use
-	span := lo - first
-	if span <= 0 {
-		t.Fatalf("the ephemeral port range starts at %d: no room below it for test ports", lo)
-	}
-	start := rand.IntN(span)
-	for i := range span {
-		port := first + (start+i)%span
-		if portsGiven[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue // in use
-		}
-		l.Close()
-		portsGiven[port] = true
-		return port
-	}
-	t.Fatalf("no free loopback port in %d-%d", first, lo-1)
-	return 0
-}
-
-// ephemeralLow is the first port of the kernel's range for outgoing
-// connections (ip_local_port_range; Linux's default when unreadable).
-func ephemeralLow() int {
-	lo := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				lo = n
-			}
-		}
-	}
-	return lo
 }
 
 // collector is a running collector process.

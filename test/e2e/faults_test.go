@@ -23,6 +23,7 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/smalldisk"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 
@@ -33,7 +34,7 @@ import (
 type gatewayPorts struct{ grpc, http, query int }
 
 func newGatewayPorts(t *testing.T) gatewayPorts {
-	return gatewayPorts{grpc: freePort(t), http: freePort(t), query: freePort(t)}
+	return gatewayPorts{grpc: testport.Free(t), http: testport.Free(t), query: testport.Free(t)}
 }
 
 // gatewayConfig receives OTLP on ports and stores 1-minute summaries in db.

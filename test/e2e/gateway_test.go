@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 
@@ -63,7 +64,7 @@ func TestGatewayRollupEqualsAgentWindows(t *testing.T) {
 	v2 := testworkload.BuildC(t, "-O1") // different code, different GNU build ID
 
 	agentSink, gatewaySink := newProfileSink(t), newProfileSink(t)
-	grpcPort := freePort(t)
+	grpcPort := testport.Free(t)
 	gateway := startCollector(t, fmt.Sprintf(`
 receivers:
   otlp:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
 
@@ -27,14 +28,14 @@ type shippedPair struct {
 
 func newShippedPair(t *testing.T) *shippedPair {
 	t.Helper()
-	addr := func() string { return fmt.Sprintf("127.0.0.1:%d", freePort(t)) }
-	p := &shippedPair{dir: t.TempDir(), gatewayQuery: addr(), agentQuery: addr(), agentMetrics: freePort(t)}
+	addr := func() string { return fmt.Sprintf("127.0.0.1:%d", testport.Free(t)) }
+	p := &shippedPair{dir: t.TempDir(), gatewayQuery: addr(), agentQuery: addr(), agentMetrics: testport.Free(t)}
 	grpc := addr()
 	p.gateway = &shippedCollector{t: t, role: "gateway", env: []string{
 		"HOTPATH_STATE_DIR=" + filepath.Join(p.dir, "gateway"),
 		"HOTPATH_GATEWAY_GRPC=" + grpc,
 		"HOTPATH_GATEWAY_HTTP=" + addr(),
-		fmt.Sprintf("HOTPATH_GATEWAY_METRICS=%d", freePort(t)),
+		fmt.Sprintf("HOTPATH_GATEWAY_METRICS=%d", testport.Free(t)),
 		"HOTPATH_GATEWAY_QUERY=" + p.gatewayQuery,
 	}}
 	p.agent = &shippedCollector{t: t, role: "agent", env: []string{

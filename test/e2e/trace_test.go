@@ -24,6 +24,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 )
 
 // Trace-driven profiling end to end (RFD 078): two Go services built here
@@ -49,7 +50,7 @@ func TestTraceProfileAcrossServices(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = unix.Unmount(bpffs, 0) })
 
-	query := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	query := fmt.Sprintf("127.0.0.1:%d", testport.Free(t))
 	agent := startCollector(t, fmt.Sprintf(`
 receivers:
   ebpfprofile:
