@@ -191,8 +191,7 @@ static int hotpath_advise_huge_pages(void) {
 	hotpath_hooks.split = hotpath_extent_split;
 	hotpath_hooks.merge = hotpath_extent_merge;
 	unsigned arenas;
-	len = sizeof arenas;
-	if ((err = duckdb_je_mallctl("opt.narenas", &arenas, &len, NULL, 0)) != 0) {
+	if ((err = hotpath_mallctl_unsigned("opt.narenas", &arenas)) != 0) {
 		return err;
 	}
 	extent_hooks_t *mine = &hotpath_hooks;
