@@ -104,7 +104,7 @@ func gate(ctx context.Context, req gateRequest, stdout, stderr io.Writer) error 
 			}
 			sel.Range, sel.BuildID = r, spec
 		}
-		p, err := profilequery.Load(ctx, src, sel)
+		p, err := loadInHugePages(ctx, src, sel)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: %w", role, err)
 		}

@@ -151,7 +151,7 @@ func writeComparison(ctx context.Context, target *targetFlags, sel *selectFlags,
 		return err
 	}
 	s.Range = r
-	base, err := profilequery.Load(ctx, src, s)
+	base, err := loadInHugePages(ctx, src, s)
 	if err != nil {
 		return fmt.Errorf("baseline (--compare-with): %w", err)
 	}

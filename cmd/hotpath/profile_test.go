@@ -155,6 +155,27 @@ func TestProfileOutputIsBuffered(t *testing.T) {
 	}
 }
 
+// A command that loads profiles first gives the process's Go heap huge
+// pages (loadInHugePages): after one has run, the whole range was advised
+// (internal/hugepages' test checks that the heap allocates from it).
+func TestProfileLoadsInHugePages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.duckdb")
+	writeDB(t, "local", path, "", []batch{{at: time.Now().Add(-5 * time.Minute), service: "api", stacks: map[string]int64{"main.main;leaf": 3}}})
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"profile", "--db", path, "--local", "--service", "api", "--since", "1h"}, &out, &errOut); code != 0 {
+		t.Fatalf("code %d: %s", code, errOut.String())
+	}
+	if hugeHeapErr != nil {
+		t.Fatalf("no huge pages for the Go heap: %v", hugeHeapErr)
+	}
+	if got := hugeHeapRange.Len(); got < hugeHeapSize {
+		t.Fatalf("advised %d bytes of the Go heap, want %d", got, hugeHeapSize)
+	}
+	if out.String() != "main.main;leaf 3\n" {
+		t.Fatalf("output %q", out.String())
+	}
+}
+
 func TestProfileErrorsHelp(t *testing.T) {
 	db := localDB(t)
 	_, stderr, code := runCLI(t, "profile", "--db", db, "--service", "apii")

@@ -130,7 +130,7 @@ func loadProfile(ctx context.Context, t *targetFlags, s *selectFlags, now time.T
 	if sel.Service == "" {
 		return nil, needService(ctx, src, sel.Range)
 	}
-	return profilequery.Load(ctx, src, sel)
+	return loadInHugePages(ctx, src, sel)
 }
 
 // completeServices completes --service with the services that have samples
