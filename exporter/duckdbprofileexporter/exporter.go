@@ -143,7 +143,7 @@ func (e *profilesExporter) open(ctx context.Context, host component.Host) error 
 			e.logger.Info("retention cleanup", fields...)
 		}
 		// Every run, for whoever waits on one (the storage bench).
-		e.logger.Debug("retention run done", fields...)
+		e.logger.Debug("retention run done", append(fields, zap.Bool("swept", res.Swept))...)
 		e.hintCompaction(w)
 	})
 	return nil

@@ -72,8 +72,8 @@ func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Stacks != 11 || res.Frames != 1 || res.Binaries != 1 || res.Series != 1 {
-		t.Fatalf("removed %+v, want 11 stacks (10 old + 1 traced), 1 frame, 1 binary, 1 series", res)
+	if res.Stacks != 11 || res.Frames != 1 || res.Binaries != 1 || res.Series != 1 || !res.Swept {
+		t.Fatalf("removed %+v, want 11 stacks (10 old + 1 traced), 1 frame, 1 binary, 1 series, swept", res)
 	}
 	if got := folded(t, w, "cpu_profile_samples_local_decoded"); got != "main;recent" {
 		t.Fatalf("left: %q", got)
@@ -95,6 +95,54 @@ func TestApplyDeletesInChunksAndReleasesFrames(t *testing.T) {
 	}
 	if services != "gone:1,s:4" {
 		t.Fatalf("rows by service after rewrite: %s", services)
+	}
+	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A run that deletes no rows does not look for unreferenced stacks (the
+// search reads every row): a stack whose rows went some other way stays
+// until a run that deletes rows, or one that owes a sweep, removes it.
+func TestSweepOnlyAfterDeletes(t *testing.T) {
+	ctx := context.Background()
+	w := openWriter(t, schema.Local)
+	tb := schema.TablesFor(schema.Local)
+	at := t0.Add(2 * time.Hour)
+	if err := w.Write(ctx, &writer.Batch{Rows: []writer.StackRow{
+		{Time: at, ServiceID: "s", Frames: []string{"main", "kept"}, Count: 1},
+		{Time: at, ServiceID: "x", Frames: []string{"main", "orphan"}, Count: 1},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// The "x" row goes without retention: its stack is left unreferenced.
+	if _, err := w.DB().Exec("DELETE FROM " + tb.Samples + " WHERE series_id = (SELECT series_id FROM " + tb.Series + " WHERE service_id = 'x')"); err != nil {
+		t.Fatal(err)
+	}
+	stacks := func() int {
+		var n int
+		if err := w.DB().QueryRow("SELECT count(*) FROM " + tb.StackDict).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	p := Policy{Stacks: time.Hour}
+	res, err := Apply(ctx, w, p, at.Add(30*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Swept || res.Stacks != 0 || stacks() != 2 {
+		t.Fatalf("nothing to delete: %+v, %d stacks stored; want no sweep and both stacks", res, stacks())
+	}
+	res, err = apply(ctx, w, p, at.Add(30*time.Minute), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Swept || res.StackIDs != 1 || stacks() != 1 {
+		t.Fatalf("owed a sweep: %+v, %d stacks stored; want the orphan swept", res, stacks())
+	}
+	if got := folded(t, w, "cpu_profile_samples_local_decoded"); got != "main;kept" {
+		t.Fatalf("left: %q", got)
 	}
 	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Local); err != nil {
 		t.Fatal(err)
