@@ -1,4 +1,5 @@
-// Package testport gives tests loopback ports for servers that must be told
+// Package testport gives tests, and the programs that test the product
+// (the bench, the soak test), loopback ports for servers that must be told
 // their port before they bind it: a collector process's configuration, a
 // component's endpoint setting.
 package testport
@@ -14,32 +15,43 @@ import (
 	"testing"
 )
 
-// given are the ports Free has returned in this process.
+// given are the ports Pick has returned in this process.
 var (
 	mu    sync.Mutex
 	given = map[int]bool{}
 )
 
-// first is the lowest port Free hands out: above the ports make run and
+// first is the lowest port Pick hands out: above the ports make run and
 // common services use.
 const first = 20000
 
 // Free returns a loopback port that was free a moment ago and that no
-// earlier call returned. The kernel can hand the same port to two binds in
-// a row once the first is closed: the gateway's and the agent's SQL
-// endpoints of one test once got the same one, and the agent could not
+// earlier call returned (Pick), failing t when there is none.
+func Free(t testing.TB) int {
+	t.Helper()
+	port, err := Pick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// Pick returns a loopback port that was free a moment ago and that no
+// earlier call in this process returned, for programs that are not tests
+// (the bench, the soak test). The kernel can hand the same port to two
+// binds in a row once the first is closed: the gateway's and the agent's
+// SQL endpoints of one test once got the same one, and the agent could not
 // start. The port is below the kernel's ephemeral range: a port from that
 // range (what a listen on port 0 gives) can be taken by any outgoing
 // connection before the server binds it, which once kept a gateway
 // restarted during an outage from starting ("address already in use").
-func Free(t testing.TB) int {
-	t.Helper()
+func Pick() (int, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	lo := ephemeralLow()
 	span := lo - first
 	if span <= 0 {
-		t.Fatalf("the ephemeral port range starts at %d: no room below it for test ports", lo)
+		return 0, fmt.Errorf("the ephemeral port range starts at %d: no room below it for test ports", lo)
 	}
 	start := rand.IntN(span)
 	for i := range span {
@@ -53,10 +65,9 @@ func Free(t testing.TB) int {
 		}
 		l.Close()
 		given[port] = true
-		return port
+		return port, nil
 	}
-	t.Fatalf("no free loopback port in %d-%d", first, lo-1)
-	return 0
+	return 0, fmt.Errorf("no free loopback port in %d-%d", first, lo-1)
 }
 
 // Addr is Free's port as 127.0.0.1:PORT.

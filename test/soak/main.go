@@ -41,6 +41,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/selfmetrics"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 )
 
 func main() {
@@ -305,15 +306,6 @@ func allZeroValue(e json.RawMessage) bool {
 	return true
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func buildWorkload(src, dir string) ([2]string, error) {
 	var out [2]string
 	for i, opt := range []string{"-O0", "-O1"} {
@@ -363,11 +355,11 @@ func run(collector, workloadSrc string, duration, warmup time.Duration, rate int
 	}
 	go func() { _ = http.Serve(sinkL, mux) }()
 
-	metricsPort, err := freePort()
+	metricsPort, err := testport.Pick()
 	if err != nil {
 		return err
 	}
-	queryPort, err := freePort()
+	queryPort, err := testport.Pick()
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/hotpath-dev/hotpath/bench/internal/collectorproc"
 	"github.com/hotpath-dev/hotpath/bench/internal/procstat"
 	"github.com/hotpath-dev/hotpath/internal/selfmetrics"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 )
 
 // readyLine is what the receiver logs once its BPF programs sample every CPU.
@@ -570,10 +570,16 @@ func stateEnv(dir string, configs ...string) ([]string, error) {
 			needPort++
 		}
 	}
-	// All at once, held open together, so no two are the same port.
-	ports, err := freePorts(needPort)
-	if err != nil {
-		return nil, err
+	// Below the ephemeral range, none twice (testport.Pick): a port a
+	// listen on port 0 gave could be taken by an outgoing connection
+	// before the collector binds it.
+	ports := make([]int, needPort)
+	for i := range ports {
+		port, err := testport.Pick()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = port
 	}
 	var env []string
 	for _, k := range order {
@@ -624,27 +630,6 @@ func (r *agentRun) waitFirstInterval(timeout time.Duration) error {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-}
-
-// freePorts reserves n loopback ports by listening and closing: the
-// machine is shared, fixed ports may be taken.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func loadAvg() []float64 {

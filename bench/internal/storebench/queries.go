@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/stacknames"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 	"github.com/hotpath-dev/hotpath/internal/timerange"
 )
 
@@ -369,12 +369,11 @@ func timeProfileEndpoint(ctx context.Context, cli, file, service string, until t
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testport.Pick()
 	if err != nil {
 		return nil, err
 	}
-	endpoint := ln.Addr().String()
-	ln.Close()
+	endpoint := fmt.Sprintf("127.0.0.1:%d", port)
 	// The file's roll-ups are complete (replicate waited for them), so
 	// the exporter's start has nothing to catch up in the background.
 	exp, err := startExporterLogging(ctx, "summary", file, nil, false, endpoint)
