@@ -6,9 +6,9 @@
 // 4 KiB. On the 2-vCPU VM docs/performance.md measures, a fault costs about
 // 16 µs, and the Go heap's faults were about a third of a 30-day flame
 // graph's 0.4 s through a running gateway. Transparent huge pages take one
-// fault per 2 MiB, but where they are "madvise" (the kernel's default in
-// many distributions) only for memory advised MADV_HUGEPAGE, which the Go
-// runtime does not do for its heap.
+// fault per 2 MiB, but where they are "madvise" (as on that VM) only for
+// memory advised MADV_HUGEPAGE, which the Go runtime does not do for its
+// heap.
 //
 // Long-running processes (the collectors) should not call it: a huge page
 // is resident as a whole, and they keep what they touched anyway.
@@ -49,9 +49,10 @@ func (r Range) Contains(p uintptr) bool { return r.Start <= p && p < r.End }
 // (untouched, so nothing is resident yet), advises the part of it that
 // starts on a huge page's boundary, and frees it with a collection. The
 // runtime's page allocator hands out the lowest free addresses first, so
-// what the process allocates next lands there. Call it first thing in
-// main, when the heap holds almost nothing; GODEBUG=disablethp=1 turns it
-// off, as it does the runtime's own huge pages.
+// what the process allocates next lands there. Call it early, while the
+// heap holds little (the CLI: before its first profile load);
+// GODEBUG=disablethp=1 turns it off, as it does the runtime's own huge
+// pages.
 func GoHeap(size int) (Range, error) {
 	if size <= 0 {
 		return Range{}, fmt.Errorf("size %d: want a positive number of bytes", size)
