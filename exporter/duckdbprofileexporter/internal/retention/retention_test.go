@@ -240,6 +240,12 @@ func TestMinutesKeptUntilRolledUp(t *testing.T) {
 	for h := range 30 {
 		rows = append(rows, writer.StackRow{Time: t0.Add(time.Duration(h) * time.Hour), ServiceID: "s", PodName: "p", Frames: []string{"main"}, Count: 1})
 	}
+	// A stack of the first day only: once its minutes and hours are
+	// deleted, only the daily roll-up holds it, and the run's search for
+	// unreferenced stacks must keep it.
+	for h := range 24 {
+		rows = append(rows, writer.StackRow{Time: t0.Add(time.Duration(h) * time.Hour), ServiceID: "s", PodName: "p", Frames: []string{"main", "first_day"}, Count: 1})
+	}
 	if err := w.Write(ctx, &writer.Batch{Rows: rows}); err != nil {
 		t.Fatal(err)
 	}
@@ -257,8 +263,12 @@ func TestMinutesKeptUntilRolledUp(t *testing.T) {
 	tb := schema.TablesFor(schema.Summary)
 	// Everything is past a one-minute age, but the newest minute is not in
 	// the hourly roll-up and the second day's hours are not in the daily.
-	if _, err := Apply(ctx, w, Policy{Stacks: time.Minute, Hourly: time.Minute, ChunkRows: 7}, t0.Add(100*time.Hour)); err != nil {
+	res, err := Apply(ctx, w, Policy{Stacks: time.Minute, Hourly: time.Minute, ChunkRows: 7}, t0.Add(100*time.Hour))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if !res.Swept || res.StackIDs != 0 {
+		t.Errorf("%+v: want a search that removes no stack (the daily roll-up holds the first day's)", res)
 	}
 	if n := count(tb.Samples); n != 1 {
 		t.Errorf("%d minute rows left, want the one the hourly roll-up does not hold", n)
@@ -270,8 +280,11 @@ func TestMinutesKeptUntilRolledUp(t *testing.T) {
 	if err := w.DB().QueryRow("SELECT sum(sample_count) FROM samples_in('s', TIMESTAMP '2000-01-01', TIMESTAMP '2100-01-01')").Scan(&total); err != nil {
 		t.Fatal(err)
 	}
-	if total != 30 {
-		t.Errorf("samples_in over everything: %d, want all 30", total)
+	if total != 54 {
+		t.Errorf("samples_in over everything: %d, want all 54", total)
+	}
+	if err := schema.CheckIntegrity(ctx, w.DB(), schema.Summary); err != nil {
+		t.Fatal(err)
 	}
 }
 
