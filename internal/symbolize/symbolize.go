@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 )
@@ -58,6 +60,7 @@ type Symbolizer struct {
 
 	mu       sync.Mutex
 	cache    *tableCache
+	loading  singleflight.Group // tables being read, by file identity
 	loads    uint64
 	deferred uint64
 	loadTime time.Duration
@@ -178,10 +181,10 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 		return pf.table
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	e, ok := s.cache.get(pf.id)
 	if !ok {
 		if pf.f == nil {
+			s.mu.Unlock()
 			return nil // closed before it was ever needed
 		}
 		if p.DeferLoads.Load() {
@@ -192,20 +195,13 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 				pf.deferred = true
 				s.deferred++
 			}
+			s.mu.Unlock()
 			return nil
 		}
-		var t *SymbolTable
-		var err error
-		cpu := cputime.Measure(func() { t, err = newSymbolTable(pf.f) })
-		if err != nil {
-			err = fmt.Errorf("symbol table of %s (pid %d): %w", m.Path, p.PID, err)
-		}
-		s.loads++
-		s.loadTime += cpu
-		if s.onLoad != nil {
-			s.onLoad(cpu)
-		}
-		e = s.cache.add(pf.id, t, err)
+	}
+	s.mu.Unlock()
+	if !ok {
+		e = s.load(pf, m.Path, p.PID)
 	}
 	pf.table, pf.err, pf.loaded = e.table, e.err, true
 	if pf.f != nil {
@@ -213,6 +209,38 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 		pf.f = nil
 	}
 	return pf.table
+}
+
+// load reads the table of pf's file, once however many processes ask for
+// it at the same time, and caches it. s.mu is not held while the file is
+// read: a large binary's table takes hundreds of milliseconds on a busy
+// node, and Snapshot (a new process read before it can exit) must not wait
+// for it.
+func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
+	v, _, _ := s.loading.Do(pf.id.String(), func() (any, error) {
+		s.mu.Lock()
+		if el, ok := s.cache.byID[pf.id]; ok {
+			// Loaded by a call that ended after this one's cache miss.
+			s.mu.Unlock()
+			return el.Value.(*cacheEntry), nil
+		}
+		s.mu.Unlock()
+		var t *SymbolTable
+		var err error
+		cpu := cputime.Measure(func() { t, err = newSymbolTable(pf.f) })
+		if err != nil {
+			err = fmt.Errorf("symbol table of %s (pid %d): %w", path, pid, err)
+		}
+		if s.onLoad != nil {
+			s.onLoad(cpu)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.loads++
+		s.loadTime += cpu
+		return s.cache.add(pf.id, t, err), nil
+	})
+	return v.(*cacheEntry)
 }
 
 // TableErr returns why the table of mapping i could not be loaded, or nil

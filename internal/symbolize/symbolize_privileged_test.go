@@ -160,4 +160,9 @@ func TestConcurrentUse(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
+	// Each file's table was read once, however many goroutines asked for
+	// it at the same time.
+	if st := s.Stats(); st.Loads != uint64(st.Tables) {
+		t.Errorf("%d tables read for %d files", st.Loads, st.Tables)
+	}
 }

@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestUserC(t *testing.T) {
@@ -659,4 +661,43 @@ func TestCLinesFromDWARF(t *testing.T) {
 	if first, last := sourceLine(t, src, "int hot_leaf("), sourceLine(t, src, "int hot_mid("); f.Function != "hot_leaf" || f.File != src || f.Line < first || f.Line >= last {
 		t.Errorf("frame = %+v, want hot_leaf in %s:%d-%d", f, src, first, last-1)
 	}
+}
+
+// TestSnapshotWhileTableLoads: reading a new process does not wait for
+// another binary's symbol table being read. On a busy node a large table
+// takes hundreds of milliseconds, and a short-lived process waiting for it
+// could exit before it is read, losing its names and service.
+func TestSnapshotWhileTableLoads(t *testing.T) {
+	bin := cProg(t, "hot-load", "-fPIE", "-pie", "-ldl")
+	cp := start(t, bin, libHot(t))
+	gp := start(t, goBuild(t, "go"))
+	loading, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s := New(Options{OnTableLoad: func(time.Duration) {
+		// The first table read holds here until the snapshot below is done.
+		once.Do(func() { close(loading); <-release })
+	}})
+	pc := snapshot(t, s, cp.pid())
+	leaf := cp.addr(t, "hot_leaf")
+	symbolized := make(chan []Frame)
+	go func() { symbolized <- s.User(pc, []uint64{leaf}, nil) }()
+	<-loading
+	snapped := make(chan error, 1)
+	go func() {
+		p, err := s.Snapshot(gp.pid())
+		if err == nil {
+			p.Close()
+		}
+		snapped <- err
+	}()
+	select {
+	case err := <-snapped:
+		if err != nil {
+			t.Errorf("snapshot while a table loads: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the snapshot of a new process waited for another binary's table to load")
+	}
+	close(release)
+	wantFrame(t, pc, (<-symbolized)[0], "hot_leaf", bin)
 }

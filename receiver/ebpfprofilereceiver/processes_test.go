@@ -4,12 +4,14 @@ import (
 	"debug/elf"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
@@ -250,5 +252,52 @@ func TestReadAcrossExecIsNotInstalled(t *testing.T) {
 	table.seen(pid) // the new image's first sample
 	if !table.tracked(pid) {
 		t.Fatal("the new image was not read")
+	}
+}
+
+// TestSlowReadDoesNotHoldUpOthers: a process whose /proc files cannot be
+// read yet (the kernel holds them while the process execs or maps memory)
+// does not hold up reading the next new process, which may be about to
+// exit. Here the first process's stat is a FIFO nobody writes yet.
+func TestSlowReadDoesNotHoldUpOthers(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	root := t.TempDir()
+	self := os.Getpid()
+	stuck := self + 1 // served by another reader than self
+	if err := os.Symlink(filepath.Join("/proc", strconv.Itoa(self)), filepath.Join(root, strconv.Itoa(self))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, strconv.Itoa(stuck)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stat := filepath.Join(root, strconv.Itoa(stuck), "stat")
+	if err := unix.Mkfifo(stat, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	table.procRoot = root
+	r := &profileReceiver{procs: table}
+	events := make(chan sampler.ProcEvent)
+	done := make(chan struct{})
+	go func() { defer close(done); r.watchProcesses(events) }()
+	events <- sampler.ProcEvent{Kind: sampler.EventSeen, PID: uint32(stuck)}
+	events <- sampler.ProcEvent{Kind: sampler.EventSeen, PID: uint32(self)}
+	waitFor(t, 30*time.Second, "the next process read while another's read waits", func() bool { return table.tracked(self) })
+	if table.tracked(stuck) {
+		t.Fatal("the stuck process was read before its stat could be")
+	}
+	// A writer that closes at once ends the stuck read with an empty file:
+	// the process reads as gone, and is kept under the unknown service.
+	w, err := os.OpenFile(stat, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	close(events)
+	<-done
+	if !table.tracked(stuck) {
+		t.Error("the stuck process was never stored")
+	}
+	if e := table.lookup(self); e.resource.ExePath == "" || e.snapshot == nil {
+		t.Errorf("this process read as %+v, want its executable and mappings", e.resource)
 	}
 }

@@ -309,13 +309,40 @@ func (r *profileReceiver) stopAll() error {
 	return errors.Join(err, r.traceCtx.close())
 }
 
+// processReaders is how many goroutines act on the kernel's process events.
+// A read can wait on the kernel (a process in the middle of an exec or a
+// large mmap holds the lock its /proc files need) or for the CPU on a busy
+// node, for a hundred milliseconds and more; with one reader every new
+// process waited behind it, and a short-lived one could exit unread,
+// losing its names, build ID and service.
+const processReaders = 4
+
 // watchProcesses follows the kernel's process events. The kernel reports
 // only processes it has sampled: the first sample (read the process now, so
 // one that exits before the interval ends keeps its frames), an exec (the old
 // image is gone), a sample that found its executable memory changed (read
-// its mappings again) and the exit.
+// its mappings again) and the exit. Events go to processReaders goroutines
+// by pid, so each process's events are handled in order.
 // It ends when the sampler closes its events.
 func (r *profileReceiver) watchProcesses(events <-chan sampler.ProcEvent) {
+	var readers sync.WaitGroup
+	queues := make([]chan sampler.ProcEvent, processReaders)
+	for i := range queues {
+		queues[i] = make(chan sampler.ProcEvent, 256)
+		readers.Add(1)
+		go func() { defer readers.Done(); r.handleProcessEvents(queues[i]) }()
+	}
+	for ev := range events {
+		queues[ev.PID%processReaders] <- ev
+	}
+	for _, q := range queues {
+		close(q)
+	}
+	readers.Wait()
+}
+
+// handleProcessEvents acts on the events of the pids one reader serves.
+func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 	// One thread, so the CPU time of each process read is measured on it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

@@ -21,6 +21,7 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/hotpath-dev/hotpath/internal/binarycache"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
@@ -57,6 +58,11 @@ type Unwinder struct {
 	maxBytes uint64
 	disk     *binarycache.Cache // nil: nothing kept across restarts
 	log      *zap.Logger
+
+	// analysing: binaries whose .eh_frame is being analysed, by identity.
+	analysing singleflight.Group
+	// testHookAnalyse, when set (tests), is called as an analysis begins.
+	testHookAnalyse func()
 
 	mu        sync.Mutex
 	binaries  map[fileid.ID]*binary
@@ -117,6 +123,11 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 	type candidate struct {
 		m *symbolize.Mapping
 		t *symbolize.SymbolTable
+		// verdict: the analysis of a binary not known when looked at;
+		// rows: those of a known binary whose table is not loaded.
+		// Both are worked out before u.mu is taken (below).
+		verdict *analysis
+		rows    []unwindtable.Row
 	}
 	var cands []candidate
 	for i := range p.Mappings {
@@ -136,6 +147,7 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 				u.binaries[m.ID] = b
 			}
 		}
+		reload := known && b.needs && !b.loaded() && b.pending == nil
 		u.mu.Unlock()
 		if known && !b.needs {
 			continue
@@ -148,7 +160,19 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		if t == nil {
 			continue
 		}
-		cands = append(cands, candidate{m: m, t: t})
+		c := candidate{m: m, t: t}
+		// Compiling a binary's .eh_frame takes up to hundreds of
+		// milliseconds for a large C++ binary. It is done without u.mu,
+		// which the process reader takes for every new process
+		// (NeedsWork): a short-lived process must not wait for another
+		// binary's analysis and exit unread.
+		switch {
+		case !known:
+			c.verdict = u.analyse(m, t)
+		case reload:
+			c.rows = u.rowsOf(m.ID, t)
+		}
+		cands = append(cands, c)
 	}
 
 	u.mu.Lock()
@@ -160,7 +184,7 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 	// process's next binary cannot evict a table it just got.
 	var users []*binary
 	for _, c := range cands {
-		b := u.binaryLocked(c.m, c.t)
+		b := u.binaryLocked(c.m, c.t, c.verdict)
 		if !b.needs {
 			continue
 		}
@@ -172,7 +196,11 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 			errs = append(errs, fmt.Errorf("pid %d: more than %d binaries without frame pointers; %s unwinds with frame pointers", pid, sampler.MaxUnwindMappings, c.m.Path))
 			continue
 		}
-		if err := u.loadLocked(b, c.t); err != nil {
+		rows := c.rows
+		if rows == nil && c.verdict != nil {
+			rows = c.verdict.rows // analysed here, registered by another Attach
+		}
+		if err := u.loadLocked(b, c.t, rows); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -261,48 +289,84 @@ func (u *Unwinder) Stats() Stats {
 	}
 }
 
-// binaryLocked returns the binary of a mapping, deciding on first sight
-// whether it has frame pointers.
-func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable) *binary {
+// analysis is what the .eh_frame of a binary says (analyse).
+type analysis struct {
+	needs    bool              // built without frame pointers
+	rows     []unwindtable.Row // its table, when needs
+	buildErr bool              // the table could not be compiled: frame pointers only
+}
+
+// analyse decides whether m's binary keeps frame pointers, compiling its
+// table when it does not; the disk cache answers for binaries seen before a
+// restart. Concurrent calls for one binary share one analysis. It runs
+// without u.mu.
+func (u *Unwinder) analyse(m *symbolize.Mapping, t *symbolize.SymbolTable) *analysis {
+	v, _, _ := u.analysing.Do(m.ID.String(), func() (any, error) {
+		if u.testHookAnalyse != nil {
+			u.testHookAnalyse()
+		}
+		if c, ok := u.disk.GetUnwind(m.ID); ok {
+			return &analysis{needs: !c.HasFramePointers, rows: c.Rows}, nil
+		}
+		ut, err := t.UnwindTable()
+		if err != nil {
+			if errors.Is(err, unwindtable.ErrNoUnwindInfo) {
+				// Nothing to unwind with (Go code): frame pointers it is.
+				u.disk.PutUnwind(m.ID, binarycache.Unwind{HasFramePointers: true})
+				return &analysis{}, nil
+			}
+			u.log.Debug("no unwind table; frame pointers only", zap.String("binary", m.Path), zap.Error(err))
+			return &analysis{buildErr: true}, nil
+		}
+		if ut.HasFramePointers() {
+			u.disk.PutUnwind(m.ID, binarycache.Unwind{HasFramePointers: true})
+			return &analysis{}, nil
+		}
+		u.disk.PutUnwind(m.ID, binarycache.Unwind{Rows: ut.Rows})
+		return &analysis{needs: true, rows: ut.Rows}, nil
+	})
+	return v.(*analysis)
+}
+
+// rowsOf returns the rows of a binary known to need a table whose table
+// was evicted: from the disk cache, or compiled again. It runs without u.mu.
+func (u *Unwinder) rowsOf(id fileid.ID, t *symbolize.SymbolTable) []unwindtable.Row {
+	if c, ok := u.disk.GetUnwind(id); ok && !c.HasFramePointers {
+		return c.Rows
+	}
+	if ut, err := t.UnwindTable(); err == nil {
+		return ut.Rows
+	}
+	return nil // loadLocked compiles again and reports the error
+}
+
+// binaryLocked returns the binary of a mapping, recording v (its analysis)
+// on first sight; v is nil only for a binary already known.
+func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, v *analysis) *binary {
 	if b, ok := u.binaries[m.ID]; ok {
 		return b
 	}
 	b := &binary{path: m.Path, id: m.ID, textVaddr: t.TextVaddr()}
 	u.binaries[m.ID] = b
-	if c, ok := u.disk.GetUnwind(m.ID); ok {
-		b.needs = !c.HasFramePointers
-		if b.needs {
-			b.pending = c.Rows
-		}
-		return b
+	if v.buildErr {
+		u.buildErrs++
 	}
-	ut, err := t.UnwindTable()
-	if err != nil {
-		if errors.Is(err, unwindtable.ErrNoUnwindInfo) {
-			// Nothing to unwind with (Go code): frame pointers it is.
-			u.disk.PutUnwind(m.ID, binarycache.Unwind{HasFramePointers: true})
-		} else {
-			u.buildErrs++
-			u.log.Debug("no unwind table; frame pointers only", zap.String("binary", m.Path), zap.Error(err))
-		}
-		return b
-	}
-	b.needs = !ut.HasFramePointers()
+	b.needs = v.needs
 	if b.needs {
-		b.pending = ut.Rows
-		u.disk.PutUnwind(m.ID, binarycache.Unwind{Rows: ut.Rows})
-	} else {
-		u.disk.PutUnwind(m.ID, binarycache.Unwind{HasFramePointers: true})
+		b.pending = v.rows
 	}
 	return b
 }
 
-// loadLocked makes sure b's table is in the kernel.
-func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable) error {
+// loadLocked makes sure b's table is in the kernel; rows, when not nil,
+// are its rows, compiled by the caller without u.mu.
+func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable, rows []unwindtable.Row) error {
 	if b.loaded() {
 		return nil
 	}
-	rows := b.pending
+	if rows == nil {
+		rows = b.pending
+	}
 	b.pending = nil
 	if rows == nil {
 		ut, err := t.UnwindTable()

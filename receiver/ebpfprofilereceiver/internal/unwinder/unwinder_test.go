@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,6 +129,48 @@ func TestAttachLoadsTablesOnlyForBinariesWithoutFramePointers(t *testing.T) {
 		if b.users != 0 {
 			t.Errorf("%s still has %d users", b.path, b.users)
 		}
+	}
+}
+
+// TestNeedsWorkDuringAnalysis: while Attach analyses a binary it has not
+// seen (compiling a large C++ binary's .eh_frame takes hundreds of
+// milliseconds), the process reader can still ask about the next new
+// process: a short-lived one must not wait and exit unread.
+func TestNeedsWorkDuringAnalysis(t *testing.T) {
+	s := openSampler(t)
+	sym := symbolize.New(symbolize.Options{})
+	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
+	first := start(t, sym, build(t, "first", "-O2", "-fomit-frame-pointer"))
+	next := start(t, sym, build(t, "next", "-O2", "-fomit-frame-pointer"))
+	analysing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	u.testHookAnalyse = func() { once.Do(func() { close(analysing); <-release }) }
+	type result struct {
+		dwarf bool
+		err   error
+	}
+	attached := make(chan result)
+	go func() {
+		dwarf, err := u.Attach(first, nil)
+		attached <- result{dwarf, err}
+	}()
+	<-analysing
+	asked := make(chan bool)
+	go func() { asked <- u.NeedsWork(next) }()
+	select {
+	case needs := <-asked:
+		if !needs {
+			t.Error("NeedsWork(a process of a binary never analysed) = false")
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("NeedsWork waited for another binary's analysis")
+	}
+	close(release)
+	if r := <-attached; !r.dwarf || r.err != nil {
+		t.Fatalf("Attach(binary without frame pointers) = %v, %v; want true", r.dwarf, r.err)
+	}
+	if needs := u.NeedsWork(first); needs {
+		t.Error("NeedsWork(the process just attached) = true")
 	}
 }
 
