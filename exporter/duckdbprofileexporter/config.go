@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/config/configretry"
+	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/exporter/exporterhelper"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
@@ -17,6 +18,7 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/dbcopy"
 	"github.com/hotpath-dev/hotpath/internal/localendpoint"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/timerange"
 )
 
 // Config of the duckdbprofile exporter.
@@ -95,10 +97,41 @@ func (c *Config) resources() writer.Resources {
 	return r
 }
 
-// RetentionConfig says how long rows are kept. Zero values take the tier's
-// default (RFD 072): local 1h stacks / 7d metadata / every 10m; summary 30d
-// stacks / 7d trace-tagged stacks / 1 year hourly / 3 years daily roll-ups /
-// 90d metadata / daily.
+// retentionAges are the keys of retention: that hold durations.
+var retentionAges = []string{"stacks", "trace_stacks", "hourly", "daily", "metadata", "interval"}
+
+// Unmarshal reads the configuration, taking retention ages in days and weeks
+// as well ("30d", "1w", "1d12h"), as the CLI takes ranges: Go durations stop
+// at hours, and a retention of a year is not naturally "8760h".
+func (c *Config) Unmarshal(conf *confmap.Conf) error {
+	days := map[string]any{}
+	for _, key := range retentionAges {
+		s, ok := conf.Get("retention" + confmap.KeyDelimiter + key).(string)
+		if !ok {
+			continue
+		}
+		if _, err := time.ParseDuration(s); err == nil {
+			continue // a Go duration (0s: the tier's default)
+		}
+		d, err := timerange.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("retention.%s: %w", key, err)
+		}
+		days[key] = d.String()
+	}
+	if len(days) > 0 {
+		if err := conf.Merge(confmap.NewFromStringMap(map[string]any{"retention": days})); err != nil {
+			return err
+		}
+	}
+	return conf.Unmarshal(c)
+}
+
+// RetentionConfig says how long rows are kept (ages in Go durations, days
+// or weeks: see Unmarshal). Zero values take the tier's default (RFD 072):
+// local 1h stacks / 7d metadata / every 10m; summary 30d stacks / 7d
+// trace-tagged stacks / 1 year hourly / 3 years daily roll-ups / 90d
+// metadata / daily.
 type RetentionConfig struct {
 	Stacks      time.Duration `mapstructure:"stacks"`
 	TraceStacks time.Duration `mapstructure:"trace_stacks"`

@@ -34,6 +34,38 @@ func TestConfigUnmarshalAndDefaults(t *testing.T) {
 	}
 }
 
+// Retention ages are taken in days and weeks too, through the same
+// unmarshalling the collector does; keys left out keep their defaults.
+func TestRetentionInDays(t *testing.T) {
+	cfg := createDefaultConfig()
+	cm := confmap.NewFromStringMap(map[string]any{
+		"tier": "summary", "path": "/var/lib/hotpath/summary.duckdb",
+		"retention": map[string]any{"stacks": "30d", "trace_stacks": "1w", "hourly": "365d", "daily": "1d12h", "interval": "6h", "chunk_rows": 1000},
+	})
+	if err := cm.Unmarshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	day := 24 * time.Hour
+	want := RetentionConfig{Stacks: 30 * day, TraceStacks: 7 * day, Hourly: 365 * day, Daily: 36 * time.Hour, Interval: 6 * time.Hour, ChunkRows: 1000}
+	if cfg.Retention != want {
+		t.Errorf("retention = %+v, want %+v", cfg.Retention, want)
+	}
+	if r := cfg.effectiveRetention(); r.Metadata != 90*day {
+		t.Errorf("metadata = %v, want the summary default of 90 days", r.Metadata)
+	}
+	bad := confmap.NewFromStringMap(map[string]any{"retention": map[string]any{"stacks": "30 days"}})
+	if err := bad.Unmarshal(createDefaultConfig()); err == nil || !strings.Contains(err.Error(), `retention.stacks: duration "30 days": want e.g. 15m, 2h, 7d`) {
+		t.Errorf("retention.stacks \"30 days\": %v", err)
+	}
+	unknown := confmap.NewFromStringMap(map[string]any{"retention": map[string]any{"stack": "30d"}})
+	if err := unknown.Unmarshal(createDefaultConfig()); err == nil || !strings.Contains(err.Error(), "stack") {
+		t.Errorf("an unknown retention key: %v, want it named", err)
+	}
+}
+
 func TestConfigValidateSaysWhatIsWrong(t *testing.T) {
 	cases := map[string]struct {
 		mutate func(*Config)
