@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
@@ -61,11 +62,18 @@ type Unwinder struct {
 
 	// analysing: binaries whose .eh_frame is being analysed, by identity.
 	analysing singleflight.Group
-	// testHookAnalyse, when set (tests), is called as an analysis begins.
-	testHookAnalyse func()
+	// testHookWork, when set (tests), is called as an analysis ("analyse")
+	// or a table's load into the kernel ("load") begins.
+	testHookWork func(what string)
+
+	// binMu guards binaries, the map alone: the process reader asks it
+	// about every new process (NeedsWork), and must not wait while mu is
+	// held to load a large table into the kernel. Taken after mu, never
+	// held across work.
+	binMu    sync.Mutex
+	binaries map[fileid.ID]*binary
 
 	mu        sync.Mutex
-	binaries  map[fileid.ID]*binary
 	lru       *list.List // of *binary with a loaded table and no users, least recent first
 	procs     map[uint32]attached
 	bytes     uint64
@@ -82,8 +90,9 @@ type binary struct {
 	// file its table at exec (Kernel.SetExeUnwind).
 	id        fileid.ID
 	textVaddr uint64
-	needs     bool                // built without frame pointers: needs a table
+	needs     bool                // built without frame pointers: needs a table; set before b is in binaries
 	table     sampler.UnwindTable // ID 0 while not loaded
+	inKernel  atomic.Bool         // loaded(), for readers holding binMu alone
 	users     int
 	lruElem   *list.Element
 	pending   []unwindtable.Row // compiled while analysing, until loaded
@@ -139,7 +148,7 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		// nothing, not even its symbol table: the tenth process of a
 		// binary costs a map lookup. After a restart the verdict comes
 		// from the disk cache.
-		u.mu.Lock()
+		u.binMu.Lock()
 		b, known := u.binaries[m.ID]
 		if !known && m.ID != (fileid.ID{}) {
 			if c, ok := u.disk.GetUnwind(m.ID); ok && c.HasFramePointers {
@@ -147,8 +156,10 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 				u.binaries[m.ID] = b
 			}
 		}
-		reload := known && b.needs && !b.loaded() && b.pending == nil
-		u.mu.Unlock()
+		// A known binary needing a table that is not in the kernel was
+		// evicted (or its load failed): its rows are read again here.
+		reload := known && b.needs && !b.inKernel.Load()
+		u.binMu.Unlock()
 		if known && !b.needs {
 			continue
 		}
@@ -163,9 +174,9 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		c := candidate{m: m, t: t}
 		// Compiling a binary's .eh_frame takes up to hundreds of
 		// milliseconds for a large C++ binary. It is done without u.mu,
-		// which the process reader takes for every new process
-		// (NeedsWork): a short-lived process must not wait for another
-		// binary's analysis and exit unread.
+		// which the process reader waits for when it attaches a new
+		// process of known binaries: a short-lived process must not wait
+		// for another binary's analysis and exit unread.
 		switch {
 		case !known:
 			c.verdict = u.analyse(m, t)
@@ -232,15 +243,15 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 // NeedsWork reports whether attaching p would analyse a binary not seen yet
 // or load a table into the kernel: one-time work the caller may defer.
 func (u *Unwinder) NeedsWork(p *symbolize.Process) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	u.binMu.Lock()
+	defer u.binMu.Unlock()
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
 		if !unwindable(m) {
 			continue
 		}
 		b, known := u.binaries[m.ID]
-		if !known || (b.needs && !b.loaded()) {
+		if !known || (b.needs && !b.inKernel.Load()) {
 			return true
 		}
 	}
@@ -273,19 +284,22 @@ func (u *Unwinder) Detach(pid int) error {
 // ExecTable reports whether a process that execs the file id gets its
 // table at exec: the binary was analysed, needs a table and has it loaded.
 func (u *Unwinder) ExecTable(id fileid.ID) bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	u.binMu.Lock()
+	defer u.binMu.Unlock()
 	b, ok := u.binaries[id]
-	return ok && b.needs && b.loaded() && b.id.Inode != 0
+	return ok && b.needs && b.inKernel.Load() && b.id.Inode != 0
 }
 
 // Stats reports the current state.
 func (u *Unwinder) Stats() Stats {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	u.binMu.Lock()
+	binaries := len(u.binaries)
+	u.binMu.Unlock()
 	return Stats{
 		Processes: len(u.procs), Tables: u.tables, TableBytes: u.bytes,
-		Binaries: len(u.binaries), OverBudget: u.overBudg, BuildErrors: u.buildErrs, Evicted: u.evicted,
+		Binaries: binaries, OverBudget: u.overBudg, BuildErrors: u.buildErrs, Evicted: u.evicted,
 	}
 }
 
@@ -302,8 +316,8 @@ type analysis struct {
 // without u.mu.
 func (u *Unwinder) analyse(m *symbolize.Mapping, t *symbolize.SymbolTable) *analysis {
 	v, _, _ := u.analysing.Do(m.ID.String(), func() (any, error) {
-		if u.testHookAnalyse != nil {
-			u.testHookAnalyse()
+		if u.testHookWork != nil {
+			u.testHookWork("analyse")
 		}
 		if c, ok := u.disk.GetUnwind(m.ID); ok {
 			return &analysis{needs: !c.HasFramePointers, rows: c.Rows}, nil
@@ -343,18 +357,19 @@ func (u *Unwinder) rowsOf(id fileid.ID, t *symbolize.SymbolTable) []unwindtable.
 // binaryLocked returns the binary of a mapping, recording v (its analysis)
 // on first sight; v is nil only for a binary already known.
 func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, v *analysis) *binary {
+	u.binMu.Lock()
+	defer u.binMu.Unlock()
 	if b, ok := u.binaries[m.ID]; ok {
 		return b
 	}
-	b := &binary{path: m.Path, id: m.ID, textVaddr: t.TextVaddr()}
-	u.binaries[m.ID] = b
-	if v.buildErr {
-		u.buildErrs++
-	}
-	b.needs = v.needs
+	b := &binary{path: m.Path, id: m.ID, textVaddr: t.TextVaddr(), needs: v.needs}
 	if b.needs {
 		b.pending = v.rows
 	}
+	if v.buildErr {
+		u.buildErrs++
+	}
+	u.binaries[m.ID] = b
 	return b
 }
 
@@ -384,11 +399,15 @@ func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable, rows []unwind
 		return fmt.Errorf("unwind table of %s (%d KiB) does not fit in the budget (%d of %d KiB used by live processes); it unwinds with frame pointers",
 			b.path, need>>10, u.bytes>>10, u.maxBytes>>10)
 	}
+	if u.testHookWork != nil {
+		u.testHookWork("load")
+	}
 	lt, err := u.kernel.LoadUnwindTable(rows)
 	if err != nil {
 		return fmt.Errorf("unwind table of %s: %w", b.path, err)
 	}
 	b.table = lt
+	b.inKernel.Store(true)
 	u.bytes += lt.Bytes
 	u.tables++
 	if b.id.Inode != 0 {
@@ -438,5 +457,6 @@ func (u *Unwinder) evictOneLocked() bool {
 	u.tables--
 	u.evicted++
 	b.table = sampler.UnwindTable{}
+	b.inKernel.Store(false)
 	return true
 }

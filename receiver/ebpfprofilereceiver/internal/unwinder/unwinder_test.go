@@ -132,45 +132,53 @@ func TestAttachLoadsTablesOnlyForBinariesWithoutFramePointers(t *testing.T) {
 	}
 }
 
-// TestNeedsWorkDuringAnalysis: while Attach analyses a binary it has not
-// seen (compiling a large C++ binary's .eh_frame takes hundreds of
-// milliseconds), the process reader can still ask about the next new
-// process: a short-lived one must not wait and exit unread.
-func TestNeedsWorkDuringAnalysis(t *testing.T) {
-	s := openSampler(t)
-	sym := symbolize.New(symbolize.Options{})
-	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
-	first := start(t, sym, build(t, "first", "-O2", "-fomit-frame-pointer"))
-	next := start(t, sym, build(t, "next", "-O2", "-fomit-frame-pointer"))
-	analysing, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	u.testHookAnalyse = func() { once.Do(func() { close(analysing); <-release }) }
-	type result struct {
-		dwarf bool
-		err   error
-	}
-	attached := make(chan result)
-	go func() {
-		dwarf, err := u.Attach(first, nil)
-		attached <- result{dwarf, err}
-	}()
-	<-analysing
-	asked := make(chan bool)
-	go func() { asked <- u.NeedsWork(next) }()
-	select {
-	case needs := <-asked:
-		if !needs {
-			t.Error("NeedsWork(a process of a binary never analysed) = false")
-		}
-	case <-time.After(30 * time.Second):
-		t.Error("NeedsWork waited for another binary's analysis")
-	}
-	close(release)
-	if r := <-attached; !r.dwarf || r.err != nil {
-		t.Fatalf("Attach(binary without frame pointers) = %v, %v; want true", r.dwarf, r.err)
-	}
-	if needs := u.NeedsWork(first); needs {
-		t.Error("NeedsWork(the process just attached) = true")
+// TestNeedsWorkDuringAnalysisAndLoad: while Attach analyses a binary it
+// has not seen (compiling a large C++ binary's .eh_frame takes hundreds of
+// milliseconds) or loads its table into the kernel, the process reader can
+// still ask about the next new process: a short-lived one must not wait and
+// exit unread.
+func TestNeedsWorkDuringAnalysisAndLoad(t *testing.T) {
+	for _, stage := range []string{"analyse", "load"} {
+		t.Run(stage, func(t *testing.T) {
+			sym := symbolize.New(symbolize.Options{})
+			u := New(openSampler(t), sym, 64<<20, nil, zaptest.NewLogger(t))
+			first := start(t, sym, build(t, "first", "-O2", "-fomit-frame-pointer"))
+			next := start(t, sym, build(t, "next", "-O2", "-fomit-frame-pointer"))
+			working, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			u.testHookWork = func(what string) {
+				if what == stage {
+					once.Do(func() { close(working); <-release })
+				}
+			}
+			type result struct {
+				dwarf bool
+				err   error
+			}
+			attached := make(chan result)
+			go func() {
+				dwarf, err := u.Attach(first, nil)
+				attached <- result{dwarf, err}
+			}()
+			<-working
+			asked := make(chan bool)
+			go func() { asked <- u.NeedsWork(next) }()
+			select {
+			case needs := <-asked:
+				if !needs {
+					t.Error("NeedsWork(a process of a binary never analysed) = false")
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("NeedsWork waited for another binary's %s", stage)
+			}
+			close(release)
+			if r := <-attached; !r.dwarf || r.err != nil {
+				t.Fatalf("Attach(binary without frame pointers) = %v, %v; want true", r.dwarf, r.err)
+			}
+			if u.NeedsWork(first) {
+				t.Error("NeedsWork(the process just attached) = true")
+			}
+		})
 	}
 }
 
