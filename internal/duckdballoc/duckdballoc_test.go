@@ -1,16 +1,15 @@
 package duckdballoc
 
 import (
-	"bufio"
 	"database/sql"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 
 	_ "github.com/duckdb/duckdb-go/v2"
 
 	"github.com/hotpath-dev/hotpath/internal/cpulist"
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
 // DuckDB allocates through jemalloc with the settings the package set
@@ -95,28 +94,15 @@ func queryInt(t *testing.T, stmt string) int64 {
 // back with huge pages (/proc/self/smaps THPeligible).
 func thpEligibleBytes(t *testing.T) uint64 {
 	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
+	vmas, err := procmaps.ReadSmaps("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var total, size uint64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		switch {
-		case len(fields) == 3 && fields[0] == "Size:":
-			kb, err := strconv.ParseUint(fields[1], 10, 64)
-			if err != nil {
-				t.Fatalf("smaps %q: %v", sc.Text(), err)
-			}
-			size = kb << 10
-		case len(fields) == 2 && fields[0] == "THPeligible:" && fields[1] == "1":
-			total += size
+	var total uint64
+	for _, v := range vmas {
+		if v.THPEligible {
+			total += v.Size
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return total
 }

@@ -1,13 +1,13 @@
 package hugepages
 
 import (
-	"bufio"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
 // After GoHeap, what the process allocates comes from the range it
@@ -40,12 +40,12 @@ func TestGoHeap(t *testing.T) {
 	if len(vmas) == 0 {
 		t.Fatalf("no mapping covers %#x-%#x", r.Start, r.End)
 	}
-	anonHuge := 0
+	var anonHuge uint64
 	for _, m := range vmas {
-		if !slices.Contains(m.flags, "hg") {
-			t.Errorf("mapping %s has VmFlags %v: not advised MADV_HUGEPAGE", m.span, m.flags)
+		if !slices.Contains(m.VmFlags, "hg") {
+			t.Errorf("mapping %#x-%#x has VmFlags %v: not advised MADV_HUGEPAGE", m.Start, m.Limit, m.VmFlags)
 		}
-		anonHuge += m.anonHugeKB
+		anonHuge += m.AnonHugePages >> 10
 	}
 	t.Logf("%d of %d objects in the range; %d KiB of it in huge pages (%s)", in, len(objs), anonHuge, thpMode(t))
 	if len(objs) != cap(objs) {
@@ -68,52 +68,18 @@ func TestGoHeapHonoursDisableTHP(t *testing.T) {
 	}
 }
 
-type mapping struct {
-	span       string
-	flags      []string
-	anonHugeKB int
-}
-
 // mappings are the entries of /proc/self/smaps that overlap r.
-func mappings(t *testing.T, r Range) []mapping {
+func mappings(t *testing.T, r Range) []procmaps.SmapsEntry {
 	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
+	vmas, err := procmaps.ReadSmaps("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []mapping
-	var cur *mapping
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 {
-			continue
+	var out []procmaps.SmapsEntry
+	for _, v := range vmas {
+		if uintptr(v.Start) < r.End && r.Start < uintptr(v.Limit) {
+			out = append(out, v)
 		}
-		if lo, hi, ok := strings.Cut(fields[0], "-"); ok && !strings.HasSuffix(fields[0], ":") {
-			start, err1 := strconv.ParseUint(lo, 16, 64)
-			end, err2 := strconv.ParseUint(hi, 16, 64)
-			cur = nil
-			if err1 == nil && err2 == nil && uintptr(start) < r.End && r.Start < uintptr(end) {
-				out = append(out, mapping{span: fields[0]})
-				cur = &out[len(out)-1]
-			}
-			continue
-		}
-		if cur == nil {
-			continue
-		}
-		switch fields[0] {
-		case "VmFlags:":
-			cur.flags = fields[1:]
-		case "AnonHugePages:":
-			if len(fields) >= 2 {
-				cur.anonHugeKB, _ = strconv.Atoi(fields[1])
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

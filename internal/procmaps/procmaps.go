@@ -1,13 +1,17 @@
 // Package procmaps reads what the kernel says about a process's mappings:
-// /proc/PID/maps and the " (deleted)" mark it puts after the path of a file
-// unlinked while in use (in maps and in the /proc/PID/exe link).
+// /proc/PID/maps, /proc/PID/smaps (the same lines, each followed by what
+// the kernel counts for the mapping) and the " (deleted)" mark it puts
+// after the path of a file unlinked while in use (in maps and in the
+// /proc/PID/exe link).
 package procmaps
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,33 +46,110 @@ func ParseExecutable(raw []byte) ([]Mapping, error) {
 		if len(line) == 0 {
 			continue
 		}
-		// start-limit perms offset dev inode [path]
 		fields := bytes.Fields(line)
-		if len(fields) < 5 {
-			return nil, fmt.Errorf("parse maps line %d %q: want at least 5 fields", n+1, line)
+		if len(fields) >= 2 && (len(fields[1]) < 3 || fields[1][2] != 'x') {
+			continue // not executable: not parsed further (a process read parses every line)
 		}
-		if len(fields[1]) < 3 || fields[1][2] != 'x' {
-			continue
-		}
-		dash := bytes.IndexByte(fields[0], '-')
-		if dash < 0 {
-			return nil, fmt.Errorf("parse maps line %d %q: bad address range", n+1, line)
-		}
-		var m Mapping
-		var errs [5]error
-		m.Start, errs[0] = strconv.ParseUint(string(fields[0][:dash]), 16, 64)
-		m.Limit, errs[1] = strconv.ParseUint(string(fields[0][dash+1:]), 16, 64)
-		m.Offset, errs[2] = strconv.ParseUint(string(fields[2]), 16, 64)
-		m.Dev, errs[3] = parseDev(string(fields[3]))
-		m.Inode, errs[4] = strconv.ParseUint(string(fields[4]), 10, 64)
-		if err := errors.Join(errs[:]...); err != nil {
+		m, err := parseLine(line, fields)
+		if err != nil {
 			return nil, fmt.Errorf("parse maps line %d %q: %w", n+1, line, err)
 		}
-		m.Path = mapsPath(line)
-		m.Path, m.Deleted = TrimDeleted(m.Path)
 		out = append(out, m)
 	}
 	slices.SortFunc(out, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
+	return out, nil
+}
+
+// parseLine reads one maps line, start-limit perms offset dev inode
+// [path], split into fields.
+func parseLine(line []byte, fields [][]byte) (m Mapping, err error) {
+	if len(fields) < 5 {
+		return m, errors.New("want at least 5 fields")
+	}
+	dash := bytes.IndexByte(fields[0], '-')
+	if dash < 0 {
+		return m, errors.New("bad address range")
+	}
+	var errs [5]error
+	m.Start, errs[0] = strconv.ParseUint(string(fields[0][:dash]), 16, 64)
+	m.Limit, errs[1] = strconv.ParseUint(string(fields[0][dash+1:]), 16, 64)
+	m.Offset, errs[2] = strconv.ParseUint(string(fields[2]), 16, 64)
+	m.Dev, errs[3] = parseDev(string(fields[3]))
+	m.Inode, errs[4] = strconv.ParseUint(string(fields[4]), 10, 64)
+	if err := errors.Join(errs[:]...); err != nil {
+		return m, err
+	}
+	m.Path, m.Deleted = TrimDeleted(mapsPath(line))
+	return m, nil
+}
+
+// SmapsEntry is one mapping of /proc/PID/smaps with the counts the callers
+// here use; sizes are in bytes.
+type SmapsEntry struct {
+	Mapping
+	Perms                               string // "r-xp"
+	Size, Rss, Anonymous, AnonHugePages uint64
+	// THPEligible: the kernel may back the mapping with transparent huge
+	// pages; VmFlags its flags ("hg": advised MADV_HUGEPAGE).
+	THPEligible bool
+	VmFlags     []string
+}
+
+// ReadSmaps reads an smaps file (/proc/self/smaps, /proc/PID/smaps), in
+// the kernel's order; a line it cannot read is an error naming the line.
+func ReadSmaps(path string) ([]SmapsEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []SmapsEntry
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Bytes()
+		key, value, isField := bytes.Cut(line, []byte(":"))
+		// A field's key has no space; a mapping's line starts with an
+		// address range, whose first field holds no colon.
+		isField = isField && !bytes.ContainsRune(key, ' ')
+		if !isField {
+			fields := bytes.Fields(line)
+			m, err := parseLine(line, fields)
+			if err != nil {
+				return nil, fmt.Errorf("parse %s line %d %q: %w", path, n, line, err)
+			}
+			out = append(out, SmapsEntry{Mapping: m, Perms: string(fields[1])})
+			continue
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("parse %s line %d %q: a field before any mapping", path, n, line)
+		}
+		e := &out[len(out)-1]
+		var size *uint64
+		switch string(key) {
+		case "Size":
+			size = &e.Size
+		case "Rss":
+			size = &e.Rss
+		case "Anonymous":
+			size = &e.Anonymous
+		case "AnonHugePages":
+			size = &e.AnonHugePages
+		case "THPeligible":
+			e.THPEligible = string(bytes.TrimSpace(value)) == "1"
+		case "VmFlags":
+			e.VmFlags = strings.Fields(string(value))
+		}
+		if size != nil {
+			kb, err := strconv.ParseUint(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(value), []byte("kB")))), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("parse %s line %d %q: %w", path, n, line, err)
+			}
+			*size = kb << 10
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
 	return out, nil
 }
 

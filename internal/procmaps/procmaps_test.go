@@ -1,6 +1,12 @@
 package procmaps
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
 
 func TestParseExecutableKeepsExecutableMappingsSortedWithDeletedMarked(t *testing.T) {
 	raw := []byte(`7f0000100000-7f0000200000 r-xp 00028000 103:02 98765                      /usr/lib/libc.so.6 (deleted)
@@ -44,5 +50,60 @@ func TestTrimDeleted(t *testing.T) {
 		if p, d := TrimDeleted(in); p != want.path || d != want.deleted {
 			t.Errorf("TrimDeleted(%q) = %q, %v; want %q, %v", in, p, d, want.path, want.deleted)
 		}
+	}
+}
+
+func TestReadSmaps(t *testing.T) {
+	got, err := ReadSmaps("testdata/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SmapsEntry{
+		{Mapping: Mapping{Start: 0x55729fb07000, Limit: 0x55729fb0b000, Path: "/usr/bin/my prog", Dev: 0xfe00, Inode: 247530}, Perms: "r--p",
+			Size: 16 << 10, Rss: 16 << 10, VmFlags: []string{"rd", "mr", "mw", "me"}},
+		{Mapping: Mapping{Start: 0x7f0000000000, Limit: 0x7f0004000000}, Perms: "rw-p",
+			Size: 64 << 20, Rss: 20 << 20, Anonymous: 20 << 20, AnonHugePages: 18 << 20, THPEligible: true, VmFlags: []string{"rd", "wr", "mr", "mw", "me", "ac", "hg"}},
+		{Mapping: Mapping{Start: 0x7f0010000000, Limit: 0x7f0010001000, Offset: 0x28000, Path: "/usr/lib/libc.so.6", Dev: 0x10302, Inode: 98765, Deleted: true}, Perms: "r-xp",
+			Size: 4 << 10, Rss: 4 << 10, Anonymous: 4 << 10, VmFlags: []string{"rd", "ex", "mr", "mw", "me"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
+	}
+
+	// This process's own: its executable is mapped, and every field parses.
+	self, err := ReadSmaps("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exeRss uint64
+	for _, e := range self {
+		if e.Path == exe {
+			exeRss += e.Rss
+		}
+	}
+	if exeRss == 0 {
+		t.Errorf("no resident mapping of %s in /proc/self/smaps", exe)
+	}
+
+	dir := t.TempDir()
+	for name, bad := range map[string]string{
+		"field first": "Rss: 4 kB\n",
+		"bad size":    "1000-2000 r--p 0 fd:01 1 /x\nRss: four kB\n",
+		"bad range":   "zzzz-1 r--p 0 fd:01 1 /x\n",
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadSmaps(path); err == nil || !strings.Contains(err.Error(), "line 1") && !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%s: %v, want an error naming the line", name, err)
+		}
+	}
+	if _, err := ReadSmaps(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing file: no error")
 	}
 }

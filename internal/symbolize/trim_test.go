@@ -6,32 +6,23 @@ import (
 	"os"
 	"reflect"
 	"strconv"
-	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
 // mappingRSS is the resident size in kB of this process's mapping that
 // starts at addr, from /proc/self/smaps.
 func mappingRSS(t *testing.T, addr uintptr) int {
 	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
+	vmas, err := procmaps.ReadSmaps("/proc/self/smaps")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	prefix := fmt.Sprintf("%x-", addr)
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if f := strings.Fields(line); len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4 {
-			in = strings.HasPrefix(line, prefix)
-			continue
-		}
-		if in && strings.HasPrefix(line, "Rss:") {
-			kb, _ := strconv.Atoi(strings.Fields(line)[1])
-			return kb
+	for _, v := range vmas {
+		if v.Start == uint64(addr) {
+			return int(v.Rss >> 10)
 		}
 	}
 	t.Fatalf("no mapping at %#x", addr)
