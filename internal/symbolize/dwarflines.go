@@ -13,7 +13,12 @@ import (
 // indexes compile units by PC range on first use, and decodes a unit's line
 // program only when a lookup lands in it, keeping a bounded number of
 // decoded rows: hot code touches few units, and a large C++ binary's full
-// line table would not fit the agent's memory goal.
+// line table would not fit the agent's memory goal. The answer for each
+// address looked up is kept apart from the units: the addresses a profile
+// meets are few, but they can lie in more units than the rows' bound holds.
+// Under process churn, each new Python process ran code of 47 units of
+// pyenv's libpython, built with -g (174,000 rows): the bound held 17 of
+// them, and units were decoded again and again (1.27 M rows in 30 s).
 type dwarfLines struct {
 	mu    sync.Mutex
 	data  *dwarf.Data
@@ -21,10 +26,26 @@ type dwarfLines struct {
 	cus   []cuRange
 	units map[dwarf.Offset]*unitLines
 	rows  int
+	// maxRows bounds rows (maxDwarfRows; tests set less).
+	maxRows int
+	pcs     map[uint64]pcLine // answers by address, found or not
+	// decodes counts units decoded (tests).
+	decodes int
+}
+
+// pcLine is the file and line of one address ("" and 0: none).
+type pcLine struct {
+	file string
+	line int32
 }
 
 // maxDwarfRows bounds decoded line rows kept per binary (16 bytes each).
 const maxDwarfRows = 1 << 16
+
+// maxDwarfPCs bounds the addresses whose answer is kept per binary (about
+// 50 bytes each with the map's own, so at most 0.8 MB; a profile's sampled
+// addresses in one binary are usually a few thousand).
+const maxDwarfPCs = 1 << 14
 
 type cuRange struct {
 	lo, hi uint64
@@ -64,13 +85,27 @@ func newDwarfLines(ef *elf.File, data []byte) *dwarfLines {
 			}
 		}
 	}
-	return &dwarfLines{data: d, units: map[dwarf.Offset]*unitLines{}}
+	return &dwarfLines{data: d, units: map[dwarf.Offset]*unitLines{}, maxRows: maxDwarfRows, pcs: map[uint64]pcLine{}}
 }
 
 // line returns the file and line of pc, or "" and 0.
 func (dl *dwarfLines) line(pc uint64) (string, int) {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
+	if r, ok := dl.pcs[pc]; ok {
+		return r.file, int(r.line)
+	}
+	file, line := dl.lineInUnit(pc)
+	if len(dl.pcs) >= maxDwarfPCs {
+		clear(dl.pcs)
+	}
+	dl.pcs[pc] = pcLine{file, int32(line)}
+	return file, line
+}
+
+// lineInUnit finds pc in its unit's rows, decoding the unit when it is not
+// kept. dl.mu must be held.
+func (dl *dwarfLines) lineInUnit(pc uint64) (string, int) {
 	if !dl.once {
 		dl.once = true
 		dl.indexUnits()
@@ -92,7 +127,8 @@ func (dl *dwarfLines) line(pc uint64) (string, int) {
 	u, ok := dl.units[off]
 	if !ok {
 		u = dl.decodeUnit(off)
-		if dl.rows+len(u.addrs) > maxDwarfRows {
+		dl.decodes++
+		if dl.rows+len(u.addrs) > dl.maxRows {
 			clear(dl.units)
 			dl.rows = 0
 		}
@@ -191,5 +227,5 @@ func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 func (dl *dwarfLines) size() int {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return len(dl.cus)*24 + dl.rows*16
+	return len(dl.cus)*24 + dl.rows*16 + len(dl.pcs)*50
 }

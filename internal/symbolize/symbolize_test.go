@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -700,4 +701,53 @@ func TestSnapshotWhileTableLoads(t *testing.T) {
 	}
 	close(release)
 	wantFrame(t, pc, (<-symbolized)[0], "hot_leaf", bin)
+}
+
+// TestLinesOncePerAddress: an address's line is looked up in its decoded
+// unit once and kept, so addresses spread over more units than the bound on
+// decoded rows holds do not have their units decoded again at every lookup
+// (pyenv's libpython, 47 units and 174,000 rows, was decoded over and over
+// under process churn).
+func TestLinesOncePerAddress(t *testing.T) {
+	hot, lib := testdata(t, "hot.c"), testdata(t, "libhot.c")
+	bin := built(t, "two-units-g", func(out string) error {
+		return run(".", "gcc", "-O1", "-g", "-o", out, hot, lib, "-ldl")
+	})
+	tab, err := OpenSymbolTable(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tab.lines == nil {
+		t.Fatal("no DWARF lines in a program built with -g")
+	}
+	tab.lines.maxRows = 1 // decoding one unit drops the other
+	var pcs []uint64
+	for _, name := range []string{"hot_leaf", "hot_lib_func", "hot_mid", "hot_lib_helper"} {
+		s := funcSym(t, bin, name)
+		pcs = append(pcs, s.Value+s.Size/2)
+	}
+	lookupAll := func() []string {
+		var lines []string
+		for _, pc := range pcs {
+			sym, _ := tab.Lookup(pc)
+			if sym.Line == 0 {
+				t.Fatalf("%#x (%s): no line", pc, sym.Function)
+			}
+			lines = append(lines, sym.File+":"+strconv.Itoa(sym.Line))
+		}
+		return lines
+	}
+	first := lookupAll()
+	decoded := tab.lines.decodes
+	if decoded < 3 {
+		t.Fatalf("%d units decoded for addresses alternating between two units with room for one: the test measures nothing", decoded)
+	}
+	for range 3 {
+		if again := lookupAll(); !slices.Equal(again, first) {
+			t.Fatalf("lines %v, then %v", first, again)
+		}
+	}
+	if n := tab.lines.decodes - decoded; n != 0 {
+		t.Errorf("looking the same %d addresses up again decoded %d units", len(pcs), n)
+	}
 }
