@@ -92,13 +92,13 @@ type binary struct {
 	textVaddr uint64
 	needs     bool                // built without frame pointers: needs a table; set before b is in binaries
 	table     sampler.UnwindTable // ID 0 while not loaded
-	inKernel  atomic.Bool         // loaded(), for readers holding binMu alone
+	inKernel  atomic.Bool         // table is loaded; readable holding binMu alone
 	users     int
 	lruElem   *list.Element
 	pending   []unwindtable.Row // compiled while analysing, until loaded
 }
 
-func (b *binary) loaded() bool { return b.table.ID != 0 }
+func (b *binary) loaded() bool { return b.inKernel.Load() }
 
 // attached is what the kernel was given for one process: the binaries whose
 // tables it uses and the mappings written.
@@ -132,11 +132,10 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 	type candidate struct {
 		m *symbolize.Mapping
 		t *symbolize.SymbolTable
-		// verdict: the analysis of a binary not known when looked at;
-		// rows: those of a known binary whose table is not loaded.
-		// Both are worked out before u.mu is taken (below).
+		// verdict: the analysis of a binary not known when looked at,
+		// or of a known one whose table is not loaded (its rows), worked
+		// out before u.mu is taken (below).
 		verdict *analysis
-		rows    []unwindtable.Row
 	}
 	var cands []candidate
 	for i := range p.Mappings {
@@ -158,7 +157,7 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		}
 		// A known binary needing a table that is not in the kernel was
 		// evicted (or its load failed): its rows are read again here.
-		reload := known && b.needs && !b.inKernel.Load()
+		reload := known && b.needs && !b.loaded()
 		u.binMu.Unlock()
 		if known && !b.needs {
 			continue
@@ -177,11 +176,8 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		// which the process reader waits for when it attaches a new
 		// process of known binaries: a short-lived process must not wait
 		// for another binary's analysis and exit unread.
-		switch {
-		case !known:
+		if !known || reload {
 			c.verdict = u.analyse(m, t)
-		case reload:
-			c.rows = u.rowsOf(m.ID, t)
 		}
 		cands = append(cands, c)
 	}
@@ -207,9 +203,9 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 			errs = append(errs, fmt.Errorf("pid %d: more than %d binaries without frame pointers; %s unwinds with frame pointers", pid, sampler.MaxUnwindMappings, c.m.Path))
 			continue
 		}
-		rows := c.rows
-		if rows == nil && c.verdict != nil {
-			rows = c.verdict.rows // analysed here, registered by another Attach
+		var rows []unwindtable.Row
+		if c.verdict != nil {
+			rows = c.verdict.rows
 		}
 		if err := u.loadLocked(b, c.t, rows); err != nil {
 			errs = append(errs, err)
@@ -251,7 +247,7 @@ func (u *Unwinder) NeedsWork(p *symbolize.Process) bool {
 			continue
 		}
 		b, known := u.binaries[m.ID]
-		if !known || (b.needs && !b.inKernel.Load()) {
+		if !known || (b.needs && !b.loaded()) {
 			return true
 		}
 	}
@@ -287,7 +283,7 @@ func (u *Unwinder) ExecTable(id fileid.ID) bool {
 	u.binMu.Lock()
 	defer u.binMu.Unlock()
 	b, ok := u.binaries[id]
-	return ok && b.needs && b.inKernel.Load() && b.id.Inode != 0
+	return ok && b.needs && b.loaded() && b.id.Inode != 0
 }
 
 // Stats reports the current state.
@@ -340,18 +336,6 @@ func (u *Unwinder) analyse(m *symbolize.Mapping, t *symbolize.SymbolTable) *anal
 		return &analysis{needs: true, rows: ut.Rows}, nil
 	})
 	return v.(*analysis)
-}
-
-// rowsOf returns the rows of a binary known to need a table whose table
-// was evicted: from the disk cache, or compiled again. It runs without u.mu.
-func (u *Unwinder) rowsOf(id fileid.ID, t *symbolize.SymbolTable) []unwindtable.Row {
-	if c, ok := u.disk.GetUnwind(id); ok && !c.HasFramePointers {
-		return c.Rows
-	}
-	if ut, err := t.UnwindTable(); err == nil {
-		return ut.Rows
-	}
-	return nil // loadLocked compiles again and reports the error
 }
 
 // binaryLocked returns the binary of a mapping, recording v (its analysis)
