@@ -56,6 +56,7 @@ type Sampler struct {
 	capture sync.Mutex // one capture at a time
 
 	rb     *ringbuf.Reader
+	rbWait *os.File // rb's map in the network poller; nil: rb waits itself
 	events chan ProcEvent
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -179,8 +180,9 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		s.closeObjects()
 		return nil, fmt.Errorf("open lifecycle ring buffer: %w", err)
 	}
+	s.rbWait = newEventWaiter(s.objs.Events)
 	s.wg.Add(1)
-	go s.readEvents()
+	go s.readEvents(s.rbWait)
 
 	// Lifecycle tracing is best effort: without it, short-lived processes
 	// may lose frames, but sampling itself is unaffected.
@@ -346,6 +348,12 @@ func (s *Sampler) Close() error {
 	}
 	s.lifecycle = nil
 	close(s.done)
+	if s.rbWait != nil {
+		// Ends readEvents' wait in the poller.
+		if err := s.rbWait.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close ring buffer waiter: %w", err))
+		}
+	}
 	if s.rb != nil {
 		if err := s.rb.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close ring buffer: %w", err))

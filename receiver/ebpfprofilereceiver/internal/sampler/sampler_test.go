@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -416,4 +417,86 @@ func TestSamplesWithoutLifecycle(t *testing.T) {
 	if n := pidCount(drain(t, s), cmd.Process.Pid); n == 0 {
 		t.Error("no samples without lifecycle programs")
 	}
+}
+
+// The lifecycle reader waits for events in the Go runtime's network poller
+// ("IO wait"), not in a blocking system call ("syscall"), which kept a
+// processor busy and the runtime's sysmon thread polling after every batch.
+func TestEventsWaitInPoller(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 19, Interval: 5 * time.Second})
+	if s.rbWait == nil {
+		t.Fatal("the network poller did not take the lifecycle ring buffer")
+	}
+	// Events keep coming on a busy machine: the reader's state is taken
+	// when it waits, which it does between batches.
+	deadline := time.Now().Add(10 * time.Second)
+	var states []string
+	for time.Now().Before(deadline) {
+		state := goroutineState(t, "sampler.(*Sampler).readEvents(")
+		if state == "IO wait" {
+			return
+		}
+		states = append(states, state)
+		runtime.Gosched()
+	}
+	t.Fatalf("the lifecycle reader never waited in the poller; states seen: %v", uniq(states))
+}
+
+// The fallback, where the poller does not take the ring buffer, still
+// delivers events.
+func TestLifecycleEventsWithoutPoller(t *testing.T) {
+	newEventWaiter = func(*ebpf.Map) *os.File { return nil }
+	t.Cleanup(func() { newEventWaiter = eventWaiter })
+	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second})
+	if s.rbWait != nil {
+		t.Fatal("the waiter is set although the test turned it off")
+	}
+	burner := startBurner(t, 300*time.Millisecond, 1)
+	waitBurner(t, burner)
+	pid := uint32(burner.Process.Pid)
+	got := map[EventKind]bool{}
+	timeout := time.After(10 * time.Second)
+	for !got[EventSeen] || !got[EventExit] {
+		select {
+		case ev := <-s.Events():
+			if ev.PID == pid {
+				got[ev.Kind] = true
+			}
+		case <-timeout:
+			t.Fatalf("events of pid %d: got %v, want seen and exit", pid, got)
+		}
+	}
+}
+
+// goroutineState is the scheduling state ("IO wait", "syscall", "running",
+// ...) of the goroutine whose stack holds fn, or "" if none does.
+func goroutineState(t *testing.T, fn string) string {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, fn) {
+			continue
+		}
+		head, _, _ := strings.Cut(g, "\n") // goroutine 7 [IO wait]:
+		open, end := strings.IndexByte(head, '['), strings.IndexByte(head, ']')
+		if open < 0 || end < open {
+			t.Fatalf("goroutine header %q", head)
+		}
+		state, _, _ := strings.Cut(head[open+1:end], ",") // "IO wait, 2 minutes"
+		return state
+	}
+	return ""
+}
+
+func uniq(ss []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
