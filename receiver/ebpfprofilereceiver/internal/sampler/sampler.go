@@ -349,10 +349,14 @@ func (s *Sampler) Close() error {
 	s.lifecycle = nil
 	close(s.done)
 	if s.rbWait != nil {
-		// Ends readEvents' wait in the poller.
+		// Ends readEvents' wait in the poller. The ring is closed after
+		// the reader has gone: it reads the ring's positions
+		// (AvailableBytes) without the ring reader's lock, which Close
+		// would race with.
 		if err := s.rbWait.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close ring buffer waiter: %w", err))
 		}
+		s.wg.Wait()
 	}
 	if s.rb != nil {
 		if err := s.rb.Close(); err != nil {
