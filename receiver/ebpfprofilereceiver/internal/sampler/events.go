@@ -59,7 +59,7 @@ const lifecycleEventSize = 8
 
 // readEvents forwards ring buffer records to s.events until Close.
 //
-// It waits for records in the Go runtime's network poller (eventWaiter), not
+// It waits for records in the Go runtime's network poller (s.rbWait), not
 // in the ring buffer reader's own blocking epoll_wait: a goroutine blocked in
 // a system call keeps its processor from being idle, and the runtime's
 // sysmon thread then polls every 20 µs to 10 ms until it takes the processor
@@ -68,14 +68,14 @@ const lifecycleEventSize = 8
 // 30 s of such churn the agent made 12,800-15,000 sysmon sleeps and
 // 18,000-21,000 context switches this way, 3,100-3,500 and 7,800-8,400 with
 // the wait in the poller.
-func (s *Sampler) readEvents(wait *os.File) {
+func (s *Sampler) readEvents() {
 	defer s.wg.Done()
 	defer close(s.events)
-	if wait == nil {
+	if s.rbWait == nil {
 		s.readEventsBlocking()
 		return
 	}
-	raw, err := wait.SyscallConn()
+	raw, err := s.rbWait.SyscallConn()
 	if err != nil {
 		s.log.Error("lifecycle events stopped", "error", err)
 		return

@@ -182,7 +182,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	}
 	s.rbWait = newEventWaiter(s.objs.Events)
 	s.wg.Add(1)
-	go s.readEvents(s.rbWait)
+	go s.readEvents()
 
 	// Lifecycle tracing is best effort: without it, short-lived processes
 	// may lose frames, but sampling itself is unaffected.

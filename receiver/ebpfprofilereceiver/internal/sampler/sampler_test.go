@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -430,16 +432,16 @@ func TestEventsWaitInPoller(t *testing.T) {
 	// Events keep coming on a busy machine: the reader's state is taken
 	// when it waits, which it does between batches.
 	deadline := time.Now().Add(10 * time.Second)
-	var states []string
+	states := map[string]bool{}
 	for time.Now().Before(deadline) {
 		state := goroutineState(t, "sampler.(*Sampler).readEvents(")
 		if state == "IO wait" {
 			return
 		}
-		states = append(states, state)
+		states[state] = true
 		runtime.Gosched()
 	}
-	t.Fatalf("the lifecycle reader never waited in the poller; states seen: %v", uniq(states))
+	t.Fatalf("the lifecycle reader never waited in the poller; states seen: %v", slices.Sorted(maps.Keys(states)))
 }
 
 // The fallback, where the poller does not take the ring buffer, still
@@ -487,16 +489,4 @@ func goroutineState(t *testing.T, fn string) string {
 		return state
 	}
 	return ""
-}
-
-func uniq(ss []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
 }
