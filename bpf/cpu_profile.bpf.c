@@ -141,6 +141,11 @@ enum event_kind {
 struct lifecycle_event {
 	__u32 kind;
 	__u32 pid;
+	// When the process started, in ns after boot (the thread-group
+	// leader's start_boottime, which /proc/PID/stat gives in clock ticks):
+	// with the pid it names one process, so user space need not read
+	// /proc/PID/stat to tell a reused pid apart.
+	__u64 start_ns;
 };
 
 // Sizes below are placeholders: the loader sets max_entries from the config
@@ -327,9 +332,13 @@ static __always_inline struct sample_stats *stats_for(__u32 set)
 	return bpf_map_lookup_elem(&stats, &set);
 }
 
-static __always_inline void emit(struct sample_stats *st, __u32 kind, __u32 pid)
+static __always_inline void emit(struct sample_stats *st, __u32 kind, struct task_struct *task)
 {
-	struct lifecycle_event ev = { .kind = kind, .pid = pid };
+	struct lifecycle_event ev = {
+		.kind = kind,
+		.pid = task->tgid,
+		.start_ns = task->group_leader->start_boottime,
+	};
 
 	// bpf_ringbuf_output never blocks; a full buffer is counted.
 	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0) != 0)
@@ -729,11 +738,11 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	known_vm = bpf_map_lookup_elem(&seen_pids, &pid);
 	if (!known_vm) {
 		if (bpf_map_update_elem(&seen_pids, &pid, &exec_vm, BPF_NOEXIST) == 0)
-			emit(st, EVENT_SEEN, pid);
+			emit(st, EVENT_SEEN, task);
 	} else if (*known_vm != exec_vm &&
 		   __sync_lock_test_and_set(known_vm, exec_vm) != exec_vm) {
 		// Only the CPU that stores the new size reports it.
-		emit(st, EVENT_MAPS_CHANGED, pid);
+		emit(st, EVENT_MAPS_CHANGED, task);
 	}
 	return 0;
 }
@@ -820,7 +829,7 @@ int BPF_PROG(proc_exec, struct task_struct *p)
 	st = stats_for(active_set & 1);
 	if (!st)
 		return 0;
-	emit(st, EVENT_EXEC, pid);
+	emit(st, EVENT_EXEC, p);
 	return 0;
 }
 
@@ -849,7 +858,7 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	st = stats_for(active_set & 1);
 	if (!st)
 		return 0;
-	emit(st, EVENT_EXIT, pid);
+	emit(st, EVENT_EXIT, p);
 	return 0;
 }
 

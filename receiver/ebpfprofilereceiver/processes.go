@@ -175,8 +175,9 @@ func (t *processTable) attachWorker() {
 // or was forgotten): read it, unless it is the process already known — the
 // kernel forgot it (LRU), an idle process woke up, or it was sampled on its
 // way out after its exit event — rather than a new process that reused the
-// pid.
-func (t *processTable) seen(pid int) {
+// pid. start is the process's start time as the kernel sent it with the
+// event (clock ticks after boot; 0: not known, /proc tells).
+func (t *processTable) seen(pid int, start uint64) {
 	t.mu.Lock()
 	known, ok := t.entries[pid]
 	execs := t.execs[pid]
@@ -187,11 +188,17 @@ func (t *processTable) seen(pid int) {
 		// stays. A read now would find at best a zombie (no executable, no
 		// environment, no mappings) and its remaining samples would lose
 		// their names and service.
-		if _, start, err := procinfo.ReadStat(t.procRoot, pid); err != nil || start == known.startTime {
+		if start == 0 {
+			var err error
+			if _, start, err = procinfo.ReadStat(t.procRoot, pid); err != nil {
+				return
+			}
+		}
+		if start == known.startTime {
 			return
 		}
 	}
-	t.store(pid, t.read(pid), execs)
+	t.store(pid, t.read(pid, start), execs)
 }
 
 // store makes e the entry of pid, releasing the one it replaces — unless
@@ -327,7 +334,7 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	if current {
 		return old
 	}
-	e := t.read(pid)
+	e := t.read(pid, 0)
 	if e.snapshot == nil || (old != nil && e.startTime != old.startTime) {
 		e.close()
 		return old // gone meanwhile (or the pid is another process's now): keep what we had
@@ -361,7 +368,7 @@ func (t *processTable) lookup(pid int) *processEntry {
 	if ok {
 		return e
 	}
-	e = t.read(pid)
+	e = t.read(pid, 0)
 	t.mu.Lock()
 	if prev, ok := t.entries[pid]; ok {
 		// Read concurrently by the lifecycle watcher; keep one.
@@ -517,12 +524,14 @@ func (t *processTable) len() int {
 	return len(t.entries)
 }
 
-func (t *processTable) read(pid int) *processEntry {
+// read reads pid from /proc; start is its start time if the kernel sent it
+// (0: read from /proc too).
+func (t *processTable) read(pid int, start uint64) *processEntry {
 	t.mu.Lock()
 	execs := t.execs[pid]
 	t.mu.Unlock()
 	var e *processEntry
-	cpu := cputime.Measure(func() { e = t.readProcess(pid) })
+	cpu := cputime.Measure(func() { e = t.readProcess(pid, start) })
 	t.work.charge(workProcessRead, 1, cpu)
 	e.execs = execs
 	// At first sight too, not only when a stack needs it: a short
@@ -547,9 +556,9 @@ func (t *processTable) read(pid int) *processEntry {
 	return e
 }
 
-func (t *processTable) readProcess(pid int) *processEntry {
+func (t *processTable) readProcess(pid int, start uint64) *processEntry {
 	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
-	info, err := procinfo.Read(t.procRoot, pid)
+	info, err := procinfo.Read(t.procRoot, pid, start)
 	if err != nil {
 		// Exited before we could look: its frames stay as raw addresses.
 		e.resource.ServiceName = profileschema.UnknownService

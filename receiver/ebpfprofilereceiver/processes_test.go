@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/unwinder"
 )
@@ -102,22 +103,31 @@ func TestSeenTellsReusedPIDApart(t *testing.T) {
 		return err == nil && strings.Contains(string(maps), exe)
 	})
 
-	table.seen(pid)
-	first := table.lookup(pid)
-	if first.startTime == 0 || first.resource.ExeName != "sleep" {
-		t.Fatalf("entry %+v", first.resource)
+	_, start, err := procinfo.ReadStat("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
 	}
-	table.seen(pid)
-	if table.lookup(pid) != first {
-		t.Error("the same process announced again was read again")
-	}
-	// Pretend the entry belonged to an earlier process with this pid.
-	table.mu.Lock()
-	first.startTime--
-	table.mu.Unlock()
-	table.seen(pid)
-	if again := table.lookup(pid); again == first || again.startTime != first.startTime+1 {
-		t.Error("a reused pid kept the previous process's entry")
+	// The kernel sends the start time with the event; without it (0) the
+	// table reads /proc/PID/stat. Both tell the same.
+	for _, sent := range []uint64{start, 0} {
+		table.drop(pid)
+		table.seen(pid, sent)
+		first := table.lookup(pid)
+		if first.startTime != start || first.resource.ExeName != "sleep" {
+			t.Fatalf("start time sent %d: entry %+v with start time %d, want %d", sent, first.resource, first.startTime, start)
+		}
+		table.seen(pid, sent)
+		if table.lookup(pid) != first {
+			t.Errorf("start time sent %d: the same process announced again was read again", sent)
+		}
+		// Pretend the entry belonged to an earlier process with this pid.
+		table.mu.Lock()
+		first.startTime--
+		table.mu.Unlock()
+		table.seen(pid, sent)
+		if again := table.lookup(pid); again == first || again.startTime != start {
+			t.Errorf("start time sent %d: a reused pid kept the previous process's entry", sent)
+		}
 	}
 }
 
@@ -140,7 +150,7 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 		return err == nil && strings.Contains(string(env), "OTEL_SERVICE_NAME=leaving")
 	})
-	table.seen(pid)
+	table.seen(pid, 0)
 	lived := table.lookup(pid)
 	if lived.snapshot == nil || lived.resource.ServiceName != "leaving" {
 		t.Fatalf("live process read as %+v (snapshot %v)", lived.resource, lived.snapshot != nil)
@@ -159,12 +169,12 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		return err == nil && strings.Contains(string(stat), ") Z ")
 	})
-	table.seen(pid)
+	table.seen(pid, 0)
 	if got := current(); got != lived {
 		t.Fatalf("announced again as a zombie, the entry became %+v (snapshot %v)", got.resource, got.snapshot != nil)
 	}
 	_ = cmd.Wait() // reaped: /proc/PID is gone
-	table.seen(pid)
+	table.seen(pid, 0)
 	if got := current(); got != lived {
 		t.Fatalf("announced again once reaped, the entry became %+v (snapshot %v)", got.resource, got.snapshot != nil)
 	}
@@ -189,7 +199,7 @@ func TestExitedProcessesAreHandled(t *testing.T) {
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	table.seen(gone.Process.Pid)
+	table.seen(gone.Process.Pid, 0)
 	e := table.lookup(gone.Process.Pid)
 	if e.snapshot != nil || e.resource.ServiceName == "" {
 		t.Fatalf("exited process: snapshot %v, service %q", e.snapshot, e.resource.ServiceName)
@@ -206,7 +216,7 @@ func TestExitedProcessesAreHandled(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	table.seen(pid)
+	table.seen(pid, 0)
 	if !table.tracked(pid) {
 		t.Fatal("live process not tracked")
 	}
@@ -243,13 +253,13 @@ func TestReadAcrossExecIsNotInstalled(t *testing.T) {
 	table.mu.Lock()
 	before := table.execs[pid]
 	table.mu.Unlock()
-	e := table.read(pid) // the read in flight
-	table.execed(pid)    // the exec event arrives meanwhile
+	e := table.read(pid, 0) // the read in flight
+	table.execed(pid)       // the exec event arrives meanwhile
 	table.store(pid, e, before)
 	if table.tracked(pid) {
 		t.Fatal("a read from before the exec was installed after it")
 	}
-	table.seen(pid) // the new image's first sample
+	table.seen(pid, 0) // the new image's first sample
 	if !table.tracked(pid) {
 		t.Fatal("the new image was not read")
 	}

@@ -31,18 +31,35 @@ type Info struct {
 // Read collects Info for pid below procRoot ("/proc" in production). A
 // process that is gone yields an error; a process whose environment cannot be
 // read (kernel threads, permission) yields what could be read.
-func Read(procRoot string, pid int) (Info, error) {
-	dir := filepath.Join(procRoot, fmt.Sprint(pid))
-	info := Info{PID: pid}
-	comm, start, err := ReadStat(procRoot, pid)
-	if err != nil {
-		return info, err
+//
+// startTime, when not 0, is the process's start time as the kernel reported
+// it with the event that asked for the read. /proc/PID/stat, the costliest of
+// a process's files to read (the kernel gathers every thread's times for it),
+// is then read only when there is no executable to name the process (kernel
+// threads, a process on its way out), and Comm is set only then.
+func Read(procRoot string, pid int, startTime uint64) (Info, error) {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid))
+	info := Info{PID: pid, StartTime: startTime}
+	if startTime == 0 {
+		comm, start, err := ReadStat(procRoot, pid)
+		if err != nil {
+			return info, err
+		}
+		info.Comm, info.StartTime = comm, start
 	}
-	info.Comm, info.StartTime = comm, start
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		info.ExePath, _ = procmaps.TrimDeleted(exe)
 		info.ExeName = filepath.Base(info.ExePath)
 	} else {
+		if info.Comm == "" {
+			// Also how a process that is gone shows (no executable,
+			// then no stat).
+			comm, _, err := ReadStat(procRoot, pid)
+			if err != nil {
+				return info, err
+			}
+			info.Comm = comm
+		}
 		// Kernel threads have no executable; their comm is their name.
 		info.ExeName = info.Comm
 	}

@@ -40,7 +40,7 @@ func TestReadRealProcess(t *testing.T) {
 	// the kernel does before it lays out the new environment: poll briefly.
 	var info Info
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if info, err = Read("/proc", cmd.Process.Pid); err != nil {
+		if info, err = Read("/proc", cmd.Process.Pid, 0); err != nil {
 			t.Fatal(err)
 		}
 		if info.EnvService != "" {
@@ -55,10 +55,41 @@ func TestReadRealProcess(t *testing.T) {
 		t.Errorf("EnvService = %q, want sleepy", info.EnvService)
 	}
 
+	_, start, err := ReadStat("/proc", cmd.Process.Pid)
+	if err != nil || info.StartTime != start || info.Comm != "sleep" {
+		t.Errorf("start time %d, comm %q; want %d (%v) and sleep from /proc/PID/stat", info.StartTime, info.Comm, start, err)
+	}
+	// With the start time the kernel reported, stat is not read: no comm.
+	if given, err := Read("/proc", cmd.Process.Pid, start); err != nil || given.StartTime != start || given.Comm != "" ||
+		given.ExePath != info.ExePath || given.EnvService != "sleepy" {
+		t.Errorf("Read with the start time given = %+v, %v; want start %d, no comm, the same executable and service", given, err, start)
+	}
+
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	if _, err := Read("/proc", cmd.Process.Pid); err == nil {
-		t.Error("Read of an exited process succeeded; want an error")
+	for _, start := range []uint64{0, start} {
+		if _, err := Read("/proc", cmd.Process.Pid, start); err == nil {
+			t.Errorf("Read (start time %d) of an exited process succeeded; want an error", start)
+		}
+	}
+}
+
+// A process without an executable (a kernel thread) is named by its comm,
+// read from stat even when the start time came with the event.
+func TestReadWithoutExecutable(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat := "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 18446744073709551615\n"
+	if err := os.WriteFile(filepath.Join(root, "2", "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, start := range []uint64{0, 5} {
+		info, err := Read(root, 2, start)
+		if err != nil || info.ExeName != "kthreadd" || info.Comm != "kthreadd" || info.StartTime != 5 || info.ExePath != "" {
+			t.Errorf("Read (start time %d) = %+v, %v; want kthreadd, start 5, no executable", start, info, err)
+		}
 	}
 }
 

@@ -35,9 +35,10 @@ type cpuProfileGoTraceKey struct {
 }
 
 type cpuProfileLifecycleEvent struct {
-	_    structs.HostLayout
-	Kind uint32
-	Pid  uint32
+	_       structs.HostLayout
+	Kind    uint32
+	Pid     uint32
+	StartNs uint64
 }
 
 type cpuProfileProcUnwind struct {

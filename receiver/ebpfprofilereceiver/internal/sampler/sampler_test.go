@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
 )
 
 // These tests load the real BPF programs and sample real processes. They
@@ -181,6 +183,7 @@ func TestLifecycleEvents(t *testing.T) {
 		t.Fatalf("lifecycle programs not attached: %v", err)
 	}
 	events := map[uint32]map[EventKind]int{}
+	starts := map[uint32]map[EventKind]uint64{} // the last event's start time by kind
 	announced := map[uint32]bool{}
 	// waitFor reads events until pid has every kind in want, checking on
 	// the way that no pid has an event before it was announced.
@@ -206,6 +209,10 @@ func TestLifecycleEvents(t *testing.T) {
 					events[ev.PID] = map[EventKind]int{}
 				}
 				events[ev.PID][ev.Kind]++
+				if starts[ev.PID] == nil {
+					starts[ev.PID] = map[EventKind]uint64{}
+				}
+				starts[ev.PID][ev.Kind] = ev.StartTime
 				switch ev.Kind {
 				case EventSeen:
 					announced[ev.PID] = true
@@ -231,9 +238,24 @@ func TestLifecycleEvents(t *testing.T) {
 		}
 	}
 
+	// Every event carries the process's start time as /proc/PID/stat
+	// gives it (clock ticks after boot).
+	checkStarts := func(pid uint32, want uint64) {
+		t.Helper()
+		for kind, got := range starts[pid] {
+			if got != want {
+				t.Errorf("pid %d: %s event says it started at %d ticks after boot, /proc/%d/stat says %d", pid, kind, got, pid, want)
+			}
+		}
+	}
 	burner := startBurner(t, 300*time.Millisecond, 1)
+	_, burnerStart, err := procinfo.ReadStat("/proc", burner.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitBurner(t, burner)
 	waitFor(uint32(burner.Process.Pid), EventSeen, EventExit)
+	checkStarts(uint32(burner.Process.Pid), burnerStart)
 
 	// Sampled, then maps a library executable (dlopen), then execs.
 	script := `import time, ctypes
@@ -246,10 +268,20 @@ burn(0.3)
 import os
 os.execv("/bin/true", ["true"])`
 	py := exec.Command("python3", "-c", script)
-	if out, err := py.CombinedOutput(); err != nil {
-		t.Fatalf("python3: %v: %s", err, out)
+	var out strings.Builder
+	py.Stdout, py.Stderr = &out, &out
+	if err := py.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_, pyStart, statErr := procinfo.ReadStat("/proc", py.Process.Pid)
+	if err := py.Wait(); err != nil {
+		t.Fatalf("python3: %v: %s", err, out.String())
+	}
+	if statErr != nil {
+		t.Fatal(statErr)
 	}
 	waitFor(uint32(py.Process.Pid), EventSeen, EventMapsChanged, EventExec)
+	checkStarts(uint32(py.Process.Pid), pyStart) // an exec keeps the start time
 }
 
 func TestMapFullIsCounted(t *testing.T) {
