@@ -16,10 +16,11 @@
 package cgroupattr
 
 import (
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 )
 
 // Runtime names, as container.runtime.name spells them.
@@ -43,7 +44,7 @@ type Container struct {
 // file cannot be read (gone, or a kernel thread's empty file) has no
 // container.
 func Read(procRoot string, pid int) (Container, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
+	b, err := procfile.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
 	if err != nil {
 		return Container{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
@@ -109,7 +110,7 @@ func snapshotProcess(procRoot string, pid int, cached func(fileid.ID) bool) (*Pr
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("snapshot process %d: read exe link: %w", pid, err)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "maps"))
+	raw, err := procfile.ReadFile(filepath.Join(dir, "maps"))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			return nil, fmt.Errorf("snapshot process %d: process does not exist: %w", pid, err)

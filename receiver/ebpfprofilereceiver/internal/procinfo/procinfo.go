@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
@@ -63,7 +64,7 @@ func Read(procRoot string, pid int, startTime uint64) (Info, error) {
 		// Kernel threads have no executable; their comm is their name.
 		info.ExeName = info.Comm
 	}
-	if env, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+	if env, err := procfile.ReadFile(filepath.Join(dir, "environ")); err == nil {
 		info.EnvService = serviceFromEnviron(env)
 	}
 	if c, err := cgroupattr.Read(procRoot, pid); err == nil {
@@ -75,7 +76,7 @@ func Read(procRoot string, pid int, startTime uint64) (Info, error) {
 // ReadStat returns the command name and start time of pid from
 // procRoot/PID/stat; an error when the process is gone.
 func ReadStat(procRoot string, pid int) (comm string, startTime uint64, err error) {
-	raw, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	raw, err := procfile.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return "", 0, fmt.Errorf("read process %d: %w", pid, err)
 	}

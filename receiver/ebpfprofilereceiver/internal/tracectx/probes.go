@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
@@ -398,7 +399,7 @@ func (p *Probes) addPlain(id fileid.ID) {
 
 // mappedFiles lists the distinct files pid maps executable.
 func (p *Probes) mappedFiles(pid int) ([]string, error) {
-	raw, err := os.ReadFile(filepath.Join(p.procRoot, strconv.Itoa(pid), "maps"))
+	raw, err := procfile.ReadFile(filepath.Join(p.procRoot, strconv.Itoa(pid), "maps"))
 	if err != nil {
 		// ESRCH while reading: the process exited.
 		return nil, fmt.Errorf("read maps of pid %d: %w", pid, err)
