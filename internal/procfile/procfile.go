@@ -50,10 +50,7 @@ func ReadFile(path string) ([]byte, error) {
 			return nil, err
 		}
 	}
-	out := bytes.Clone(buf[:n])
-	if out == nil {
-		out = []byte{}
-	}
+	out := bytes.Clone(buf[:n]) // not nil when empty: buf is not
 	buffers.Put(bp)
 	return out, nil
 }
