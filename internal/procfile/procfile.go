@@ -34,6 +34,7 @@ func ReadFile(path string) ([]byte, error) {
 	}
 	defer f.Close()
 	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp) // the pooled buffer, not one grown below
 	buf := *bp
 	n := 0
 	for {
@@ -46,11 +47,8 @@ func ReadFile(path string) ([]byte, error) {
 			break
 		}
 		if err != nil {
-			buffers.Put(bp) // the pooled buffer, not a grown one
 			return nil, err
 		}
 	}
-	out := bytes.Clone(buf[:n]) // not nil when empty: buf is not
-	buffers.Put(bp)
-	return out, nil
+	return bytes.Clone(buf[:n]), nil // not nil when empty: buf is not
 }

@@ -52,7 +52,7 @@ func Read(procRoot string, pid int, startTime uint64) (Info, error) {
 		info.ExePath, _ = procmaps.TrimDeleted(exe)
 		info.ExeName = filepath.Base(info.ExePath)
 	} else {
-		if info.Comm == "" {
+		if startTime != 0 { // stat not read above
 			// Also how a process that is gone shows (no executable,
 			// then no stat).
 			comm, _, err := ReadStat(procRoot, pid)
