@@ -146,6 +146,17 @@ func withDebugDir(t *testing.T, dir string) {
 // funcSym is the sized .symtab function symbol called name in path.
 func funcSym(t *testing.T, path, name string) elf.Symbol {
 	t.Helper()
+	syms := funcSyms(t, path, func(s string) bool { return s == name })
+	if len(syms) == 0 {
+		t.Fatalf("no function symbol %s in %s", name, path)
+	}
+	return syms[0]
+}
+
+// funcSyms are the sized .symtab function symbols in path whose names keep
+// accepts, in the table's order.
+func funcSyms(t *testing.T, path string, keep func(name string) bool) []elf.Symbol {
+	t.Helper()
 	ef, err := elf.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -155,13 +166,13 @@ func funcSym(t *testing.T, path, name string) elf.Symbol {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []elf.Symbol
 	for _, s := range syms {
-		if s.Name == name && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Size > 0 {
-			return s
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 && s.Size > 0 && keep(s.Name) {
+			out = append(out, s)
 		}
 	}
-	t.Fatalf("no function symbol %s in %s", name, path)
-	return elf.Symbol{}
+	return out
 }
 
 // pcsIn are the first, a middle and the last byte of a function.

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"debug/dwarf"
 	"debug/elf"
+	"encoding/binary"
+	"math"
 	"slices"
 	"sync"
 )
@@ -11,24 +13,30 @@ import (
 // dwarfLines gives file:line for native code from DWARF .debug_line, when a
 // binary carries it. It reads the sections in place from the file mapping,
 // indexes compile units by PC range on first use, and decodes a unit's line
-// program only when a lookup lands in it, keeping a bounded number of
-// decoded rows: hot code touches few units, and a large C++ binary's full
-// line table would not fit the agent's memory goal. The answer for each
-// address looked up is kept apart from the units: the addresses a profile
-// meets are few, but they can lie in more units than the rows' bound holds.
-// Under process churn, each new Python process ran code of 47 units of
-// pyenv's libpython, built with -g (174,000 rows): the bound held 17 of
-// them, and units were decoded again and again (1.27 M rows in 30 s).
+// program only when a lookup lands in it. Decoded units are kept compact
+// (a few bytes a row, see unitLines) up to a bound on their bytes, and the
+// least recently used unit is dropped first: hot code touches few units,
+// and a large C++ binary's full line table would not fit the agent's memory
+// goal. The answer for each address looked up is kept apart from the units,
+// so an address seen again costs one map access.
+//
+// Under process churn, each new Python process of pyenv's libpython (built
+// with -g: 142 units, 292,000 rows) runs code of dozens of its units. Kept
+// as 16-byte rows under a bound of 64 k rows, dropped all at once when it
+// was reached, those units were decoded again and again: 11 % of the
+// agent's perf samples in a churn trial.
 type dwarfLines struct {
 	mu    sync.Mutex
 	data  *dwarf.Data
 	once  bool
 	cus   []cuRange
 	units map[dwarf.Offset]*unitLines
-	rows  int
-	// maxRows bounds rows (maxDwarfRows; tests set less).
-	maxRows int
-	pcs     map[uint64]pcLine // answers by address, found or not
+	// bytes is the units' size (unitLines.size), bounded by maxBytes
+	// (maxDwarfLineBytes; tests set less).
+	bytes, maxBytes int
+	// clock orders the units' use, for dropping the least recent.
+	clock uint64
+	pcs   map[uint64]pcLine // answers by address, found or not
 	// decodes counts units decoded (tests).
 	decodes int
 }
@@ -39,8 +47,9 @@ type pcLine struct {
 	line int32
 }
 
-// maxDwarfRows bounds decoded line rows kept per binary (16 bytes each).
-const maxDwarfRows = 1 << 16
+// maxDwarfLineBytes bounds the decoded units kept per binary: 1 MiB, about
+// 300,000 rows (all of libpython's), where 16-byte rows held 65,536.
+const maxDwarfLineBytes = 1 << 20
 
 // maxDwarfPCs bounds the addresses whose answer is kept per binary (about
 // 50 bytes each with the map's own, so at most 0.8 MB; a profile's sampled
@@ -52,11 +61,66 @@ type cuRange struct {
 	off    dwarf.Offset
 }
 
+// unitLines is one unit's line table: one row per address (the row in
+// effect from it), in address order, in blocks of lineBlockRows rows. A
+// block's first address is kept in blockAddrs, and each of its rows is
+// three varints in enc from blockOffs: the address's distance from the
+// previous row's (0 for the block's first), the line's difference from the
+// previous row's (zig-zag; 0 is the end of a sequence, no line from there
+// on), and the file (index into names). Rows of a line program are close
+// together, so a row takes 3 to 4 bytes, against 16 as slices.
 type unitLines struct {
-	addrs []uint64 // sorted row addresses
-	lines []uint32 // 0: end of a sequence (no line from here)
-	files []uint32 // index into names
-	names []string
+	blockAddrs []uint64
+	blockOffs  []uint32
+	enc        []byte
+	names      []string
+	lastUse    uint64
+}
+
+// lineBlockRows is the rows per block: a lookup reads at most this many.
+const lineBlockRows = 32
+
+// size is the heap the unit holds, roughly.
+func (u *unitLines) size() int {
+	n := 100 + len(u.blockAddrs)*8 + len(u.blockOffs)*4 + len(u.enc)
+	for _, name := range u.names {
+		n += 16 + len(name)
+	}
+	return n
+}
+
+// lookup returns the file and line of the row in effect at pc, if any.
+func (u *unitLines) lookup(pc uint64) (string, int) {
+	b, exact := slices.BinarySearch(u.blockAddrs, pc)
+	if !exact {
+		b--
+	}
+	if b < 0 {
+		return "", 0
+	}
+	enc := u.enc[u.blockOffs[b]:]
+	if b+1 < len(u.blockOffs) {
+		enc = u.enc[u.blockOffs[b]:u.blockOffs[b+1]]
+	}
+	addr, line, file := u.blockAddrs[b], int64(0), uint64(0)
+	found := false
+	// enc holds whole rows, as decodeUnit wrote them.
+	for len(enc) > 0 {
+		da, n := binary.Uvarint(enc)
+		enc = enc[n:]
+		if addr+da > pc {
+			break
+		}
+		dline, n := binary.Varint(enc)
+		enc = enc[n:]
+		f, n := binary.Uvarint(enc)
+		enc = enc[n:]
+		addr, line, file, found = addr+da, line+dline, f, true
+	}
+	if !found || line == 0 {
+		return "", 0
+	}
+	return u.names[file], int(line)
 }
 
 // newDwarfLines returns nil when the file has no usable DWARF line info.
@@ -85,7 +149,7 @@ func newDwarfLines(ef *elf.File, data []byte) *dwarfLines {
 			}
 		}
 	}
-	return &dwarfLines{data: d, units: map[dwarf.Offset]*unitLines{}, maxRows: maxDwarfRows, pcs: map[uint64]pcLine{}}
+	return &dwarfLines{data: d, units: map[dwarf.Offset]*unitLines{}, maxBytes: maxDwarfLineBytes, pcs: map[uint64]pcLine{}}
 }
 
 // line returns the file and line of pc, or "" and 0.
@@ -124,25 +188,33 @@ func (dl *dwarfLines) lineInUnit(pc uint64) (string, int) {
 	if !found {
 		return "", 0
 	}
+	dl.clock++
 	u, ok := dl.units[off]
 	if !ok {
 		u = dl.decodeUnit(off)
 		dl.decodes++
-		if dl.rows+len(u.addrs) > dl.maxRows {
-			clear(dl.units)
-			dl.rows = 0
+		dl.keep(off, u)
+	}
+	u.lastUse = dl.clock
+	return u.lookup(pc)
+}
+
+// keep adds a decoded unit, first dropping the least recently used units
+// while the bound would be exceeded. dl.mu must be held.
+func (dl *dwarfLines) keep(off dwarf.Offset, u *unitLines) {
+	for dl.bytes+u.size() > dl.maxBytes && len(dl.units) > 0 {
+		var oldest dwarf.Offset
+		var oldestUse uint64 = math.MaxUint64
+		for o, k := range dl.units {
+			if k.lastUse < oldestUse {
+				oldest, oldestUse = o, k.lastUse
+			}
 		}
-		dl.units[off] = u
-		dl.rows += len(u.addrs)
+		dl.bytes -= dl.units[oldest].size()
+		delete(dl.units, oldest)
 	}
-	k, exact := slices.BinarySearch(u.addrs, pc)
-	if !exact {
-		k--
-	}
-	if k < 0 || u.lines[k] == 0 {
-		return "", 0
-	}
-	return u.names[u.files[k]], int(u.lines[k])
+	dl.units[off] = u
+	dl.bytes += u.size()
 }
 
 func (dl *dwarfLines) indexUnits() {
@@ -166,8 +238,9 @@ func (dl *dwarfLines) indexUnits() {
 	slices.SortFunc(dl.cus, func(a, b cuRange) int { return cmp.Compare(a.lo, b.lo) })
 }
 
-// decodeUnit flattens one unit's line program into sorted rows. An empty
-// result (and so no lines) is cached on error too.
+// decodeUnit flattens one unit's line program into rows in address order,
+// one per address, and encodes them (unitLines). An empty result (and so no
+// lines) is cached on error too.
 func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 	u := &unitLines{}
 	r := dl.data.Reader()
@@ -207,6 +280,8 @@ func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 	// Sequences may come in any address order; at one address a sequence's
 	// first row must win over the previous sequence's end marker.
 	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(a.addr, b.addr) })
+	var prev row
+	inBlock := 0
 	for i := 0; i < len(rows); {
 		j, pick := i, rows[i]
 		for ; j < len(rows) && rows[j].addr == rows[i].addr; j++ {
@@ -214,18 +289,26 @@ func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 				pick = rows[j] // the last real row at this address
 			}
 		}
-		u.addrs = append(u.addrs, pick.addr)
-		u.lines = append(u.lines, pick.line)
-		u.files = append(u.files, pick.file)
 		i = j
+		if inBlock == lineBlockRows || len(u.blockAddrs) == 0 {
+			u.blockAddrs = append(u.blockAddrs, pick.addr)
+			u.blockOffs = append(u.blockOffs, uint32(len(u.enc)))
+			prev, inBlock = row{addr: pick.addr}, 0
+		}
+		u.enc = binary.AppendUvarint(u.enc, pick.addr-prev.addr)
+		u.enc = binary.AppendVarint(u.enc, int64(pick.line)-int64(prev.line))
+		u.enc = binary.AppendUvarint(u.enc, uint64(pick.file))
+		prev = pick
+		inBlock++
 	}
+	u.enc = slices.Clip(u.enc)
 	return u
 }
 
-// size estimates the heap held: the unit index and decoded rows (debug/dwarf's
-// own per-unit state is not counted).
+// size estimates the heap held: the unit index, the kept units and the
+// answers by address (debug/dwarf's own per-unit state is not counted).
 func (dl *dwarfLines) size() int {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return len(dl.cus)*24 + dl.rows*16 + len(dl.pcs)*50
+	return len(dl.cus)*24 + dl.bytes + len(dl.pcs)*50
 }

@@ -720,7 +720,7 @@ func TestLinesOncePerAddress(t *testing.T) {
 	if tab.lines == nil {
 		t.Fatal("no DWARF lines in a program built with -g")
 	}
-	tab.lines.maxRows = 1 // decoding one unit drops the other
+	tab.lines.maxBytes = 1 // decoding one unit drops the other
 	var pcs []uint64
 	for _, name := range []string{"hot_leaf", "hot_lib_func", "hot_mid", "hot_lib_helper"} {
 		s := funcSym(t, bin, name)
