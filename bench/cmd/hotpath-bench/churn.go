@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ type churnResult struct {
 	AlignSeconds  float64     `json:"align_seconds"` // the agent's interval: windows start on its boundaries
 	GoEvery       float64     `json:"go_build_every_seconds"`
 	GoCache       string      `json:"go_cache"`
+	BinaryCache   string      `json:"binary_cache"`
 	Steady        []string    `json:"steady_workload"` // the commands, as started
 	Churn         []string    `json:"churn_workload"`
 	Runs          []churnRun  `json:"runs"`
@@ -158,10 +160,18 @@ func churnCmd(args []string) error {
 			base = append(base, a)
 		}
 	}
+	// Each run's agent starts with an empty binary cache of its own. The
+	// two agents share the phase's state directory, and with one cache the
+	// second run found the unwind rows of every binary the first had met
+	// (the C library, the compilers, python3): its per-binary work took
+	// about half the CPU, which made the guard look costlier than it is.
+	cacheArg := func(i int) string {
+		return "--set=receivers.ebpfprofile.binary_cache.directory=" + filepath.Join(r.dir, fmt.Sprintf("binary-cache-%d", i+1))
+	}
 	runs := []struct {
 		label string
 		args  []string
-	}{{"guard on", base}, {"guard off", append(append([]string(nil), base...), guardOff)}}
+	}{{"guard on", append(slices.Clone(base), cacheArg(0))}, {"guard off", append(slices.Clone(base), guardOff, cacheArg(1))}}
 
 	steadyC, err := buildC(r.dir, "churn-steady-c", steadyCSource, nil)
 	if err != nil {
@@ -169,7 +179,8 @@ func churnCmd(args []string) error {
 	}
 	res := &churnResult{CPUs: runtime.NumCPU(), AgentConfig: r.agentCfg, GatewayConfig: r.gatewayCfg, ConfiguredHz: hz,
 		WindowSeconds: window.Seconds(), WarmupSeconds: warmup.Seconds(), AlignSeconds: align.Seconds(), GoEvery: goEvery.Seconds(),
-		GoCache: "GOCACHE inside the phase's work directory, warmed by one build before the first agent starts (the standard library is compiled then; each churn build compiles one package and links)"}
+		BinaryCache: "each run's agent starts with an empty binary cache of its own (receivers.ebpfprofile.binary_cache.directory)",
+		GoCache:     "GOCACHE inside the phase's work directory, warmed by one build before the first agent starts (the standard library is compiled then; each churn build compiles one package and links)"}
 	res.LoadAvg = append(res.LoadAvg, loadAvg())
 
 	// An interrupted phase stops the workload (the whole process group)

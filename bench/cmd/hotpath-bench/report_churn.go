@@ -177,8 +177,8 @@ func binaryWorkString(r *churnRun) string {
 func churnSection(res *churnResult) string {
 	var b strings.Builder
 	b.WriteString("## Churn: a CI node (guard on and off)\n\n")
-	fmt.Fprintf(&b, "Steady workload: `%s`. Churn: %s. Go builds: %s. Each run starts its own workload (one process group, killed at the run's end), then the agent; the window starts on the first %.0f s boundary %.0f s after the agent's ready line and its first interval. Load average (1/5/15 min) at the phase's start and end: %v.\n\n",
-		strings.Join(res.Steady, "`, `"), strings.Join(res.Churn, "; "), res.GoCache, res.AlignSeconds, res.WarmupSeconds, res.LoadAvg)
+	fmt.Fprintf(&b, "Steady workload: `%s`. Churn: %s. Go builds: %s. Binary cache: %s. Each run starts its own workload (one process group, killed at the run's end), then the agent; the window starts on the first %.0f s boundary %.0f s after the agent's ready line and its first interval. Load average (1/5/15 min) at the phase's start and end: %v.\n\n",
+		strings.Join(res.Steady, "`, `"), strings.Join(res.Churn, "; "), res.GoCache, res.BinaryCache, res.AlignSeconds, res.WarmupSeconds, res.LoadAvg)
 	b.WriteString("| figure |")
 	for _, r := range res.Runs {
 		fmt.Fprintf(&b, " %s |", r.Label)
