@@ -202,7 +202,8 @@ func (dl *dwarfLines) lineInUnit(pc uint64) (string, int) {
 // keep adds a decoded unit, first dropping the least recently used units
 // while the bound would be exceeded. dl.mu must be held.
 func (dl *dwarfLines) keep(off dwarf.Offset, u *unitLines) {
-	for dl.bytes+u.size() > dl.maxBytes && len(dl.units) > 0 {
+	n := u.size()
+	for dl.bytes+n > dl.maxBytes && len(dl.units) > 0 {
 		var oldest dwarf.Offset
 		var oldestUse uint64 = math.MaxUint64
 		for o, k := range dl.units {
@@ -214,7 +215,7 @@ func (dl *dwarfLines) keep(off dwarf.Offset, u *unitLines) {
 		delete(dl.units, oldest)
 	}
 	dl.units[off] = u
-	dl.bytes += u.size()
+	dl.bytes += n
 }
 
 func (dl *dwarfLines) indexUnits() {
