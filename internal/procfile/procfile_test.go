@@ -52,3 +52,17 @@ func TestReadFileMissing(t *testing.T) {
 		t.Fatalf("err = %v, want a *os.PathError for a missing file", err)
 	}
 }
+
+// A read that fails after the open gives a *os.PathError naming the read, as
+// os.ReadFile does: a directory opens but cannot be read.
+func TestReadFileReadError(t *testing.T) {
+	dir := t.TempDir()
+	_, err := ReadFile(dir)
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Op != "read" || pe.Path != dir {
+		t.Fatalf("err = %v, want a *os.PathError for the read of %s", err, dir)
+	}
+	if _, osErr := os.ReadFile(dir); osErr == nil || osErr.Error() != err.Error() {
+		t.Errorf("err = %q, os.ReadFile gives %q", err, osErr)
+	}
+}
