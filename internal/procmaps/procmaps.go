@@ -42,22 +42,48 @@ func TrimDeleted(path string) (string, bool) {
 // naming the line.
 func ParseExecutable(raw []byte) ([]Mapping, error) {
 	var out []Mapping
-	for n, line := range bytes.Split(raw, []byte{'\n'}) {
+	for n := 1; len(raw) > 0; n++ {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
 		if len(line) == 0 {
 			continue
 		}
-		fields := bytes.Fields(line)
-		if len(fields) >= 2 && (len(fields[1]) < 3 || fields[1][2] != 'x') {
-			continue // not executable: not parsed further (a process read parses every line)
+		// Most lines are not executable (a python3 process has 30 of 150):
+		// they are skipped on their permissions alone, without splitting
+		// the line (a process read parses every line).
+		if perms, ok := secondField(line); ok && (len(perms) < 3 || perms[2] != 'x') {
+			continue
 		}
-		m, err := parseLine(line, fields)
+		m, err := parseLine(line, bytes.Fields(line))
 		if err != nil {
-			return nil, fmt.Errorf("parse maps line %d %q: %w", n+1, line, err)
+			return nil, fmt.Errorf("parse maps line %d %q: %w", n, line, err)
 		}
 		out = append(out, m)
 	}
 	slices.SortFunc(out, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
 	return out, nil
+}
+
+// secondField is a maps line's second field (its permissions), split at
+// ASCII white space as the kernel writes the line, and whether it has one.
+func secondField(line []byte) ([]byte, bool) {
+	const spaces = " \t\v\f\r"
+	start := bytes.IndexAny(line, spaces)
+	if start < 0 {
+		return nil, false
+	}
+	rest := bytes.TrimLeft(line[start:], spaces)
+	if len(rest) == 0 {
+		return nil, false
+	}
+	if end := bytes.IndexAny(rest, spaces); end >= 0 {
+		rest = rest[:end]
+	}
+	return rest, true
 }
 
 // parseLine reads one maps line, start-limit perms offset dev inode

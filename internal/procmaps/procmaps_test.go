@@ -1,9 +1,11 @@
 package procmaps
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -105,5 +107,54 @@ func TestReadSmaps(t *testing.T) {
 	}
 	if _, err := ReadSmaps(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing file: no error")
+	}
+}
+
+// The lines skipped on their permissions and the lines parsed are those of
+// a listing split into fields line by line: this process's maps, and lines
+// with a tab or runs of spaces between the fields.
+func TestParseExecutableSkipsByPermissions(t *testing.T) {
+	raw, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = append(raw, "1000-2000\tr-xp 0 fd:01 7 /tabbed\n3000-4000  r--p 0 fd:01 8 /spaced\n5000-6000   --xp 0 fd:01 9 /xonly\n"...)
+	got, err := ParseExecutable(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, starts []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && f[1][2] == 'x' {
+			start, _, _ := strings.Cut(f[0], "-")
+			want = append(want, strings.TrimLeft(start, "0"))
+		}
+	}
+	for _, m := range got {
+		starts = append(starts, fmt.Sprintf("%x", m.Start))
+	}
+	slices.Sort(starts)
+	slices.Sort(want)
+	if !slices.Equal(starts, want) || !slices.Contains(starts, "1000") || !slices.Contains(starts, "5000") || slices.Contains(starts, "3000") {
+		t.Errorf("executable mappings start at %q, want %q", starts, want)
+	}
+}
+
+// go test -bench . ./internal/procmaps: a python3-sized listing (150 lines,
+// a fifth executable).
+func BenchmarkParseExecutable(b *testing.B) {
+	var sb strings.Builder
+	for i := range 150 {
+		perms := "r--p"
+		if i%5 == 0 {
+			perms = "r-xp"
+		}
+		fmt.Fprintf(&sb, "%x-%x %s %08x fd:01 %d                       /usr/lib/x86_64-linux-gnu/lib%d.so.1\n", 0x7f0000000000+i*0x1000, 0x7f0000001000+i*0x1000, perms, i*0x1000, 1000+i, i)
+	}
+	raw := []byte(sb.String())
+	for b.Loop() {
+		if _, err := ParseExecutable(raw); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
