@@ -26,6 +26,17 @@ func NewCache(size int) *Cache {
 	return &Cache{entries: entries}
 }
 
+// LookupID is Lookup for a binary whose identity the caller already has
+// from a stat of its own (the agent's read of a process stats every mapped
+// file): a cached binary costs no system call. Otherwise it is Lookup(path),
+// and the result belongs to the identity Lookup returns.
+func (c *Cache) LookupID(id fileid.ID, path string) (info Info, _ fileid.ID, hit bool, err error) {
+	if info, ok := c.entries.Get(id); ok {
+		return info, id, true, nil
+	}
+	return c.Lookup(path)
+}
+
 // Lookup identifies the binary at path. hit reports whether it came from the
 // cache; id is the file identity the result belongs to.
 func (c *Cache) Lookup(path string) (info Info, id fileid.ID, hit bool, err error) {

@@ -110,3 +110,30 @@ func BenchmarkReadGoBinary(b *testing.B) {
 		}
 	}
 }
+
+// LookupID answers a cached identity without touching the path (the path
+// given is gone), and reads the file at path for an identity not cached,
+// returning that file's own identity.
+func TestCacheLookupIDAnswersCachedIdentityWithoutStat(t *testing.T) {
+	dir := t.TempDir()
+	a := compileC(t, dir, "a", "-Wl,--build-id=sha1")
+	c := NewCache(8)
+	first, id, _, err := c.Lookup(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(dir, "gone")
+	got, gotID, hit, err := c.LookupID(id, gone)
+	if err != nil || !hit || got != first || gotID != id {
+		t.Fatalf("LookupID of a cached identity: %+v %v hit=%v err=%v, want %+v from the cache", got, gotID, hit, err, first)
+	}
+	other := id
+	other.Mtime++
+	if _, _, _, err := c.LookupID(other, gone); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("LookupID of an identity not cached, path gone: err = %v, want the path's stat error", err)
+	}
+	got, gotID, hit, err = c.LookupID(other, a)
+	if err != nil || !hit || got != first || gotID != id {
+		t.Errorf("LookupID of an identity not cached: %+v %v hit=%v err=%v, want the file at the path (%v)", got, gotID, hit, err, id)
+	}
+}

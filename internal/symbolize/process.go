@@ -99,13 +99,8 @@ func (p *Process) find(addr uint64) int {
 // only stat'ed, not opened: the tenth process of a binary costs a stat.
 func snapshotProcess(procRoot string, pid int, cached func(fileid.ID) bool) (*Process, error) {
 	dir := filepath.Join(procRoot, strconv.Itoa(pid))
-	if _, err := os.Stat(dir); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("snapshot process %d: process does not exist", pid)
-		}
-		return nil, fmt.Errorf("snapshot process %d: %w", pid, err)
-	}
-	// Kernel threads have no exe link; that leaves ExePath empty.
+	// Kernel threads have no exe link; that leaves ExePath empty. A process
+	// that is gone has none either: the read of its maps below says so.
 	exe, err := os.Readlink(filepath.Join(dir, "exe"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("snapshot process %d: read exe link: %w", pid, err)

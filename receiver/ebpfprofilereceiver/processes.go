@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/cputime"
+	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
@@ -575,13 +577,26 @@ func (t *processTable) readProcess(pid int, start uint64) *processEntry {
 	if !e.keep || info.ExePath == "" {
 		return e // filtered out, or a kernel thread: nothing to symbolize in user space
 	}
-	if b, _, _, err := t.buildIDs.Lookup(filepath.Join(t.procRoot, strconv.Itoa(pid), "exe")); err == nil {
-		e.resource.Build = b
-	}
+	exe := filepath.Join(t.procRoot, strconv.Itoa(pid), "exe")
 	snap, err := t.symbolizer.Snapshot(pid)
 	if err != nil {
 		t.logger.Debug("snapshot process", zap.Int("pid", pid), zap.Error(err))
+		if b, _, _, err := t.buildIDs.Lookup(exe); err == nil {
+			e.resource.Build = b
+		}
 		return e
+	}
+	// The snapshot stat'ed the executable's file already: a build ID cached
+	// for that identity needs no stat of its own.
+	exeMapping := slices.IndexFunc(snap.Mappings, func(m symbolize.Mapping) bool { return m.Path == info.ExePath })
+	var b buildid.Info
+	if exeMapping >= 0 && snap.Mappings[exeMapping].ID != (fileid.ID{}) {
+		b, _, _, err = t.buildIDs.LookupID(snap.Mappings[exeMapping].ID, exe)
+	} else {
+		b, _, _, err = t.buildIDs.Lookup(exe)
+	}
+	if err == nil {
+		e.resource.Build = b
 	}
 	e.snapshot = snap
 	e.mappings = make([]profilebuilder.Mapping, len(snap.Mappings))
