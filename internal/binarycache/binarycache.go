@@ -10,10 +10,15 @@
 //     payload, and a CRC-32C over both. A different format version, a short,
 //     corrupt or foreign-looking entry is never trusted: it is deleted,
 //     counted and logged once, and the caller recomputes.
-//   - Writes go to a temporary file in the same directory, are synced, and
-//     renamed into place: a crash mid-write leaves either the old state or
-//     the new entry, never half of one. Temporary files a crash left behind
-//     are removed on Open.
+//   - Writes go to a temporary file in the same directory and are renamed
+//     into place: an agent that crashes or is killed mid-write leaves either
+//     the old state or the new entry, never half of one. Temporary files a
+//     crash left behind are removed on Open. Entries are not fsync'ed: a
+//     power loss may leave an entry whose data did not reach the disk, which
+//     its checksum rejects like any corrupt entry. An fsync per entry made
+//     every new binary on a node where binaries are built and run once (a CI
+//     runner) wait for the disk's journal, on the worker that attaches
+//     unwind tables, for a file that is only a cache.
 //   - The directory is bounded (maxBytes): least recently used entries go
 //     first; an entry larger than a quarter of the budget is not stored.
 //   - Files in the directory that do not follow the entry naming scheme are
@@ -233,7 +238,8 @@ func (c *Cache) Put(id fileid.ID, kind Kind, payload []byte) {
 	c.stats.Writes++
 }
 
-// write puts data at name atomically: temporary file, sync, rename.
+// write puts data at name atomically: temporary file, rename (no fsync: see
+// the package's guarantees).
 func (c *Cache) write(name string, data []byte) error {
 	f, err := os.CreateTemp(c.dir, name+tmpMarker+"*")
 	if err != nil {
@@ -241,9 +247,8 @@ func (c *Cache) write(name string, data []byte) error {
 	}
 	tmp := f.Name()
 	_, werr := f.Write(data)
-	serr := f.Sync()
 	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
+	if err := errors.Join(werr, cerr); err != nil {
 		_ = os.Remove(tmp)
 		return err
 	}
