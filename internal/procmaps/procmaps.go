@@ -52,7 +52,7 @@ func ParseExecutable(raw []byte) ([]Mapping, error) {
 		if len(line) == 0 {
 			continue
 		}
-		// Most lines are not executable (a python3 process has 30 of 150):
+		// Most lines are not executable (a python3 process has 20 of 105):
 		// they are skipped on their permissions alone, without splitting
 		// the line (a process read parses every line).
 		if perms, ok := secondField(line); ok && (len(perms) < 3 || perms[2] != 'x') {
