@@ -28,9 +28,13 @@ func NewCache(size int) *Cache {
 
 // LookupID is Lookup for a binary whose identity the caller already has
 // from a stat of its own (the agent's read of a process stats every mapped
-// file): a cached binary costs no system call. Otherwise it is Lookup(path),
-// and the result belongs to the identity Lookup returns.
+// file): a cached binary costs no system call. Otherwise, or with a zero id
+// (the caller has none), it is Lookup(path), and the result belongs to the
+// identity Lookup returns.
 func (c *Cache) LookupID(id fileid.ID, path string) (info Info, _ fileid.ID, hit bool, err error) {
+	if id == (fileid.ID{}) {
+		return c.Lookup(path)
+	}
 	if info, ok := c.entries.Get(id); ok {
 		return info, id, true, nil
 	}

@@ -578,25 +578,23 @@ func (t *processTable) readProcess(pid int, start uint64) *processEntry {
 		return e // filtered out, or a kernel thread: nothing to symbolize in user space
 	}
 	exe := filepath.Join(t.procRoot, strconv.Itoa(pid), "exe")
-	snap, err := t.symbolizer.Snapshot(pid)
-	if err != nil {
-		t.logger.Debug("snapshot process", zap.Int("pid", pid), zap.Error(err))
-		if b, _, _, err := t.buildIDs.Lookup(exe); err == nil {
-			e.resource.Build = b
-		}
-		return e
-	}
+	snap, snapErr := t.symbolizer.Snapshot(pid)
 	// The snapshot stat'ed the executable's file already: a build ID cached
-	// for that identity needs no stat of its own.
-	exeMapping := slices.IndexFunc(snap.Mappings, func(m symbolize.Mapping) bool { return m.Path == info.ExePath })
-	var b buildid.Info
-	if exeMapping >= 0 && snap.Mappings[exeMapping].ID != (fileid.ID{}) {
-		b, _, _, err = t.buildIDs.LookupID(snap.Mappings[exeMapping].ID, exe)
-	} else {
-		b, _, _, err = t.buildIDs.Lookup(exe)
+	// for that identity needs no stat of its own. Without a snapshot, or a
+	// mapping of the executable in it, the identity is zero and LookupID
+	// stats the file.
+	var exeID fileid.ID
+	if snapErr == nil {
+		if i := slices.IndexFunc(snap.Mappings, func(m symbolize.Mapping) bool { return m.Path == info.ExePath }); i >= 0 {
+			exeID = snap.Mappings[i].ID
+		}
 	}
-	if err == nil {
+	if b, _, _, err := t.buildIDs.LookupID(exeID, exe); err == nil {
 		e.resource.Build = b
+	}
+	if snapErr != nil {
+		t.logger.Debug("snapshot process", zap.Int("pid", pid), zap.Error(snapErr))
+		return e
 	}
 	e.snapshot = snap
 	e.mappings = make([]profilebuilder.Mapping, len(snap.Mappings))
