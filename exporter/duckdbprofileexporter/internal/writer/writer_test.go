@@ -159,7 +159,8 @@ func TestFailedBatchLeavesNothingAndDictionaryInStep(t *testing.T) {
 }
 
 // A batch that fails after its new frames, its new stack and a frame's type
-// went into its transaction (a malformed trace ID fails its last append)
+// went into its transaction (a malformed trace ID fails it once those are
+// flushed, before its samples are appended)
 // leaves the dictionaries as the file has them: the new frame is unknown,
 // the filled frame untyped, and the next batch stores both.
 func TestBatchFailingLateLeavesDictionariesAsTheFile(t *testing.T) {
