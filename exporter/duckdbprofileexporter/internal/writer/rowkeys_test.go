@@ -51,7 +51,7 @@ func TestRowKeysOrderRowsAsRowOrder(t *testing.T) {
 				if keys == nil {
 					t.Fatal("no keys")
 				}
-				p := preparedRows{agg: agg, keys: keys, idxMask: indexMask(len(agg))}
+				p := preparedRows{agg: agg, keys: keys}
 				order := rowOrder(descending)
 				seen := make([]bool, len(agg))
 				for i := range agg {

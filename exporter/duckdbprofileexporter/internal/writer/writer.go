@@ -1219,7 +1219,7 @@ func rowKeys(agg []aggRow, descending bool, buf []uint64) []uint64 {
 	}
 	slices.Sort(keys)
 	times := slices.Clone(slices.Compact(keys))
-	idxBits := bits.OnesCount64(indexMask(n))
+	idxBits := bits.Len(uint(n - 1))
 	if bits.Len(uint(len(times)-1))+idxBits > 33 {
 		return nil
 	}
@@ -1258,11 +1258,10 @@ type aggRow struct {
 type preparedRows struct {
 	// agg are the Samples rows: in rowOrder when keys is nil, else in
 	// the order of the indices in keys (see rowKeys).
-	agg     []aggRow
-	keys    []uint64
-	idxMask uint64      // the bits of a key that are its index in agg
-	traces  []tracedRow // Traces, in traceOrder
-	err     error       // a malformed trace or span ID
+	agg    []aggRow
+	keys   []uint64
+	traces []tracedRow // Traces, in traceOrder
+	err    error       // a malformed trace or span ID
 }
 
 // sample is the i-th Samples row in rowOrder.
@@ -1270,7 +1269,7 @@ func (p *preparedRows) sample(i int) *aggRow {
 	if p.keys == nil {
 		return &p.agg[i]
 	}
-	return &p.agg[p.keys[i]&p.idxMask]
+	return &p.agg[p.keys[i]&indexMask(len(p.agg))]
 }
 
 // prepareRows merges every row's samples into Samples rows (trace-tagged
@@ -1323,8 +1322,6 @@ func prepareRows(rows []StackRow, series, ids []int32, descending bool, keys []u
 	out := preparedRows{agg: agg, keys: rowKeys(agg, descending, keys)}
 	if out.keys == nil {
 		slices.SortFunc(agg, rowOrder(descending))
-	} else {
-		out.idxMask = indexMask(len(agg))
 	}
 	if len(tracedRows) == 0 {
 		return out
