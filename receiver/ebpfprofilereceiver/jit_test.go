@@ -38,6 +38,16 @@ import (
 // 60 / 30 / 10 % of the CPU. Each program measures the CPU time of its own
 // calls and prints it as JSON {"hotA": ns, ...} when it ends: that
 // measurement, not the design, is what the agent's shares are held to.
+//
+// Each round's unit is drawn at random (half to one and a half times the
+// mean), as in testworkload's spin.c: with a fixed unit every round takes
+// the same time, and a sampling period near a whole number of rounds hits
+// the same point of the round sample after sample, so the shares follow
+// that phase instead of the time spent. Node's round took 4.8 ms on the CI
+// machine, two of them within 5 % of the period at 99 Hz (10.1 ms); a CI
+// run on the loaded machine saw hotB at 0.215 against the program's 0.300,
+// and the same test at 105-106 Hz (twice the quiet machine's round) was
+// 6-8 points off in 2 of 12 runs, 4.5 at most in 13 with random units.
 
 var designedSplit = []string{"hotA", "hotB", "hotC"}
 
@@ -50,9 +60,9 @@ function hotB(n) { let x = 2; for (let i = 0; i < n; i++) x = (Math.imul(x, 1103
 function hotC(n) { let x = 3; for (let i = 0; i < n; i++) x = (Math.imul(x, 1103515245) + 12345) | 0; return x; }
 const UNIT = 400000;
 const cpu = { hotA: 0, hotB: 0, hotC: 0 };
-function timed(name, fn, units) {
+function timed(name, fn, n) {
 	const t0 = process.cpuUsage();
-	const r = fn(units * UNIT);
+	const r = fn(n);
 	const d = process.cpuUsage(t0);
 	cpu[name] += (d.user + d.system) * 1000;
 	return r;
@@ -62,9 +72,10 @@ function burn() {
 	const end = Date.now() + seconds * 1000;
 	let sink = 0;
 	while (Date.now() < end) {
-		sink ^= timed("hotA", hotA, 6);
-		sink ^= timed("hotB", hotB, 3);
-		sink ^= timed("hotC", hotC, 1);
+		const unit = UNIT / 2 + Math.floor(Math.random() * (UNIT + 1));
+		sink ^= timed("hotA", hotA, 6 * unit);
+		sink ^= timed("hotB", hotB, 3 * unit);
+		sink ^= timed("hotC", hotC, unit);
 	}
 	console.log(JSON.stringify(cpu));
 	if (sink === 42) console.error(sink);
@@ -91,6 +102,7 @@ import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.util.concurrent.ThreadLocalRandom;
 
 public class Split {
 	static int hotA(int n) { int x = 1; for (int i = 0; i < n; i++) x = x * 1103515245 + 12345; return x; }
@@ -102,12 +114,13 @@ public class Split {
 	static int sink;
 
 	static void round(boolean measure) {
+		int unit = UNIT / 2 + ThreadLocalRandom.current().nextInt(UNIT + 1);
 		long t0 = TMX.getCurrentThreadCpuTime();
-		sink ^= hotA(6 * UNIT);
+		sink ^= hotA(6 * unit);
 		long t1 = TMX.getCurrentThreadCpuTime();
-		sink ^= hotB(3 * UNIT);
+		sink ^= hotB(3 * unit);
 		long t2 = TMX.getCurrentThreadCpuTime();
-		sink ^= hotC(UNIT);
+		sink ^= hotC(unit);
 		long t3 = TMX.getCurrentThreadCpuTime();
 		if (measure) { a += t1 - t0; b += t2 - t1; c += t3 - t2; }
 	}

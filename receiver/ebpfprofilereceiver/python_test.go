@@ -26,11 +26,12 @@ import (
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/python"
 )
 
-// splitPyZlib: the designed 60/30/10 split for an interpreter without
-// -X perf; hotC spends its time in a C extension (zlib.compress, which
-// calls into libz), so its samples show hotC above zlib's native frames.
+// splitPyZlib: the designed 60/30/10 split (jit_test.go) for an
+// interpreter without -X perf; hotC spends its time in a C extension
+// (zlib.compress, which calls into libz), so its samples show hotC above
+// zlib's native frames.
 const splitPyZlib = `
-import json, select, sys, time, zlib
+import json, random, select, sys, time, zlib
 
 def hotA(n):
     x = 1
@@ -53,15 +54,17 @@ def hotC(n):
 UNIT = 20000
 cpu = {"hotA": 0, "hotB": 0, "hotC": 0}
 
-def timed(name, fn, units):
+def timed(name, fn, n):
     t0 = time.thread_time_ns()
-    fn(units * UNIT)
+    fn(n)
     cpu[name] += time.thread_time_ns() - t0
 
 def dispatch():
-    timed("hotA", hotA, 6)
-    timed("hotB", hotB, 3)
-    timed("hotC", hotC, 1)
+    # A random unit a round: see jit_test.go on sampling phase.
+    unit = random.randint(UNIT // 2, UNIT * 3 // 2)
+    timed("hotA", hotA, 6 * unit)
+    timed("hotB", hotB, 3 * unit)
+    timed("hotC", hotC, unit)
 
 def wait_for_go():
     # Spin: an idle process is never sampled, so the agent would never
