@@ -53,20 +53,20 @@ func New(procRoot string, pid int, limits Limits) *Map {
 	return &Map{procRoot: procRoot, pid: pid, limits: limits}
 }
 
-// Lookup names addr. When addr is not among the entries read so far and
-// the file was last read before notBefore, the file is read again first:
-// the agent passes the time its interval was drained, so a process's map
-// is read at most once per interval, and only when it misses.
+// Lookup names addr from the entries written up to notBefore: when the
+// file was last read before it, what the runtime appended since is read
+// first, whether addr is known or not. A runtime that frees code writes
+// the entry of the code it puts in that memory later in the file, so an
+// address found among the entries read earlier may name code that no
+// longer exists. The agent passes the time its interval was drained: a
+// process's map is read at most once per interval (an fstat when it did
+// not grow).
 func (m *Map) Lookup(addr uint64, notBefore time.Time) (Symbol, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.syms.lookup(addr); ok {
-		return s, true
+	if m.refreshed.Before(notBefore) {
+		m.lastErr = m.refreshLocked()
 	}
-	if !m.refreshed.Before(notBefore) {
-		return Symbol{}, false
-	}
-	m.lastErr = m.refreshLocked()
 	return m.syms.lookup(addr)
 }
 

@@ -166,6 +166,32 @@ func TestMapGrowsAndUsesNamespacePID(t *testing.T) {
 	}
 }
 
+// Code memory freed and reused: the runtime appends the new code's entry
+// over the old one's range. A lookup in a later interval reads it although
+// the address was already known, and names the new code; within the
+// interval the map was read in, the file is not read again.
+func TestMapReusedCodeNamedByItsNewEntry(t *testing.T) {
+	procRoot, tmp := fakeProc(t, 12, 12, os.Getuid())
+	path := filepath.Join(tmp, "perf-12.map")
+	appendFile(t, path, "100 40 JS:*hotA /srv/app.js:1:1\n")
+	m := New(procRoot, 12, DefaultLimits)
+	if name := lookupName(m, 0x110); name != "JS:*hotA /srv/app.js:1:1" {
+		t.Fatalf("before reuse: %q", name)
+	}
+	appendFile(t, path, "100 20 JS:*hotB /srv/app.js:2:1\n")
+	if s, _ := m.Lookup(0x110, time.Now().Add(-time.Hour)); s.Name != "JS:*hotA /srv/app.js:1:1" {
+		t.Fatalf("re-read within the interval the map was read in: %q", s.Name)
+	}
+	if name := lookupName(m, 0x110); name != "JS:*hotB /srv/app.js:2:1" {
+		t.Errorf("reused code named %q, want its new entry's name", name)
+	}
+	// The old entry is dropped whole: its range beyond the new one's
+	// names nothing (merge).
+	if name := lookupName(m, 0x130); name != "" {
+		t.Errorf("the freed entry's rest named %q", name)
+	}
+}
+
 // Hostile content: garbage lines, overlong lines, binary junk are counted
 // and skipped; the good entries around them still work.
 func TestMapHostileLines(t *testing.T) {

@@ -35,8 +35,9 @@ func (e *processEntry) jitFor(pid int) *jitSymbols {
 // nameJITFrames names the user frames the symbolizer could not resolve in
 // anonymous executable memory (or in memory mapped after the process was
 // read) from the process's perf map, marking them profile.frame.type=jit.
-// The map is read again when it misses, at most once per interval
-// (readBefore is the interval's drain time).
+// What the runtime appended to the map is read at most once per interval
+// (readBefore is the interval's drain time), before the interval's first
+// lookup (perfmap.Map.Lookup).
 func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuilder.Frame, readBefore time.Time) {
 	if proc.snapshot == nil {
 		return
