@@ -32,11 +32,13 @@ import (
 // the database file's blocks only at a checkpoint, which a COMMIT runs once
 // the log passes the tier's threshold (4 MB local, about 20 pushes; 16 MB
 // summary, about 80). Without it a run of 20 pushes left out the summary
-// tier's checkpoints altogether; with it every row's checkpoint is counted
-// (a short run counts the summary tier's fixed cost, 5-10 ms a
-// checkpoint, a few times over). checkpoint-ms is that last CHECKPOINT.
+// tier's checkpoints altogether; with it every row's checkpoint is counted.
+// A run shorter than the tier's cycle counts the checkpoint's fixed cost
+// (5-10 ms) more often than a running collector pays it: make bench runs
+// 20 pushes on the local tier and 80 on the summary tier.
+// checkpoint-ms is that last CHECKPOINT.
 //
-//	go test -run xxx -bench BenchmarkPush -benchtime 20x ./exporter/duckdbprofileexporter/
+//	go test -run xxx -bench 'BenchmarkPush/summary$' -benchtime 80x ./exporter/duckdbprofileexporter/
 func BenchmarkPush(b *testing.B) {
 	const stacksPerProc = 250
 	// A request is procs processes (services) of 250 stacks: 20 make the
