@@ -111,11 +111,14 @@ func BenchmarkPush(b *testing.B) {
 				reqs[i] = request(1 + i)
 			}
 			stacksBefore := e.w.StackCount()
+			checkpoint := func() {
+				if _, err := e.w.DB().Exec("CHECKPOINT"); err != nil {
+					b.Fatal(err)
+				}
+			}
 			// The first request's rows and dictionaries are checkpointed
 			// before the timer: the timed CHECKPOINT is the timed pushes'.
-			if _, err := e.w.DB().Exec("CHECKPOINT"); err != nil {
-				b.Fatal(err)
-			}
+			checkpoint()
 			runtime.GC() // the requests' garbage is not the push's
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -124,9 +127,7 @@ func BenchmarkPush(b *testing.B) {
 				}
 			}
 			checkpointStart := time.Now()
-			if _, err := e.w.DB().Exec("CHECKPOINT"); err != nil {
-				b.Fatal(err)
-			}
+			checkpoint()
 			b.StopTimer()
 			b.ReportMetric(float64(time.Since(checkpointStart).Microseconds())/1e3, "checkpoint-ms")
 			b.ReportMetric(float64(b.N*procs*stacksPerProc)/b.Elapsed().Seconds(), "rows/s")
