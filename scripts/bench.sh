@@ -42,10 +42,9 @@ micro_benchmarks=(
 	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonResolve$ 2000x"
 	"./processor/stackaggregatorprocessor ^(BenchmarkMerge|BenchmarkWindow)$ 0.5s"
 	"./exporter/duckdbprofileexporter/internal/writer ^BenchmarkWrite$ 5x"
-	# A run of BenchmarkPush covers one checkpoint cycle of its tier: 20
-	# pushes fill the agent's 4 MB of log, 80 the gateway's 16 MiB. The
-	# checkpoint's fixed cost (5-10 ms) then counts as often as on a running
-	# collector. The fleet's 50,000-row pushes pass 16 MiB every few.
+	# A run of BenchmarkPush is one checkpoint cycle of its tier (see its
+	# comment): 20 pushes local, 80 summary; the fleet's 50,000-row pushes
+	# pass the summary tier's threshold every few.
 	"./exporter/duckdbprofileexporter ^BenchmarkPush/(local|local-known|summary-fleet-minute)$ 20x"
 	"./exporter/duckdbprofileexporter ^BenchmarkPush/(summary|summary-known)$ 80x"
 	# A day of an agent on a simulated clock: its file's bytes are the

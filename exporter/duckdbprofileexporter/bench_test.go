@@ -30,7 +30,7 @@ import (
 //
 // The timed work ends with a CHECKPOINT: DuckDB moves committed rows into
 // the database file's blocks only at a checkpoint, which a COMMIT runs once
-// the log passes the tier's threshold (4 MB local, about 20 pushes; 16 MB
+// the log passes the tier's threshold (4 MB local, about 20 pushes; 16 MiB
 // summary, about 80). Without it a run of 20 pushes left out the summary
 // tier's checkpoints altogether; with it every row's checkpoint is counted.
 // A run shorter than the tier's cycle counts the checkpoint's fixed cost
