@@ -146,6 +146,9 @@ struct lifecycle_event {
 	// with the pid it names one process, so user space need not read
 	// /proc/PID/stat to tell a reused pid apart.
 	__u64 start_ns;
+	// The process's command name (its thread-group leader's comm), so a
+	// process that exits before user space reads /proc still gets a name.
+	char comm[16];
 };
 
 // Sizes below are placeholders: the loader sets max_entries from the config
@@ -339,6 +342,8 @@ static __always_inline void emit(struct sample_stats *st, __u32 kind, struct tas
 		.pid = task->tgid,
 		.start_ns = task->group_leader->start_boottime,
 	};
+
+	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), task->group_leader->comm);
 
 	// bpf_ringbuf_output never blocks; a full buffer is counted.
 	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0) != 0)

@@ -178,8 +178,9 @@ func (t *processTable) attachWorker() {
 // kernel forgot it (LRU), an idle process woke up, or it was sampled on its
 // way out after its exit event — rather than a new process that reused the
 // pid. start is the process's start time as the kernel sent it with the
-// event (clock ticks after boot; 0: not known, /proc tells).
-func (t *processTable) seen(pid int, start uint64) {
+// event (clock ticks after boot; 0: not known, /proc tells), comm its
+// command name ("": not known).
+func (t *processTable) seen(pid int, start uint64, comm string) {
 	t.mu.Lock()
 	known, ok := t.entries[pid]
 	execs := t.execs[pid]
@@ -200,7 +201,7 @@ func (t *processTable) seen(pid int, start uint64) {
 			return
 		}
 	}
-	t.store(pid, t.read(pid, start), execs)
+	t.store(pid, t.read(pid, start, comm), execs)
 }
 
 // store makes e the entry of pid, releasing the one it replaces — unless
@@ -336,7 +337,7 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	if current {
 		return old
 	}
-	e := t.read(pid, 0)
+	e := t.read(pid, 0, "")
 	if e.snapshot == nil || (old != nil && e.startTime != old.startTime) {
 		e.close()
 		return old // gone meanwhile (or the pid is another process's now): keep what we had
@@ -370,7 +371,7 @@ func (t *processTable) lookup(pid int) *processEntry {
 	if ok {
 		return e
 	}
-	e = t.read(pid, 0)
+	e = t.read(pid, 0, "")
 	t.mu.Lock()
 	if prev, ok := t.entries[pid]; ok {
 		// Read concurrently by the lifecycle watcher; keep one.
@@ -527,13 +528,13 @@ func (t *processTable) len() int {
 }
 
 // read reads pid from /proc; start is its start time if the kernel sent it
-// (0: read from /proc too).
-func (t *processTable) read(pid int, start uint64) *processEntry {
+// (0: read from /proc too), comm its command name if the kernel sent it.
+func (t *processTable) read(pid int, start uint64, comm string) *processEntry {
 	t.mu.Lock()
 	execs := t.execs[pid]
 	t.mu.Unlock()
 	var e *processEntry
-	cpu := cputime.Measure(func() { e = t.readProcess(pid, start) })
+	cpu := cputime.Measure(func() { e = t.readProcess(pid, start, comm) })
 	t.work.charge(workProcessRead, 1, cpu)
 	e.execs = execs
 	// At first sight too, not only when a stack needs it: a short
@@ -558,12 +559,14 @@ func (t *processTable) read(pid int, start uint64) *processEntry {
 	return e
 }
 
-func (t *processTable) readProcess(pid int, start uint64) *processEntry {
+func (t *processTable) readProcess(pid int, start uint64, comm string) *processEntry {
 	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
 	info, err := procinfo.Read(t.procRoot, pid, start)
 	if err != nil {
-		// Exited before we could look: its frames stay as raw addresses.
-		e.resource.ServiceName = profileschema.UnknownService
+		// Exited before we could look: its frames stay as raw addresses,
+		// and its service is the command name the kernel sent, if any
+		// (a short-lived compiler or shell command on a busy node).
+		e.resource.ServiceName = profileschema.ProcessService("", "", comm)
 		e.keep = t.cfg.Include.empty() && !t.cfg.Exclude.matches(pid, "", "", e.resource.ServiceName)
 		return e
 	}

@@ -30,7 +30,7 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	cmd := testworkload.Start(t, bin, "5")
 	pid := cmd.Process.Pid
 
-	table.seen(pid, 0)
+	table.seen(pid, 0, "")
 	e := table.lookup(pid)
 	if e.snapshot == nil {
 		t.Fatalf("pid %d not read", pid)
@@ -101,7 +101,7 @@ func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 	pid := cmd.Process.Pid
 	waitKernelExec(t, table, pid, "sleep", 0)
 
-	table.seen(pid, 0) // read after the exec
+	table.seen(pid, 0, "") // read after the exec
 	table.mu.Lock()
 	e := table.entries[pid]
 	table.mu.Unlock()
@@ -128,7 +128,7 @@ func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 		t.Fatalf("the exec event took the kept read's tables away: %+v", u.Stats())
 	}
 
-	table.seen(pid, 0) // the new image's first sample
+	table.seen(pid, 0, "") // the new image's first sample
 	table.mu.Lock()
 	reread := table.entries[pid]
 	table.mu.Unlock()
@@ -161,7 +161,7 @@ func TestAttachOfAReadFromBeforeTheExecIsRefused(t *testing.T) {
 
 	// sh's libc has no frame pointers and was never analysed here, so the
 	// read leaves the attach to later (the worker).
-	e := table.read(pid, 0)
+	e := table.read(pid, 0, "")
 	if e.snapshot == nil || !strings.HasSuffix(e.resource.ExePath, "/sh") && !strings.HasSuffix(e.resource.ExePath, "/dash") {
 		t.Fatalf("read of sh: %+v", e.resource)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
@@ -111,12 +112,12 @@ func TestSeenTellsReusedPIDApart(t *testing.T) {
 	// table reads /proc/PID/stat. Both tell the same.
 	for _, sent := range []uint64{start, 0} {
 		table.drop(pid)
-		table.seen(pid, sent)
+		table.seen(pid, sent, "")
 		first := table.lookup(pid)
 		if first.startTime != start || first.resource.ExeName != "sleep" {
 			t.Fatalf("start time sent %d: entry %+v with start time %d, want %d", sent, first.resource, first.startTime, start)
 		}
-		table.seen(pid, sent)
+		table.seen(pid, sent, "")
 		if table.lookup(pid) != first {
 			t.Errorf("start time sent %d: the same process announced again was read again", sent)
 		}
@@ -124,7 +125,7 @@ func TestSeenTellsReusedPIDApart(t *testing.T) {
 		table.mu.Lock()
 		first.startTime--
 		table.mu.Unlock()
-		table.seen(pid, sent)
+		table.seen(pid, sent, "")
 		if again := table.lookup(pid); again == first || again.startTime != start {
 			t.Errorf("start time sent %d: a reused pid kept the previous process's entry", sent)
 		}
@@ -150,7 +151,7 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 		return err == nil && strings.Contains(string(env), "OTEL_SERVICE_NAME=leaving")
 	})
-	table.seen(pid, 0)
+	table.seen(pid, 0, "")
 	lived := table.lookup(pid)
 	if lived.snapshot == nil || lived.resource.ServiceName != "leaving" {
 		t.Fatalf("live process read as %+v (snapshot %v)", lived.resource, lived.snapshot != nil)
@@ -169,12 +170,12 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		return err == nil && strings.Contains(string(stat), ") Z ")
 	})
-	table.seen(pid, 0)
+	table.seen(pid, 0, "")
 	if got := current(); got != lived {
 		t.Fatalf("announced again as a zombie, the entry became %+v (snapshot %v)", got.resource, got.snapshot != nil)
 	}
 	_ = cmd.Wait() // reaped: /proc/PID is gone
-	table.seen(pid, 0)
+	table.seen(pid, 0, "")
 	if got := current(); got != lived {
 		t.Fatalf("announced again once reaped, the entry became %+v (snapshot %v)", got.resource, got.snapshot != nil)
 	}
@@ -199,10 +200,20 @@ func TestExitedProcessesAreHandled(t *testing.T) {
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	table.seen(gone.Process.Pid, 0)
+	// The kernel's event named it: its samples keep that name as their
+	// service. Without a name they go to the unknown service.
+	table.seen(gone.Process.Pid, 0, "true")
 	e := table.lookup(gone.Process.Pid)
-	if e.snapshot != nil || e.resource.ServiceName == "" {
-		t.Fatalf("exited process: snapshot %v, service %q", e.snapshot, e.resource.ServiceName)
+	if e.snapshot != nil || e.resource.ServiceName != "true" {
+		t.Fatalf("exited process named true by its event: snapshot %v, service %q", e.snapshot, e.resource.ServiceName)
+	}
+	unnamed := exec.Command("true")
+	if err := unnamed.Run(); err != nil {
+		t.Fatal(err)
+	}
+	table.seen(unnamed.Process.Pid, 0, "")
+	if got := table.lookup(unnamed.Process.Pid).resource.ServiceName; got != profileschema.UnknownService {
+		t.Fatalf("exited process with no name from its event: service %q, want %q", got, profileschema.UnknownService)
 	}
 	// Its entry dropped (an exec or exit event) while a drain wanted to
 	// re-read it: refresh says there is nothing, and does not invent one.
@@ -216,7 +227,7 @@ func TestExitedProcessesAreHandled(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	table.seen(pid, 0)
+	table.seen(pid, 0, "")
 	if !table.tracked(pid) {
 		t.Fatal("live process not tracked")
 	}
@@ -253,13 +264,13 @@ func TestReadAcrossExecIsNotInstalled(t *testing.T) {
 	table.mu.Lock()
 	before := table.execs[pid]
 	table.mu.Unlock()
-	e := table.read(pid, 0) // the read in flight
-	table.execed(pid)       // the exec event arrives meanwhile
+	e := table.read(pid, 0, "") // the read in flight
+	table.execed(pid)           // the exec event arrives meanwhile
 	table.store(pid, e, before)
 	if table.tracked(pid) {
 		t.Fatal("a read from before the exec was installed after it")
 	}
-	table.seen(pid, 0) // the new image's first sample
+	table.seen(pid, 0, "") // the new image's first sample
 	if !table.tracked(pid) {
 		t.Fatal("the new image was not read")
 	}

@@ -353,7 +353,7 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 		pid := int(ev.PID)
 		switch ev.Kind {
 		case sampler.EventSeen:
-			r.procs.seen(pid, ev.StartTime)
+			r.procs.seen(pid, ev.StartTime, ev.Comm)
 		case sampler.EventExec:
 			// A process read after its exec keeps what was read, trace
 			// context markers included.

@@ -39,6 +39,7 @@ type cpuProfileLifecycleEvent struct {
 	Kind    uint32
 	Pid     uint32
 	StartNs uint64
+	Comm    [16]int8
 }
 
 type cpuProfileProcUnwind struct {

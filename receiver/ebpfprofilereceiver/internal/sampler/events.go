@@ -3,11 +3,13 @@
 package sampler
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
@@ -56,10 +58,19 @@ type ProcEvent struct {
 	// as field 22 of /proc/PID/stat gives it: with the PID it names one
 	// process.
 	StartTime uint64
+	// Comm is the process's command name as the kernel had it at the
+	// event (at most 15 bytes): the name of a process that exits before
+	// its /proc files can be read.
+	Comm string
 }
 
-// lifecycleEventSize is sizeof(struct lifecycle_event).
-const lifecycleEventSize = 16
+// lifecycleEventSize is sizeof(struct lifecycle_event), and commOffset
+// where its comm starts: taken from the type bpf2go generates from it, so
+// that the two cannot drift apart.
+const (
+	lifecycleEventSize = int(unsafe.Sizeof(cpuProfileLifecycleEvent{}))
+	commOffset         = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.Comm))
+)
 
 // nsPerClockTick converts the kernel's start_boottime to /proc's clock
 // ticks: USER_HZ is 100 on every architecture the agent runs on (x86-64,
@@ -147,6 +158,7 @@ func (s *Sampler) forward(raw []byte) bool {
 		Kind:      EventKind(binary.NativeEndian.Uint32(raw[0:4])),
 		PID:       binary.NativeEndian.Uint32(raw[4:8]),
 		StartTime: binary.NativeEndian.Uint64(raw[8:16]) / nsPerClockTick,
+		Comm:      cString(raw[commOffset:lifecycleEventSize]),
 	}
 	select {
 	case s.events <- ev:
@@ -179,4 +191,13 @@ func eventWaiter(m *ebpf.Map) *os.File {
 		return nil
 	}
 	return f
+}
+
+// cString is b up to its first NUL byte: the kernel writes comm
+// NUL-terminated.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
 }

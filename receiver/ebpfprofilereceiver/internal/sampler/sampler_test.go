@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -184,6 +185,7 @@ func TestLifecycleEvents(t *testing.T) {
 	}
 	events := map[uint32]map[EventKind]int{}
 	starts := map[uint32]map[EventKind]uint64{} // the last event's start time by kind
+	comms := map[uint32]map[EventKind]string{}  // the last event's command name by kind
 	announced := map[uint32]bool{}
 	// waitFor reads events until pid has every kind in want, checking on
 	// the way that no pid has an event before it was announced.
@@ -213,6 +215,10 @@ func TestLifecycleEvents(t *testing.T) {
 					starts[ev.PID] = map[EventKind]uint64{}
 				}
 				starts[ev.PID][ev.Kind] = ev.StartTime
+				if comms[ev.PID] == nil {
+					comms[ev.PID] = map[EventKind]string{}
+				}
+				comms[ev.PID][ev.Kind] = ev.Comm
 				switch ev.Kind {
 				case EventSeen:
 					announced[ev.PID] = true
@@ -256,6 +262,17 @@ func TestLifecycleEvents(t *testing.T) {
 	waitBurner(t, burner)
 	waitFor(uint32(burner.Process.Pid), EventSeen, EventExit)
 	checkStarts(uint32(burner.Process.Pid), burnerStart)
+	// And its command name, which names it when it exits before /proc is
+	// read: the executable's base name, cut to the kernel's 15 bytes.
+	wantComm := filepath.Base(burner.Path)
+	if len(wantComm) > 15 {
+		wantComm = wantComm[:15]
+	}
+	for kind, got := range comms[uint32(burner.Process.Pid)] {
+		if got != wantComm {
+			t.Errorf("burner: %s event names it %q, want %q", kind, got, wantComm)
+		}
+	}
 
 	// Sampled, then maps a library executable (dlopen), then execs.
 	script := `import time, ctypes
