@@ -729,13 +729,19 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 		count_sample(st, &counts_1, &key);
 
 	// A process past its exit event (tearing down its memory and files)
-	// is still sampled, and counted above, but not announced again: the
-	// exit already removed it from seen_pids, and a new announcement would
-	// make user space read a zombie (no executable, no environment) in place
-	// of what it read while the process lived.
+	// is still sampled, and counted above, but not remembered: its exit
+	// removed it from seen_pids, and would not remove it again. It is
+	// announced while it is not there. User space keeps what it read of a
+	// process it knows (same start time) rather than read a zombie; one
+	// never announced (sampled only on its way out, like a short-lived
+	// compiler freeing its heap) is then named by the event's comm rather
+	// than as an unknown service.
 	task = bpf_get_current_task_btf();
-	if (task->flags & PF_EXITING)
+	if (task->flags & PF_EXITING) {
+		if (!bpf_map_lookup_elem(&seen_pids, &pid))
+			emit(st, EVENT_SEEN, task);
 		return 0;
+	}
 	// Look up first: an LRU update takes a free node (maybe evicting) even
 	// when the key exists. BPF_NOEXIST: only the CPU that inserts the pid
 	// announces it.

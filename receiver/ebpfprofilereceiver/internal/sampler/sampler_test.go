@@ -5,6 +5,7 @@ package sampler
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -299,6 +300,51 @@ os.execv("/bin/true", ["true"])`
 	}
 	waitFor(uint32(py.Process.Pid), EventSeen, EventMapsChanged, EventExec)
 	checkStarts(uint32(py.Process.Pid), pyStart) // an exec keeps the start time
+}
+
+// A process sampled only on its way out (its exit frees a large heap after
+// it used no CPU the kernel saw) is announced then, with its command name:
+// user space cannot read it any more, and names its samples by that name.
+func TestProcessSampledOnlyWhileExitingIsAnnounced(t *testing.T) {
+	// A gigabyte touched, then asleep: its exit has a gigabyte to free.
+	py := exec.Command("python3", "-c", "import sys, time; b = b'x' * (1 << 30); print('ready', flush=True); time.sleep(120)")
+	out, err := py.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := py.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { py.Process.Kill(); py.Wait() })
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("python3 did not get ready: %q, %v", line, err)
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", py.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sampler starts with the process asleep: it never sees it run.
+	s := openSampler(t, Config{FrequencyHz: 499, Interval: 5 * time.Second})
+	if err := py.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	py.Wait()
+	pid, want := uint32(py.Process.Pid), strings.TrimSuffix(string(comm), "\n")
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-s.Events():
+			if ev.PID == pid && ev.Kind == EventSeen {
+				if ev.Comm != want {
+					t.Fatalf("exiting process announced as %q, want %q", ev.Comm, want)
+				}
+				return
+			}
+		case <-timeout:
+			t.Fatalf("a process sampled only while it exited (pid %d, %s) was not announced", pid, want)
+		}
+	}
 }
 
 func TestMapFullIsCounted(t *testing.T) {
