@@ -3,7 +3,6 @@
 package sampler
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -158,7 +157,7 @@ func (s *Sampler) forward(raw []byte) bool {
 		Kind:      EventKind(binary.NativeEndian.Uint32(raw[0:4])),
 		PID:       binary.NativeEndian.Uint32(raw[4:8]),
 		StartTime: binary.NativeEndian.Uint64(raw[8:16]) / nsPerClockTick,
-		Comm:      cString(raw[commOffset:lifecycleEventSize]),
+		Comm:      unix.ByteSliceToString(raw[commOffset:lifecycleEventSize]),
 	}
 	select {
 	case s.events <- ev:
@@ -191,13 +190,4 @@ func eventWaiter(m *ebpf.Map) *os.File {
 		return nil
 	}
 	return f
-}
-
-// cString is b up to its first NUL byte: the kernel writes comm
-// NUL-terminated.
-func cString(b []byte) string {
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	return string(b)
 }

@@ -307,7 +307,7 @@ os.execv("/bin/true", ["true"])`
 // user space cannot read it any more, and names its samples by that name.
 func TestProcessSampledOnlyWhileExitingIsAnnounced(t *testing.T) {
 	// A gigabyte touched, then asleep: its exit has a gigabyte to free.
-	py := exec.Command("python3", "-c", "import sys, time; b = b'x' * (1 << 30); print('ready', flush=True); time.sleep(120)")
+	py := exec.Command("python3", "-c", "import time; b = b'x' * (1 << 30); print('ready', flush=True); time.sleep(120)")
 	out, err := py.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
