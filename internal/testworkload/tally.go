@@ -56,20 +56,32 @@ func (t *Tally) Add(stack string, n int64) {
 	t.Folded[stack] += n
 }
 
+// isKernelFrame says whether a frame name is the kernel's: one with the
+// kernel suffix, or one named by the kernel's mapping when the agent could
+// not symbolize it (no CAP_SYSLOG).
+func isKernelFrame(name string) bool {
+	return strings.HasSuffix(name, profileschema.KernelSuffix) || strings.HasPrefix(name, profileschema.RawFramePrefix(profileschema.KernelMappingFile))
+}
+
+// userStack is a root-first stack up to its innermost user-space frame: the
+// kernel frames of an interrupt taken while that frame ran are cut off. A
+// kernel-only stack is returned whole.
+func userStack(names []string) []string {
+	for i := len(names) - 1; i >= 0; i-- {
+		if !isKernelFrame(names[i]) {
+			return names[:i+1]
+		}
+	}
+	return names
+}
+
 // userLeaf is the innermost user-space frame of a root-first stack: time the
 // kernel spent in an interrupt while that function ran is the function's
 // (interrupts are frequent on a loaded machine and would blur shares). A
-// kernel frame is one with the kernel suffix, or one named by the kernel's
-// mapping when the agent could not symbolize it (no CAP_SYSLOG). A
 // kernel-only stack gives its kernel leaf.
 func userLeaf(names []string) string {
-	for i := len(names) - 1; i >= 0; i-- {
-		if !strings.HasSuffix(names[i], profileschema.KernelSuffix) && !strings.HasPrefix(names[i], profileschema.RawFramePrefix(profileschema.KernelMappingFile)) {
-			return names[i]
-		}
-	}
-	if len(names) > 0 {
-		return names[len(names)-1]
+	if u := userStack(names); len(u) > 0 {
+		return u[len(u)-1]
 	}
 	return ""
 }
@@ -91,9 +103,12 @@ func (t Tally) CheckShares(a, b, caller string, minSamples int64, minCallerShare
 	if share := float64(t.Leaf[a]) / float64(hot); math.Abs(share-ShareA) > tolerance {
 		return fmt.Errorf("%s share = %.3f, want %.2f ± %.2f (leaves %v)", a, share, ShareA, tolerance, t.Leaf)
 	}
+	// The caller is checked above the same frame the leaf is counted for:
+	// a hot function interrupted in the kernel still has its caller above it.
 	var withCaller int64
 	for stack, n := range t.Folded {
-		if strings.HasSuffix(stack, caller+";"+a) || strings.HasSuffix(stack, caller+";"+b) {
+		u := userStack(strings.Split(stack, ";"))
+		if len(u) >= 2 && u[len(u)-2] == caller && (u[len(u)-1] == a || u[len(u)-1] == b) {
 			withCaller += n
 		}
 	}
