@@ -63,16 +63,20 @@ func isKernelFrame(name string) bool {
 	return strings.HasSuffix(name, profileschema.KernelSuffix) || strings.HasPrefix(name, profileschema.RawFramePrefix(profileschema.KernelMappingFile))
 }
 
-// userStack is a root-first stack up to its innermost user-space frame: the
-// kernel frames of an interrupt taken while that frame ran are cut off. A
-// kernel-only stack is returned whole.
-func userStack(names []string) []string {
+// UserFrames is a folded stack (root first, ";"-joined) up to its innermost
+// user-space frame: the kernel frames of an interrupt or a system call taken
+// while that frame ran are cut off. A kernel-only stack gives none.
+func UserFrames(folded string) []string {
+	return userFrames(strings.Split(folded, ";"))
+}
+
+func userFrames(names []string) []string {
 	for i := len(names) - 1; i >= 0; i-- {
 		if !isKernelFrame(names[i]) {
 			return names[:i+1]
 		}
 	}
-	return names
+	return nil
 }
 
 // userLeaf is the innermost user-space frame of a root-first stack: time the
@@ -80,8 +84,11 @@ func userStack(names []string) []string {
 // (interrupts are frequent on a loaded machine and would blur shares). A
 // kernel-only stack gives its kernel leaf.
 func userLeaf(names []string) string {
-	if u := userStack(names); len(u) > 0 {
+	if u := userFrames(names); len(u) > 0 {
 		return u[len(u)-1]
+	}
+	if len(names) > 0 {
+		return names[len(names)-1]
 	}
 	return ""
 }
@@ -107,7 +114,7 @@ func (t Tally) CheckShares(a, b, caller string, minSamples int64, minCallerShare
 	// a hot function interrupted in the kernel still has its caller above it.
 	var withCaller int64
 	for stack, n := range t.Folded {
-		u := userStack(strings.Split(stack, ";"))
+		u := UserFrames(stack)
 		if len(u) >= 2 && u[len(u)-2] == caller && (u[len(u)-1] == a || u[len(u)-1] == b) {
 			withCaller += n
 		}

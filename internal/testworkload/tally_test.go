@@ -1,6 +1,9 @@
 package testworkload
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestTallyLeafSkipsKernelFrames: time the kernel spent interrupting a hot
 // function is the function's, whether the kernel frames were symbolized
@@ -50,5 +53,21 @@ func TestCheckSharesCallerAboveInterruptedLeaf(t *testing.T) {
 	// of hot_a (105/130 = 0.81) stays within its tolerance of 0.75.
 	if err := build(30).CheckShares("hot_a", "hot_b", "dispatch", 100, 0.8); err == nil {
 		t.Error("30 of 130 hot samples reached from another caller passed the caller check")
+	}
+}
+
+// TestUserFrames: kernel frames below the innermost user frame are cut,
+// symbolized or not; a kernel-only stack has no user frames.
+func TestUserFrames(t *testing.T) {
+	for folded, want := range map[string]string{
+		"main;dispatch;hot_a": "main;dispatch;hot_a",
+		"main;dispatch;hot_a;asm_sysvec_reschedule_ipi_[k];pvm_irq_enable_[k]":    "main;dispatch;hot_a",
+		"main;read;entry_SYSCALL_64_[k];[kernel.kallsyms]+0xffffffff81000e06":     "main;read",
+		"entry_SYSCALL_64_[k];do_syscall_64_[k]":                                  "",
+		"[kernel.kallsyms]+0xffffffff81000e06;[kernel.kallsyms]+0xffffffff8100aa": "",
+	} {
+		if got := strings.Join(UserFrames(folded), ";"); got != want {
+			t.Errorf("UserFrames(%q) = %q, want %q", folded, got, want)
+		}
 	}
 }

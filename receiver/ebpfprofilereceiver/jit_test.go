@@ -243,7 +243,7 @@ type jitSplit struct {
 func tallyJITSplit(tl testworkload.Tally) jitSplit {
 	s := jitSplit{inFunc: map[string]int64{}, unnamedStack: map[string]int64{}}
 	for stack, n := range tl.Folded {
-		frames := userFrames(stack)
+		frames := testworkload.UserFrames(stack)
 		// Not a hot function's sample, named or not.
 		if beforeGate(frames) {
 			continue

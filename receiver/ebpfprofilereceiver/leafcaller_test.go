@@ -158,10 +158,7 @@ func buildLeafC(t testing.TB) string {
 func callerShare(tl testworkload.Tally, leaf, caller string) (share float64, leafSamples int64) {
 	var withCaller int64
 	for stack, n := range tl.Folded {
-		frames := strings.Split(stack, ";")
-		for len(frames) > 0 && strings.HasSuffix(frames[len(frames)-1], "_[k]") {
-			frames = frames[:len(frames)-1]
-		}
+		frames := testworkload.UserFrames(stack)
 		if len(frames) == 0 || frames[len(frames)-1] != leaf {
 			continue
 		}

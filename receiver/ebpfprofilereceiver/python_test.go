@@ -118,7 +118,7 @@ func checkPythonFrames(t *testing.T, py string) {
 	inFunc := map[string]int64{}
 	var inPython, withZlib, total int64
 	for stack, n := range tl.Folded {
-		frames := userFrames(stack)
+		frames := testworkload.UserFrames(stack)
 		total += n
 		found := ""
 		for i, f := range frames {

@@ -202,7 +202,7 @@ func buildNoFP(t testing.TB, name, src string, fns ...string) string {
 func chainShare(tl testworkload.Tally, want []string) (share float64, leafSamples int64) {
 	var full int64
 	for stack, n := range tl.Folded {
-		frames := userFrames(stack)
+		frames := testworkload.UserFrames(stack)
 		if len(frames) == 0 || frames[len(frames)-1] != want[len(want)-1] {
 			continue
 		}
@@ -215,14 +215,6 @@ func chainShare(tl testworkload.Tally, want []string) (share float64, leafSample
 		return 0, 0
 	}
 	return float64(full) / float64(leafSamples), leafSamples
-}
-
-func userFrames(folded string) []string {
-	frames := strings.Split(folded, ";")
-	for len(frames) > 0 && strings.HasSuffix(frames[len(frames)-1], "_[k]") {
-		frames = frames[:len(frames)-1]
-	}
-	return frames
 }
 
 // TestDWARFUnwindingWithoutFramePointers samples the chain and qsort
@@ -290,7 +282,7 @@ func TestDWARFUnwindingWithoutFramePointers(t *testing.T) {
 		// (from its symbol table, or its separate debug file when
 		// installed), never raw addresses.
 		for stack := range autoT.Folded {
-			for _, f := range userFrames(stack) {
+			for _, f := range testworkload.UserFrames(stack) {
 				if strings.Contains(f, "libc.so.6+0x") {
 					t.Errorf("unnamed glibc frame %q in %s", f, stack)
 				}
@@ -310,7 +302,7 @@ func TestDWARFUnwindingWithoutFramePointers(t *testing.T) {
 func throughShare(tl testworkload.Tally, leaf string) (share float64, leafSamples int64) {
 	var ok int64
 	for stack, n := range tl.Folded {
-		frames := userFrames(stack)
+		frames := testworkload.UserFrames(stack)
 		if len(frames) == 0 || frames[len(frames)-1] != leaf {
 			continue
 		}
