@@ -79,6 +79,12 @@ func userFrames(names []string) []string {
 	return nil
 }
 
+// UserLeaf is the innermost user-space frame of a folded stack (root first,
+// ";"-joined): the function that was running, even when the sample caught
+// the kernel handling an interrupt there. A kernel-only stack gives its
+// kernel leaf.
+func UserLeaf(folded string) string { return userLeaf(strings.Split(folded, ";")) }
+
 // userLeaf is the innermost user-space frame of a root-first stack: time the
 // kernel spent in an interrupt while that function ran is the function's
 // (interrupts are frequent on a loaded machine and would blur shares). A

@@ -71,3 +71,17 @@ func TestUserFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestUserLeaf: the running function, below any kernel frames of an
+// interrupt taken there; a kernel-only stack's kernel leaf.
+func TestUserLeaf(t *testing.T) {
+	for folded, want := range map[string]string{
+		"main;main.slowWork": "main.slowWork",
+		"main;main.slowWork;asm_sysvec_reschedule_ipi_[k];pvm_irq_enable_[k]": "main.slowWork",
+		"entry_SYSCALL_64_[k];do_syscall_64_[k]":                              "do_syscall_64_[k]",
+	} {
+		if got := UserLeaf(folded); got != want {
+			t.Errorf("UserLeaf(%q) = %q, want %q", folded, got, want)
+		}
+	}
+}

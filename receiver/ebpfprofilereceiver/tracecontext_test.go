@@ -45,7 +45,9 @@ func traceTestConfig(t *testing.T) *Config {
 }
 
 // traceLeaves tallies one process's samples by trace ID (hex; "" for none)
-// and leaf function.
+// and leaf function: the innermost user-space frame, as testworkload's
+// tallies count it (a reschedule interrupt taken in main.slowWork is
+// main.slowWork's time).
 func traceLeaves(all []pprofile.Profiles, pid int) map[string]map[string]int64 {
 	out := map[string]map[string]int64{}
 	for _, pd := range all {
@@ -69,10 +71,7 @@ func traceLeaves(all []pprofile.Profiles, pid int) map[string]map[string]int64 {
 							tid := dict.LinkTable().At(int(li)).TraceID()
 							trace = hex.EncodeToString(tid[:])
 						}
-						leaf := ""
-						if idx := dict.StackTable().At(int(smp.StackIndex())).LocationIndices(); idx.Len() > 0 {
-							leaf = profileschema.FrameName(dict, dict.LocationTable().At(int(idx.At(0))))
-						}
+						leaf := testworkload.UserLeaf(profileschema.FoldedStack(dict, smp))
 						if out[trace] == nil {
 							out[trace] = map[string]int64{}
 						}
