@@ -316,6 +316,26 @@ func (t *Table) readPointer(r *reader, enc byte) (uint64, error) {
 // CFA returns the CFA rule in effect at pc. ok is false when no FDE covers
 // pc; err reports a malformed FDE.
 func (t *Table) CFA(pc uint64) (rule Rule, ok bool, err error) {
+	f, ok := t.fde(pc)
+	if !ok {
+		return Rule{}, false, nil
+	}
+	st, err := t.eval(f, pc, nil)
+	if err != nil {
+		return Rule{}, false, fmt.Errorf("FDE at %#x: %w", f.off, err)
+	}
+	return st.CFA, true, nil
+}
+
+// FunctionStart returns where the function holding pc begins: the start of
+// the FDE whose range covers pc. ok is false when no FDE covers pc.
+func (t *Table) FunctionStart(pc uint64) (start uint64, ok bool) {
+	f, ok := t.fde(pc)
+	return f.lo, ok
+}
+
+// fde returns the FDE whose range covers pc.
+func (t *Table) fde(pc uint64) (fdeRef, bool) {
 	i, _ := slices.BinarySearchFunc(t.fdes, pc, func(f fdeRef, pc uint64) int {
 		if f.lo > pc {
 			return 1
@@ -324,14 +344,9 @@ func (t *Table) CFA(pc uint64) (rule Rule, ok bool, err error) {
 	})
 	// i is the first FDE starting above pc; the one before may contain it.
 	if i == 0 || pc >= t.fdes[i-1].hi {
-		return Rule{}, false, nil
+		return fdeRef{}, false
 	}
-	f := t.fdes[i-1]
-	st, err := t.eval(f, pc, nil)
-	if err != nil {
-		return Rule{}, false, fmt.Errorf("FDE at %#x: %w", f.off, err)
-	}
-	return st.CFA, true, nil
+	return t.fdes[i-1], true
 }
 
 // eval runs the CIE's initial instructions, then the FDE's up to pc (all

@@ -33,16 +33,22 @@ func TestCFAMatchesReadelf(t *testing.T) {
 		})
 	}
 	t.Run("libc", func(t *testing.T) {
-		out, err := exec.Command("gcc", "-print-file-name=libc.so.6").Output()
-		if err != nil {
-			t.Fatalf("locate libc: %v", err)
-		}
-		libc, err := filepath.EvalSymlinks(strings.TrimSpace(string(out)))
-		if err != nil {
-			t.Fatalf("locate libc: %v", err)
-		}
-		checkAgainstReadelf(t, libc)
+		checkAgainstReadelf(t, systemLibc(t))
 	})
+}
+
+// systemLibc is the path of the libc the compiler links against.
+func systemLibc(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("gcc", "-print-file-name=libc.so.6").Output()
+	if err != nil {
+		t.Fatalf("locate libc: %v", err)
+	}
+	libc, err := filepath.EvalSymlinks(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("locate libc: %v", err)
+	}
+	return libc
 }
 
 // Open reads .eh_frame of the ELF file at path.
@@ -185,6 +191,69 @@ func TestCFAOutsideAnyFDE(t *testing.T) {
 	for _, pc := range []uint64{0, 1, ^uint64(0)} {
 		if _, ok, err := tab.CFA(pc); ok || err != nil {
 			t.Errorf("CFA(%#x) = ok %v, err %v; want not found", pc, ok, err)
+		}
+	}
+}
+
+// TestFunctionStart: every byte of a function the compiler described (a
+// function symbol with a size and an FDE at its address) maps to the
+// function's first byte, in a test binary built here. In the system's libc,
+// whose hand-written assembly may split a function into several FDEs
+// (__clone's child part has one of its own), a byte maps to the start of
+// the part that holds it: within the function, at or below the byte.
+func TestFunctionStart(t *testing.T) {
+	for _, bin := range []struct {
+		path   string
+		strict bool // one FDE a function
+	}{
+		{ehframetest.BuildC(t, ehframetest.Program, "-O2"), true},
+		{systemLibc(t), false},
+	} {
+		tab := open(t, bin.path)
+		ef, err := elf.Open(bin.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syms, err := ef.Symbols()
+		if err != nil {
+			syms, err = ef.DynamicSymbols() // libc keeps only .dynsym
+		}
+		ef.Close()
+		if err != nil {
+			t.Fatalf("%s: symbols: %v", bin.path, err)
+		}
+		checked, split := 0, 0
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Size == 0 {
+				continue
+			}
+			if start, ok := tab.FunctionStart(s.Value); !ok || start != s.Value {
+				continue // no FDE of its own (aliases of one body are checked once)
+			}
+			whole := true
+			for _, pc := range []uint64{s.Value + s.Size/2, s.Value + s.Size - 1} {
+				start, ok := tab.FunctionStart(pc)
+				if ok && start == s.Value {
+					continue
+				}
+				whole = false
+				if bin.strict || !ok || start < s.Value || start > pc {
+					t.Fatalf("%s: FunctionStart(%#x) in %s [%#x, %#x) = %#x, %v", bin.path, pc, s.Name, s.Value, s.Value+s.Size, start, ok)
+				}
+			}
+			checked++
+			if !whole {
+				split++
+			}
+		}
+		if checked < 5 {
+			t.Fatalf("%s: only %d functions with an FDE at their symbol; the test proves nothing", bin.path, checked)
+		}
+		t.Logf("%s: %d functions, %d of them in several FDEs", bin.path, checked, split)
+		for _, pc := range []uint64{0, ^uint64(0)} {
+			if _, ok := tab.FunctionStart(pc); ok {
+				t.Errorf("%s: FunctionStart(%#x) found a function", bin.path, pc)
+			}
 		}
 	}
 }

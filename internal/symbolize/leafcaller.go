@@ -51,12 +51,7 @@ func (s *Symbolizer) RecoverLeafCaller(p *Process, stack []uint64, leafRet uint6
 	}
 	before := t.Size()
 	atSP, known := t.ReturnAddressAtSP(va)
-	if t.Size() != before && m.file >= 0 {
-		// The first query built the table's unwind index: count it.
-		s.mu.Lock()
-		s.cache.resized(p.files[m.file].id, t)
-		s.mu.Unlock()
-	}
+	s.grew(p, m, t, before)
 	switch {
 	case !known:
 		return stack, LeafNoUnwindInfo

@@ -131,7 +131,8 @@ func (s *Symbolizer) cached(id fileid.ID) bool {
 // Frame 0 is the sampled PC; deeper frames are return addresses, which point
 // just after the call, so they are looked up at address-1 (and reported as
 // sampled). Addresses that do not resolve are kept with their mapping,
-// never dropped.
+// never dropped; one inside a function the file's unwind entries know is
+// reported at that function's start (see unnamedFunction).
 func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
 	for i, addr := range stack {
 		pc := addr
@@ -145,7 +146,9 @@ func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
 			if t := s.table(p, m); t != nil {
 				if va, ok := t.FileAddr(pc - m.Start + m.Offset); ok {
 					var buf [4]Symbol
-					syms = t.LookupInline(va, buf[:0])
+					if syms = t.LookupInline(va, buf[:0]); len(syms) == 0 {
+						f.Address = s.unnamedFunction(p, m, t, va, addr)
+					}
 				}
 			}
 		}
@@ -160,6 +163,39 @@ func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
 		}
 	}
 	return out
+}
+
+// unnamedFunction is the address a frame no symbol names is reported at:
+// the start of the function that holds it (at ELF address va of t, m's
+// file), where the file's unwind entries tell, else addr as sampled. All the
+// samples of one unnamed function then share one frame, as a named
+// function's do, instead of one frame per call site and instruction. The
+// static functions of a stripped distribution binary are such functions:
+// PostgreSQL's 756 distinct unnamed frames in ten minutes of pgbench were
+// 228 functions.
+func (s *Symbolizer) unnamedFunction(p *Process, m *Mapping, t *SymbolTable, va, addr uint64) uint64 {
+	before := t.Size()
+	start, ok := t.FunctionStart(va)
+	s.grew(p, m, t, before)
+	if !ok {
+		return addr
+	}
+	off, ok := t.FileOffset(start)
+	if !ok || off < m.Offset || off-m.Offset >= m.Limit-m.Start {
+		return addr // the function begins outside this mapping
+	}
+	return m.Start + off - m.Offset
+}
+
+// grew accounts in the cache for m's table when a query just built its
+// unwind index (its Size was before).
+func (s *Symbolizer) grew(p *Process, m *Mapping, t *SymbolTable, before int) {
+	if t.Size() == before || m.file < 0 {
+		return
+	}
+	s.mu.Lock()
+	s.cache.resized(p.files[m.file].id, t)
+	s.mu.Unlock()
 }
 
 // table returns the SymbolTable for m's file, loading it on first use.

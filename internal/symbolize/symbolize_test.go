@@ -268,6 +268,39 @@ func TestUnresolvedKeepsMapping(t *testing.T) {
 	}
 }
 
+// TestUnnamedFunctionIsOneFrame: in a stripped binary, addresses inside a
+// function no symbol names are reported at the function's start (from its
+// .eh_frame entry), whether sampled as the PC or as a return address, so
+// they make one frame; each function its own.
+func TestUnnamedFunctionIsOneFrame(t *testing.T) {
+	full := cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl")
+	stripped := filepath.Join(t.TempDir(), "hot")
+	if err := run(".", "strip", "-o", stripped, full); err != nil {
+		t.Fatal(err)
+	}
+	_, staticSize := elfFunc(t, full, "hot_static")
+	_, midSize := elfFunc(t, full, "hot_mid")
+	rp := start(t, stripped)
+	s := New(Options{})
+	p := snapshot(t, s, rp.pid())
+	static, mid := rp.addr(t, "hot_static"), rp.addr(t, "hot_mid")
+	// Leaf first: PCs, then return addresses (looked up one byte lower).
+	stack := []uint64{static + 1, static + staticSize - 1, static + staticSize, mid + midSize}
+	frames := s.User(p, stack, nil)
+	want := []uint64{static, static, static, mid}
+	if len(frames) != len(want) {
+		t.Fatalf("got %d frames, want %d", len(frames), len(want))
+	}
+	for i, f := range frames {
+		if f.Function != "" {
+			t.Fatalf("frame %d named %q in a stripped binary; the test proves nothing", i, f.Function)
+		}
+		if f.Address != want[i] || f.Mapping < 0 || p.Mappings[f.Mapping].Path != stripped {
+			t.Errorf("frame %d (%#x): address %#x in mapping %d, want the function's start %#x in %s", i, stack[i], f.Address, f.Mapping, want[i], stripped)
+		}
+	}
+}
+
 func TestExitedAfterSnapshot(t *testing.T) {
 	// A private copy, so it can be deleted too.
 	bin := filepath.Join(t.TempDir(), "hot")

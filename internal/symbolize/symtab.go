@@ -479,6 +479,17 @@ func (t *SymbolTable) FileAddr(fileOffset uint64) (uint64, bool) {
 	return 0, false
 }
 
+// FileOffset is FileAddr's inverse: the file offset of ELF address vaddr,
+// through the PT_LOAD segment that contains it.
+func (t *SymbolTable) FileOffset(vaddr uint64) (uint64, bool) {
+	for _, l := range t.loads {
+		if vaddr >= l.vaddr && vaddr-l.vaddr < l.filesz {
+			return vaddr - l.vaddr + l.off, true
+		}
+	}
+	return 0, false
+}
+
 // TextVaddr is the lowest ELF address of the binary's executable segments.
 func (t *SymbolTable) TextVaddr() uint64 { return t.textVaddr }
 
@@ -601,24 +612,48 @@ func (t *SymbolTable) returnAddressAtSP(addr uint64) (atSP, known bool) {
 			return ok && d == 0, ok
 		}
 	}
-	if t.ehFrame == nil {
+	eh := t.ehTable()
+	if eh == nil {
 		return false, false
 	}
+	rule, ok, err := eh.CFA(addr)
+	if err != nil || !ok {
+		return false, false
+	}
+	return !rule.Expr && rule.Register == ehframe.RegRSP && rule.Offset == 8, true
+}
+
+// ehTable is the index over the file's .eh_frame, built on first use (its
+// heap then counts in Size); nil when the file has none, or a malformed one.
+func (t *SymbolTable) ehTable() *ehframe.Table {
+	if t.ehFrame == nil {
+		return nil
+	}
 	t.ehOnce.Do(func() {
-		// A malformed section leaves eh nil: every PC is then "unknown".
 		if eh, err := ehframe.New(t.ehFrame, t.ehAddr); err == nil {
 			t.eh = eh
 			t.ehBytes.Store(int64(eh.Size()))
 		}
 	})
-	if t.eh == nil {
-		return false, false
+	return t.eh
+}
+
+// FunctionStart returns the ELF address where the function holding addr
+// begins, from the function's unwind entry (its .eh_frame FDE), for
+// addresses no symbol names: a stripped binary's static functions keep
+// their unwind entries. ok is false when the file has no .eh_frame (or is
+// not x86-64) or no entry covers addr.
+func (t *SymbolTable) FunctionStart(addr uint64) (start uint64, ok bool) {
+	// .eh_frame is read in place: a file truncated under us faults, and
+	// that is "not found", not a crash.
+	if t.guard(func() {
+		if eh := t.ehTable(); eh != nil {
+			start, ok = eh.FunctionStart(addr)
+		}
+	}) != nil {
+		return 0, false
 	}
-	rule, ok, err := t.eh.CFA(addr)
-	if err != nil || !ok {
-		return false, false
-	}
-	return !rule.Expr && rule.Register == ehframe.RegRSP && rule.Offset == 8, true
+	return start, ok
 }
 
 // DebugFile is the separate debug file (/usr/lib/debug/.build-id/…) whose

@@ -56,6 +56,23 @@ func (t *Tally) Add(stack string, n int64) {
 	t.Folded[stack] += n
 }
 
+// Renamed is the tally with the frames names maps renamed (a stripped
+// binary's frames resolved with FunctionFrames, as `hotpath symbolize` would
+// resolve them later); other frames keep their names.
+func (t Tally) Renamed(names map[string]string) Tally {
+	r := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}, Service: t.Service, Exe: t.Exe, BuildIDs: t.BuildIDs}
+	for stack, n := range t.Folded {
+		frames := strings.Split(stack, ";")
+		for i, f := range frames {
+			if name, ok := names[f]; ok {
+				frames[i] = name
+			}
+		}
+		r.Add(strings.Join(frames, ";"), n)
+	}
+	return r
+}
+
 // isKernelFrame says whether a frame name is the kernel's: one with the
 // kernel suffix, or one named by the kernel's mapping when the agent could
 // not symbolize it (no CAP_SYSLOG).

@@ -5,13 +5,17 @@ package testworkload
 
 import (
 	"bufio"
+	"debug/elf"
 	_ "embed"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
 //go:embed src/spin.c
@@ -41,6 +45,47 @@ func BuildC(t testing.TB, extraFlags ...string) string {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// Strip writes a copy of bin without its symbol tables (strip(1), as
+// distributions ship binaries: .eh_frame and the build ID note stay) and
+// returns its path. FunctionFrames names the copy's functions.
+func Strip(t testing.TB, bin string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), filepath.Base(bin)+"_stripped")
+	if b, err := exec.Command("strip", "-o", out, bin).CombinedOutput(); err != nil {
+		t.Fatalf("strip: %v\n%s", err, b)
+	}
+	return out
+}
+
+// FunctionFrames maps the frame the agent stores for a function of a
+// stripped copy of bin (named stripped) that it cannot name, the file's
+// name and the function's start as a file offset ("spin_c_stripped+0x1139"),
+// to the function's name in bin: what `hotpath symbolize` renames later.
+func FunctionFrames(t testing.TB, bin, stripped string) map[string]string {
+	t.Helper()
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
+			continue
+		}
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value-p.Vaddr < p.Filesz {
+				names[fmt.Sprintf("%s%x", profileschema.RawFramePrefix(stripped), s.Value-p.Vaddr+p.Off)] = s.Name
+			}
+		}
+	}
+	return names
 }
 
 // BuildGo compiles the Go workload and returns its path.
