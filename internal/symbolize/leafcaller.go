@@ -49,9 +49,9 @@ func (s *Symbolizer) RecoverLeafCaller(p *Process, stack []uint64, leafRet uint6
 	if !ok {
 		return stack, LeafNoUnwindInfo
 	}
-	before := t.Size()
+	indexed := t.ehBytes.Load() != 0
 	atSP, known := t.ReturnAddressAtSP(va)
-	s.grew(p, m, t, before)
+	s.indexBuilt(p, m, t, indexed)
 	switch {
 	case !known:
 		return stack, LeafNoUnwindInfo

@@ -174,9 +174,9 @@ func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
 // PostgreSQL's 756 distinct unnamed frames in ten minutes of pgbench were
 // 228 functions.
 func (s *Symbolizer) unnamedFunction(p *Process, m *Mapping, t *SymbolTable, va, addr uint64) uint64 {
-	before := t.Size()
+	indexed := t.ehBytes.Load() != 0
 	start, ok := t.FunctionStart(va)
-	s.grew(p, m, t, before)
+	s.indexBuilt(p, m, t, indexed)
 	if !ok {
 		return addr
 	}
@@ -187,10 +187,11 @@ func (s *Symbolizer) unnamedFunction(p *Process, m *Mapping, t *SymbolTable, va,
 	return m.Start + off - m.Offset
 }
 
-// grew accounts in the cache for m's table when a query just built its
-// unwind index (its Size was before).
-func (s *Symbolizer) grew(p *Process, m *Mapping, t *SymbolTable, before int) {
-	if t.Size() == before || m.file < 0 {
+// indexBuilt accounts in the cache for m's table when the query just made
+// built its .eh_frame index (indexed: it was built before the query), whose
+// heap counts in the table's Size.
+func (s *Symbolizer) indexBuilt(p *Process, m *Mapping, t *SymbolTable, indexed bool) {
+	if indexed || t.ehBytes.Load() == 0 || m.file < 0 {
 		return
 	}
 	s.mu.Lock()

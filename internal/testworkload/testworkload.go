@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
 )
 
 //go:embed src/spin.c
@@ -74,15 +75,17 @@ func FunctionFrames(t testing.TB, bin, stripped string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	table, err := symbolize.OpenSymbolTable(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	names := map[string]string{}
 	for _, s := range syms {
 		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
 			continue
 		}
-		for _, p := range ef.Progs {
-			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value-p.Vaddr < p.Filesz {
-				names[fmt.Sprintf("%s%x", profileschema.RawFramePrefix(stripped), s.Value-p.Vaddr+p.Off)] = s.Name
-			}
+		if off, ok := table.FileOffset(s.Value); ok {
+			names[fmt.Sprintf("%s%x", profileschema.RawFramePrefix(stripped), off)] = s.Name
 		}
 	}
 	return names
