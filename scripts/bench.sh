@@ -10,6 +10,7 @@
 #   BENCH_ARM=15s        workload run per arm (covers one 15 s interval)
 #   BENCH_UNWIND_STEADY=45s  steady window per agent run of the unwinding phase (4 runs)
 #   BENCH_CHURN_SECONDS=120  window per agent run of the churn phase (2 runs: guard on, guard off)
+#   BENCH_CHURN_AFTER=180    then the churn stops and the agent's memory is measured this long
 #   BENCH_SPAN=24h       simulated time written to the gateway's summary tier
 #   BENCH_LOCAL_SPAN=3h  the last part of it also written to the agent's local tier
 #   BENCH_DAYS=30        days stored for the long query
@@ -28,6 +29,7 @@ BENCH_PAIRS=${BENCH_PAIRS:-4}
 BENCH_ARM=${BENCH_ARM:-15s}
 BENCH_UNWIND_STEADY=${BENCH_UNWIND_STEADY:-45s}
 BENCH_CHURN_SECONDS=${BENCH_CHURN_SECONDS:-120}
+BENCH_CHURN_AFTER=${BENCH_CHURN_AFTER:-180}
 BENCH_SPAN=${BENCH_SPAN:-24h}
 BENCH_LOCAL_SPAN=${BENCH_LOCAL_SPAN:-3h}
 BENCH_DAYS=${BENCH_DAYS:-30}
@@ -99,7 +101,7 @@ command -v benchstat >/dev/null || echo "no benchstat on PATH (make bench instal
 	echo "loadavg:  $(cat /proc/loadavg)   (at start; the machine may be shared)"
 	echo "commit:   $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' + uncommitted changes')"
 	echo "go:       $(go version)"
-	echo "settings: BENCH_COUNT=$BENCH_COUNT BENCH_STEADY=$BENCH_STEADY BENCH_PAIRS=$BENCH_PAIRS BENCH_ARM=$BENCH_ARM BENCH_UNWIND_STEADY=$BENCH_UNWIND_STEADY BENCH_CHURN_SECONDS=$BENCH_CHURN_SECONDS BENCH_SPAN=$BENCH_SPAN BENCH_LOCAL_SPAN=$BENCH_LOCAL_SPAN BENCH_DAYS=$BENCH_DAYS"
+	echo "settings: BENCH_COUNT=$BENCH_COUNT BENCH_STEADY=$BENCH_STEADY BENCH_PAIRS=$BENCH_PAIRS BENCH_ARM=$BENCH_ARM BENCH_UNWIND_STEADY=$BENCH_UNWIND_STEADY BENCH_CHURN_SECONDS=$BENCH_CHURN_SECONDS BENCH_CHURN_AFTER=$BENCH_CHURN_AFTER BENCH_SPAN=$BENCH_SPAN BENCH_LOCAL_SPAN=$BENCH_LOCAL_SPAN BENCH_DAYS=$BENCH_DAYS"
 } >"$work/env.txt"
 cat "$work/env.txt"
 
@@ -118,7 +120,7 @@ fi
 if wants churn; then
 	echo "== churn: the agent on a CI node (steady C and Go, >= 5 process starts/s, a new binary every second), guard on and off"
 	run ./bin/hotpath-bench churn -out "$work/churn.json" -dir "$work/churn" \
-		-window "${BENCH_CHURN_SECONDS}s"
+		-window "${BENCH_CHURN_SECONDS}s" -after "${BENCH_CHURN_AFTER}s"
 fi
 
 if wants symbolize; then

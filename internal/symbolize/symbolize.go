@@ -8,7 +8,6 @@
 package symbolize
 
 import (
-	"container/list"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -47,6 +46,11 @@ type Options struct {
 	// still referenced by live Process snapshots stay alive beyond the bound
 	// until those snapshots are dropped.
 	MaxTableBytes int
+	// KeepUnused is how long a table stays cached after a process last
+	// asked for it (default 2 minutes; see Expire).
+	KeepUnused time.Duration
+	// Now is the clock (default time.Now); tests set it.
+	Now func() time.Time
 	// OnTableLoad, when set, is told the CPU time each table read from its
 	// file took (on the calling thread), so the caller can account for this
 	// one-time work. It must not call back into the Symbolizer.
@@ -55,8 +59,10 @@ type Options struct {
 
 // Symbolizer resolves stacks. It is safe for concurrent use.
 type Symbolizer struct {
-	procRoot string
-	onLoad   func(time.Duration)
+	procRoot   string
+	keepUnused time.Duration
+	now        func() time.Time
+	onLoad     func(time.Duration)
 
 	mu       sync.Mutex
 	cache    *tableCache
@@ -85,10 +91,18 @@ func New(opts Options) *Symbolizer {
 	if opts.MaxTableBytes <= 0 {
 		opts.MaxTableBytes = 16 << 20
 	}
+	if opts.KeepUnused <= 0 {
+		opts.KeepUnused = 2 * time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Symbolizer{
-		procRoot: opts.ProcRoot,
-		onLoad:   opts.OnTableLoad,
-		cache:    newTableCache(opts.MaxTables, opts.MaxTableBytes),
+		procRoot:   opts.ProcRoot,
+		keepUnused: opts.KeepUnused,
+		now:        opts.Now,
+		onLoad:     opts.OnTableLoad,
+		cache:      newTableCache(opts.MaxTables, opts.MaxTableBytes),
 	}
 }
 
@@ -104,7 +118,7 @@ func (s *Symbolizer) Snapshot(pid int) (*Process, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, pf := range p.files {
-		if e, ok := s.cache.get(pf.id); ok {
+		if e, ok := s.cache.get(pf.id, s.now()); ok {
 			pf.table, pf.err, pf.loaded = e.table, e.err, true
 			if pf.f != nil {
 				pf.f.Close()
@@ -122,7 +136,7 @@ func (s *Symbolizer) Snapshot(pid int) (*Process, error) {
 func (s *Symbolizer) cached(id fileid.ID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.cache.byID[id]
+	_, ok := s.cache.peek(id, s.now())
 	return ok
 }
 
@@ -218,7 +232,7 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 		return pf.table
 	}
 	s.mu.Lock()
-	e, ok := s.cache.get(pf.id)
+	e, ok := s.cache.get(pf.id, s.now())
 	if !ok {
 		if pf.f == nil {
 			s.mu.Unlock()
@@ -256,10 +270,10 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
 	v, _, _ := s.loading.Do(pf.id.String(), func() (any, error) {
 		s.mu.Lock()
-		if el, ok := s.cache.byID[pf.id]; ok {
+		if e, ok := s.cache.peek(pf.id, s.now()); ok {
 			// Loaded by a call that ended after this one's cache miss.
 			s.mu.Unlock()
-			return el.Value.(*cacheEntry), nil
+			return e, nil
 		}
 		s.mu.Unlock()
 		var t *SymbolTable
@@ -275,7 +289,7 @@ func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
 		defer s.mu.Unlock()
 		s.loads++
 		s.loadTime += cpu
-		return s.cache.add(pf.id, t, err), nil
+		return s.cache.add(pf.id, t, err, s.now()), nil
 	})
 	return v.(*cacheEntry)
 }
@@ -339,8 +353,15 @@ func (s *Symbolizer) loadKernelLocked() error {
 
 // Stats describes the table cache.
 type Stats struct {
-	Tables       int // cached tables (including failed loads)
-	HeapBytes    int // heap bytes of cached tables
+	Tables    int // cached tables (including failed loads)
+	HeapBytes int // heap bytes of cached tables
+	// Held and HeldBytes are the tables that left the cache (Expire, or
+	// its bounds) and that live processes still hold: in memory, but not
+	// counted in Tables and HeapBytes.
+	Held, HeldBytes int
+	// Revived counts tables a process asked for after they left the
+	// cache, found alive instead of loaded again.
+	Revived      uint64
 	Hits, Misses uint64
 	KernelBytes  int // heap bytes of the kallsyms table, 0 when not loaded
 	// Loads counts tables read from their files, LoadTime the CPU time
@@ -351,23 +372,36 @@ type Stats struct {
 	LoadTime        time.Duration
 }
 
-// Trim releases the file pages of every cached table from the process's
-// memory (see SymbolTable.Trim). Call it after each interval's symbolization.
+// Trim releases the file pages of every table in memory from the
+// process's memory (see SymbolTable.Trim). Call it after each interval's
+// symbolization.
 func (s *Symbolizer) Trim() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for el := s.cache.ll.Front(); el != nil; el = el.Next() {
-		if t := el.Value.(*cacheEntry).table; t != nil {
-			t.Trim()
-		}
-	}
+	s.cache.each((*SymbolTable).Trim)
+}
+
+// Expire drops the cached tables no process has asked for in the last
+// Options.KeepUnused; those that live processes hold stay in memory with
+// them and are found again by the next process of the same file. Call it
+// after each interval's symbolization.
+func (s *Symbolizer) Expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cache.expire(s.now().Add(-s.keepUnused))
 }
 
 // Stats returns cache figures, for the agent's own telemetry.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
-	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Hits: s.cache.hits, Misses: s.cache.misses,
-		Loads: s.loads, Deferred: s.deferred, LoadTime: s.loadTime}
+	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Revived: s.cache.revived,
+		Hits: s.cache.hits, Misses: s.cache.misses, Loads: s.loads, Deferred: s.deferred, LoadTime: s.loadTime}
+	for _, wp := range s.cache.held {
+		if t := wp.Value(); t != nil {
+			st.Held++
+			st.HeldBytes += t.Size()
+		}
+	}
 	s.mu.Unlock()
 	s.kmu.Lock()
 	if s.kernel != nil {
@@ -375,72 +409,6 @@ func (s *Symbolizer) Stats() Stats {
 	}
 	s.kmu.Unlock()
 	return st
-}
-
-// tableCache is an LRU of SymbolTables keyed by file identity, bounded by
-// count and heap bytes. Failed loads are cached too, so a file that is not
-// ELF is not re-read every interval.
-type tableCache struct {
-	maxEntries, maxBytes int
-	bytes                int
-	ll                   *list.List // front = most recent; values *cacheEntry
-	byID                 map[fileid.ID]*list.Element
-	hits, misses         uint64
-}
-
-type cacheEntry struct {
-	id    fileid.ID
-	table *SymbolTable
-	err   error
-	bytes int
-}
-
-func newTableCache(maxEntries, maxBytes int) *tableCache {
-	return &tableCache{maxEntries: maxEntries, maxBytes: maxBytes, ll: list.New(), byID: map[fileid.ID]*list.Element{}}
-}
-
-func (c *tableCache) get(id fileid.ID) (*cacheEntry, bool) {
-	el, ok := c.byID[id]
-	if !ok {
-		c.misses++
-		return nil, false
-	}
-	c.hits++
-	c.ll.MoveToFront(el)
-	return el.Value.(*cacheEntry), true
-}
-
-func (c *tableCache) add(id fileid.ID, t *SymbolTable, err error) *cacheEntry {
-	e := &cacheEntry{id: id, table: t, err: err, bytes: 64}
-	if t != nil {
-		e.bytes = t.Size()
-	}
-	c.byID[id] = c.ll.PushFront(e)
-	c.bytes += e.bytes
-	c.evict()
-	return e
-}
-
-// resized accounts for a cached table that grew after it was added (its
-// unwind index is built on first use).
-func (c *tableCache) resized(id fileid.ID, t *SymbolTable) {
-	el, ok := c.byID[id]
-	if !ok || el.Value.(*cacheEntry).table != t {
-		return
-	}
-	e := el.Value.(*cacheEntry)
-	n := t.Size()
-	c.bytes += n - e.bytes
-	e.bytes = n
-	c.evict()
-}
-
-func (c *tableCache) evict() {
-	for c.ll.Len() > 1 && (c.ll.Len() > c.maxEntries || c.bytes > c.maxBytes) {
-		old := c.ll.Remove(c.ll.Back()).(*cacheEntry)
-		delete(c.byID, old.id)
-		c.bytes -= old.bytes
-	}
 }
 
 // MappingTable returns the symbol table of mapping i of p, loading it on

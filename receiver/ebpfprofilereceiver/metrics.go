@@ -43,8 +43,8 @@ func (m *selfMetrics) recordWork(ctx context.Context, counts map[workCount]uint6
 }
 
 func (m *selfMetrics) recordSymbolizer(ctx context.Context, st symbolize.Stats) {
-	m.tb.ReceiverEbpfprofileSymbolTables.Record(ctx, int64(st.Tables))
-	m.tb.ReceiverEbpfprofileSymbolTableBytes.Record(ctx, int64(st.HeapBytes+st.KernelBytes))
+	m.tb.ReceiverEbpfprofileSymbolTables.Record(ctx, int64(st.Tables+st.Held))
+	m.tb.ReceiverEbpfprofileSymbolTableBytes.Record(ctx, int64(st.HeapBytes+st.HeldBytes+st.KernelBytes))
 }
 
 func (m *selfMetrics) record(ctx context.Context, st sampler.Stats, kept, filtered uint64, symbolize time.Duration, processes int, mapBytes uint64) {

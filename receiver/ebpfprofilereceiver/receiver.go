@@ -505,7 +505,8 @@ func (r *profileReceiver) drainLocked(ctx context.Context, start time.Time) (ppr
 	if symAfter := r.symbolizer.Stats(); symAfter.Deferred > symBefore.Deferred {
 		r.work.deferred(workSymbolTable, symAfter.Deferred-symBefore.Deferred)
 	}
-	r.symbolizer.Trim() // file pages back to the page cache until the next interval
+	r.symbolizer.Trim()   // file pages back to the page cache until the next interval
+	r.symbolizer.Expire() // tables of binaries no process started lately
 	r.procs.forgetExitedBefore(drainedAt, r.cfg.Interval)
 	r.metrics.record(ctx, batch.Stats, kept, filtered, symDur, r.procs.len(), r.sampler.MapMemoryBytes())
 	r.metrics.recordLeaf(ctx, r.leaf.sub(leafBefore))

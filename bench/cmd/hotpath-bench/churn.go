@@ -34,6 +34,7 @@ type churnResult struct {
 	ConfiguredHz  float64     `json:"configured_hz"` // frequency_hz of the agent config
 	WindowSeconds float64     `json:"window_seconds_requested"`
 	WarmupSeconds float64     `json:"warmup_seconds"`
+	AfterSeconds  float64     `json:"after_seconds"` // the churn stopped, the steady workloads on
 	AlignSeconds  float64     `json:"align_seconds"` // the agent's interval: windows start on its boundaries
 	GoEvery       float64     `json:"go_build_every_seconds"`
 	GoCache       string      `json:"go_cache"`
@@ -83,6 +84,14 @@ type churnRun struct {
 	Processes      float64                       `json:"processes_tracked"`
 	UnwindTables   float64                       `json:"unwind_tables"`
 	MetricNames    []string                      `json:"metric_names_used"`
+	// After the window the churn stops and the steady workloads go on:
+	// the agent's memory once a second for AfterSeconds (a CI job over),
+	// and its symbol tables at the end.
+	AfterRSS               []float64 `json:"after_rss_mb,omitempty"`
+	AfterAnon              []float64 `json:"after_rss_anon_mb,omitempty"`
+	AfterSymbolTables      float64   `json:"after_symbol_tables"`
+	AfterSymbolTableBytes  float64   `json:"after_symbol_table_bytes"`
+	WindowSymbolTableBytes float64   `json:"symbol_table_bytes"`
 }
 
 // churnPoint is one second of the timeline. Hz is -1 while the receiver
@@ -131,6 +140,7 @@ func churnCmd(args []string) error {
 	warmup := fs.Duration("warmup", 60*time.Second, "time after the ready line before the window (then the first interval, then the next interval boundary)")
 	align := fs.Duration("interval", 15*time.Second, "the agent's interval (receiver interval and stackaggregator window of the config): windows start on its wall-clock boundaries, so the intervals stored cover them exactly")
 	goEvery := fs.Duration("go-every", 6*time.Second, "a go build of a new module version this often")
+	after := fs.Duration("after", 180*time.Second, "after the window, the churn stops and the agent's memory is measured this long with the steady workloads alone (0: not)")
 	python := fs.String("python", "", "python3 for the churn (default /usr/bin/python3, else python3 from PATH)")
 	_ = fs.Parse(args)
 	if *window < *align {
@@ -184,7 +194,7 @@ func churnCmd(args []string) error {
 		return err
 	}
 	res := &churnResult{CPUs: runtime.NumCPU(), AgentConfig: r.agentCfg, GatewayConfig: r.gatewayCfg, ConfiguredHz: hz,
-		WindowSeconds: window.Seconds(), WarmupSeconds: warmup.Seconds(), AlignSeconds: align.Seconds(), GoEvery: goEvery.Seconds(),
+		WindowSeconds: window.Seconds(), WarmupSeconds: warmup.Seconds(), AfterSeconds: after.Seconds(), AlignSeconds: align.Seconds(), GoEvery: goEvery.Seconds(),
 		BinaryCache: "each run's agent starts with an empty binary cache of its own (receivers.ebpfprofile.binary_cache.directory)",
 		GoCache:     "GOCACHE inside the phase's work directory, warmed by one build before the first agent starts (the standard library is compiled then; each churn build compiles one package and links)"}
 	res.LoadAvg = append(res.LoadAvg, loadAvg())
@@ -227,7 +237,7 @@ func churnCmd(args []string) error {
 
 	for i, run := range runs {
 		r.agentArgs = run.args
-		cr, err := r.churnRun(res, run.label, filepath.Join(r.dir, fmt.Sprintf("load-%d", i+1)), steadyC, py, *window, *warmup, *align, *goEvery, queryEndpoint, onInterrupt)
+		cr, err := r.churnRun(res, run.label, filepath.Join(r.dir, fmt.Sprintf("load-%d", i+1)), steadyC, py, *window, *warmup, *align, *goEvery, *after, queryEndpoint, onInterrupt)
 		if err != nil {
 			return fmt.Errorf("run %q: %w", run.label, err)
 		}
@@ -242,7 +252,7 @@ func churnCmd(args []string) error {
 
 // churnRun starts the workload, then the agent with r.agentArgs, measures
 // one window and counts what the agent stored for it.
-func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python string, window, warmup, align, goEvery time.Duration, queryEndpoint string, onInterrupt func(func()) func()) (*churnRun, error) {
+func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python string, window, warmup, align, goEvery, after time.Duration, queryEndpoint string, onInterrupt func(func()) func()) (*churnRun, error) {
 	run := &churnRun{Label: label, AgentArgs: r.agentArgs, LoadAvg: loadAvg()}
 	tag := strings.ReplaceAll(label, " ", "-")
 	goCache := filepath.Join(filepath.Dir(loadDir), "gocache")
@@ -321,7 +331,30 @@ func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python st
 	if err := countSteadySamples(run, queryEndpoint, align); err != nil {
 		return nil, err
 	}
+	if after > 0 {
+		r.afterChurn(run, a, load, after)
+	}
 	return run, nil
+}
+
+// afterChurn stops the churn, keeps the steady workloads, and records the
+// agent's memory once a second for d, then its symbol tables: what a node
+// gets back once a CI job is over.
+func (r *agentRun) afterChurn(run *churnRun, a *collectorproc.Process, load *churnLoad, d time.Duration) {
+	load.stopChurn()
+	logf("churn: %s: churn stopped; the agent's memory for %s with the steady workloads alone", run.Label, d)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for end := time.Now().Add(d); time.Now().Before(end); <-t.C {
+		if mem, err := procstat.ReadMemory(a.PID()); err == nil {
+			run.AfterRSS = append(run.AfterRSS, float64(mem.RSS)/1e6)
+			run.AfterAnon = append(run.AfterAnon, float64(mem.Anon)/1e6)
+		}
+	}
+	if m, err := selfmetrics.Scrape(r.metricsURL); err == nil {
+		run.AfterSymbolTables, _, _ = m.Receiver("symbol_tables", nil)
+		run.AfterSymbolTableBytes, _, _ = m.Receiver("symbol_table_bytes", []string{"_bytes", "_By"})
+	}
 }
 
 // timeline samples the agent once a second from its start: its memory and
@@ -453,10 +486,12 @@ func churnSelfMetrics(run *churnRun, m0, m1 selfmetrics.Metrics) {
 		run.MetricNames = append(run.MetricNames, name)
 	}
 	for _, g := range []struct {
-		name string
-		dst  *float64
-	}{{"symbol_tables", &run.SymbolTables}, {"processes", &run.Processes}, {"unwind_tables", &run.UnwindTables}} {
-		if v, n, ok := m1.Receiver(g.name, nil); ok {
+		name     string
+		dst      *float64
+		suffixes []string
+	}{{"symbol_tables", &run.SymbolTables, nil}, {"symbol_table_bytes", &run.WindowSymbolTableBytes, []string{"_bytes", "_By"}},
+		{"processes", &run.Processes, nil}, {"unwind_tables", &run.UnwindTables, nil}} {
+		if v, n, ok := m1.Receiver(g.name, g.suffixes); ok {
 			*g.dst = v
 			run.MetricNames = append(run.MetricNames, n)
 		}

@@ -119,9 +119,10 @@ type churnLoad struct {
 	failures map[string]int
 	lastErr  map[string]string
 
-	stop chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 // newChurnLoad makes the directories and the process group. goCache is
@@ -313,12 +314,19 @@ func (l *churnLoad) problems() []string {
 	return out
 }
 
+// stopChurn ends the short-lived starts and waits for those under way to
+// finish; the steady workloads go on.
+func (l *churnLoad) stopChurn() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}
+
 // kill stops every process of the group, steady and short-lived (and
 // their children: cc1, ld, compile ...), and reaps the direct ones. Safe
 // to call more than once and from a signal handler's goroutine.
 func (l *churnLoad) kill() {
 	l.once.Do(func() {
-		close(l.stop)
+		l.stopOnce.Do(func() { close(l.stop) })
 		l.killGroup()
 		l.wg.Wait()
 		l.killGroup() // what started between the first kill and the loops' end

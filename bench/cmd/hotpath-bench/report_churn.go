@@ -130,8 +130,26 @@ func churnRows(res *churnResult) []row {
 				verdict(-startsPerSecond(r), -5, true), "start times of the churn's children in the window; /proc/stat processes for the machine"},
 			row{tag + ": per-binary work done / deferred / skipped", "—", "—", binaryWorkString(r), "info", "otelcol_receiver_ebpfprofile_binary_work{outcome,kind} deltas over the window"},
 		)
+		if len(r.AfterRSS) > 0 {
+			rss, anon := lastMinute(r.AfterRSS), lastMinute(r.AfterAnon)
+			rows = append(rows, row{fmt.Sprintf("%s: agent RSS / anonymous memory once the churn stopped (the last minute of %.0f s)", tag, res.AfterSeconds), "—", "≤ 60 MB",
+				fmt.Sprintf("%.1f / %.1f MB (window medians %.1f / %.1f MB); %s", rss.Median, anon.Median, benchfmt.Summarize(r.RSS).Median, benchfmt.Summarize(r.Anon).Median, symbolTablesAfter(r)),
+				verdict(rss.Median, churnRSSGoal, true), "VmRSS and RssAnon from /proc/PID/status once a second after the churn's last start, the steady workloads still running: medians of the last 60 s; the receiver's symbol_tables and symbol_table_bytes gauges at the window's end and at the end"})
+		}
 	}
 	return rows
+}
+
+// lastMinute summarizes the last 60 of once-a-second samples.
+func lastMinute(v []float64) benchfmt.Summary {
+	return benchfmt.Summarize(v[max(0, len(v)-60):])
+}
+
+// symbolTablesAfter is the receiver's symbol tables at the window's end
+// and once the churn had stopped.
+func symbolTablesAfter(r *churnRun) string {
+	return fmt.Sprintf("symbol tables %.0f (%.1f MB) at the window's end, %.0f (%.1f MB) after",
+		r.SymbolTables, r.WindowSymbolTableBytes/1e6, r.AfterSymbolTables, r.AfterSymbolTableBytes/1e6)
 }
 
 func startsPerSecond(r *churnRun) float64 {
@@ -210,6 +228,14 @@ func churnSection(res *churnResult) string {
 		return fmt.Sprintf("%.1f / %.1f MB", s.Median, s.Max)
 	})
 	line("peak RSS (VmHWM)", func(r *churnRun) string { return fmt.Sprintf("%.1f MB", r.PeakRSSMB) })
+	if res.AfterSeconds > 0 {
+		line(fmt.Sprintf("RSS / RssAnon once the churn stopped, medians of the last minute of %.0f s", res.AfterSeconds), func(r *churnRun) string {
+			if len(r.AfterRSS) == 0 {
+				return "not measured"
+			}
+			return fmt.Sprintf("%.1f / %.1f MB; %s", lastMinute(r.AfterRSS).Median, lastMinute(r.AfterAnon).Median, symbolTablesAfter(r))
+		})
+	}
 	line("sampling rate (receiver gauge)", hzRange)
 	for j := range res.Runs[0].Steady {
 		line("samples / expected: "+res.Runs[0].Steady[j].Name, func(r *churnRun) string {

@@ -275,7 +275,21 @@ func TestReportChurn(t *testing.T) {
 	on.BinaryWorkCPU = -1
 	off.BinaryWork = map[string]map[string]float64{"done": {"symbols": 12}, "deferred": {"symbols": 3}}
 	off.BinaryWorkCPU = 0.25
-	res := churnResult{CPUs: 2, ConfiguredHz: 19, AlignSeconds: 15, AgentConfig: "agent.yaml", Runs: []churnRun{on, off}}
+	// After the churn: the last minute of the memory samples is judged, not
+	// the first ones, taken while the tables of the churn's binaries were
+	// still cached.
+	for i := range 180 {
+		rss := 90.0
+		if i >= 120 {
+			rss = 52 + float64(i%3)
+		}
+		on.AfterRSS = append(on.AfterRSS, rss)
+		on.AfterAnon = append(on.AfterAnon, rss-30)
+		off.AfterRSS = append(off.AfterRSS, 90)
+		off.AfterAnon = append(off.AfterAnon, 60)
+	}
+	on.SymbolTables, on.WindowSymbolTableBytes, on.AfterSymbolTables, on.AfterSymbolTableBytes = 60, 14.2e6, 12, 5.1e6
+	res := churnResult{CPUs: 2, ConfiguredHz: 19, AlignSeconds: 15, AfterSeconds: 180, AgentConfig: "agent.yaml", Runs: []churnRun{on, off}}
 	dir := t.TempDir()
 	if err := writeJSON(filepath.Join(dir, "churn.json"), res); err != nil {
 		t.Fatal(err)
@@ -300,6 +314,9 @@ func TestReportChurn(t *testing.T) {
 		"| churn, guard off: process starts per second (the churn's own; the workload's definition) | — | ≥ 5 /s |",
 		"| churn, guard on: per-binary work done / deferred / skipped | — | — | not reported by this build | info |",
 		"| churn, guard off: per-binary work done / deferred / skipped | — | — | done 12 (symbols 12); deferred 3 (symbols 3); skipped 0 (); 0.25 s CPU | info |",
+		"| churn, guard on: agent RSS / anonymous memory once the churn stopped (the last minute of 180 s) | — | ≤ 60 MB | 53.0 / 23.0 MB (window medians 55.0 / 25.0 MB); symbol tables 60 (14.2 MB) at the window's end, 12 (5.1 MB) after | PASS |",
+		"| churn, guard off: agent RSS / anonymous memory once the churn stopped (the last minute of 180 s) | — | ≤ 60 MB | 90.0 / 60.0 MB (window medians 55.0 / 25.0 MB); symbol tables 0 (0.0 MB) at the window's end, 0 (0.0 MB) after | FAIL |",
+		"| RSS / RssAnon once the churn stopped, medians of the last minute of 180 s | 53.0 / 23.0 MB; symbol tables 60 (14.2 MB) at the window's end, 12 (5.1 MB) after |",
 		"## Churn: a CI node (guard on and off)",
 		"- agent: not run (-phases \"churn\")",
 	} {

@@ -157,13 +157,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileSymbolTableBytes, err = builder.meter.Int64Gauge(
 		"otelcol_receiver_ebpfprofile_symbol_table_bytes",
-		metric.WithDescription("Heap held by cached symbol tables and kernel symbols. [Alpha]"),
+		metric.WithDescription("Heap held by symbol tables (cached, or kept only by a live process) and kernel symbols. A table no process has asked for in 2 minutes leaves the cache; it stays while a live process holds it. [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileSymbolTables, err = builder.meter.Int64Gauge(
 		"otelcol_receiver_ebpfprofile_symbol_tables",
-		metric.WithDescription("Per-binary symbol tables cached; a steady climb means binaries keep changing (each costs a load). [Alpha]"),
+		metric.WithDescription("Per-binary symbol tables in memory (cached, or kept only by a live process); a steady climb means binaries keep changing (each costs a load). [Alpha]"),
 		metric.WithUnit("{table}"),
 	)
 	errs = errors.Join(errs, err)

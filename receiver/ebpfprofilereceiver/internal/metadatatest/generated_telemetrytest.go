@@ -222,7 +222,7 @@ func AssertEqualReceiverEbpfprofileStacksEndedEarly(t *testing.T, tt *componentt
 func AssertEqualReceiverEbpfprofileSymbolTableBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_symbol_table_bytes",
-		Description: "Heap held by cached symbol tables and kernel symbols. [Alpha]",
+		Description: "Heap held by symbol tables (cached, or kept only by a live process) and kernel symbols. A table no process has asked for in 2 minutes leaves the cache; it stays while a live process holds it. [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
@@ -236,7 +236,7 @@ func AssertEqualReceiverEbpfprofileSymbolTableBytes(t *testing.T, tt *componentt
 func AssertEqualReceiverEbpfprofileSymbolTables(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_symbol_tables",
-		Description: "Per-binary symbol tables cached; a steady climb means binaries keep changing (each costs a load). [Alpha]",
+		Description: "Per-binary symbol tables in memory (cached, or kept only by a live process); a steady climb means binaries keep changing (each costs a load). [Alpha]",
 		Unit:        "{table}",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
