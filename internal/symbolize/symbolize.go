@@ -357,7 +357,7 @@ type Stats struct {
 	HeapBytes int // heap bytes of cached tables
 	// Held and HeldBytes are the tables that left the cache (Expire, or
 	// its bounds) and that live processes still hold: in memory, but not
-	// counted in Tables and HeapBytes.
+	// counted in Tables and HeapBytes. Counted by the last Expire.
 	Held, HeldBytes int
 	// Revived counts tables a process asked for after they left the
 	// cache, found alive instead of loaded again.
@@ -394,14 +394,8 @@ func (s *Symbolizer) Expire() {
 // Stats returns cache figures, for the agent's own telemetry.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
-	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Revived: s.cache.revived,
-		Hits: s.cache.hits, Misses: s.cache.misses, Loads: s.loads, Deferred: s.deferred, LoadTime: s.loadTime}
-	for _, wp := range s.cache.held {
-		if t := wp.Value(); t != nil {
-			st.Held++
-			st.HeldBytes += t.Size()
-		}
-	}
+	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Held: s.cache.heldTables, HeldBytes: s.cache.heldBytes,
+		Revived: s.cache.revived, Hits: s.cache.hits, Misses: s.cache.misses, Loads: s.loads, Deferred: s.deferred, LoadTime: s.loadTime}
 	s.mu.Unlock()
 	s.kmu.Lock()
 	if s.kernel != nil {

@@ -28,6 +28,10 @@ type tableCache struct {
 	held                 map[fileid.ID]weak.Pointer[SymbolTable]
 	hits, misses         uint64
 	revived              uint64
+	// heldTables and heldBytes are the tables of held still alive, counted
+	// by expire: Stats, asked several times an interval, does not take each
+	// table's size again.
+	heldTables, heldBytes int
 }
 
 type cacheEntry struct {
@@ -108,15 +112,19 @@ func (c *tableCache) evict() {
 	}
 }
 
-// expire removes the entries last asked for before cutoff, and forgets the
-// tables that left the LRU and are gone.
+// expire removes the entries last asked for before cutoff, forgets the
+// tables that left the LRU and are gone, and counts those still alive.
 func (c *tableCache) expire(cutoff time.Time) {
 	for el := c.ll.Back(); el != nil && el.Value.(*cacheEntry).used.Before(cutoff); el = c.ll.Back() {
 		c.remove(el)
 	}
+	c.heldTables, c.heldBytes = 0, 0
 	for id, wp := range c.held {
-		if wp.Value() == nil {
+		if t := wp.Value(); t == nil {
 			delete(c.held, id)
+		} else {
+			c.heldTables++
+			c.heldBytes += t.Size()
 		}
 	}
 }
