@@ -35,6 +35,12 @@ type Frame struct {
 	Inline bool
 }
 
+// DefaultKeepUnused is how long a binary's table stays cached with no new
+// process asking for it. The receiver's unwinder keeps a binary's kernel
+// unwind table for as long after its last process (unwinder.KeepUnused):
+// both come back together for the binary's next process.
+const DefaultKeepUnused = 2 * time.Minute
+
 // Options configures a Symbolizer. Zero values pick the defaults.
 type Options struct {
 	// ProcRoot is where procfs is mounted (default "/proc"); also the source
@@ -47,7 +53,7 @@ type Options struct {
 	// until those snapshots are dropped.
 	MaxTableBytes int
 	// KeepUnused is how long a table stays cached after a process last
-	// asked for it (default 2 minutes; see Expire).
+	// asked for it (default DefaultKeepUnused; see Expire).
 	KeepUnused time.Duration
 	// Now is the clock (default time.Now); tests set it.
 	Now func() time.Time
@@ -92,7 +98,7 @@ func New(opts Options) *Symbolizer {
 		opts.MaxTableBytes = 16 << 20
 	}
 	if opts.KeepUnused <= 0 {
-		opts.KeepUnused = 2 * time.Minute
+		opts.KeepUnused = DefaultKeepUnused
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -507,6 +507,9 @@ func (r *profileReceiver) drainLocked(ctx context.Context, start time.Time) (ppr
 	}
 	r.symbolizer.Trim()   // file pages back to the page cache until the next interval
 	r.symbolizer.Expire() // tables of binaries no process started lately
+	if r.unwind != nil {
+		r.unwind.Expire(drainedAt) // kernel tables of binaries no live process uses
+	}
 	r.procs.forgetExitedBefore(drainedAt, r.cfg.Interval)
 	r.metrics.record(ctx, batch.Stats, kept, filtered, symDur, r.procs.len(), r.sampler.MapMemoryBytes())
 	r.metrics.recordLeaf(ctx, r.leaf.sub(leafBefore))

@@ -86,12 +86,16 @@ type churnRun struct {
 	MetricNames    []string                      `json:"metric_names_used"`
 	// After the window the churn stops and the steady workloads go on:
 	// the agent's memory once a second for AfterSeconds (a CI job over),
-	// and its symbol tables at the end.
+	// and its symbol and unwind tables at the end (unwind tables are kernel
+	// memory, charged to the agent's memory cgroup, not in its RSS).
 	AfterRSS               []float64 `json:"after_rss_mb,omitempty"`
 	AfterAnon              []float64 `json:"after_rss_anon_mb,omitempty"`
 	AfterSymbolTables      float64   `json:"after_symbol_tables"`
 	AfterSymbolTableBytes  float64   `json:"after_symbol_table_bytes"`
 	WindowSymbolTableBytes float64   `json:"symbol_table_bytes"`
+	AfterUnwindTables      float64   `json:"after_unwind_tables"`
+	AfterUnwindTableBytes  float64   `json:"after_unwind_table_bytes"`
+	WindowUnwindTableBytes float64   `json:"unwind_table_bytes"`
 }
 
 // churnPoint is one second of the timeline. Hz is -1 while the receiver
@@ -338,8 +342,8 @@ func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python st
 }
 
 // afterChurn stops the churn, keeps the steady workloads, and records the
-// agent's memory once a second for d, then its symbol tables: what a node
-// gets back once a CI job is over.
+// agent's memory once a second for d, then its symbol and unwind tables:
+// what a node gets back once a CI job is over.
 func (r *agentRun) afterChurn(run *churnRun, a *collectorproc.Process, load *churnLoad, d time.Duration) {
 	load.stopChurn()
 	logf("churn: %s: churn stopped; the agent's memory for %s with the steady workloads alone", run.Label, d)
@@ -354,6 +358,8 @@ func (r *agentRun) afterChurn(run *churnRun, a *collectorproc.Process, load *chu
 	if m, err := selfmetrics.Scrape(r.metricsURL); err == nil {
 		run.AfterSymbolTables, _, _ = m.Receiver("symbol_tables", nil)
 		run.AfterSymbolTableBytes, _, _ = m.Receiver("symbol_table_bytes", []string{"_bytes", "_By"})
+		run.AfterUnwindTables, _, _ = m.Receiver("unwind_tables", nil)
+		run.AfterUnwindTableBytes, _, _ = m.Receiver("unwind_table_bytes", []string{"_bytes", "_By"})
 	}
 }
 
@@ -490,7 +496,8 @@ func churnSelfMetrics(run *churnRun, m0, m1 selfmetrics.Metrics) {
 		dst      *float64
 		suffixes []string
 	}{{"symbol_tables", &run.SymbolTables, nil}, {"symbol_table_bytes", &run.WindowSymbolTableBytes, []string{"_bytes", "_By"}},
-		{"processes", &run.Processes, nil}, {"unwind_tables", &run.UnwindTables, nil}} {
+		{"processes", &run.Processes, nil}, {"unwind_tables", &run.UnwindTables, nil},
+		{"unwind_table_bytes", &run.WindowUnwindTableBytes, []string{"_bytes", "_By"}}} {
 		if v, n, ok := m1.Receiver(g.name, g.suffixes); ok {
 			*g.dst = v
 			run.MetricNames = append(run.MetricNames, n)

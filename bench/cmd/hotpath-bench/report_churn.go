@@ -133,8 +133,8 @@ func churnRows(res *churnResult) []row {
 		if len(r.AfterRSS) > 0 {
 			rss, anon := lastMinute(r.AfterRSS), lastMinute(r.AfterAnon)
 			rows = append(rows, row{fmt.Sprintf("%s: agent RSS / anonymous memory once the churn stopped (the last minute of %.0f s)", tag, res.AfterSeconds), "—", "≤ 60 MB",
-				fmt.Sprintf("%.1f / %.1f MB (window medians %.1f / %.1f MB); %s", rss.Median, anon.Median, benchfmt.Summarize(r.RSS).Median, benchfmt.Summarize(r.Anon).Median, symbolTablesAfter(r)),
-				verdict(rss.Median, churnRSSGoal, true), "VmRSS and RssAnon from /proc/PID/status once a second after the churn's last start, the steady workloads still running: medians of the last 60 s; the receiver's symbol_tables and symbol_table_bytes gauges at the window's end and at the end"})
+				fmt.Sprintf("%.1f / %.1f MB (window medians %.1f / %.1f MB); %s", rss.Median, anon.Median, benchfmt.Summarize(r.RSS).Median, benchfmt.Summarize(r.Anon).Median, tablesAfter(r)),
+				verdict(rss.Median, churnRSSGoal, true), "VmRSS and RssAnon from /proc/PID/status once a second after the churn's last start, the steady workloads still running: medians of the last 60 s; the receiver's symbol_tables, symbol_table_bytes, unwind_tables and unwind_table_bytes gauges at the window's end and at the end (unwind tables are kernel memory, charged to the agent's memory cgroup, not in RSS)"})
 		}
 	}
 	return rows
@@ -145,11 +145,12 @@ func lastMinute(v []float64) benchfmt.Summary {
 	return benchfmt.Summarize(v[max(0, len(v)-60):])
 }
 
-// symbolTablesAfter is the receiver's symbol tables at the window's end
-// and once the churn had stopped.
-func symbolTablesAfter(r *churnRun) string {
-	return fmt.Sprintf("symbol tables %.0f (%.1f MB) at the window's end, %.0f (%.1f MB) after",
-		r.SymbolTables, r.WindowSymbolTableBytes/1e6, r.AfterSymbolTables, r.AfterSymbolTableBytes/1e6)
+// tablesAfter is the receiver's symbol and unwind tables at the window's
+// end and once the churn had stopped.
+func tablesAfter(r *churnRun) string {
+	return fmt.Sprintf("symbol tables %.0f (%.1f MB) at the window's end, %.0f (%.1f MB) after; unwind tables %.0f (%.1f MB of kernel memory) at the window's end, %.0f (%.1f MB) after",
+		r.SymbolTables, r.WindowSymbolTableBytes/1e6, r.AfterSymbolTables, r.AfterSymbolTableBytes/1e6,
+		r.UnwindTables, r.WindowUnwindTableBytes/1e6, r.AfterUnwindTables, r.AfterUnwindTableBytes/1e6)
 }
 
 func startsPerSecond(r *churnRun) float64 {
@@ -233,7 +234,7 @@ func churnSection(res *churnResult) string {
 			if len(r.AfterRSS) == 0 {
 				return "not measured"
 			}
-			return fmt.Sprintf("%.1f / %.1f MB; %s", lastMinute(r.AfterRSS).Median, lastMinute(r.AfterAnon).Median, symbolTablesAfter(r))
+			return fmt.Sprintf("%.1f / %.1f MB; %s", lastMinute(r.AfterRSS).Median, lastMinute(r.AfterAnon).Median, tablesAfter(r))
 		})
 	}
 	line("sampling rate (receiver gauge)", hzRange)

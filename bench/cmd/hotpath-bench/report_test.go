@@ -289,6 +289,7 @@ func TestReportChurn(t *testing.T) {
 		off.AfterAnon = append(off.AfterAnon, 60)
 	}
 	on.SymbolTables, on.WindowSymbolTableBytes, on.AfterSymbolTables, on.AfterSymbolTableBytes = 60, 14.2e6, 12, 5.1e6
+	on.UnwindTables, on.WindowUnwindTableBytes, on.AfterUnwindTables, on.AfterUnwindTableBytes = 31, 22.4e6, 4, 1.3e6
 	res := churnResult{CPUs: 2, ConfiguredHz: 19, AlignSeconds: 15, AfterSeconds: 180, AgentConfig: "agent.yaml", Runs: []churnRun{on, off}}
 	dir := t.TempDir()
 	if err := writeJSON(filepath.Join(dir, "churn.json"), res); err != nil {
@@ -314,9 +315,9 @@ func TestReportChurn(t *testing.T) {
 		"| churn, guard off: process starts per second (the churn's own; the workload's definition) | — | ≥ 5 /s |",
 		"| churn, guard on: per-binary work done / deferred / skipped | — | — | not reported by this build | info |",
 		"| churn, guard off: per-binary work done / deferred / skipped | — | — | done 12 (symbols 12); deferred 3 (symbols 3); skipped 0 (); 0.25 s CPU | info |",
-		"| churn, guard on: agent RSS / anonymous memory once the churn stopped (the last minute of 180 s) | — | ≤ 60 MB | 53.0 / 23.0 MB (window medians 55.0 / 25.0 MB); symbol tables 60 (14.2 MB) at the window's end, 12 (5.1 MB) after | PASS |",
-		"| churn, guard off: agent RSS / anonymous memory once the churn stopped (the last minute of 180 s) | — | ≤ 60 MB | 90.0 / 60.0 MB (window medians 55.0 / 25.0 MB); symbol tables 0 (0.0 MB) at the window's end, 0 (0.0 MB) after | FAIL |",
-		"| RSS / RssAnon once the churn stopped, medians of the last minute of 180 s | 53.0 / 23.0 MB; symbol tables 60 (14.2 MB) at the window's end, 12 (5.1 MB) after |",
+		"| churn, guard on: agent RSS / anonymous memory once the churn stopped (the last minute of 180 s) | — | ≤ 60 MB | 53.0 / 23.0 MB (window medians 55.0 / 25.0 MB); symbol tables 60 (14.2 MB) at the window's end, 12 (5.1 MB) after; unwind tables 31 (22.4 MB of kernel memory) at the window's end, 4 (1.3 MB) after | PASS |",
+		"| churn, guard off: agent RSS / anonymous memory once the churn stopped (the last minute of 180 s) | — | ≤ 60 MB | 90.0 / 60.0 MB (window medians 55.0 / 25.0 MB); symbol tables 0 (0.0 MB) at the window's end, 0 (0.0 MB) after; unwind tables 0 (0.0 MB of kernel memory) at the window's end, 0 (0.0 MB) after | FAIL |",
+		"| RSS / RssAnon once the churn stopped, medians of the last minute of 180 s | 53.0 / 23.0 MB; symbol tables 60 (14.2 MB) at the window's end, 12 (5.1 MB) after; unwind tables 31 (22.4 MB of kernel memory) at the window's end, 4 (1.3 MB) after |",
 		"## Churn: a CI node (guard on and off)",
 		"- agent: not run (-phases \"churn\")",
 	} {

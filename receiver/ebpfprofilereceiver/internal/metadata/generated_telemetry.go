@@ -182,7 +182,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileUnwindTableBytes, err = builder.meter.Int64Gauge(
 		"otelcol_receiver_ebpfprofile_unwind_table_bytes",
-		metric.WithDescription("Kernel memory of the loaded unwind tables (bounded by max_unwind_table_mib). [Alpha]"),
+		metric.WithDescription("Kernel memory of the loaded unwind tables (bounded by max_unwind_table_mib; charged to the collector's memory cgroup, not in its RSS). A table no live process has used for 2 minutes is unloaded. [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

@@ -279,7 +279,7 @@ func AssertEqualReceiverEbpfprofileUnwindProcesses(t *testing.T, tt *componentte
 func AssertEqualReceiverEbpfprofileUnwindTableBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_unwind_table_bytes",
-		Description: "Kernel memory of the loaded unwind tables (bounded by max_unwind_table_mib). [Alpha]",
+		Description: "Kernel memory of the loaded unwind tables (bounded by max_unwind_table_mib; charged to the collector's memory cgroup, not in its RSS). A table no live process has used for 2 minutes is unloaded. [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,

@@ -11,7 +11,10 @@
 // Tables are compiled lazily, when a process is first sampled, shared by
 // every process that maps the same file, and kept within a memory budget:
 // tables no live process uses are evicted first; a binary that does not fit
-// is left to frame pointers and counted.
+// is left to frame pointers and counted. A table no live process has used
+// for KeepUnused is unloaded too (Expire): the kernel charges the tables to
+// the agent's memory cgroup, and a node that ran a burst of new binaries (a
+// CI job) would otherwise keep the budget's worth after the burst is over.
 package unwinder
 
 import (
@@ -20,6 +23,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
@@ -41,6 +45,14 @@ type Kernel interface {
 	DeleteProcessUnwindIfSet(pid uint32, ms []sampler.UnwindMapping) error
 }
 
+// KeepUnused is how long a table no live process uses stays loaded: the
+// symbolizer's symbol tables leave its cache after the same idle time, and
+// a table that comes back after it is read from the binary cache on disk
+// (when the receiver has one), not compiled again. A binary run at least
+// this often (a CI job's compiler, a health check's shell) keeps its table,
+// and with it the table a new process gets at exec.
+const KeepUnused = symbolize.DefaultKeepUnused
+
 // Stats is the unwinder's state, for telemetry.
 type Stats struct {
 	Processes   int    // processes unwound with tables
@@ -49,6 +61,7 @@ type Stats struct {
 	Binaries    int    // binaries analysed (frame pointers or not)
 	OverBudget  uint64 // times a table did not fit in the budget
 	Evicted     uint64 // unused tables unloaded to make room
+	Expired     uint64 // tables unloaded after KeepUnused without a live process
 	BuildErrors uint64 // binaries whose .eh_frame could not be compiled
 }
 
@@ -63,7 +76,8 @@ type Unwinder struct {
 	// analysing: binaries whose .eh_frame is being analysed, by identity.
 	analysing singleflight.Group
 	// testHookWork, when set (tests), is called as an analysis ("analyse")
-	// or a table's load into the kernel ("load") begins.
+	// or a table's load into the kernel ("load") begins, and as Attach
+	// goes from looking its binaries up to taking mu ("lock").
 	testHookWork func(what string)
 
 	// binMu guards binaries, the map alone: the process reader asks it
@@ -74,13 +88,14 @@ type Unwinder struct {
 	binaries map[fileid.ID]*binary
 
 	mu        sync.Mutex
-	lru       *list.List // of *binary with a loaded table and no users, least recent first
+	lru       *list.List // of *binary with a loaded table and no users, least recently used first
 	procs     map[uint32]attached
 	bytes     uint64
 	tables    int
 	overBudg  uint64
 	buildErrs uint64
 	evicted   uint64
+	expired   uint64
 }
 
 // binary is what is known about one file.
@@ -95,6 +110,8 @@ type binary struct {
 	inKernel  atomic.Bool         // table is loaded; readable holding binMu alone
 	users     int
 	lruElem   *list.Element
+	unused    time.Time         // when users last went to 0 (or the table was loaded), while in lru
+	seen      time.Time         // when a process's Attach last looked it up; guarded by binMu
 	pending   []unwindtable.Row // compiled while analysing, until loaded
 }
 
@@ -138,6 +155,7 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		verdict *analysis
 	}
 	var cands []candidate
+	now := time.Now()
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
 		if !unwindable(m) {
@@ -154,6 +172,9 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 				b, known = &binary{path: m.Path, id: m.ID}, true
 				u.binaries[m.ID] = b
 			}
+		}
+		if known {
+			b.seen = now
 		}
 		// A known binary needing a table that is not in the kernel was
 		// evicted (or its load failed): its rows are read again here.
@@ -182,6 +203,9 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		cands = append(cands, c)
 	}
 
+	if u.testHookWork != nil {
+		u.testHookWork("lock")
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	pid := uint32(p.PID)
@@ -262,9 +286,10 @@ func unwindable(m *symbolize.Mapping) bool {
 
 // Detach forgets a process that exited or exec'd; its tables stay loaded
 // (another process may map the same files soon) until the budget needs the
-// room. The kernel's entry goes only if it still holds what Attach wrote:
-// the kernel drops it at exit and exec itself, and at exec puts the new
-// image's table there, which the old image's Detach must not take away.
+// room or KeepUnused passes (Expire). The kernel's entry goes only if it
+// still holds what Attach wrote: the kernel drops it at exit and exec
+// itself, and at exec puts the new image's table there, which the old
+// image's Detach must not take away.
 func (u *Unwinder) Detach(pid int) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -295,7 +320,31 @@ func (u *Unwinder) Stats() Stats {
 	u.binMu.Unlock()
 	return Stats{
 		Processes: len(u.procs), Tables: u.tables, TableBytes: u.bytes,
-		Binaries: binaries, OverBudget: u.overBudg, BuildErrors: u.buildErrs, Evicted: u.evicted,
+		Binaries: binaries, OverBudget: u.overBudg, BuildErrors: u.buildErrs, Evicted: u.evicted, Expired: u.expired,
+	}
+}
+
+// Expire unloads the tables no live process has used since KeepUnused
+// before now, and forgets the binaries no process has been attached with
+// since then and whose tables are not loaded: on a node that builds new
+// binaries all day (a CI runner) the verdicts would otherwise pile up, one
+// per file ever sampled. A binary forgotten is analysed again at its next
+// process, from the disk cache when there is one. Call it once an interval.
+func (u *Unwinder) Expire(now time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	// The list is in the order tables lost their last user, so the
+	// expired ones are at its front.
+	for e := u.lru.Front(); e != nil && now.Sub(e.Value.(*binary).unused) >= KeepUnused; e = u.lru.Front() {
+		u.unloadLocked(e.Value.(*binary))
+		u.expired++
+	}
+	u.binMu.Lock()
+	defer u.binMu.Unlock()
+	for id, b := range u.binaries {
+		if b.users == 0 && !b.loaded() && now.Sub(b.seen) >= KeepUnused {
+			delete(u.binaries, id)
+		}
 	}
 }
 
@@ -339,14 +388,19 @@ func (u *Unwinder) analyse(m *symbolize.Mapping, t *symbolize.SymbolTable) *anal
 }
 
 // binaryLocked returns the binary of a mapping, recording v (its analysis)
-// on first sight; v is nil only for a binary already known.
+// on first sight; v is nil only for a binary that was known, loaded and
+// so in need of a table when Attach looked it up.
 func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, v *analysis) *binary {
 	u.binMu.Lock()
 	defer u.binMu.Unlock()
 	if b, ok := u.binaries[m.ID]; ok {
 		return b
 	}
-	b := &binary{path: m.Path, id: m.ID, textVaddr: t.TextVaddr(), needs: v.needs}
+	if v == nil {
+		// Expire forgot it since: its rows are compiled again (loadLocked).
+		v = &analysis{needs: true}
+	}
+	b := &binary{path: m.Path, id: m.ID, textVaddr: t.TextVaddr(), needs: v.needs, seen: time.Now()}
 	if b.needs {
 		b.pending = v.rows
 	}
@@ -399,8 +453,15 @@ func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable, rows []unwind
 			u.log.Debug("exec-time unwind table", zap.String("binary", b.path), zap.Error(err))
 		}
 	}
-	b.lruElem = u.lru.PushBack(b) // unused until useLocked
+	u.pushUnusedLocked(b) // unused until useLocked
 	return nil
+}
+
+// pushUnusedLocked puts b, which has just lost its last user (or has just
+// been loaded), at the back of the list of unused tables.
+func (u *Unwinder) pushUnusedLocked(b *binary) {
+	b.unused = time.Now()
+	b.lruElem = u.lru.PushBack(b)
 }
 
 func (u *Unwinder) useLocked(b *binary) {
@@ -415,19 +476,26 @@ func (u *Unwinder) releaseLocked(bs []*binary) {
 	for _, b := range bs {
 		b.users--
 		if b.users == 0 && b.loaded() {
-			b.lruElem = u.lru.PushBack(b)
+			u.pushUnusedLocked(b)
 		}
 	}
 }
 
-// evictOneLocked unloads the least recently released unused table.
+// evictOneLocked unloads the least recently used unused table.
 func (u *Unwinder) evictOneLocked() bool {
 	e := u.lru.Front()
 	if e == nil {
 		return false
 	}
-	b := e.Value.(*binary)
-	u.lru.Remove(e)
+	u.unloadLocked(e.Value.(*binary))
+	u.evicted++
+	return true
+}
+
+// unloadLocked takes b's unused table out of the kernel: the table itself
+// and the entry that gives it to a process at exec.
+func (u *Unwinder) unloadLocked(b *binary) {
+	u.lru.Remove(b.lruElem)
 	b.lruElem = nil
 	if b.id.Inode != 0 {
 		if err := u.kernel.DeleteExeUnwind(b.id); err != nil {
@@ -439,8 +507,6 @@ func (u *Unwinder) evictOneLocked() bool {
 	}
 	u.bytes -= b.table.Bytes
 	u.tables--
-	u.evicted++
 	b.table = sampler.UnwindTable{}
 	b.inKernel.Store(false)
-	return true
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/binarycache"
+	"github.com/hotpath-dev/hotpath/internal/fileid"
 
 	"go.uber.org/zap/zaptest"
 
@@ -323,10 +324,31 @@ func TestDiskCacheAcrossRestart(t *testing.T) {
 }
 
 // recordingKernel is the real sampler, with the process entries the
-// unwinder writes and forgets noted.
+// unwinder writes and forgets, and the tables it unloads, noted.
 type recordingKernel struct {
 	*sampler.Sampler
 	set, forgotten []uint32
+	unloaded       []uint32
+	exeUnloaded    []fileid.ID
+	errs           []error
+}
+
+func (k *recordingKernel) DeleteUnwindTable(id uint32) error {
+	k.unloaded = append(k.unloaded, id)
+	err := k.Sampler.DeleteUnwindTable(id)
+	if err != nil {
+		k.errs = append(k.errs, err)
+	}
+	return err
+}
+
+func (k *recordingKernel) DeleteExeUnwind(id fileid.ID) error {
+	k.exeUnloaded = append(k.exeUnloaded, id)
+	err := k.Sampler.DeleteExeUnwind(id)
+	if err != nil {
+		k.errs = append(k.errs, err)
+	}
+	return err
 }
 
 func (k *recordingKernel) SetProcessUnwind(pid uint32, ms []sampler.UnwindMapping) error {
@@ -364,5 +386,112 @@ func TestAttachOfAnImageLeftBehindWritesNothing(t *testing.T) {
 	}
 	if err := u.Detach(nofp.PID); err != nil || len(k.forgotten) != 1 {
 		t.Fatalf("Detach: %v, forgot %v; want the written entry forgotten", err, k.forgotten)
+	}
+}
+
+// A table no live process has used for KeepUnused leaves the kernel, which
+// charges it to the agent's memory cgroup, and takes the entry that gives
+// it to a process at exec along; a table a live process uses stays however
+// long, and the next process of an expired binary gets its table again.
+// Binaries no process was attached with for KeepUnused are forgotten
+// unless a live process uses their tables.
+func TestExpireUnloadsTablesNoLiveProcessUses(t *testing.T) {
+	k := &recordingKernel{Sampler: openSampler(t)}
+	sym := symbolize.New(symbolize.Options{})
+	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
+	nofpBin := build(t, "nofp", "-O2", "-fomit-frame-pointer")
+	fp := start(t, sym, build(t, "fp", "-O2", "-fno-omit-frame-pointer"))
+	nofp := start(t, sym, nofpBin)
+	for _, p := range []*symbolize.Process{fp, nofp} {
+		if dwarf, err := u.Attach(p, nil); err != nil || !dwarf {
+			t.Fatalf("Attach(%d) = %v, %v; want tables", p.PID, dwarf, err)
+		}
+	}
+	loaded := u.Stats()
+	// The process's own binary comes first (lowest address).
+	own := u.procs[uint32(nofp.PID)].users[0]
+	ownID, ownTable, ownBytes := own.id, own.table.ID, own.table.Bytes
+	if loaded.Tables != 3 || !strings.HasSuffix(own.path, "/nofp") || !u.ExecTable(ownID) {
+		t.Fatalf("after both: %+v, first table %s, at exec %v; want three tables (glibc and ld.so shared, nofp's own), nofp's given at exec",
+			loaded, own.path, u.ExecTable(ownID))
+	}
+	if err := u.Detach(nofp.PID); err != nil {
+		t.Fatal(err)
+	}
+	exited := time.Now()
+
+	u.Expire(exited.Add(KeepUnused - time.Second))
+	if st := u.Stats(); st.Tables != 3 || st.Expired != 0 || len(k.unloaded) != 0 {
+		t.Fatalf("%v after the last user left: %+v, unloaded %v; want all three still loaded", KeepUnused-time.Second, st, k.unloaded)
+	}
+	// A day later: the frame-pointer process still runs on glibc's and
+	// ld.so's tables.
+	u.Expire(exited.Add(24 * time.Hour))
+	st := u.Stats()
+	if st.Tables != 2 || st.Expired != 1 || st.TableBytes != loaded.TableBytes-ownBytes || st.Binaries != 2 {
+		t.Fatalf("a day after nofp exited: %+v (%d binaries before); want its table (%d bytes) unloaded, the two in use kept, and only their binaries remembered",
+			st, loaded.Binaries, ownBytes)
+	}
+	if len(k.unloaded) != 1 || k.unloaded[0] != ownTable || len(k.exeUnloaded) != 1 || k.exeUnloaded[0] != ownID || u.ExecTable(ownID) {
+		t.Fatalf("kernel: tables unloaded %v, exec-time entries %v (want table %d, file %v); given at exec still: %v",
+			k.unloaded, k.exeUnloaded, ownTable, ownID, u.ExecTable(ownID))
+	}
+
+	again := start(t, sym, nofpBin)
+	if !u.NeedsWork(again) {
+		t.Error("NeedsWork(a process of a binary whose table expired) = false")
+	}
+	if dwarf, err := u.Attach(again, nil); err != nil || !dwarf {
+		t.Fatalf("Attach(a new process of the expired binary) = %v, %v; want its table again", dwarf, err)
+	}
+	if st := u.Stats(); st.Tables != 3 || !u.ExecTable(ownID) {
+		t.Fatalf("after the new process: %+v, at exec %v; want its table loaded again", st, u.ExecTable(ownID))
+	}
+
+	for _, p := range []*symbolize.Process{fp, again} {
+		if err := u.Detach(p.PID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u.Expire(time.Now().Add(KeepUnused))
+	if st := u.Stats(); st.Tables != 0 || st.TableBytes != 0 || st.Expired != 4 || len(k.unloaded) != 4 || st.Binaries != 0 {
+		t.Fatalf("once no process is left: %+v, unloaded %v; want every table unloaded and every binary forgotten", st, k.unloaded)
+	}
+	if len(k.errs) != 0 {
+		t.Fatalf("the kernel refused: %v", k.errs)
+	}
+}
+
+// Attach looks a process's binaries up before it takes the lock Expire
+// takes: a binary found loaded there and forgotten by an Expire in between
+// gets its table again, compiled anew.
+func TestExpireBetweenLookupAndLoad(t *testing.T) {
+	sym := symbolize.New(symbolize.Options{})
+	u := New(openSampler(t), sym, 64<<20, nil, zaptest.NewLogger(t))
+	bin := build(t, "nofp", "-O2", "-fomit-frame-pointer")
+	first := start(t, sym, bin)
+	if dwarf, err := u.Attach(first, nil); err != nil || !dwarf {
+		t.Fatalf("Attach(first) = %v, %v", dwarf, err)
+	}
+	if err := u.Detach(first.PID); err != nil {
+		t.Fatal(err)
+	}
+	loaded := u.Stats()
+	next := start(t, sym, bin)
+	var forgot Stats
+	u.testHookWork = func(what string) {
+		if what == "lock" && forgot.Expired == 0 {
+			u.Expire(time.Now().Add(24 * time.Hour))
+			forgot = u.Stats()
+		}
+	}
+	if dwarf, err := u.Attach(next, nil); err != nil || !dwarf {
+		t.Fatalf("Attach(next) = %v, %v; want its tables", dwarf, err)
+	}
+	if forgot.Tables != 0 || forgot.Binaries != 0 {
+		t.Fatalf("Expire in between left %+v; want nothing loaded or known", forgot)
+	}
+	if st := u.Stats(); st.Tables != loaded.Tables || st.TableBytes != loaded.TableBytes || st.Processes != 1 {
+		t.Fatalf("after Attach(next): %+v; want the %d tables (%d bytes) the first process had", st, loaded.Tables, loaded.TableBytes)
 	}
 }
