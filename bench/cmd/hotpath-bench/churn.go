@@ -356,11 +356,35 @@ func (r *agentRun) afterChurn(run *churnRun, a *collectorproc.Process, load *chu
 		}
 	}
 	if m, err := selfmetrics.Scrape(r.metricsURL); err == nil {
-		run.AfterSymbolTables, _, _ = m.Receiver("symbol_tables", nil)
-		run.AfterSymbolTableBytes, _, _ = m.Receiver("symbol_table_bytes", []string{"_bytes", "_By"})
-		run.AfterUnwindTables, _, _ = m.Receiver("unwind_tables", nil)
-		run.AfterUnwindTableBytes, _, _ = m.Receiver("unwind_table_bytes", []string{"_bytes", "_By"})
+		readGauges(m, tableGauges(&run.AfterSymbolTables, &run.AfterSymbolTableBytes, &run.AfterUnwindTables, &run.AfterUnwindTableBytes))
 	}
+}
+
+// gauge is a receiver gauge the phase reads into a field of its run.
+type gauge struct {
+	name     string
+	dst      *float64
+	suffixes []string // the unit the Prometheus exporter may append
+}
+
+var byteSuffixes = []string{"_bytes", "_By"}
+
+// tableGauges are the receiver's symbol and unwind table gauges (count and
+// bytes of each), read into the fields given.
+func tableGauges(symbolTables, symbolBytes, unwindTables, unwindBytes *float64) []gauge {
+	return []gauge{{"symbol_tables", symbolTables, nil}, {"symbol_table_bytes", symbolBytes, byteSuffixes},
+		{"unwind_tables", unwindTables, nil}, {"unwind_table_bytes", unwindBytes, byteSuffixes}}
+}
+
+// readGauges reads gs from m and returns the names of the series read.
+func readGauges(m selfmetrics.Metrics, gs []gauge) (names []string) {
+	for _, g := range gs {
+		if v, n, ok := m.Receiver(g.name, g.suffixes); ok {
+			*g.dst = v
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // timeline samples the agent once a second from its start: its memory and
@@ -491,18 +515,9 @@ func churnSelfMetrics(run *churnRun, m0, m1 selfmetrics.Metrics) {
 	if run.SamplesKept, name = metricDelta(m0, m1, selfmetrics.ReceiverNames("samples", counterSuffixes...), `outcome="kept"`); name != "" {
 		run.MetricNames = append(run.MetricNames, name)
 	}
-	for _, g := range []struct {
-		name     string
-		dst      *float64
-		suffixes []string
-	}{{"symbol_tables", &run.SymbolTables, nil}, {"symbol_table_bytes", &run.WindowSymbolTableBytes, []string{"_bytes", "_By"}},
-		{"processes", &run.Processes, nil}, {"unwind_tables", &run.UnwindTables, nil},
-		{"unwind_table_bytes", &run.WindowUnwindTableBytes, []string{"_bytes", "_By"}}} {
-		if v, n, ok := m1.Receiver(g.name, g.suffixes); ok {
-			*g.dst = v
-			run.MetricNames = append(run.MetricNames, n)
-		}
-	}
+	gs := append(tableGauges(&run.SymbolTables, &run.WindowSymbolTableBytes, &run.UnwindTables, &run.WindowUnwindTableBytes),
+		gauge{"processes", &run.Processes, nil})
+	run.MetricNames = append(run.MetricNames, readGauges(m1, gs)...)
 }
 
 // countSteadySamples asks the agent's SQL endpoint (what `hotpath sql
