@@ -526,22 +526,22 @@ FROM %[1]s WHERE bucket_time >= %[3]s AND bucket_time < %[4]s ORDER BY bucket_ti
 		return fmt.Errorf("roll up %s: %w", path, err)
 	}
 	started := time.Since(began)
-	// The exporter closes roll-ups less than a day behind while it opens
-	// the file, and says so only when it leaves more to the background
-	// (a file of under two days has nothing to wait for).
-	background := logs.FilterMessageSnippet("more than a day behind").Len() > 0
-	for background && logs.FilterMessage("roll-ups caught up").Len() == 0 {
-		if time.Since(began) > time.Hour {
-			_ = exp.Shutdown(ctx)
-			return fmt.Errorf("roll up %s: no catch-up after an hour", path)
+	// The exporter closes roll-ups less than a day behind the stored
+	// minutes while it opens the file (a 1-day file's); it logs that it
+	// left them to the background, and later "roll-ups caught up", only
+	// when they are further behind.
+	how := "which closed them"
+	if logs.FilterMessageSnippet("more than a day behind").Len() > 0 {
+		for logs.FilterMessage("roll-ups caught up").Len() == 0 {
+			if time.Since(began) > time.Hour {
+				_ = exp.Shutdown(ctx)
+				return fmt.Errorf("roll up %s: no catch-up after an hour", path)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
+		how = fmt.Sprintf("roll-ups caught up in the background %s after the start", time.Since(began).Round(time.Second))
 	}
-	if background {
-		logf("storage: %d-day file without roll-ups: exporter started in %s, roll-ups caught up in the background %s after the start", days, started.Round(time.Millisecond), time.Since(began).Round(time.Second))
-	} else {
-		logf("storage: %d-day file without roll-ups: exporter started in %s, which closed them", days, started.Round(time.Millisecond))
-	}
+	logf("storage: %d-day file without roll-ups: exporter started in %s, %s", days, started.Round(time.Millisecond), how)
 	if err := exp.Shutdown(ctx); err != nil {
 		return fmt.Errorf("roll up %s: %w", path, err)
 	}

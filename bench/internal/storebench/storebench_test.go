@@ -21,8 +21,8 @@ import (
 // as a command too: bin/hotpath under make test (HOTPATH_CLI), else built
 // for the test. The long queries' file holds 2 days, whose roll-ups the
 // exporter closes in the background, and 1 day, whose roll-ups it closes
-// while it opens the file (the run waited an hour for a background
-// catch-up that never came).
+// while it opens the file (so the run must not wait for a background
+// catch-up).
 func TestSmallRun(t *testing.T) {
 	cli := os.Getenv("HOTPATH_CLI")
 	if cli == "" {
