@@ -40,6 +40,7 @@ BENCH_ONLY=${BENCH_ONLY:-$all_phases}
 # -count where BENCH_COUNT would repeat in vain.
 micro_benchmarks=(
 	"./internal/symbolize ^BenchmarkSymbolizeInterval$ 50x"
+	"./receiver/ebpfprofilereceiver/internal/profilebuilder ^BenchmarkInterval$ 0.5s"
 	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonWalk$ 20x"
 	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonResolve$ 2000x"
 	"./processor/stackaggregatorprocessor ^(BenchmarkMerge|BenchmarkWindow)$ 0.5s"

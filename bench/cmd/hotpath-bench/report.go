@@ -243,6 +243,9 @@ func microRows(r benchfmt.Results) []row {
 			fmt.Sprintf("go test -run '^$' -bench '%s$' (see micro.txt, benchstat.txt)", name)})
 	}
 	add("symbolization, Go benchmark (300 stacks × 15 frames, mean per interval)", "BenchmarkSymbolizeInterval", "ns/op", "ms", 1e-6, "< 50 ms", "< 50 ms", 50, true, true)
+	// The rest of the running agent's symbolization figure: the interval's
+	// symbolized stacks made into OTLP profiles (its dictionary and samples).
+	add("interval profile from symbolized stacks, Go benchmark (400 stacks × 15 frames)", "BenchmarkInterval", "ns/op", "ms", 1e-6, "—", "—", 0, false, true)
 	// An agent merges 19 Hz × CPUs samples; 1M merges/s leaves that under
 	// a millisecond of CPU per second even on a 64-CPU host.
 	add("stack merges/s (stackaggregator, steady window)", "BenchmarkMerge", "merges/s", "merges/s", 1, "—", "≥ 1 M/s", 1e6, true, false)

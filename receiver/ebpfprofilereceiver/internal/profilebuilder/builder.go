@@ -63,7 +63,10 @@ type Frame struct {
 	File     string
 	Line     int64
 	Kind     FrameKind
-	Mapping  *Mapping
+	// Mapping is the mapping the address is in, nil for none. A Builder
+	// knows a mapping by this pointer: what it points to must not change
+	// while the Builder is in use.
+	Mapping *Mapping
 }
 
 // UnknownFunction names the frame of a sample that has no stack.
@@ -96,6 +99,12 @@ type Builder struct {
 	kindAttr [numFrameKinds]int32
 	locs     []int32
 	attrs    []int32
+	// mappings are the mapping table indexes of the Mappings met so far,
+	// by identity: an interval's frames share a few mappings, and resolving
+	// one (its build-ID attributes, its encoded key) for every frame took
+	// most of the interval's time (BenchmarkInterval: 9.1 ms, 1.6 ms with
+	// each mapping resolved once).
+	mappings map[*Mapping]int32
 }
 
 type processSamples struct {
@@ -115,6 +124,7 @@ func New(start time.Time, interval, period time.Duration) *Builder {
 		profiles: p,
 		dict:     pdict.New(p.Dictionary()),
 		procs:    map[uint32]*processSamples{},
+		mappings: map[*Mapping]int32{},
 	}
 	for k := range numFrameKinds {
 		b.kindAttr[k] = b.dict.Attribute(profileschema.AttrFrameType, k.attr())
@@ -145,18 +155,28 @@ func (b *Builder) Add(proc Process, frames []Frame, trace [16]byte, span [8]byte
 
 func (b *Builder) location(f *Frame) int32 {
 	var mapping int32
-	if m := f.Mapping; m != nil {
-		b.attrs = b.attrs[:0]
-		for _, kv := range m.Build.Attributes() {
-			b.attrs = append(b.attrs, b.dict.Attribute(kv[0], kv[1]))
-		}
-		mapping = b.dict.MappingOf(m.Start, m.Limit, m.Offset, m.File, b.attrs)
+	if f.Mapping != nil {
+		mapping = b.mapping(f.Mapping)
 	}
 	var fn int32
 	if f.Function != "" {
 		fn = b.dict.Function(f.Function, f.File)
 	}
 	return b.dict.Location(mapping, f.Address, fn, f.Line, b.kindAttr[f.Kind])
+}
+
+// mapping returns the mapping table index of m.
+func (b *Builder) mapping(m *Mapping) int32 {
+	if i, ok := b.mappings[m]; ok {
+		return i
+	}
+	b.attrs = b.attrs[:0]
+	for _, kv := range m.Build.Attributes() {
+		b.attrs = append(b.attrs, b.dict.Attribute(kv[0], kv[1]))
+	}
+	i := b.dict.MappingOf(m.Start, m.Limit, m.Offset, m.File, b.attrs)
+	b.mappings[m] = i
+	return i
 }
 
 // Len is the number of processes with samples.

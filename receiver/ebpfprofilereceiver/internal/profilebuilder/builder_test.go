@@ -147,3 +147,41 @@ func TestMappingBuildIDs(t *testing.T) {
 		t.Errorf("library mapping without a known build carries %v", attrs["/lib/libc.so.6"])
 	}
 }
+
+// TestMappingIdentity: a mapping is resolved once per Builder however many
+// frames point at it, and mappings are still told apart by content: an equal
+// copy (a process read again) shares the entry, the same file with another
+// build (a replaced binary) gets its own.
+func TestMappingIdentity(t *testing.T) {
+	b := New(time.Unix(1_700_000_000, 0), 15*time.Second, time.Second/19)
+	exe := &Mapping{Start: 0x400000, Limit: 0x500000, File: "/srv/api", Build: buildid.Info{GNU: "abc123"}}
+	reread := &Mapping{Start: 0x400000, Limit: 0x500000, File: "/srv/api", Build: buildid.Info{GNU: "abc123"}}
+	replaced := &Mapping{Start: 0x400000, Limit: 0x500000, File: "/srv/api", Build: buildid.Info{GNU: "def456"}}
+	for i, m := range []*Mapping{exe, exe, reread, replaced, exe} {
+		frames := []Frame{{Address: 0x401000 + uint64(i)<<4, Function: "main.work", Mapping: m}, {Address: 0x402000 + uint64(i)<<4, Function: "main.main", Mapping: m}}
+		b.Add(Process{PID: uint32(1 + i/3), ServiceName: "api"}, frames, [16]byte{}, [8]byte{}, 1)
+	}
+	dict := b.Profiles().Dictionary()
+	builds := map[string]int32{} // build ID -> mapping index
+	for i := 1; i < dict.MappingTable().Len(); i++ {
+		for _, ai := range dict.MappingTable().At(i).AttributeIndices().All() {
+			a := dict.AttributeTable().At(int(ai))
+			if profileschema.Str(dict, a.KeyStrindex()) == profileschema.AttrBuildIDGNU {
+				builds[a.Value().Str()] = int32(i)
+			}
+		}
+	}
+	if dict.MappingTable().Len() != 3 || len(builds) != 2 {
+		t.Fatalf("%d mapping entries (with the zero one), builds %v: want one per build", dict.MappingTable().Len(), builds)
+	}
+	for i := 1; i < dict.LocationTable().Len(); i++ {
+		loc := dict.LocationTable().At(i)
+		want := builds["abc123"]
+		if loc.Address()&0xff == 0x30 { // the frames of the replaced binary (i == 3)
+			want = builds["def456"]
+		}
+		if loc.MappingIndex() != want {
+			t.Errorf("location %#x in mapping %d, want %d", loc.Address(), loc.MappingIndex(), want)
+		}
+	}
+}
