@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
 // benchBatch is a typical agent interval: procs processes with stacks
 // unique 15-frame stacks each, drawn from a pool of 300 functions, in both
-// sample types.
+// sample types, all in one executable's mapping that carries its build IDs
+// (GNU, Go and the canonical one) as the receiver's mappings do.
 func benchBatch(procs, stacks int) pprofile.Profiles {
 	rng := rand.New(rand.NewPCG(1, 1))
 	var pool []string
@@ -31,7 +34,21 @@ func benchBatch(procs, stacks int) pprofile.Profiles {
 		}
 		ps = append(ps, spec)
 	}
-	return input(t0, 15*time.Second, rng, pool, ps...)
+	in := input(t0, 15*time.Second, rng, pool, ps...)
+	dict := in.Dictionary()
+	exe := dict.MappingTable().At(1)
+	for _, kv := range [][2]string{
+		{profileschema.AttrBuildIDGNU, "3f2a9c0d5e7b1a4c6d8e0f1a2b3c4d5e6f708192"},
+		{profileschema.AttrBuildIDGo, "Xk3j9_aPq2LmN8vRt5Yw/fG7hJ2kL9mN4pQ6rS8tU0v/aB1cD3eF5gH7iJ9kL0mN/pQ2rS4tU6vW8xY0zA1bC3d"},
+		{profileschema.AttrBuildID, "3f2a9c0d5e7b1a4c6d8e0f1a2b3c4d5e6f708192"},
+	} {
+		exe.AttributeIndices().Append(int32(dict.AttributeTable().Len()))
+		a := dict.AttributeTable().AppendEmpty()
+		a.SetKeyStrindex(int32(dict.StringTable().Len()))
+		dict.StringTable().Append(kv[0])
+		a.Value().SetStr(kv[1])
+	}
+	return in
 }
 
 // BenchmarkMerge measures steady-state merging: the same interval's stacks

@@ -23,8 +23,12 @@ type dictBuilder struct {
 	stackOf []int32 // window stack id → output stack index; 0 = not yet
 	linkOf  []int32
 	setOf   [][]int32 // window attribute set id → output attribute indices
-	lines   []pdict.Line
-	idx     []int32
+	// mapOf is each mapping's output index: frames of one batch share a
+	// mapping (inputDict.mapping), and each resolution copies its
+	// attributes and encodes its key.
+	mapOf map[*mapping]int32
+	lines []pdict.Line
+	idx   []int32
 }
 
 func newDictBuilder(src *frameDict, dict pprofile.ProfilesDictionary) *dictBuilder {
@@ -34,6 +38,7 @@ func newDictBuilder(src *frameDict, dict pprofile.ProfilesDictionary) *dictBuild
 		stackOf: make([]int32, len(src.stackOff)),
 		linkOf:  make([]int32, len(src.links)),
 		setOf:   make([][]int32, len(src.attrSets)),
+		mapOf:   map[*mapping]int32{},
 	}
 }
 
@@ -57,7 +62,7 @@ func (b *dictBuilder) location(id int32) int32 {
 	fr := &b.src.frames[id]
 	var mi int32
 	if m := fr.mapping; m != nil {
-		mi = b.out.MappingOf(m.start, m.limit, m.offset, m.file, b.attrs(m.attrs))
+		mi = b.mapping(m)
 	}
 	b.lines = b.lines[:0]
 	for _, l := range fr.lines {
@@ -69,6 +74,15 @@ func (b *dictBuilder) location(id int32) int32 {
 	}
 	i := b.out.LocationOf(mi, fr.address, b.lines, b.attrs(fr.attrs))
 	b.locOf[id] = i
+	return i
+}
+
+func (b *dictBuilder) mapping(m *mapping) int32 {
+	if i, ok := b.mapOf[m]; ok {
+		return i
+	}
+	i := b.out.MappingOf(m.start, m.limit, m.offset, m.file, b.attrs(m.attrs))
+	b.mapOf[m] = i
 	return i
 }
 

@@ -217,7 +217,12 @@ type inputDict struct {
 	locFrame []*frame // decoded location, nil until needed
 	locKey   []string
 	locBad   []bool
-	scratch  []byte
+	// mapOf is each decoded mapping, nil until needed: the batch's
+	// locations share a few mappings, and decoding one (its build-ID
+	// attributes copied out of pdata) for every location was most of the
+	// allocations of a merge.
+	mapOf   []*mapping
+	scratch []byte
 }
 
 func newInputDict(dict pprofile.ProfilesDictionary) *inputDict {
@@ -234,6 +239,7 @@ func newInputDict(dict pprofile.ProfilesDictionary) *inputDict {
 		locFrame: make([]*frame, locs.Len()),
 		locKey:   make([]string, locs.Len()),
 		locBad:   make([]bool, locs.Len()),
+		mapOf:    make([]*mapping, dict.MappingTable().Len()),
 	}
 }
 
@@ -290,22 +296,36 @@ func (in *inputDict) location(i int32) (key string, fr *frame, ok bool) {
 	return in.locKey[i], fr, true
 }
 
+// mapping decodes input mapping i once; ok is false for any out-of-range
+// index in it. The frames of the batch's locations share what it returns.
+func (in *inputDict) mapping(i int32) (*mapping, bool) {
+	if i <= 0 || int(i) >= in.nMaps {
+		return nil, false
+	}
+	if m := in.mapOf[i]; m != nil {
+		return m, true
+	}
+	m := in.dict.MappingTable().At(int(i))
+	file, ok := in.str(m.FilenameStrindex())
+	if !ok {
+		return nil, false
+	}
+	as, ok := in.attrs(m.AttributeIndices())
+	if !ok {
+		return nil, false
+	}
+	in.mapOf[i] = &mapping{file: file, start: m.MemoryStart(), limit: m.MemoryLimit(), offset: m.FileOffset(), attrs: as}
+	return in.mapOf[i], true
+}
+
 func (in *inputDict) decodeLocation(loc pprofile.Location) (*frame, bool) {
 	fr := &frame{address: loc.Address()}
 	if mi := loc.MappingIndex(); mi != 0 {
-		if mi < 0 || int(mi) >= in.nMaps {
-			return nil, false
-		}
-		m := in.dict.MappingTable().At(int(mi))
-		file, ok := in.str(m.FilenameStrindex())
+		m, ok := in.mapping(mi)
 		if !ok {
 			return nil, false
 		}
-		as, ok := in.attrs(m.AttributeIndices())
-		if !ok {
-			return nil, false
-		}
-		fr.mapping = &mapping{file: file, start: m.MemoryStart(), limit: m.MemoryLimit(), offset: m.FileOffset(), attrs: as}
+		fr.mapping = m
 	}
 	lines := loc.Lines()
 	if lines.Len() > 0 {
