@@ -212,7 +212,6 @@ type inputDict struct {
 	links   pprofile.LinkSlice
 	attrTab pprofile.KeyValueAndUnitSlice
 	nFuncs  int
-	nMaps   int
 
 	locFrame []*frame // decoded location, nil until needed
 	locKey   []string
@@ -235,7 +234,6 @@ func newInputDict(dict pprofile.ProfilesDictionary) *inputDict {
 		links:    dict.LinkTable(),
 		attrTab:  dict.AttributeTable(),
 		nFuncs:   dict.FunctionTable().Len(),
-		nMaps:    dict.MappingTable().Len(),
 		locFrame: make([]*frame, locs.Len()),
 		locKey:   make([]string, locs.Len()),
 		locBad:   make([]bool, locs.Len()),
@@ -299,7 +297,7 @@ func (in *inputDict) location(i int32) (key string, fr *frame, ok bool) {
 // mapping decodes input mapping i once; ok is false for any out-of-range
 // index in it. The frames of the batch's locations share what it returns.
 func (in *inputDict) mapping(i int32) (*mapping, bool) {
-	if i <= 0 || int(i) >= in.nMaps {
+	if i <= 0 || int(i) >= len(in.mapOf) {
 		return nil, false
 	}
 	if m := in.mapOf[i]; m != nil {
