@@ -39,7 +39,7 @@ BENCH_ONLY=${BENCH_ONLY:-$all_phases}
 # The micro phase's Go benchmarks: package, -bench regexp, -benchtime, and
 # -count where BENCH_COUNT would repeat in vain.
 micro_benchmarks=(
-	"./internal/symbolize ^BenchmarkSymbolizeInterval$ 50x"
+	"./internal/symbolize ^(BenchmarkSymbolizeInterval|BenchmarkSymbolizeIntervalUnseen)$ 50x"
 	"./receiver/ebpfprofilereceiver/internal/profilebuilder ^BenchmarkInterval$ 0.5s"
 	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonWalk$ 20x"
 	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonResolve$ 2000x"

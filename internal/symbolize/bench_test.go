@@ -57,8 +57,25 @@ func randomStacks(tb testing.TB, r *rand.Rand, p *Process, n, depth int) [][]uin
 // BenchmarkSymbolizeInterval symbolizes what one 15 s interval might hold:
 // 300 unique stacks of 15 frames across a C program built with -g (its own
 // text with DWARF lines, libc, a dlopened library) and a Go program (gofmt),
-// with warm caches. ns/op is the cost of one interval.
+// with warm caches: the tables loaded and the addresses seen in an earlier
+// interval, as a node's steady services' call sites are. ns/op is the cost
+// of one interval.
 func BenchmarkSymbolizeInterval(b *testing.B) {
+	benchmarkSymbolizeInterval(b, 1)
+}
+
+// BenchmarkSymbolizeIntervalUnseen is BenchmarkSymbolizeInterval with every
+// address new to the Symbolizer: each interval's 300 stacks are others
+// (eight sets in turn, more addresses than the memo keeps), the cost of
+// call sites never sampled before, each resolved from its table and
+// remembered.
+func BenchmarkSymbolizeIntervalUnseen(b *testing.B) {
+	benchmarkSymbolizeInterval(b, 8)
+}
+
+// benchmarkSymbolizeInterval symbolizes sets of 300 stacks (150 in each
+// program), one set per interval, in turn.
+func benchmarkSymbolizeInterval(b *testing.B, sets int) {
 	cp := start(b, cProg(b, "hot-g", "-fPIE", "-pie", "-ldl", "-g"), libHot(b))
 	gp := startSilent(b, goTool(b, "gofmt"))
 	s := New(Options{})
@@ -68,30 +85,36 @@ func BenchmarkSymbolizeInterval(b *testing.B) {
 		p     *Process
 		stack []uint64
 	}
-	var jobs []job
-	for _, p := range procs {
-		for _, st := range randomStacks(b, r, p, 150, 15) {
-			jobs = append(jobs, job{p, st})
+	intervals := make([][]job, sets)
+	for i := range intervals {
+		for _, p := range procs {
+			for _, st := range randomStacks(b, r, p, 150, 15) {
+				intervals[i] = append(intervals[i], job{p, st})
+			}
 		}
 	}
 	frames := make([]Frame, 0, 16)
 	resolved, total := 0, 0
-	for _, j := range jobs { // warm the caches
-		for _, f := range s.User(j.p, j.stack, frames[:0]) {
-			total++
-			if f.Function != "" {
-				resolved++
+	for _, jobs := range intervals { // warm the caches
+		for _, j := range jobs {
+			for _, f := range s.User(j.p, j.stack, frames[:0]) {
+				total++
+				if f.Function != "" {
+					resolved++
+				}
 			}
 		}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	i := 0
 	for b.Loop() {
-		for _, j := range jobs {
+		for _, j := range intervals[i%sets] {
 			frames = s.User(j.p, j.stack, frames[:0])
 		}
+		i++
 	}
-	b.ReportMetric(float64(len(jobs)), "stacks/op")
+	b.ReportMetric(float64(len(intervals[0])), "stacks/op")
 	b.ReportMetric(100*float64(resolved)/float64(total), "%resolved")
 }
 

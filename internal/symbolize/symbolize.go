@@ -72,6 +72,7 @@ type Symbolizer struct {
 
 	mu       sync.Mutex
 	cache    *tableCache
+	memo     symbolMemo
 	loading  singleflight.Group // tables being read, by file identity
 	loads    uint64
 	deferred uint64
@@ -165,8 +166,7 @@ func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
 			m := &p.Mappings[f.Mapping]
 			if t := s.table(p, m); t != nil {
 				if va, ok := t.FileAddr(pc - m.Start + m.Offset); ok {
-					var buf [4]Symbol
-					if syms = t.LookupInline(va, buf[:0]); len(syms) == 0 {
+					if syms = s.lookup(t, va); len(syms) == 0 {
 						f.Address = s.unnamedFunction(p, m, t, va, addr)
 					}
 				}
@@ -183,6 +183,16 @@ func (s *Symbolizer) User(p *Process, stack []uint64, out []Frame) []Frame {
 		}
 	}
 	return out
+}
+
+// lookup is t.LookupInline(va), remembered (see symbolMemo). The result is
+// shared: callers copy the symbols out and do not modify it.
+func (s *Symbolizer) lookup(t *SymbolTable, va uint64) []Symbol {
+	if syms, ok := s.memo.get(t.serial, va); ok {
+		return syms
+	}
+	var buf [4]Symbol
+	return s.memo.put(t.serial, va, t.LookupInline(va, buf[:0]))
 }
 
 // unnamedFunction is the address a frame no symbol names is reported at:
@@ -370,6 +380,10 @@ type Stats struct {
 	Revived      uint64
 	Hits, Misses uint64
 	KernelBytes  int // heap bytes of the kallsyms table, 0 when not loaded
+	// MemoBytes is the heap of what the addresses looked up lately
+	// resolved to (see symbolMemo), about; it stays within a bound of
+	// its own, outside the cache's MaxTableBytes.
+	MemoBytes int
 	// Loads counts tables read from their files, LoadTime the CPU time
 	// spent reading them; Deferred counts files (per process) whose table
 	// was not read because their process asked to defer loads
@@ -400,7 +414,7 @@ func (s *Symbolizer) Expire() {
 // Stats returns cache figures, for the agent's own telemetry.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
-	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Held: s.cache.heldTables, HeldBytes: s.cache.heldBytes,
+	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Held: s.cache.heldTables, HeldBytes: s.cache.heldBytes, MemoBytes: s.memo.size(),
 		Revived: s.cache.revived, Hits: s.cache.hits, Misses: s.cache.misses, Loads: s.loads, Deferred: s.deferred, LoadTime: s.loadTime}
 	s.mu.Unlock()
 	s.kmu.Lock()

@@ -73,6 +73,9 @@ type SymbolTable struct {
 
 	mapped int    // bytes of file mapping (not heap)
 	data   []byte // the file mapping the Go and DWARF readers refer into; nil when released at load
+
+	// serial tells tables apart in the Symbolizer's memo.
+	serial uint64
 }
 
 type loadSegment struct{ off, vaddr, filesz uint64 }
@@ -140,6 +143,9 @@ func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 	// a truncated or malformed file must give an error, not crash the agent.
 	if gerr := faultGuard(func() { t, err = parseImage(data) }); gerr != nil {
 		return nil, fmt.Errorf("malformed ELF: %v", gerr)
+	}
+	if t != nil {
+		t.serial = tableSerials.Add(1)
 	}
 	return t, err
 }

@@ -44,7 +44,7 @@ func (m *selfMetrics) recordWork(ctx context.Context, counts map[workCount]uint6
 
 func (m *selfMetrics) recordSymbolizer(ctx context.Context, st symbolize.Stats) {
 	m.tb.ReceiverEbpfprofileSymbolTables.Record(ctx, int64(st.Tables+st.Held))
-	m.tb.ReceiverEbpfprofileSymbolTableBytes.Record(ctx, int64(st.HeapBytes+st.HeldBytes+st.KernelBytes))
+	m.tb.ReceiverEbpfprofileSymbolTableBytes.Record(ctx, int64(st.HeapBytes+st.HeldBytes+st.KernelBytes+st.MemoBytes))
 }
 
 func (m *selfMetrics) record(ctx context.Context, st sampler.Stats, kept, filtered uint64, symbolize time.Duration, processes int, mapBytes uint64) {

@@ -242,7 +242,10 @@ func microRows(r benchfmt.Results) []row {
 			fmt.Sprintf("%s %s [%s, %s] (n=%d)", human(s.Median*scale), scaleUnit, human(s.Min*scale), human(s.Max*scale), s.N), status,
 			fmt.Sprintf("go test -run '^$' -bench '%s$' (see micro.txt, benchstat.txt)", name)})
 	}
-	add("symbolization, Go benchmark (300 stacks × 15 frames, mean per interval)", "BenchmarkSymbolizeInterval", "ns/op", "ms", 1e-6, "< 50 ms", "< 50 ms", 50, true, true)
+	add("symbolization, Go benchmark (300 stacks × 15 frames, addresses seen in an earlier interval, mean per interval)", "BenchmarkSymbolizeInterval", "ns/op", "ms", 1e-6, "< 50 ms", "< 50 ms", 50, true, true)
+	// The same with every address new to the symbolizer: what call sites
+	// never sampled before cost (a new binary, a deploy).
+	add("symbolization, Go benchmark (300 stacks × 15 frames, every address new, mean per interval)", "BenchmarkSymbolizeIntervalUnseen", "ns/op", "ms", 1e-6, "< 50 ms", "< 50 ms", 50, true, true)
 	// The rest of the running agent's symbolization figure: the interval's
 	// symbolized stacks made into OTLP profiles (its dictionary and samples).
 	add("interval profile from symbolized stacks, Go benchmark (400 stacks × 15 frames)", "BenchmarkInterval", "ns/op", "ms", 1e-6, "—", "—", 0, false, true)

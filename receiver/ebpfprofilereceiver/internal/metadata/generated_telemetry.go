@@ -157,7 +157,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileSymbolTableBytes, err = builder.meter.Int64Gauge(
 		"otelcol_receiver_ebpfprofile_symbol_table_bytes",
-		metric.WithDescription("Heap held by symbol tables (cached, or kept only by a live process) and kernel symbols. A table no process has asked for in 2 minutes leaves the cache; it stays while a live process holds it. [Alpha]"),
+		metric.WithDescription("Heap held by symbol tables (cached, or kept only by a live process), kernel symbols, and what the addresses sampled lately resolved to (at most 8,192 addresses, about 1-2 MB). A table no process has asked for in 2 minutes leaves the cache; it stays while a live process holds it. [Alpha]"),
 		metric.WithUnit("By"),
 	)
 	errs = errors.Join(errs, err)

@@ -222,7 +222,7 @@ func AssertEqualReceiverEbpfprofileStacksEndedEarly(t *testing.T, tt *componentt
 func AssertEqualReceiverEbpfprofileSymbolTableBytes(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_symbol_table_bytes",
-		Description: "Heap held by symbol tables (cached, or kept only by a live process) and kernel symbols. A table no process has asked for in 2 minutes leaves the cache; it stays while a live process holds it. [Alpha]",
+		Description: "Heap held by symbol tables (cached, or kept only by a live process), kernel symbols, and what the addresses sampled lately resolved to (at most 8,192 addresses, about 1-2 MB). A table no process has asked for in 2 minutes leaves the cache; it stays while a live process holds it. [Alpha]",
 		Unit:        "By",
 		Data: metricdata.Gauge[int64]{
 			DataPoints: dps,
