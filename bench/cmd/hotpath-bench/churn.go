@@ -423,12 +423,17 @@ func (r *agentRun) startTimeline(a *collectorproc.Process) *timeline {
 }
 
 // hzScrapeEvery is how many seconds apart the timeline reads the
-// frequency gauge. A scrape costs the agent CPU (the collector's Prometheus
-// exporter gathers every metric): at once a second it was a tenth of the
-// agent's samples in this phase (perf record, 2026-11-28), which the phase
-// then counted as the agent's own overhead. The overhead guard changes the
-// rate at most once an interval (15 s), so every 5 s still sees each change.
-const hzScrapeEvery = 5
+// frequency gauge: once an interval (15 s), a common Prometheus scrape
+// interval. A scrape costs the agent CPU (the collector's Prometheus
+// exporter gathers every metric, reads the Go runtime's memory statistics
+// and gzips the page): 12-17 ms each when they come seconds apart, against
+// 3 ms back to back (2026-11-30: the agent's CPU ticks over 12 scrapes 5 s
+// apart, and perf record). Every 5 s that was 14 % of the agent's samples in
+// this phase, and once a second a tenth before that (2026-11-28), all of it
+// counted as the agent's own overhead. The overhead guard changes the rate
+// at most once an interval, so one scrape an interval still sees each
+// change.
+const hzScrapeEvery = 15
 
 // scrapeHz reads the receiver's frequency gauge into p (left at -1 when
 // the scrape fails).
