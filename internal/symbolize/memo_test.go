@@ -1,7 +1,9 @@
 package symbolize
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -135,4 +137,41 @@ func sameOffsetStacks(p *Process, n int) [][]uint64 {
 		stacks = append(stacks, st)
 	}
 	return stacks
+}
+
+// A Symbolizer is safe for concurrent use (the receiver calls it under its
+// own lock today; the package promises more): symbolizing from several
+// goroutines at once shares the memo safely and gives each the tables'
+// answer. make test runs it with -race.
+func TestUserMemoConcurrent(t *testing.T) {
+	cp := start(t, cProg(t, "hot-g", "-fPIE", "-pie", "-ldl", "-g"), libHot(t))
+	s := New(Options{})
+	p := snapshot(t, s, cp.pid())
+	stacks := append(randomStacks(t, rand.New(rand.NewPCG(7, 8)), p, 50, 15), sameOffsetStacks(p, 32)...)
+	want := make([][]Frame, len(stacks))
+	for i, st := range stacks {
+		want[i] = s.User(p, st, nil)
+	}
+	s.memo = symbolMemo{}
+	errs := make(chan string, 4)
+	for g := range 4 {
+		go func() {
+			for pass := range 3 {
+				for i := range stacks {
+					i := (i + g*len(stacks)/4) % len(stacks) // each goroutine in its own order
+					got := s.User(p, stacks[i], nil)
+					if !slices.Equal(got, want[i]) {
+						errs <- fmt.Sprintf("goroutine %d pass %d stack %d: %+v, want %+v", g, pass, i, got, want[i])
+						return
+					}
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range 4 {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
 }
