@@ -89,23 +89,26 @@ func (m *symbolMemo) put(table, addr uint64, syms []Symbol) []Symbol {
 			own[i] = s
 		}
 	}
-	m.cur.syms[memoKey{table, addr}] = own
-	m.cur.bytes += memoKeyBytes + len(own)*memoSymbolBytes
+	m.storeLocked(memoKey{table, addr}, own)
 	return own
 }
 
 // promoteLocked moves syms, found in the previous generation, to the
-// current one, with their names.
+// current one, with their names (already the memo's own).
 func (m *symbolMemo) promoteLocked(k memoKey, syms []Symbol) {
 	m.roomLocked()
 	for _, s := range syms {
 		for _, name := range [2]string{s.Function, s.File} {
 			if _, ok := m.cur.strings[name]; !ok && name != "" {
-				m.cur.strings[name] = name
-				m.cur.bytes += memoNameBytes + len(name)
+				m.cur.hold(name)
 			}
 		}
 	}
+	m.storeLocked(k, syms)
+}
+
+// storeLocked puts syms, whose names the current generation holds, in it.
+func (m *symbolMemo) storeLocked(k memoKey, syms []Symbol) {
 	m.cur.syms[k] = syms
 	m.cur.bytes += memoKeyBytes + len(syms)*memoSymbolBytes
 }
@@ -132,9 +135,14 @@ func (g *memoGen) intern(s string) string {
 		return own
 	}
 	own := strings.Clone(s)
+	g.hold(own)
+	return own
+}
+
+// hold adds own, a string the memo owns, to g's names.
+func (g *memoGen) hold(own string) {
 	g.strings[own] = own
 	g.bytes += memoNameBytes + len(own)
-	return own
 }
 
 // len is the number of addresses remembered.
