@@ -13,14 +13,23 @@ import (
 // Start-up runs code once that steady state never runs again (DuckDB's and
 // the collector's initialization: 45 of the 53 MB text segment and 23 MB of
 // read-only data were resident in the agent). Hand those pages back once
-// start-up is over, and then every interval: the kernel maps 64 KB around
-// every page fault of a cached file, so pages the collector touched once in a
-// while pile up again (measured: the text back at 29 MB a minute after a
-// release). Pages it runs again come back from the page cache at the cost of
-// a minor fault (a few ms of CPU a minute).
+// start-up is over, and then every interval: a fault on a cached file maps
+// the cached pages around it too (64 KB, or the whole large folio), so pages
+// the collector touched once in a while pile up again. Pages it runs again
+// come back from the page cache at the cost of a minor fault.
+//
+// The releases come releaseOffset after each multiple of releaseEvery, the
+// receiver's default interval, once the agent's interval work is over: its
+// receiver drains, symbolizes and hands over at the boundary, and the
+// stackaggregator closes the window 5 s later (its default max_delay,
+// checked once a second) and the local tier's write follows, which runs
+// DuckDB code from about 350 different 64 KB stretches of the executable.
+// Released before that work, those pages stayed mapped through most of the
+// interval; released after it, for the ~12 s until the next.
 const (
 	releaseAfterStart = 30 * time.Second
 	releaseEvery      = 15 * time.Second
+	releaseOffset     = 8 * time.Second
 )
 
 // heapGrowthPercent is the Go heap's growth between collections (GOGC)
@@ -46,10 +55,13 @@ func init() {
 		// Start-up's heap (configuration, DuckDB's catalog, the first
 		// symbol tables) is garbage by now: return it once.
 		debug.FreeOSMemory()
+		// Once: from here on the executable's pages come back one at a
+		// time, not with the large folios they were cached in. A failure
+		// (no /proc) here or below only means more pages stay resident.
+		_ = selfmem.ReadExecutableByPage()
 		for {
-			// A failure (no /proc) only means the pages stay resident.
 			_, _ = selfmem.ReleaseExecutablePages()
-			time.Sleep(releaseEvery)
+			time.Sleep(time.Until(selfmem.NextRelease(time.Now(), releaseEvery, releaseOffset)))
 		}
 	}()
 }

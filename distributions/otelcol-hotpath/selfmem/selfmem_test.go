@@ -3,10 +3,19 @@ package selfmem
 import (
 	"crypto/sha256"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
 // Releasing the executable's pages shrinks the resident file pages and the
@@ -55,4 +64,190 @@ func rssFile(t *testing.T) uint64 {
 	}
 	t.Fatal("no RssFile in /proc/self/status")
 	return 0
+}
+
+// ReadExecutableByPage advises each of the executable's read-only mappings
+// MADV_RANDOM, drops cached pages, and the program computes as before.
+func TestReadExecutableByPage(t *testing.T) {
+	want := work()
+	if _, err := os.ReadFile(selfExe); err != nil { // every page of the file cached
+		t.Fatal(err)
+	}
+	mappings := cleanMappings(t, selfExe)
+	before := count(cachedPages(t, mappings...))
+	if _, err := ReleaseExecutablePages(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReadExecutableByPage(); err != nil {
+		t.Fatal(err)
+	}
+	// Pages the test runs meanwhile (its code, the runtime's) are cached
+	// again at once; most of the binary is not.
+	if after := count(cachedPages(t, mappings...)); after >= before {
+		t.Errorf("%d of the executable's mapped pages cached after dropping them, %d before", after, before)
+	}
+	for _, v := range cleanMappings(t, selfExe) {
+		if !slices.Contains(v.VmFlags, "rr") {
+			t.Errorf("mapping %#x-%#x (%s) has VmFlags %v: not advised MADV_RANDOM", v.Start, v.Limit, v.Perms, v.VmFlags)
+		}
+	}
+	if got := work(); got != want {
+		t.Fatalf("the program computes %x after dropping its cached pages, %x before", got, want)
+	}
+}
+
+// On a file nothing else uses: readByPage drops every cached page, those
+// the test maps included, and a
+// fault then reads the page it needs alone, where a read-around would
+// cache the 32 pages around it. The bytes read are the file's.
+func TestReadByPageReadsOnePage(t *testing.T) {
+	const pages = 256
+	pageSize := os.Getpagesize()
+	content := make([]byte, pages*pageSize)
+	for i := range content {
+		content[i] = byte(i*7 + i/pageSize)
+	}
+	path := filepath.Join(diskDir(t), "mapped")
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data, err := syscall.Mmap(int(f.Fd()), 0, len(content), syscall.PROT_READ, syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(data)
+	mappings := cleanMappings(t, path)
+	if len(mappings) != 1 {
+		t.Fatalf("%d read-only mappings of %s, want 1", len(mappings), path)
+	}
+	// Mapped as well as cached: the first half faulted in through the
+	// mapping, so only reclaiming them, not dropping unmapped pages, frees
+	// it.
+	var got, want byte
+	for off := 0; off < len(data)/2; off += pageSize {
+		got += data[off]
+		want += content[off]
+	}
+	if got != want {
+		t.Fatalf("the mapping's first half sums to %#x, the file's to %#x", got, want)
+	}
+	if n := count(cachedPages(t, mappings...)); n != pages {
+		t.Fatalf("%d of %d pages cached after writing the file", n, pages)
+	}
+	if rss := cleanMappings(t, path)[0].Rss; rss < uint64(len(data)/2) {
+		t.Fatalf("%d bytes of the mapping resident after reading its first half (%d bytes)", rss, len(data)/2)
+	}
+
+	if err := readByPage(path); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(cachedPages(t, mappings...)); n != 0 {
+		t.Fatalf("%d of %d pages still cached after dropping them", n, pages)
+	}
+	if v := cleanMappings(t, path)[0]; !slices.Contains(v.VmFlags, "rr") {
+		t.Errorf("VmFlags %v: not advised MADV_RANDOM", v.VmFlags)
+	}
+	if rss := cleanMappings(t, path)[0].Rss; rss != 0 {
+		t.Errorf("%d bytes of the mapping still resident after dropping its pages", rss)
+	}
+	page := pages / 2
+	if got, want := data[page*pageSize+5], content[page*pageSize+5]; got != want {
+		t.Fatalf("byte read through the mapping is %#x, the file has %#x", got, want)
+	}
+	cached := cachedPages(t, mappings...)[0]
+	if !cached[page] {
+		t.Fatalf("page %d not cached after reading it", page)
+	}
+	if n := count([][]bool{cached}); n > 4 {
+		t.Errorf("reading one page cached %d of the file's %d: the fault read ahead", n, pages)
+	}
+}
+
+// diskDir is a directory on a disk file system: the page cache of a tmpfs
+// file is its only copy and cannot be dropped.
+func diskDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type != unix.TMPFS_MAGIC {
+		return dir
+	}
+	dir, err := os.MkdirTemp(".", ".selfmem-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func cleanMappings(t *testing.T, path string) []procmaps.SmapsEntry {
+	t.Helper()
+	var out []procmaps.SmapsEntry
+	if err := eachCleanMapping(path, func(v procmaps.SmapsEntry) error { out = append(out, v); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatalf("no read-only private mapping of %s", path)
+	}
+	return out
+}
+
+// cachedPages is mincore(2) of each mapping: which of its pages are in the
+// page cache.
+func cachedPages(t *testing.T, mappings ...procmaps.SmapsEntry) [][]bool {
+	t.Helper()
+	out := make([][]bool, len(mappings))
+	for m, v := range mappings {
+		vec := make([]byte, (v.Limit-v.Start)/uint64(os.Getpagesize()))
+		if _, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(v.Start), uintptr(v.Limit-v.Start), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+			t.Fatalf("mincore %#x-%#x: %v", v.Start, v.Limit, errno)
+		}
+		out[m] = make([]bool, len(vec))
+		for i, b := range vec {
+			out[m][i] = b&1 != 0
+		}
+	}
+	return out
+}
+
+func count(pages [][]bool) (n int) {
+	for _, mapping := range pages {
+		for _, c := range mapping {
+			if c {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestNextRelease(t *testing.T) {
+	at := func(s string) time.Time {
+		t.Helper()
+		v, err := time.Parse(time.DateTime, "2026-11-30 "+s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, c := range []struct{ now, want string }{
+		{"10:00:00", "10:00:05"},
+		{"10:00:04.999", "10:00:05"},
+		{"10:00:05", "10:00:20"}, // after now, never now
+		{"10:00:05.001", "10:00:20"},
+		{"10:00:14.999", "10:00:20"},
+		{"10:00:59", "10:01:05"},
+	} {
+		if got := NextRelease(at(c.now), 15*time.Second, 5*time.Second); !got.Equal(at(c.want)) {
+			t.Errorf("NextRelease(%s) = %s, want %s", c.now, got.Format(time.TimeOnly), c.want)
+		}
+	}
 }
