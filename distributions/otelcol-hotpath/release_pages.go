@@ -22,10 +22,11 @@ import (
 // receiver's default interval, once the agent's interval work is over: its
 // receiver drains, symbolizes and hands over at the boundary, and the
 // stackaggregator closes the window 5 s later (its default max_delay,
-// checked once a second) and the local tier's write follows, which runs
-// DuckDB code from about 350 different 64 KB stretches of the executable.
-// Released before that work, those pages stayed mapped through most of the
-// interval; released after it, for the ~12 s until the next.
+// checked once a second) and the local tier's write follows (about 175
+// page faults in DuckDB's code after a release, each mapping up to 64 KB).
+// Released just before that work, its pages stayed mapped through most of
+// the interval; released after it, they stay out for the ~12 s until the
+// next write.
 const (
 	releaseAfterStart = 30 * time.Second
 	releaseEvery      = 15 * time.Second
