@@ -97,9 +97,9 @@ func TestReadExecutableByPage(t *testing.T) {
 }
 
 // On a file nothing else uses: readByPage drops every cached page, those
-// the test maps included, and a
-// fault then reads the page it needs alone, where a read-around would
-// cache the 32 pages around it. The bytes read are the file's.
+// the test maps included, and a fault then reads the page it needs alone,
+// where a read-around would cache the 32 pages around it. The bytes read
+// are the file's.
 func TestReadByPageReadsOnePage(t *testing.T) {
 	const pages = 256
 	pageSize := os.Getpagesize()
@@ -149,11 +149,12 @@ func TestReadByPageReadsOnePage(t *testing.T) {
 	if n := count(cachedPages(t, mappings...)); n != 0 {
 		t.Fatalf("%d of %d pages still cached after dropping them", n, pages)
 	}
-	if v := cleanMappings(t, path)[0]; !slices.Contains(v.VmFlags, "rr") {
-		t.Errorf("VmFlags %v: not advised MADV_RANDOM", v.VmFlags)
+	dropped := cleanMappings(t, path)[0]
+	if !slices.Contains(dropped.VmFlags, "rr") {
+		t.Errorf("VmFlags %v: not advised MADV_RANDOM", dropped.VmFlags)
 	}
-	if rss := cleanMappings(t, path)[0].Rss; rss != 0 {
-		t.Errorf("%d bytes of the mapping still resident after dropping its pages", rss)
+	if dropped.Rss != 0 {
+		t.Errorf("%d bytes of the mapping still resident after dropping its pages", dropped.Rss)
 	}
 	page := pages / 2
 	if got, want := data[page*pageSize+5], content[page*pageSize+5]; got != want {
