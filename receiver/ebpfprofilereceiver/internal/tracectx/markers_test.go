@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -33,6 +34,32 @@ func TestMentionsMarkersAcrossChunks(t *testing.T) {
 	}
 	if ms, err := FindMarkers(marked); err != nil || len(ms) != 1 {
 		t.Errorf("FindMarkers after the scan: %+v, %v", ms, err)
+	}
+}
+
+// Scans one after another share their read buffer: on a node where builds
+// run all the time, a buffer per scanned binary was a quarter of the agent's
+// allocation.
+func TestMentionsMarkersReusesItsBuffer(t *testing.T) {
+	plain := buildC(t, "int main(void) { return 0; }\n")
+	f, err := elf.Open(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const scans = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range scans {
+		if found, err := mentionsMarkers(plain, f); err != nil || found {
+			t.Fatalf("mentionsMarkers(plain) = %v, %v", found, err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// A collection in between may drop the pooled buffer (twice at most
+	// here); a buffer per scan would be 20 of them.
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(scans*scanChunk/4); got > limit {
+		t.Errorf("%d scans allocated %d bytes, more than %d: the %d-byte read buffer is not reused", scans, got, limit, scanChunk)
 	}
 }
 
