@@ -47,7 +47,7 @@ func TestMentionsMarkersReusesItsBuffer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	const scans = 20
+	const scans = 80
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	for range scans {
@@ -56,9 +56,10 @@ func TestMentionsMarkersReusesItsBuffer(t *testing.T) {
 		}
 	}
 	runtime.ReadMemStats(&after)
-	// A collection in between may drop the pooled buffer (twice at most
-	// here); a buffer per scan would be 20 of them.
-	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(scans*scanChunk/4); got > limit {
+	// A collection in between may drop the pooled buffer, and under the
+	// race detector the pool drops a quarter of what is put back; a buffer
+	// per scan would be twice the limit.
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(scans*scanChunk/2); got > limit {
 		t.Errorf("%d scans allocated %d bytes, more than %d: the %d-byte read buffer is not reused", scans, got, limit, scanChunk)
 	}
 }
