@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/bench/internal/collectorproc"
+	"github.com/hotpath-dev/hotpath/bench/internal/filecopy"
 	"github.com/hotpath-dev/hotpath/bench/internal/procstat"
 	"github.com/hotpath-dev/hotpath/internal/selfmetrics"
 	"github.com/hotpath-dev/hotpath/internal/testport"
@@ -80,6 +81,7 @@ type abPair struct {
 
 type agentRun struct {
 	collector, burn, agentCfg, gatewayCfg, dir string
+	gatewayBin                                 string // a copy of collector, see newRun
 	env                                        []string
 	metricsURL                                 string
 	starts                                     int
@@ -148,8 +150,18 @@ func (f *agentFlags) newRun(phase string) (*agentRun, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s has no ${env:HOTPATH_AGENT_METRICS} for its Prometheus port", *f.agentCfg)
 	}
+	// The gateway runs from a copy of the collector binary, as it would
+	// from its own machine's: two processes of one file share its cached
+	// pages, and the kernel does not reclaim or drop a page another
+	// process maps, so the large folios a build leaves in the cache stayed
+	// in the agent's RSS, mapped whole at each fault (selfmem's
+	// ReadExecutableByPage; 4-16 MB of 2 MB folios in each of the two).
+	gatewayBin := filepath.Join(dir, "otelcol-hotpath-gateway")
+	if err := filecopy.Copy(*f.collector, gatewayBin, 0o755); err != nil {
+		return nil, fmt.Errorf("the gateway's copy of the collector: %w", err)
+	}
 	r := &agentRun{collector: *f.collector, burn: *f.burn, agentCfg: *f.agentCfg, gatewayCfg: *f.gatewayCfg, dir: dir,
-		metricsURL: fmt.Sprintf("http://127.0.0.1:%s/metrics", metricsPort), env: env}
+		gatewayBin: gatewayBin, metricsURL: fmt.Sprintf("http://127.0.0.1:%s/metrics", metricsPort), env: env}
 	for _, s := range f.sets.vals {
 		if s != "" {
 			r.agentArgs = append(r.agentArgs, "--set="+s)
@@ -161,7 +173,7 @@ func (f *agentFlags) newRun(phase string) (*agentRun, error) {
 // startGateway starts the gateway the agent exports to and waits until it
 // is ready; the caller stops it.
 func (r *agentRun) startGateway() (*collectorproc.Process, error) {
-	gw, err := collectorproc.Start("gateway", r.collector, []string{"--config", r.gatewayCfg}, r.env, filepath.Join(r.dir, "gateway.log"))
+	gw, err := collectorproc.Start("gateway", r.gatewayBin, []string{"--config", r.gatewayCfg}, r.env, filepath.Join(r.dir, "gateway.log"))
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/hotpath-dev/hotpath/bench/internal/filecopy"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/stacknames"
 	"github.com/hotpath-dev/hotpath/internal/testport"
@@ -89,7 +90,7 @@ FROM agg JOIN %s s USING (stack_id), dict ORDER BY samples DESC`, tb.traces, o.T
 	// N-1 times into the past. The rows are the exporter's own (same
 	// layout, same time order).
 	longPath := filepath.Join(o.Dir, fmt.Sprintf("summary-%dd.duckdb", o.Days))
-	if err := copyFile(summaryPath, longPath); err != nil {
+	if err := filecopy.Copy(summaryPath, longPath, 0o666); err != nil {
 		return nil, err
 	}
 	o.Log("storage: replicating the day into %d days for the long query", o.Days)
@@ -554,21 +555,4 @@ FROM %[1]s WHERE bucket_time >= %[3]s AND bucket_time < %[4]s ORDER BY bucket_ti
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	return db.Close()
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("copy %s: %w", src, err)
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return fmt.Errorf("copy to %s: %w", dst, err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
-	}
-	return out.Close()
 }

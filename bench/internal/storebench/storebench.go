@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/hotpath-dev/hotpath/bench/internal/filecopy"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
 	"github.com/hotpath-dev/hotpath/internal/dbcopy"
 	"github.com/hotpath-dev/hotpath/internal/simday"
@@ -245,7 +246,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// possible (the simulated span ends at o.End; retention cuts at the
 	// real clock less 1 h), as the queries below need the whole file.
 	localHourPath := filepath.Join(o.Dir, "local-hour.duckdb")
-	if err := copyFile(localPath, localHourPath); err != nil {
+	if err := filecopy.Copy(localPath, localHourPath, 0o666); err != nil {
 		return nil, err
 	}
 	if res.LocalHour, err = retained(ctx, "local", localTables, localHourPath, o.Host.Interval); err != nil {

@@ -1,8 +1,10 @@
 package selfmem
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -166,6 +168,153 @@ func TestReadByPageReadsOnePage(t *testing.T) {
 	}
 	if n := count([][]bool{cached}); n > 4 {
 		t.Errorf("reading one page cached %d of the file's %d: the fault read ahead", n, pages)
+	}
+}
+
+// A file cached in large folios and mapped by a second process too (make
+// run's gateway beside its agent, both started from the file the build has
+// just written): readByPage leaves the folios the other process maps, so a
+// fault on one page maps the whole folio again. Once the other process has
+// released them, readByPage drops them and a fault maps the page alone. This
+// is why the bench runs its gateway from a copy of the binary.
+func TestReadByPageLeavesWhatAnotherProcessMaps(t *testing.T) {
+	const size = 8 << 20
+	content := make([]byte, size)
+	for i := range content {
+		content[i] = byte(i*13 + i>>12)
+	}
+	path := filepath.Join(diskDir(t), "shared")
+	// One write: the page cache keeps it in folios as large as the file
+	// system allows (2 MB on ext4 with Linux 6.18), as it keeps a binary that
+	// a linker has just written.
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := mapInChild(t, path)
+
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ, syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(data)
+	page := size/2 + 3*os.Getpagesize()
+	// resident releases this process's mapping (as ReleaseExecutablePages
+	// does), reads one byte of page and returns what one fault mapped.
+	resident := func() uint64 {
+		t.Helper()
+		if err := unix.Madvise(data, unix.MADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := data[page+5], content[page+5]; got != want {
+			t.Fatalf("byte read through the mapping is %#x, the file has %#x", got, want)
+		}
+		return cleanMappings(t, path)[0].Rss
+	}
+	const faultAround = 64 << 10 // the kernel's default fault_around_bytes
+	first := resident()
+	if first <= faultAround {
+		t.Fatalf("one fault mapped %d kB of a file written at once: the page cache holds it in small folios, so this test shows nothing; it needs a kernel and file system with large folios (Linux 6.x with ext4 or XFS)", first>>10)
+	}
+
+	if err := readByPage(path); err != nil {
+		t.Fatal(err)
+	}
+	shared := resident()
+	if shared <= faultAround {
+		t.Errorf("one fault mapped %d kB after dropping the file while another process mapped it: the kernel now drops folios another process maps (update readByPage's comment, README's Memory settings and the bench's gateway copy)", shared>>10)
+	}
+
+	other.release(t)
+	if err := readByPage(path); err != nil {
+		t.Fatal(err)
+	}
+	released := resident()
+	t.Logf("one fault mapped %d kB at first, %d kB after dropping while the other process mapped the file, %d kB after dropping once it had released it", first>>10, shared>>10, released>>10)
+	if released > faultAround {
+		t.Errorf("one fault mapped %d kB after dropping the file once no other process mapped it, want at most %d kB", released>>10, faultAround>>10)
+	}
+}
+
+// mappingChild is a child process that maps a file and reads every page of
+// it until told to release them.
+type mappingChild struct {
+	stdin *os.File
+	lines *bufio.Scanner
+}
+
+const mapEnv = "SELFMEM_TEST_MAP"
+
+// TestMapChild is the child of mapInChild, not a test of its own.
+func TestMapChild(t *testing.T) {
+	path := os.Getenv(mapEnv)
+	if path == "" {
+		return
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, len(raw), syscall.PROT_READ, syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum byte
+	for off := 0; off < len(data); off += os.Getpagesize() {
+		sum += data[off]
+	}
+	os.Stdout.WriteString("mapped " + strconv.Itoa(int(sum)) + "\n")
+	in := bufio.NewScanner(os.Stdin)
+	in.Scan()
+	if err := unix.Madvise(data, unix.MADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("released\n")
+	in.Scan() // until the parent closes stdin
+	os.Exit(0)
+}
+
+func mapInChild(t *testing.T, path string) *mappingChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMapChild$")
+	cmd.Env = append(os.Environ(), mapEnv+"="+path)
+	stdin, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = stdin
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	t.Cleanup(func() { w.Close(); _ = cmd.Wait() })
+	c := &mappingChild{stdin: w, lines: bufio.NewScanner(out)}
+	if !c.lines.Scan() || !strings.HasPrefix(c.lines.Text(), "mapped ") {
+		t.Fatalf("child: %q", c.lines.Text())
+	}
+	return c
+}
+
+// release has the child drop its mapping's pages and waits until it has.
+func (c *mappingChild) release(t *testing.T) {
+	t.Helper()
+	if _, err := c.stdin.WriteString("release\n"); err != nil {
+		t.Fatal(err)
+	}
+	if !c.lines.Scan() || c.lines.Text() != "released" {
+		t.Fatalf("child: %q", c.lines.Text())
 	}
 }
 
