@@ -122,7 +122,9 @@ type SmapsEntry struct {
 }
 
 // ReadSmaps reads an smaps file (/proc/self/smaps, /proc/PID/smaps), in
-// the kernel's order; a line it cannot read is an error naming the line.
+// the kernel's order; a line it cannot read is an error naming the line. A
+// maps file (/proc/PID/maps) gives the same mappings with every count zero,
+// and costs the kernel no walk of the page tables.
 func ReadSmaps(path string) ([]SmapsEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {

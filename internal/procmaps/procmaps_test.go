@@ -91,6 +91,28 @@ func TestReadSmaps(t *testing.T) {
 		t.Errorf("no resident mapping of %s in /proc/self/smaps", exe)
 	}
 
+	// A maps file gives the same mappings, without their counts.
+	maps, err := ReadSmaps("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exeMappings := func(entries []SmapsEntry) (out []SmapsEntry) {
+		for _, e := range entries {
+			if e.Path == exe {
+				out = append(out, SmapsEntry{Mapping: e.Mapping, Perms: e.Perms})
+			}
+		}
+		return out
+	}
+	if got, want := exeMappings(maps), exeMappings(self); len(got) == 0 || !reflect.DeepEqual(got, want) {
+		t.Errorf("the executable's mappings from /proc/self/maps:\n%+v\nfrom /proc/self/smaps:\n%+v", got, want)
+	}
+	for _, e := range maps {
+		if e.Size != 0 || e.Rss != 0 || e.Anonymous != 0 || e.VmFlags != nil {
+			t.Errorf("%#x-%#x from /proc/self/maps has counts: %+v", e.Start, e.Limit, e)
+		}
+	}
+
 	dir := t.TempDir()
 	for name, bad := range map[string]string{
 		"field first": "Rss: 4 kB\n",

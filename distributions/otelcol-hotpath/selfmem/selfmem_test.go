@@ -2,6 +2,7 @@ package selfmem
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"os"
 	"os/exec"
@@ -101,7 +102,7 @@ func TestReadExecutableByPage(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for _, v := range cleanMappings(t, selfExe) {
-		if !slices.Contains(v.VmFlags, "rr") {
+		if v := smapsEntry(t, v.Start); !slices.Contains(v.VmFlags, "rr") {
 			t.Errorf("mapping %#x-%#x (%s) has VmFlags %v: not advised MADV_RANDOM", v.Start, v.Limit, v.Perms, v.VmFlags)
 		}
 	}
@@ -153,8 +154,12 @@ func TestReadByPageReadsOnePage(t *testing.T) {
 	if n := count(cachedPages(t, mappings...)); n != pages {
 		t.Fatalf("%d of %d pages cached after writing the file", n, pages)
 	}
-	if rss := cleanMappings(t, path)[0].Rss; rss < uint64(len(data)/2) {
-		t.Fatalf("%d bytes of the mapping resident after reading its first half (%d bytes)", rss, len(data)/2)
+	mapped := cleanMappings(t, path)[0]
+	if mapped.Rss < uint64(len(data)/2) {
+		t.Fatalf("%d bytes of the mapping resident after reading its first half (%d bytes)", mapped.Rss, len(data)/2)
+	}
+	if kernel := smapsEntry(t, mapped.Start).Rss; mapped.Rss != kernel {
+		t.Fatalf("%d bytes of the mapping resident by its pagemap, %d by smaps", mapped.Rss, kernel)
 	}
 
 	if err := readByPage(path); err != nil {
@@ -164,8 +169,8 @@ func TestReadByPageReadsOnePage(t *testing.T) {
 		t.Fatalf("%d of %d pages still cached after dropping them", n, pages)
 	}
 	dropped := cleanMappings(t, path)[0]
-	if !slices.Contains(dropped.VmFlags, "rr") {
-		t.Errorf("VmFlags %v: not advised MADV_RANDOM", dropped.VmFlags)
+	if flags := smapsEntry(t, dropped.Start).VmFlags; !slices.Contains(flags, "rr") {
+		t.Errorf("VmFlags %v: not advised MADV_RANDOM", flags)
 	}
 	if dropped.Rss != 0 {
 		t.Errorf("%d bytes of the mapping still resident after dropping its pages", dropped.Rss)
@@ -180,6 +185,67 @@ func TestReadByPageReadsOnePage(t *testing.T) {
 	}
 	if n := count([][]bool{cached}); n > 4 {
 		t.Errorf("reading one page cached %d of the file's %d: the fault read ahead", n, pages)
+	}
+}
+
+// A read-only private mapping that holds a private copy of a page (the
+// relocations the dynamic loader writes into a segment it then makes
+// read-only, or an instruction a debugger or a uprobe patched) is left out:
+// releasing it would bring the file's bytes back in place of the copy. A
+// mapping of the same file without one is passed on.
+func TestMappingWithAPrivateCopyIsLeft(t *testing.T) {
+	const pages = 16
+	pageSize := os.Getpagesize()
+	path := filepath.Join(t.TempDir(), "patched")
+	if err := os.WriteFile(path, bytes.Repeat([]byte{0xaa}, pages*pageSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mmap := func(prot int) []byte {
+		t.Helper()
+		data, err := syscall.Mmap(int(f.Fd()), 0, pages*pageSize, prot, syscall.MAP_PRIVATE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Munmap(data) })
+		return data
+	}
+	patched := mmap(syscall.PROT_READ | syscall.PROT_WRITE)
+	patched[5*pageSize] = 0x55
+	if err := syscall.Mprotect(patched, syscall.PROT_READ); err != nil {
+		t.Fatal(err)
+	}
+	plain := mmap(syscall.PROT_READ)
+	if plain[3*pageSize] != 0xaa || patched[3*pageSize] != 0xaa {
+		t.Fatal("the mappings do not read the file's bytes")
+	}
+
+	var passed []procmaps.SmapsEntry
+	var kernelRss uint64
+	err = eachCleanMapping(path, func(v procmaps.SmapsEntry) error {
+		passed = append(passed, v)
+		kernelRss = smapsEntry(t, v.Start).Rss
+		return madvise(v, unix.MADV_DONTNEED)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := patched[5*pageSize]; got != 0x55 {
+		t.Fatalf("the private copy reads %#x after the release, want 0x55", got)
+	}
+	plainStart := uint64(uintptr(unsafe.Pointer(&plain[0])))
+	if len(passed) != 1 || passed[0].Start != plainStart {
+		t.Fatalf("passed %d mappings (%+v), want the one at %#x without a private copy", len(passed), passed, plainStart)
+	}
+	if passed[0].Rss == 0 || passed[0].Rss != kernelRss {
+		t.Errorf("the plain mapping held %d bytes by its pagemap, %d by smaps", passed[0].Rss, kernelRss)
+	}
+	if kernel := smapsEntry(t, plainStart).Rss; kernel != 0 {
+		t.Errorf("%d bytes of the plain mapping still resident after the release", kernel)
 	}
 }
 
@@ -391,6 +457,23 @@ func otherMappers(t *testing.T) string {
 		return "no other process maps it"
 	}
 	return "mapped by " + strings.Join(out, ", ")
+}
+
+// smapsEntry is the kernel's own account (/proc/self/smaps) of the mapping
+// that starts at start.
+func smapsEntry(t *testing.T, start uint64) procmaps.SmapsEntry {
+	t.Helper()
+	vmas, err := procmaps.ReadSmaps("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vmas {
+		if v.Start == start {
+			return v
+		}
+	}
+	t.Fatalf("no mapping at %#x in /proc/self/smaps", start)
+	return procmaps.SmapsEntry{}
 }
 
 // cachedPages is mincore(2) of each mapping: which of its pages are in the
