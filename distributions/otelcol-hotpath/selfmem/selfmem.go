@@ -29,7 +29,11 @@ import (
 // (the kernel refuses writes to it, ETXTBSY; a new build is a new inode), so
 // a later access reads the same bytes back from the page cache.
 func ReleaseExecutablePages() (released uint64, err error) {
-	err = eachCleanMapping(selfExe, func(v procmaps.SmapsEntry) error {
+	vmas, err := executableMappings()
+	if err != nil {
+		return 0, err
+	}
+	err = eachCleanMapping(vmas, func(v procmaps.SmapsEntry) error {
 		if v.Rss == 0 {
 			return nil
 		}
@@ -101,7 +105,11 @@ func readByPage(path string) error {
 	// file that cannot be written back (a read-only file system: a
 	// container's root) has none, so a failure here stops nothing.
 	_ = f.Sync()
-	err = eachCleanMapping(path, func(v procmaps.SmapsEntry) error {
+	vmas, err := readOnlyMappings(path)
+	if err != nil {
+		return err
+	}
+	err = eachCleanMapping(vmas, func(v procmaps.SmapsEntry) error {
 		if err := madvise(v, unix.MADV_RANDOM); err != nil {
 			return err
 		}
@@ -116,20 +124,16 @@ func readByPage(path string) error {
 	return nil
 }
 
-// eachCleanMapping calls fn for each read-only private mapping of the file at
-// path in this process that holds no private copies, with Rss the bytes of
-// it this process maps.
+// eachCleanMapping calls fn for each of vmas (read-only private mappings of
+// one file, from readOnlyMappings) that holds no private copies, with Rss the
+// bytes of it this process maps.
 //
 // Their pages are read from /proc/self/pagemap, for these mappings alone.
 // /proc/self/smaps tells the same but walks the page tables of every mapping
 // of the process (the Go heap, the symbolizer's mappings of other binaries)
 // and formats two dozen counts for each: in the agent on a busy node that
 // took 18 ms of CPU at every release, a millisecond a second.
-func eachCleanMapping(path string, fn func(procmaps.SmapsEntry) error) error {
-	vmas, err := readOnlyMappings(path)
-	if err != nil {
-		return err
-	}
+func eachCleanMapping(vmas []procmaps.SmapsEntry, fn func(procmaps.SmapsEntry) error) error {
 	pagemap, err := os.Open("/proc/self/pagemap")
 	if err != nil {
 		return err
@@ -152,25 +156,18 @@ func eachCleanMapping(path string, fn func(procmaps.SmapsEntry) error) error {
 	return nil
 }
 
-// readOnlyMappings returns this process's read-only private mappings of the
-// file at path, from /proc/self/maps. Those of its own executable are read
-// once: the kernel maps an executable's segments at exec, and a Go program
-// never unmaps or re-protects them.
-func readOnlyMappings(path string) ([]procmaps.SmapsEntry, error) {
-	if path == selfExe {
-		return executableMappings()
-	}
-	return readReadOnlyMappings(path)
-}
-
+// executableMappings are readOnlyMappings of this process's own executable,
+// read once: the kernel maps an executable's segments at exec, and a Go
+// program never unmaps or re-protects them.
 var executableMappings = sync.OnceValues(func() ([]procmaps.SmapsEntry, error) {
-	return readReadOnlyMappings(selfExe)
+	return readOnlyMappings(selfExe)
 })
 
-// readReadOnlyMappings reads what readOnlyMappings returns. Mappings are
-// matched by inode alone: on overlayfs (a container's root) the maps show the
-// underlying file's device, stat the overlay's.
-func readReadOnlyMappings(path string) ([]procmaps.SmapsEntry, error) {
+// readOnlyMappings returns this process's read-only private mappings of the
+// file at path, from /proc/self/maps. Mappings are matched by inode alone: on
+// overlayfs (a container's root) the maps show the underlying file's device,
+// stat the overlay's.
+func readOnlyMappings(path string) ([]procmaps.SmapsEntry, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
 		return nil, fmt.Errorf("stat %s: %w", path, err)

@@ -58,7 +58,11 @@ func TestReleaseKeepsAUprobe(t *testing.T) {
 		t.Fatal("the uprobe did not fire")
 	}
 
-	err := eachCleanMapping(selfExe, func(v procmaps.SmapsEntry) error {
+	vmas, err := executableMappings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = eachCleanMapping(vmas, func(v procmaps.SmapsEntry) error {
 		if v.Start <= pc && pc < v.Limit {
 			t.Errorf("the mapping %#x-%#x (%s) holds the uprobe's breakpoint and was passed as clean", v.Start, v.Limit, v.Perms)
 		}

@@ -226,7 +226,11 @@ func TestMappingWithAPrivateCopyIsLeft(t *testing.T) {
 
 	var passed []procmaps.SmapsEntry
 	var kernelRss uint64
-	err = eachCleanMapping(path, func(v procmaps.SmapsEntry) error {
+	vmas, err := readOnlyMappings(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = eachCleanMapping(vmas, func(v procmaps.SmapsEntry) error {
 		passed = append(passed, v)
 		kernelRss = smapsEntry(t, v.Start).Rss
 		return madvise(v, unix.MADV_DONTNEED)
@@ -421,7 +425,11 @@ func diskDir(t *testing.T) string {
 func cleanMappings(t *testing.T, path string) []procmaps.SmapsEntry {
 	t.Helper()
 	var out []procmaps.SmapsEntry
-	if err := eachCleanMapping(path, func(v procmaps.SmapsEntry) error { out = append(out, v); return nil }); err != nil {
+	vmas, err := readOnlyMappings(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eachCleanMapping(vmas, func(v procmaps.SmapsEntry) error { out = append(out, v); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(out) == 0 {
