@@ -41,7 +41,7 @@ type Server struct {
 }
 
 // Start serves queries against db() (a function: the writer may reopen the
-// file after a fatal error) on the endpoint that endpoint configures (the
+// file after a failure; nil while it does) on the endpoint that endpoint configures (the
 // collector's HTTP server: TLS, auth extension, limits); host supplies its
 // authenticator extension, if any.
 func Start(ctx context.Context, endpoint *localendpoint.ServerConfig, host component.Host, set component.TelemetrySettings, cfg Config, db func() *sql.DB) (*Server, error) {
@@ -67,7 +67,16 @@ func Start(ctx context.Context, endpoint *localendpoint.ServerConfig, host compo
 				"%d queries are already running (query.max_concurrent); retry in %s s", cap(s.sem), retryAfter))
 			return
 		}
-		body, err := sqlquery.RunBody(r.Context(), db(), req.SQL, cfg.Limits)
+		conn := db()
+		if conn == nil {
+			// The writer is opening the file again after a failure
+			// (a few seconds at most once the running queries end).
+			w.Header().Set("Retry-After", retryAfter)
+			localendpoint.WriteError(w, http.StatusServiceUnavailable, errors.New(
+				"the database file is being opened again after a failed write; retry in "+retryAfter+" s"))
+			return
+		}
+		body, err := sqlquery.RunBody(r.Context(), conn, req.SQL, cfg.Limits)
 		if err != nil {
 			status := http.StatusBadRequest
 			switch {

@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -159,6 +160,11 @@ func (w *Writer) catchUpTarget(ctx context.Context) (target time.Time, last, non
 // catchUpStep closes one day of the roll-ups' backlog (catchUpTarget) and
 // reports whether they are complete up to the newest bucket. w.mu is held.
 func (w *Writer) catchUpStep(ctx context.Context) (done bool, err error) {
+	if err := cmp.Or(w.discard, w.broken); err != nil {
+		// Nothing is committed to an instance that is to be closed; the
+		// next write opens the file again, with a catch-up of its own.
+		return false, fmt.Errorf("waiting for the file to be opened again after: %w", err)
+	}
 	target, last, none, err := w.catchUpTarget(ctx)
 	if err != nil || none {
 		return none, err
@@ -264,7 +270,10 @@ func (w *Writer) closeInTx(ctx context.Context, newest time.Time) error {
 		}
 		st, err := w.closeRollups(ctx, c, w.rolled, newest)
 		if err == nil {
-			_, err = c.ExecContext(ctx, "COMMIT", nil)
+			if _, err = c.ExecContext(ctx, "COMMIT", nil); err != nil {
+				w.discard = fmt.Errorf("commit: %w", err)
+				return w.discard
+			}
 		}
 		if err != nil {
 			_, _ = c.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)

@@ -173,6 +173,15 @@ type Writer struct {
 	// after a failure (a ROLLBACK that failed leaves its transaction
 	// aborted); the next write replaces the connection.
 	connStuck error
+	// discard is the error of a COMMIT that failed. DuckDB 1.5 can leave
+	// rows of such a transaction in its in-memory tables, unseen, and the
+	// next COMMIT to the table shows them: a batch whose COMMIT ran out of
+	// memory while a query took it, sent again, was stored twice (in about
+	// one failed COMMIT of three; TestFailedCommitsStoreEachBatchOnce). The
+	// file and its log hold none of it (DuckDB truncates the log back), so
+	// nothing more is committed to that instance: it is closed without a
+	// checkpoint and the file opened again before the next write (reopen).
+	discard error
 }
 
 // Dicts are the in-memory copies of a file's frame, stack and series
@@ -357,7 +366,8 @@ func (w *Writer) open(ctx context.Context) error {
 		cleanup()
 		return err
 	}
-	w.connector, w.db, w.conn, w.dicts, w.rolled, w.broken = c, db, conn, Dicts{}, rollState{hourly, daily}, nil
+	w.connector, w.db, w.conn, w.dicts, w.rolled = c, db, conn, Dicts{}, rollState{hourly, daily}
+	w.broken, w.discard, w.connStuck = nil, nil, nil
 	w.loading = loadDictsAsync(db, w.tier)
 	w.binaries = nil
 	w.catchingUp, w.catchUpErr, w.catchUpStop = false, nil, make(chan struct{})
@@ -390,6 +400,15 @@ func (w *Writer) closeLocked() error {
 		w.catchUpStop = nil
 	}
 	var errs []error
+	if w.db != nil && w.discard == nil {
+		// DuckDB's own checkpoint at close is off (Resources.apply): the
+		// memory goes into the file here, and not after a failed COMMIT,
+		// when it may hold that transaction's rows. The log keeps every
+		// committed batch either way; the next open replays it.
+		if _, err := w.db.ExecContext(context.Background(), "CHECKPOINT"); err != nil && w.broken == nil {
+			errs = append(errs, fmt.Errorf("checkpoint: %w", err))
+		}
+	}
 	if w.conn != nil {
 		errs = append(errs, w.conn.Close())
 	}
@@ -472,17 +491,44 @@ func (w *Writer) StackCount() int {
 // instance (e.g. disk full during a checkpoint), so the exporter recovers
 // once the cause is gone instead of failing forever.
 func (w *Writer) ready(ctx context.Context) error {
-	if w.conn != nil && w.broken == nil && w.connStuck == nil {
+	if w.conn != nil && w.broken == nil && w.discard == nil && w.connStuck == nil {
 		return nil
 	}
-	if w.conn != nil && w.broken == nil {
+	if w.conn != nil && w.broken == nil && w.discard == nil {
 		return w.replaceConn(ctx)
 	}
-	_ = w.closeLocked()
-	if err := w.open(ctx); err != nil {
+	if err := w.reopen(ctx); err != nil {
 		return fmt.Errorf("reopen after earlier failure: %w", err)
 	}
 	return nil
+}
+
+// reopen closes the DuckDB instance and opens the file again. Queries
+// still running on the old instance finish first (the query endpoint's
+// timeout bounds them; none starts meanwhile): two instances of one file
+// in a process would each take the other's blocks for their own. If ctx
+// ends first, the instance stays closed to new work and the next write
+// waits on.
+func (w *Writer) reopen(ctx context.Context) error {
+	if w.db != nil {
+		w.readers.Store(nil)
+		if w.conn != nil {
+			_ = w.conn.Close()
+			w.conn = nil
+		}
+		_ = w.db.Close() // refuses new queries; running ones go on
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for w.db.Stats().InUse > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%d queries still running on the file's old instance: %w", w.db.Stats().InUse, ctx.Err())
+			case <-tick.C:
+			}
+		}
+	}
+	_ = w.closeLocked()
+	return w.open(ctx)
 }
 
 // replaceConn discards the writer connection (database/sql closes a
@@ -659,13 +705,19 @@ func (w *Writer) write(ctx context.Context, id string, feed *StackFeed, batches 
 	}
 	var ce *commitError
 	if errors.As(err, &ce) {
-		// DuckDB can report an error from COMMIT (out of memory while
-		// writing its log) after the transaction became durable: seen
-		// under a hostile query. Retrying that batch would store it twice.
-		w.noteFailure(ctx, err) // reloads the dictionaries either way
+		// Whether the COMMIT happened is read from the file, opened
+		// again (see discard): DuckDB can report an error from COMMIT
+		// after the transaction became durable (a checkpoint that failed
+		// after it), and a batch without an ID of its own, sent again,
+		// would then be stored twice.
+		w.discard = err
+		if rerr := w.ready(ctx); rerr != nil {
+			return fmt.Errorf("write batch to %s: %w (and %w)", w.path, err, rerr)
+		}
 		if stored, lerr := w.committed(ctx, ce.writeID); lerr == nil && stored {
 			return nil
 		}
+		return fmt.Errorf("write batch of %d stacks to %s: %w", len(b.Rows), w.path, err)
 	}
 	if err != nil {
 		w.noteFailure(ctx, err)
@@ -1587,7 +1639,10 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 	}
 	after, err := fn(ctx, w.conn)
 	if err == nil {
-		_, err = w.conn.ExecContext(ctx, "COMMIT")
+		if _, err = w.conn.ExecContext(ctx, "COMMIT"); err != nil {
+			w.discard = fmt.Errorf("commit: %w", err)
+			return w.discard
+		}
 	}
 	if err != nil {
 		if _, rerr := w.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil && !noTransaction(rerr) {
@@ -1628,6 +1683,12 @@ func (r Resources) apply(ctx context.Context, db *sql.DB) error {
 		if _, err := db.ExecContext(ctx, "SET temp_directory = "+lit); err != nil {
 			return fmt.Errorf("temp_directory %q: %w", r.TempDirectory, err)
 		}
+	}
+	// The writer checkpoints when it closes the file, unless a COMMIT
+	// failed (Writer.discard): DuckDB's own checkpoint at close would
+	// write whatever its memory holds.
+	if _, err := db.ExecContext(ctx, "PRAGMA disable_checkpoint_on_shutdown"); err != nil {
+		return fmt.Errorf("turn off the checkpoint at close: %w", err)
 	}
 	// Last, and before anything else can use db: queries see this file and
 	// nothing else (no other files, no extensions). DuckDB refuses to change
