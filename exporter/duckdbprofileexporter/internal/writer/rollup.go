@@ -270,7 +270,7 @@ func (w *Writer) closeInTx(ctx context.Context, newest time.Time) error {
 		}
 		st, err := w.closeRollups(ctx, c, w.rolled, newest)
 		if err == nil {
-			if _, err = c.ExecContext(ctx, "COMMIT", nil); err != nil {
+			if _, err = c.ExecContext(ctx, "COMMIT", nil); err != nil && outOfMemory(err) {
 				w.discard = fmt.Errorf("commit: %w", err)
 				return w.discard
 			}

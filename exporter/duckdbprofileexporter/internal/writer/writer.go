@@ -173,14 +173,15 @@ type Writer struct {
 	// after a failure (a ROLLBACK that failed leaves its transaction
 	// aborted); the next write replaces the connection.
 	connStuck error
-	// discard is the error of a COMMIT that failed. DuckDB 1.5 can leave
-	// rows of such a transaction in its in-memory tables, unseen, and the
-	// next COMMIT to the table shows them: a batch whose COMMIT ran out of
-	// memory while a query took it, sent again, was stored twice (in about
-	// one failed COMMIT of three; TestFailedCommitsStoreEachBatchOnce). The
-	// file and its log hold none of it (DuckDB truncates the log back), so
-	// nothing more is committed to that instance: it is closed without a
-	// checkpoint and the file opened again before the next write (reopen).
+	// discard is the error of a COMMIT that failed for lack of memory
+	// (outOfMemory). DuckDB 1.5 can leave rows of such a transaction in
+	// its in-memory tables, unseen, and the next COMMIT to the table shows
+	// them: a batch whose COMMIT ran out of memory while a query took it,
+	// sent again, was stored twice (in about one such COMMIT of three;
+	// TestFailedCommitsStoreEachBatchOnce). The file and its log hold none
+	// of it (DuckDB truncates the log back), so nothing more is committed
+	// to that instance: it is closed without a checkpoint and the file
+	// opened again before the next write (reopen).
 	discard error
 }
 
@@ -710,9 +711,13 @@ func (w *Writer) write(ctx context.Context, id string, feed *StackFeed, batches 
 		// after the transaction became durable (a checkpoint that failed
 		// after it), and a batch without an ID of its own, sent again,
 		// would then be stored twice.
-		w.discard = err
-		if rerr := w.ready(ctx); rerr != nil {
-			return fmt.Errorf("write batch to %s: %w (and %w)", w.path, err, rerr)
+		if outOfMemory(ce.err) {
+			w.discard = err
+			if rerr := w.ready(ctx); rerr != nil {
+				return fmt.Errorf("write batch to %s: %w (and %w)", w.path, err, rerr)
+			}
+		} else {
+			w.noteFailure(ctx, err) // reloads the dictionaries
 		}
 		if stored, lerr := w.committed(ctx, ce.writeID); lerr == nil && stored {
 			return nil
@@ -745,6 +750,20 @@ type commitError struct {
 
 func (e *commitError) Error() string { return "commit: " + e.err.Error() }
 func (e *commitError) Unwrap() error { return e.err }
+
+// outOfMemory reports whether a COMMIT failed for lack of memory: the
+// failure that can leave rows behind (see Writer.discard). DuckDB's
+// "Failed to commit" error keeps the message of the allocation that
+// failed, not its type. A COMMIT that fails to write its log (a full or
+// read-only disk) fails after the rows were handed to the undo log, and
+// DuckDB takes them back: the file stays open, so its queries go on
+// (TestFullAndReadOnlyDiskReturnErrorsThenRecover, and the e2e
+// TestGatewayDiskFullRecovers, count every batch once).
+func outOfMemory(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Out of Memory") || strings.Contains(msg, "allocate data of size") ||
+		strings.Contains(msg, "allocate block of size") || strings.Contains(msg, "failed to pin block")
+}
 
 // newWriteID names a write whose batch has no id of its own.
 func newWriteID() string {
@@ -1639,7 +1658,7 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 	}
 	after, err := fn(ctx, w.conn)
 	if err == nil {
-		if _, err = w.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		if _, err = w.conn.ExecContext(ctx, "COMMIT"); err != nil && outOfMemory(err) {
 			w.discard = fmt.Errorf("commit: %w", err)
 			return w.discard
 		}
