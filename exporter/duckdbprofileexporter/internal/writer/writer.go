@@ -403,8 +403,8 @@ func (w *Writer) closeLocked() error {
 	var errs []error
 	if w.db != nil && w.discard == nil {
 		// DuckDB's own checkpoint at close is off (Resources.apply): the
-		// memory goes into the file here, and not after a failed COMMIT,
-		// when it may hold that transaction's rows. The log keeps every
+		// memory goes into the file here, and not after a COMMIT that ran
+		// out of memory, when it may hold that transaction's rows. The log keeps every
 		// committed batch either way; the next open replays it.
 		if _, err := w.db.ExecContext(context.Background(), "CHECKPOINT"); err != nil && w.broken == nil {
 			errs = append(errs, fmt.Errorf("checkpoint: %w", err))
@@ -706,11 +706,11 @@ func (w *Writer) write(ctx context.Context, id string, feed *StackFeed, batches 
 	}
 	var ce *commitError
 	if errors.As(err, &ce) {
-		// Whether the COMMIT happened is read from the file, opened
-		// again (see discard): DuckDB can report an error from COMMIT
-		// after the transaction became durable (a checkpoint that failed
-		// after it), and a batch without an ID of its own, sent again,
-		// would then be stored twice.
+		// Whether the COMMIT happened is read from the file (opened
+		// again first if the COMMIT ran out of memory; see discard):
+		// DuckDB can report an error from COMMIT after the transaction
+		// became durable (a checkpoint that failed after it), and a batch
+		// without an ID of its own, sent again, would be stored twice.
 		if outOfMemory(ce.err) {
 			w.discard = err
 			if rerr := w.ready(ctx); rerr != nil {
@@ -1703,9 +1703,9 @@ func (r Resources) apply(ctx context.Context, db *sql.DB) error {
 			return fmt.Errorf("temp_directory %q: %w", r.TempDirectory, err)
 		}
 	}
-	// The writer checkpoints when it closes the file, unless a COMMIT
-	// failed (Writer.discard): DuckDB's own checkpoint at close would
-	// write whatever its memory holds.
+	// The writer checkpoints when it closes the file, unless a COMMIT ran
+	// out of memory (Writer.discard): DuckDB's own checkpoint at close
+	// would write whatever its memory holds.
 	if _, err := db.ExecContext(ctx, "PRAGMA disable_checkpoint_on_shutdown"); err != nil {
 		return fmt.Errorf("turn off the checkpoint at close: %w", err)
 	}
