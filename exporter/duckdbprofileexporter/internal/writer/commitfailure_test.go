@@ -80,7 +80,7 @@ func TestFailedCommitsStoreEachBatchOnce(t *testing.T) {
 			}()
 
 			hogs, hogsFailed := 0, 0
-			deadline := time.Now().Add(3 * time.Minute)
+			deadline := time.Now().Add(5 * time.Minute)
 			for commitFailures.Load() < commitFailuresWanted && time.Now().Before(deadline) {
 				db := w.DB()
 				if db == nil {
@@ -97,7 +97,7 @@ func TestFailedCommitsStoreEachBatchOnce(t *testing.T) {
 			t.Logf("%d batches; %d queries out of memory of %d; %d COMMITs failed (last: %.200v), %d other writes failed",
 				n, hogsFailed, hogs, commitFailures.Load(), lastCommitErr.Load(), otherFailures.Load())
 			if commitFailures.Load() < commitFailuresWanted {
-				t.Fatalf("only %d COMMITs failed in 3 minutes of queries out of memory: the test needs %d", commitFailures.Load(), commitFailuresWanted)
+				t.Fatalf("only %d COMMITs failed in 5 minutes of queries out of memory: the test needs %d", commitFailures.Load(), commitFailuresWanted)
 			}
 
 			check := func(when string) {
