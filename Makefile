@@ -143,7 +143,7 @@ test-deploy:
 # reader runs beside Close (a race there was found by the exporter's Python
 # test, which runs the receiver).
 test-race: deps
-	$(GO) test -race -tags privileged -count=1 ./processor/... ./exporter/... ./internal/... ./cmd/... ./receiver/ebpfprofilereceiver/internal/sampler/
+	$(GO) test -race -tags privileged -count=1 -timeout 30m ./processor/... ./exporter/... ./internal/... ./cmd/... ./receiver/ebpfprofilereceiver/internal/sampler/
 
 # test is what CI runs: generated code up to date, lint, the race detector on
 # the packages without BPF, all tests including the privileged ones (eBPF
