@@ -254,11 +254,19 @@ func run(ctx context.Context, db *sql.DB, stmt string, lim Limits, keep func(val
 }
 
 // IsOutOfMemory reports whether err is DuckDB refusing an allocation beyond
-// its memory_limit: the query, not the input, is too large for this
-// process, and the database stays usable.
+// its memory_limit: for a query, the query, not the input, is too large for
+// this process. A COMMIT that ran out of memory counts too: DuckDB's
+// "Failed to commit" error keeps the failed allocation's message but not
+// its type (the exporter's writer opens its file again after one).
 func IsOutOfMemory(err error) bool {
 	var de *duckdb.Error
-	return errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Failed to commit") && (strings.Contains(msg, "Out of Memory") ||
+		strings.Contains(msg, "allocate data of size") || strings.Contains(msg, "allocate block of size") ||
+		strings.Contains(msg, "failed to pin block"))
 }
 
 func wrapTimeout(ctx context.Context, err error) error {

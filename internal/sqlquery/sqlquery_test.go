@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -119,6 +120,24 @@ func TestOnThisMachine(t *testing.T) {
 	} {
 		if got := onThisMachine(ep); got != want {
 			t.Errorf("onThisMachine(%q) = %v, want %v", ep, got, want)
+		}
+	}
+}
+
+// A COMMIT that ran out of memory is out of memory, though DuckDB's
+// "Failed to commit" error does not say so in its type (messages as DuckDB
+// 1.5.4 gave them in the writer's tests); one that could not write the log
+// is not. The writer opens its file again after the first kind only.
+func TestOutOfMemoryTellsCommitFailures(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"TransactionContext Error: Failed to commit: could not allocate block of size 4.0 KiB (965.8 MiB/953.6 MiB used)": true,
+		"TransactionContext Error: Failed to commit: failed to allocate data of size 4.0 KiB (246.6 MiB/244.1 MiB used)":  true,
+		"TransactionContext Error: Failed to commit: failed to pin block of size 256.0 KiB (230.3 MiB/244.1 MiB used)":    true,
+		`TransactionContext Error: Failed to commit: Could not write file "/tmp/p.duckdb.wal": No space left on device`:   false,
+		`TransactionContext Error: Failed to commit: Cannot open file "/tmp/p.duckdb.wal": Operation not permitted`:       false,
+	} {
+		if got := IsOutOfMemory(errors.New(msg)); got != want {
+			t.Errorf("IsOutOfMemory(%q) = %v, want %v", msg, got, want)
 		}
 	}
 }

@@ -126,20 +126,3 @@ func TestFailedCommitsStoreEachBatchOnce(t *testing.T) {
 		})
 	}
 }
-
-// Which failed COMMITs make the writer open the file again: those that ran
-// out of memory (messages as DuckDB 1.5.4 gave them in these tests), not
-// those that could not write the log.
-func TestOutOfMemoryTellsCommitFailures(t *testing.T) {
-	for msg, want := range map[string]bool{
-		"TransactionContext Error: Failed to commit: could not allocate block of size 4.0 KiB (965.8 MiB/953.6 MiB used)": true,
-		"TransactionContext Error: Failed to commit: failed to allocate data of size 4.0 KiB (246.6 MiB/244.1 MiB used)":  true,
-		"TransactionContext Error: Failed to commit: failed to pin block of size 256.0 KiB (230.3 MiB/244.1 MiB used)":    true,
-		`TransactionContext Error: Failed to commit: Could not write file "/tmp/p.duckdb.wal": No space left on device`:   false,
-		`TransactionContext Error: Failed to commit: Cannot open file "/tmp/p.duckdb.wal": Operation not permitted`:       false,
-	} {
-		if got := outOfMemory(errors.New(msg)); got != want {
-			t.Errorf("outOfMemory(%q) = %v, want %v", msg, got, want)
-		}
-	}
-}

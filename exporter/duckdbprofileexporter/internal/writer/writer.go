@@ -30,6 +30,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/framedict"
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
+	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 	// DuckDB keeps the memory it frees between the exporter's pushes.
 	_ "github.com/hotpath-dev/hotpath/internal/duckdballoc"
 )
@@ -174,14 +175,18 @@ type Writer struct {
 	// aborted); the next write replaces the connection.
 	connStuck error
 	// discard is the error of a COMMIT that failed for lack of memory
-	// (outOfMemory). DuckDB 1.5 can leave rows of such a transaction in
-	// its in-memory tables, unseen, and the next COMMIT to the table shows
-	// them: a batch whose COMMIT ran out of memory while a query took it,
-	// sent again, was stored twice (in about one such COMMIT of three;
-	// TestFailedCommitsStoreEachBatchOnce). The file and its log hold none
-	// of it (DuckDB truncates the log back), so nothing more is committed
-	// to that instance: it is closed without a checkpoint and the file
-	// opened again before the next write (reopen).
+	// (sqlquery.IsOutOfMemory). DuckDB 1.5 can leave rows of such a
+	// transaction in its in-memory tables, unseen, and the next COMMIT to
+	// the table shows them: a batch whose COMMIT ran out of memory while a
+	// query took it, sent again, was stored twice (in about one such COMMIT
+	// of three; TestFailedCommitsStoreEachBatchOnce). The file and its log
+	// hold none of it (DuckDB truncates the log back), so nothing more is
+	// committed to that instance: it is closed without a checkpoint and the
+	// file opened again before the next write (reopen). A COMMIT that fails
+	// to write its log (a full or read-only disk) fails after the rows were
+	// handed to the undo log, and DuckDB takes them back: the file stays
+	// open, so its queries go on (TestFullAndReadOnlyDiskReturnErrorsThenRecover
+	// and the e2e TestGatewayDiskFullRecovers count every batch once).
 	discard error
 }
 
@@ -711,7 +716,7 @@ func (w *Writer) write(ctx context.Context, id string, feed *StackFeed, batches 
 		// DuckDB can report an error from COMMIT after the transaction
 		// became durable (a checkpoint that failed after it), and a batch
 		// without an ID of its own, sent again, would be stored twice.
-		if outOfMemory(ce.err) {
+		if sqlquery.IsOutOfMemory(ce.err) {
 			w.discard = err
 			if rerr := w.ready(ctx); rerr != nil {
 				return fmt.Errorf("write batch to %s: %w (and %w)", w.path, err, rerr)
@@ -750,20 +755,6 @@ type commitError struct {
 
 func (e *commitError) Error() string { return "commit: " + e.err.Error() }
 func (e *commitError) Unwrap() error { return e.err }
-
-// outOfMemory reports whether a COMMIT failed for lack of memory: the
-// failure that can leave rows behind (see Writer.discard). DuckDB's
-// "Failed to commit" error keeps the message of the allocation that
-// failed, not its type. A COMMIT that fails to write its log (a full or
-// read-only disk) fails after the rows were handed to the undo log, and
-// DuckDB takes them back: the file stays open, so its queries go on
-// (TestFullAndReadOnlyDiskReturnErrorsThenRecover, and the e2e
-// TestGatewayDiskFullRecovers, count every batch once).
-func outOfMemory(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "Out of Memory") || strings.Contains(msg, "allocate data of size") ||
-		strings.Contains(msg, "allocate block of size") || strings.Contains(msg, "failed to pin block")
-}
 
 // newWriteID names a write whose batch has no id of its own.
 func newWriteID() string {
@@ -1658,7 +1649,7 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 	}
 	after, err := fn(ctx, w.conn)
 	if err == nil {
-		if _, err = w.conn.ExecContext(ctx, "COMMIT"); err != nil && outOfMemory(err) {
+		if _, err = w.conn.ExecContext(ctx, "COMMIT"); err != nil && sqlquery.IsOutOfMemory(err) {
 			w.discard = fmt.Errorf("commit: %w", err)
 			return w.discard
 		}
