@@ -3,6 +3,7 @@ module github.com/hotpath-dev/hotpath
 go 1.26.0
 
 require (
+	github.com/cenkalti/backoff/v7 v7.0.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/duckdb/duckdb-go/v2 v2.10504.0
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
@@ -62,7 +63,6 @@ require (
 	github.com/VividCortex/ewma v1.2.0 // indirect
 	github.com/acarl005/stripansi v0.0.0-20180116102854-5a71ef0e047d // indirect
 	github.com/apache/arrow-go/v18 v18.5.1 // indirect
-	github.com/cenkalti/backoff/v7 v7.0.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/clipperhouse/uax29/v2 v2.7.0 // indirect
 	github.com/duckdb/duckdb-go-bindings v0.10504.0 // indirect

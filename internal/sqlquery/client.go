@@ -10,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cenkalti/backoff/v7"
 )
 
 // Path is where the endpoint serves queries.
@@ -39,17 +42,54 @@ type Client struct {
 	Endpoint string // host:port
 	Token    string
 	HTTP     *http.Client
+	// RetryFor bounds how long Query sends a query again that the endpoint
+	// refused for the moment: a 429 or 503 with Retry-After (every query
+	// slot taken, or the file being opened again after a failed write).
+	// 0 means DefaultRetryFor; a negative value sends it once.
+	RetryFor time.Duration
 }
+
+// DefaultRetryFor is how long Query waits out refusals by default: a slot
+// frees when a query ends (query.timeout bounds it), a reopen takes seconds.
+const DefaultRetryFor = 30 * time.Second
 
 // ErrUnreachable wraps failures to connect (no collector is serving).
 var ErrUnreachable = errors.New("query endpoint unreachable")
 
 // Query sends stmt and decodes the result. Numbers keep their exact text.
+// A refusal that says when to try again (Retry-After) is waited out, the
+// server's delay each time, for RetryFor in all; any other failure, or a
+// refusal without Retry-After (a query that needs more memory than DuckDB
+// has would fail again), is returned at once.
 func (c Client) Query(ctx context.Context, stmt string) (*Result, error) {
 	body, _ := json.Marshal(Request{SQL: stmt})
+	retryFor := c.RetryFor
+	if retryFor == 0 {
+		retryFor = DefaultRetryFor
+	}
+	start := time.Now()
+	res, err := backoff.Retry(ctx, func() (*Result, error) {
+		res, wait, err := c.send(ctx, body)
+		if err != nil && wait > 0 && retryFor > 0 {
+			return nil, backoff.RetryAfter(wait, err)
+		}
+		return res, backoff.Permanent(err)
+	}, backoff.WithMaxElapsedTime(max(retryFor, 0)))
+	if re := backoff.AsRetryError(err); re != nil {
+		if errors.Is(re.Cause, backoff.ErrPermanent) {
+			return nil, re.LastErr
+		}
+		return nil, fmt.Errorf("%w (still refused after %s of retries: %w)", re.LastErr, time.Since(start).Round(100*time.Millisecond), re.Cause)
+	}
+	return res, err
+}
+
+// send posts one query. wait is the server's Retry-After on a 429 or 503
+// that carries one, 0 when the failure is not worth sending again.
+func (c Client) send(ctx context.Context, body []byte) (res *Result, wait time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.Endpoint+Path, bytes.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
+		return nil, 0, fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.Token != "" {
@@ -61,24 +101,45 @@ func (c Client) Query(ctx context.Context, stmt string) (*Result, error) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, c.Endpoint, err)
+		return nil, 0, fmt.Errorf("%w at %s: %w", ErrUnreachable, c.Endpoint, err)
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
-	dec.UseNumber()
 	if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			wait = retryAfter(resp.Header.Get("Retry-After"))
+		}
 		var eb ErrorBody
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if json.Unmarshal(raw, &eb) == nil && eb.Error != "" {
-			return nil, fmt.Errorf("%s: %s", resp.Status, eb.Error)
+			return nil, wait, fmt.Errorf("%s: %s", resp.Status, eb.Error)
 		}
-		return nil, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(raw))
+		return nil, wait, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(raw))
 	}
-	var res Result
-	if err := dec.Decode(&res); err != nil {
-		return nil, fmt.Errorf("decode result: %w", err)
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber()
+	var r Result
+	if err := dec.Decode(&r); err != nil {
+		return nil, 0, fmt.Errorf("decode result: %w", err)
 	}
-	return &res, nil
+	return &r, 0, nil
+}
+
+// minRetryWait keeps a server that answers "Retry-After: 0" from being
+// asked again in a tight loop.
+const minRetryWait = 250 * time.Millisecond
+
+// retryAfter reads a Retry-After header (seconds, or an HTTP date): 0 when
+// there is none or it cannot be read, minRetryWait at least otherwise.
+func retryAfter(h string) time.Duration {
+	var d time.Duration
+	if s, err := strconv.Atoi(h); err == nil {
+		d = time.Duration(s) * time.Second
+	} else if t, err := http.ParseTime(h); err == nil {
+		d = time.Until(t)
+	} else {
+		return 0
+	}
+	return max(d, minRetryWait)
 }
 
 // servedFileSQL asks an endpoint which file it serves.

@@ -6,9 +6,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/duckdb/duckdb-go/v2" // the "duckdb" database/sql driver
 )
@@ -138,6 +140,30 @@ func TestOutOfMemoryTellsCommitFailures(t *testing.T) {
 	} {
 		if got := IsOutOfMemory(errors.New(msg)); got != want {
 			t.Errorf("IsOutOfMemory(%q) = %v, want %v", msg, got, want)
+		}
+	}
+}
+
+// Retry-After in seconds or as an HTTP date; absent or unreadable means
+// "do not send again", and a zero or past delay still waits a little.
+func TestRetryAfter(t *testing.T) {
+	future := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+	past := time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)
+	for _, c := range []struct {
+		header   string
+		min, max time.Duration
+	}{
+		{"", 0, 0},
+		{"soon", 0, 0},
+		{"1", time.Second, time.Second},
+		{"120", 2 * time.Minute, 2 * time.Minute},
+		{"0", minRetryWait, minRetryWait},
+		{"-5", minRetryWait, minRetryWait},
+		{past, minRetryWait, minRetryWait},
+		{future, 58 * time.Minute, time.Hour},
+	} {
+		if got := retryAfter(c.header); got < c.min || got > c.max {
+			t.Errorf("retryAfter(%q) = %s, want %s to %s", c.header, got, c.min, c.max)
 		}
 	}
 }
