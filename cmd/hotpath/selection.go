@@ -107,11 +107,7 @@ func needService(ctx context.Context, src profilequery.Source, r timerange.Range
 	if len(svcs) == 0 {
 		return fmt.Errorf("--service is required (no service has samples in %s on %s)", r, src.Describe())
 	}
-	var parts []string
-	for _, s := range svcs {
-		parts = append(parts, fmt.Sprintf("%s (%d samples)", s.Service, s.Samples))
-	}
-	return fmt.Errorf("--service is required; services with samples in %s: %s", r, strings.Join(parts, ", "))
+	return fmt.Errorf("--service is required; services with samples in %s: %s", r, profilequery.ListServices(svcs))
 }
 
 // loadProfile opens the target and loads the selection, with a progress

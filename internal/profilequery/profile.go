@@ -291,7 +291,7 @@ var ErrNoSamples = fmt.Errorf("no samples")
 // noSamplesError says what exists instead, which is what a user needs when a
 // service name is misspelt or the range is wrong.
 func noSamplesError(ctx context.Context, src Source, sel Selector, tb tables) error {
-	msg := fmt.Sprintf("%v for service %q in %s on %s", ErrNoSamples, sel.Service, sel.Range, src.Describe())
+	msg := fmt.Sprintf(" for service %q in %s on %s", sel.Service, sel.Range, src.Describe())
 	if sel.BuildID != "" {
 		msg += fmt.Sprintf(" with build ID %q", sel.BuildID)
 	}
@@ -301,24 +301,21 @@ func noSamplesError(ctx context.Context, src Source, sel Selector, tb tables) er
 	if sel.Container != "" {
 		msg += fmt.Sprintf(" in container %q", sel.Container)
 	}
-	res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT FROM %s GROUP BY service_id ORDER BY 2 DESC, 1 LIMIT 11`, tb.stacks))
+	res, err := src.Query(ctx, fmt.Sprintf(`SELECT service_id, sum(sample_count)::BIGINT FROM %s GROUP BY service_id ORDER BY 2 DESC, 1`, tb.stacks))
 	if err == nil && len(res.Rows) > 0 {
-		var parts []string
-		for i, r := range res.Rows {
-			if i == 10 {
-				parts = append(parts, "...")
-				break
-			}
-			parts = append(parts, fmt.Sprintf("%s (%v samples)", asString(r[0]), r[1]))
+		svcs := make([]ServiceSummary, 0, len(res.Rows))
+		for _, r := range res.Rows {
+			n, _ := asInt64(r[1])
+			svcs = append(svcs, ServiceSummary{Service: asString(r[0]), Samples: n})
 		}
-		msg += "; stored services (any time): " + strings.Join(parts, ", ")
+		msg += "; stored services (any time): " + ListServices(svcs)
 	} else if err == nil {
 		msg += "; the file holds no samples yet"
 	}
 	if src.Tier() == Summary {
 		msg += " (the gateway writes each minute's summary about a minute after it ends; --local reads the agent's last hour at 15 s)"
 	}
-	return fmt.Errorf("%s: %w", msg, ErrNoSamples)
+	return fmt.Errorf("%w%s", ErrNoSamples, msg)
 }
 
 // ShortBuildID is the prefix of a build ID shown in stacks (like a short
@@ -521,6 +518,29 @@ type ServiceSummary struct {
 	Service string
 	Samples int64
 	Builds  int64
+}
+
+// listedServices is how many services an error message names: a gateway
+// serves hundreds, and a user looking for one needs the busiest and a count.
+const listedServices = 10
+
+// ListServices names svcs (busiest first) with their samples for an error
+// message: the first ten, then how many more and their samples.
+func ListServices(svcs []ServiceSummary) string {
+	var parts []string
+	var more, moreSamples int64
+	for i, s := range svcs {
+		if i < listedServices {
+			parts = append(parts, fmt.Sprintf("%s (%d samples)", s.Service, s.Samples))
+			continue
+		}
+		more++
+		moreSamples += s.Samples
+	}
+	if more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more with %d samples in all", more, moreSamples))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Services lists the services with samples in r, busiest first.

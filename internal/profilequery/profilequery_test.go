@@ -2,6 +2,7 @@ package profilequery
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -171,5 +172,25 @@ func TestPprofIsValid(t *testing.T) {
 	leaf := back.Sample[0].Location[0].Line[0].Function.Name
 	if leaf != "[build_id:aaaa1111bbbb] 0x1a2b" || back.Sample[0].Location[0].Mapping.BuildID != "aaaa1111bbbb2222" {
 		t.Fatalf("leaf %q", leaf)
+	}
+}
+
+// An error message names the ten busiest services and counts the rest: a
+// gateway with hundreds of services must not print them all on one line.
+func TestListServicesNamesTheBusiestTen(t *testing.T) {
+	var svcs []ServiceSummary
+	for i := range 25 {
+		svcs = append(svcs, ServiceSummary{Service: fmt.Sprintf("svc-%02d", i), Samples: int64(100 - i)})
+	}
+	got := ListServices(svcs)
+	if !strings.HasPrefix(got, "svc-00 (100 samples), svc-01 (99 samples), ") ||
+		!strings.HasSuffix(got, "svc-09 (91 samples), and 15 more with 1245 samples in all") || strings.Contains(got, "svc-10") {
+		t.Fatalf("25 services: %q", got)
+	}
+	if got := ListServices(svcs[:10]); strings.Contains(got, "more") || !strings.HasSuffix(got, "svc-09 (91 samples)") {
+		t.Fatalf("10 services: %q", got)
+	}
+	if got := ListServices(svcs[:1]); got != "svc-00 (100 samples)" {
+		t.Fatalf("1 service: %q", got)
 	}
 }
