@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
 
 	"github.com/hotpath-dev/hotpath/internal/localendpoint"
@@ -180,7 +181,7 @@ func TestClientWaitsForAFreeSlot(t *testing.T) {
 		_, err := sqlquery.Client{Endpoint: srv.Addr()}.Query(longCtx, "SELECT count(*) FROM range(1000000000000) a")
 		long <- err
 	}()
-	waitFor(t, "the long query to take the slot", func() bool { return srv.Running() == 1 })
+	require.Eventually(t, func() bool { return srv.Running() == 1 }, time.Minute, 10*time.Millisecond, "the long query to take the slot")
 
 	rec := &statusRecorder{counts: map[int]int{}}
 	answer := make(chan error, 1)
@@ -191,7 +192,7 @@ func TestClientWaitsForAFreeSlot(t *testing.T) {
 		}
 		answer <- err
 	}()
-	waitFor(t, "a 429 for the second query", func() bool { return rec.count(http.StatusTooManyRequests) > 0 })
+	require.Eventually(t, func() bool { return rec.count(http.StatusTooManyRequests) > 0 }, time.Minute, 10*time.Millisecond, "a 429 for the second query")
 	cancelLong()
 	if err := <-long; err == nil {
 		t.Fatal("the long query finished")
@@ -201,19 +202,5 @@ func TestClientWaitsForAFreeSlot(t *testing.T) {
 	}
 	if rec.count(http.StatusOK) != 1 {
 		t.Fatalf("statuses %v, want one 200 after the 429s", rec.counts)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(time.Minute)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatalf("gave up waiting for %s", what)
-		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	duckdb "github.com/duckdb/duckdb-go/v2"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter/internal/schema"
-	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
 // rollState is how far the summary tier's roll-ups are complete: every
@@ -271,9 +270,8 @@ func (w *Writer) closeInTx(ctx context.Context, newest time.Time) error {
 		}
 		st, err := w.closeRollups(ctx, c, w.rolled, newest)
 		if err == nil {
-			if _, err = c.ExecContext(ctx, "COMMIT", nil); err != nil && sqlquery.IsOutOfMemory(err) {
-				w.discard = fmt.Errorf("commit: %w", err)
-				return w.discard
+			if _, err = c.ExecContext(ctx, "COMMIT", nil); w.discardAfter(err) {
+				return fmt.Errorf("commit: %w", err)
 			}
 		}
 		if err != nil {

@@ -554,6 +554,17 @@ func (w *Writer) replaceConn(ctx context.Context) error {
 	return nil
 }
 
+// discardAfter marks the instance to be closed and the file opened again
+// (discard) when err is a COMMIT that ran out of memory, and reports
+// whether it did.
+func (w *Writer) discardAfter(err error) bool {
+	if err == nil || !sqlquery.IsOutOfMemory(err) {
+		return false
+	}
+	w.discard = err
+	return true
+}
+
 // noteFailure records whether err left the instance or the writer
 // connection unusable and reloads the dictionaries, which may now be ahead
 // of the file.
@@ -716,8 +727,7 @@ func (w *Writer) write(ctx context.Context, id string, feed *StackFeed, batches 
 		// DuckDB can report an error from COMMIT after the transaction
 		// became durable (a checkpoint that failed after it), and a batch
 		// without an ID of its own, sent again, would be stored twice.
-		if sqlquery.IsOutOfMemory(ce.err) {
-			w.discard = err
+		if w.discardAfter(err) {
 			if rerr := w.ready(ctx); rerr != nil {
 				return fmt.Errorf("write batch to %s: %w (and %w)", w.path, err, rerr)
 			}
@@ -1649,9 +1659,8 @@ func (w *Writer) InTx(ctx context.Context, fn func(ctx context.Context, conn *sq
 	}
 	after, err := fn(ctx, w.conn)
 	if err == nil {
-		if _, err = w.conn.ExecContext(ctx, "COMMIT"); err != nil && sqlquery.IsOutOfMemory(err) {
-			w.discard = fmt.Errorf("commit: %w", err)
-			return w.discard
+		if _, err = w.conn.ExecContext(ctx, "COMMIT"); w.discardAfter(err) {
+			return fmt.Errorf("commit: %w", err)
 		}
 	}
 	if err != nil {
