@@ -15,30 +15,30 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
 )
 
-const sqlExamples = `  hotpath sql "SELECT * FROM top_functions('api', utc_now() - INTERVAL 1 HOUR, utc_now(), 10)"
-  hotpath sql --endpoint 127.0.0.1:7073 "SELECT * FROM folded_stacks('api', utc_now() - INTERVAL 1 DAY, utc_now())"
+const sqlExamples = `  hotpath sql "SELECT * FROM folded_stacks('api', utc_now() - INTERVAL 1 DAY, utc_now())"
+  hotpath sql --local "SELECT * FROM top_functions('api', utc_now() - INTERVAL 1 HOUR, utc_now(), 10)"
   hotpath sql --db var/agent.duckdb --format json "SELECT * FROM schema_version"
-  echo "SELECT tier, version FROM schema_version" | hotpath sql --db var/agent.duckdb`
+  echo "SELECT tier, version FROM schema_version" | hotpath sql --db 127.0.0.1:7072`
 
-// newSQLCommand queries through the running collector's endpoint; when none
-// answers, it opens --db read-only (DuckDB lets one process hold a file, so
-// the file is only reachable directly when no collector runs). A --db given
-// without --endpoint is the one place asked, as in the other commands: a
-// collector's HOST:PORT, or a file, read through the endpoint of the
-// collector holding it (sqlquery.ServedBy) or opened. The default endpoint
-// is the agent's, and asked first it answered for whichever file --db named
-// (the gateway's file got the agent's rows).
+// newSQLCommand asks the database the other commands read: the gateway's
+// (or with --local the agent's) endpoint, else its file, or --db. It asked
+// the agent by default, the one command that did, so `hotpath sql --local`
+// was an unknown flag and `hotpath sql` read another tier than
+// `hotpath top` beside it. DuckDB lets one process hold a file, so a file
+// is only opened when no collector answers for it. --endpoint, kept for
+// scripts, is an endpoint asked first with --db as the file to open when it
+// does not answer.
 func newSQLCommand() *cobra.Command {
 	var (
-		endpoint, token, dbPath, format string
-		noHeader                        bool
-		timeout                         time.Duration
-		maxRows                         int
+		endpoint, format string
+		noHeader         bool
+		timeout          time.Duration
+		maxRows          int
 	)
 	cmd := &cobra.Command{
 		Use:         "sql [flags] \"SELECT ...\"",
 		Short:       "run a read-only SQL query on a profile database",
-		Long:        "Runs a read-only SQL query (the query as arguments, or on standard input) through a running collector's query endpoint, or on --db opened read-only when none answers. --db without --endpoint is the only place asked: a file, or HOST:PORT of a collector's endpoint. Tables and columns: docs/sql.md.",
+		Long:        "Runs a read-only SQL query (the query as arguments, or on standard input) on the gateway's database, or with --local the agent's: through the collector's query endpoint, else on its file opened read-only, as the other commands read them. --db names the one place to ask instead: a file, or HOST:PORT of a collector's endpoint. Tables and columns: docs/sql.md.",
 		Example:     sqlExamples,
 		Annotations: map[string]string{flagsBeforeArgs: "true"},
 	}
@@ -46,9 +46,8 @@ func newSQLCommand() *cobra.Command {
 	// The query is every argument after the flags, as it was with the
 	// standard flag package: "SELECT a - -1" stays one statement.
 	fs.SetInterspersed(false)
-	fs.StringVar(&endpoint, "endpoint", envOr("HOTPATH_QUERY_ENDPOINT", sqlquery.DefaultAgentEndpoint), "query endpoint of a running collector (exporter query.endpoint)")
-	fs.StringVar(&token, "token", os.Getenv("HOTPATH_QUERY_TOKEN"), "bearer token of the endpoint (exporter query.token)")
-	fs.StringVar(&dbPath, "db", os.Getenv("HOTPATH_DB"), "DuckDB file to open read-only when no collector serves it, or HOST:PORT of a collector's endpoint\n(given without --endpoint, the only place asked)")
+	target := addTargetFlags(fs)
+	fs.StringVar(&endpoint, "endpoint", os.Getenv("HOTPATH_QUERY_ENDPOINT"), "query endpoint to ask first (exporter query.endpoint); with --db, the file to open when it does not answer")
 	fs.StringVar(&format, "format", "", "output: table, csv or json (default: table on a terminal, csv otherwise)")
 	fs.BoolVar(&noHeader, "no-header", false, "omit the header line (table, csv)")
 	fs.DurationVar(&timeout, "timeout", 30*time.Second, "query timeout when opening the file directly")
@@ -76,17 +75,38 @@ func newSQLCommand() *cobra.Command {
 		if format != "table" && format != "csv" && format != "json" {
 			return fmt.Errorf("--format must be table, csv or json, got %q", format)
 		}
+		flags := cmd.Flags()
+		if target.local && (flags.Changed("db") || flags.Changed("endpoint")) {
+			return usagef("--local asks the agent's endpoint and file; give it without --db and --endpoint, which name the place themselves")
+		}
 
-		if cmd.Flags().Changed("db") && !cmd.Flags().Changed("endpoint") {
-			// --db alone is the one place asked: a collector's endpoint,
-			// or a file, through the endpoint of the collector holding it.
+		dbPath, defaults := target.db, false
+		switch {
+		case target.local || endpoint == "" && dbPath == "":
+			// The tier's collector, else its file: where `hotpath top`
+			// and the others look (an explicit --local wins over
+			// $HOTPATH_DB and $HOTPATH_QUERY_ENDPOINT).
+			endpoint = profilequery.DefaultEndpoint(target.local)
+			dbPath = profilequery.DefaultFile(target.local, "")
+			defaults = true
+		case endpoint == "" || flags.Changed("db") && !flags.Changed("endpoint"):
+			// --db alone is the one place asked (not after
+			// $HOTPATH_QUERY_ENDPOINT): a collector's endpoint, or a
+			// file, through the endpoint of the collector holding it.
+			asked := profilequery.CollectorEndpoints()
+			if endpoint != "" {
+				asked = append([]string{endpoint}, asked...)
+			}
 			if profilequery.IsEndpoint(dbPath) {
 				endpoint, dbPath = dbPath, ""
-			} else if endpoint = sqlquery.ServedBy(cmd.Context(), dbPath, token, append([]string{endpoint}, profilequery.CollectorEndpoints()...)...); endpoint != "" {
+			} else if endpoint = sqlquery.ServedBy(cmd.Context(), dbPath, target.token, asked...); endpoint != "" {
 				dbPath = ""
 			}
 		}
-		res, err := query(cmd.Context(), stmt, endpoint, token, dbPath, sqlquery.Limits{Timeout: timeout, MaxRows: maxRows, MaxBytes: sqlquery.DefaultLimits.MaxBytes})
+		res, err := query(cmd.Context(), stmt, endpoint, target.token, dbPath, sqlquery.Limits{Timeout: timeout, MaxRows: maxRows, MaxBytes: sqlquery.DefaultLimits.MaxBytes})
+		if defaults && errors.Is(err, os.ErrNotExist) {
+			return profilequery.NothingAnswers(endpoint, dbPath, target.local)
+		}
 		if err != nil {
 			return err
 		}

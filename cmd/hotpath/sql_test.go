@@ -104,10 +104,66 @@ func TestSQLUsesEndpointThenFile(t *testing.T) {
 	}
 }
 
+// TestSQLReadsWhereTheOtherCommandsDo: without --db, hotpath sql asks the
+// gateway, or with --local the agent, then opens the tier's file when its
+// collector does not answer, as hotpath top does. It asked the agent by
+// default and had no --local.
+func TestSQLReadsWhereTheOtherCommandsDo(t *testing.T) {
+	gw, gwExp := startQueryExporter(t, "summary")
+	agent, agentExp := startQueryExporter(t, "local")
+	t.Setenv("HOTPATH_GATEWAY_QUERY", gw.Query.HTTP.NetAddr.Endpoint)
+	t.Setenv("HOTPATH_AGENT_QUERY", agent.Query.HTTP.NetAddr.Endpoint)
+	t.Setenv("HOTPATH_QUERY_ENDPOINT", "")
+	t.Setenv("HOTPATH_DB", "")
+	stateDir := filepath.Dir(localDB(t)) // agent.duckdb, no gateway.duckdb
+	t.Setenv("HOTPATH_STATE_DIR", stateDir)
+	const tierSQL = "SELECT tier FROM schema_version"
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sql", "--no-header", tierSQL}, "summary\n"},
+		{[]string{"sql", "--no-header", "--local", tierSQL}, "local\n"},
+	} {
+		if out, stderr, code := runCLI(t, c.args...); code != 0 || out != c.want {
+			t.Fatalf("%q with both collectors running: code %d out %q err %q, want %q", c.args, code, out, stderr, c.want)
+		}
+	}
+	// --local beside a place named by flag is a contradiction, not a
+	// preference.
+	for _, args := range [][]string{
+		{"sql", "--local", "--db", agent.Path, tierSQL},
+		{"sql", "--local", "--endpoint", agent.Query.HTTP.NetAddr.Endpoint, tierSQL},
+	} {
+		if _, stderr, code := runCLI(t, args...); code != 2 || !strings.Contains(stderr, "--local asks the agent's endpoint and file") {
+			t.Fatalf("%q: code %d err %q, want a usage error", args, code, stderr)
+		}
+	}
+
+	// Both collectors stopped: the tier's file under $HOTPATH_STATE_DIR
+	// when it exists, else an error that says what was looked for.
+	if err := gwExp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := agentExp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out, stderr, code := runCLI(t, "sql", "--no-header", "--local", tierSQL); code != 0 || out != "local\n" {
+		t.Fatalf("--local, no agent running: code %d out %q err %q, want %s/agent.duckdb's tier", code, out, stderr, stateDir)
+	}
+	_, stderr, code := runCLI(t, "sql", tierSQL)
+	for _, want := range []string{"no collector answers at " + gw.Query.HTTP.NetAddr.Endpoint, filepath.Join(stateDir, "gateway.duckdb"), "--local"} {
+		if code != 1 || !strings.Contains(stderr, want) {
+			t.Fatalf("no gateway running and no file: code %d err %q, want exit 1 naming %q", code, stderr, want)
+		}
+	}
+}
+
 // TestSQLDBAloneIsTheOnePlaceAsked: --db without --endpoint is where the
 // query goes, a file or a collector's HOST:PORT, as in the other commands.
-// The default endpoint (the agent's, or HOTPATH_QUERY_ENDPOINT) was asked
-// first whatever --db named, so a gateway's file got the agent's answer.
+// HOTPATH_QUERY_ENDPOINT was asked first whatever --db named, so a
+// gateway's file got the agent's answer.
 func TestSQLDBAloneIsTheOnePlaceAsked(t *testing.T) {
 	gw, _ := startQueryExporter(t, "summary")
 	agent := localDB(t) // a local-tier file no collector holds

@@ -368,6 +368,27 @@ func collectorEndpoints() (agent, gateway string) {
 	return agent, gateway
 }
 
+// DefaultEndpoint is the query endpoint of the tier's collector: the
+// agent's with local, else the gateway's ($HOTPATH_AGENT_QUERY,
+// $HOTPATH_GATEWAY_QUERY, else the shipped configs').
+func DefaultEndpoint(local bool) string {
+	agent, gateway := collectorEndpoints()
+	if local {
+		return agent
+	}
+	return gateway
+}
+
+// NothingAnswers is the error of a command that found neither the tier's
+// collector at ep nor its file: what to start or to point at instead.
+func NothingAnswers(ep, file string, local bool) error {
+	err := fmt.Errorf("no collector answers at %s and there is no file %s: start one with `make run`, or give --db FILE|HOST:PORT", ep, file)
+	if !local {
+		err = fmt.Errorf("%w (or --local for the agent's tier)", err)
+	}
+	return err
+}
+
 // CollectorEndpoints are the endpoints a file a collector holds is looked
 // for at (sqlquery.ServedBy): the agent's and the gateway's.
 func CollectorEndpoints() []string {
@@ -411,16 +432,12 @@ func Open(ctx context.Context, t Target) (Source, error) {
 		}
 		src, err = openFile(t.DB)
 	default:
-		agent, gateway := collectorEndpoints()
-		ep := gateway
-		if t.Local {
-			ep = agent
-		}
+		ep := DefaultEndpoint(t.Local)
 		src = &endpointSource{c: sqlquery.Client{Endpoint: ep, Token: t.Token}}
 		if _, qerr := src.Query(ctx, "SELECT 1"); errors.Is(qerr, sqlquery.ErrUnreachable) {
 			file := DefaultFile(t.Local, t.StateDir)
 			if _, serr := os.Stat(file); serr != nil {
-				return nil, fmt.Errorf("no collector answers at %s and there is no file %s: start one with `make run`, or give --db FILE|HOST:PORT", ep, file)
+				return nil, NothingAnswers(ep, file, t.Local)
 			}
 			src, err = openFile(file)
 		}
