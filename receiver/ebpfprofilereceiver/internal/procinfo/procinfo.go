@@ -51,6 +51,17 @@ func Read(procRoot string, pid int, startTime uint64) (Info, error) {
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		info.ExePath, _ = procmaps.TrimDeleted(exe)
 		info.ExeName = filepath.Base(info.ExePath)
+		if strings.HasPrefix(info.ExePath, memfdPrefix) {
+			// A program run from memory (fexecve of a memfd: runc's
+			// clone of itself, sandboxes, self-extracting tools) has no
+			// file name: its path is the memfd's label, whose base is
+			// "exe" for runc and a per-run hash for some, and its comm
+			// is that label too. The name it was started as is the
+			// stable one.
+			if name := argv0Name(dir); name != "" {
+				info.ExeName = name
+			}
+		}
 	} else {
 		if startTime != 0 { // stat not read above
 			// Also how a process that is gone shows (no executable,
@@ -96,6 +107,24 @@ func ReadStat(procRoot string, pid int) (comm string, startTime uint64, err erro
 		return "", 0, fmt.Errorf("read process %d: start time: %w", pid, err)
 	}
 	return string(raw[open+1 : end]), startTime, nil
+}
+
+// memfdPrefix starts the executable path of a process run from a memfd
+// ("/memfd:NAME (deleted)").
+const memfdPrefix = "/memfd:"
+
+// argv0Name is the base name of the process's argv[0], or "" when its
+// command line cannot be read or is empty (a process on its way out).
+func argv0Name(dir string) string {
+	cmdline, err := procfile.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return ""
+	}
+	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
+	if len(argv0) == 0 {
+		return ""
+	}
+	return filepath.Base(string(argv0))
 }
 
 func serviceFromEnviron(env []byte) string {

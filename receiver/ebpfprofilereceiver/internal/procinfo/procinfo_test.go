@@ -1,11 +1,15 @@
 package procinfo
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestServiceFromEnviron(t *testing.T) {
@@ -71,6 +75,50 @@ func TestReadRealProcess(t *testing.T) {
 		if _, err := Read("/proc", cmd.Process.Pid, start); err == nil {
 			t.Errorf("Read (start time %d) of an exited process succeeded; want an error", start)
 		}
+	}
+}
+
+// A program run from a memfd (as runc and sandboxes do) is named by the
+// argv[0] it was started as, not by the memfd's label ("exe" for runc's
+// "/memfd:runc_cloned:/proc/self/exe", a hash for others); its path stays
+// the label.
+func TestReadProcessRunFromMemfd(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.MemfdCreate("runc_cloned:/proc/self/exe", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memfd := os.NewFile(uintptr(fd), "memfd")
+	defer memfd.Close()
+	if _, err := memfd.Write(code); err != nil {
+		t.Fatal(err)
+	}
+	// Executed through this process's descriptor, as fexecve does.
+	cmd := exec.Command(fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd), "30")
+	cmd.Args[0] = "/usr/local/bin/sleepy-tool"
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+
+	var info Info
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if info, err = Read("/proc", cmd.Process.Pid, 0); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(info.ExePath, memfdPrefix) {
+			break
+		}
+	}
+	if info.ExePath != "/memfd:runc_cloned:/proc/self/exe" || info.ExeName != "sleepy-tool" {
+		t.Errorf("exe = %q (%q), want /memfd:runc_cloned:/proc/self/exe named sleepy-tool", info.ExePath, info.ExeName)
 	}
 }
 
