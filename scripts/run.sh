@@ -31,7 +31,10 @@ trap stop INT TERM EXIT
 
 start() { # role
 	local role=$1 log="$HOTPATH_STATE_DIR/$1.log"
-	"$collector" --config "distributions/$role/config.yaml" >"$log" 2>&1 &
+	# The agent profiles every process, the collectors too: one binary,
+	# so without a service of their own their profiles were one service,
+	# otelcol-hotpath, the sum of both.
+	OTEL_SERVICE_NAME="hotpath-$role" "$collector" --config "distributions/$role/config.yaml" >"$log" 2>&1 &
 	pids+=($!)
 	echo "started $role (pid $!), log: $log"
 }

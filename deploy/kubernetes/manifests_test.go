@@ -283,7 +283,15 @@ func checkConfig(t *testing.T, m *manifest, pod corev1.PodSpec, c corev1.Contain
 	for _, v := range regexp.MustCompile(`\$\{env:([A-Za-z_][A-Za-z0-9_]*)`).FindAllStringSubmatch(string(want), -1) {
 		read[v[1]] = true
 	}
-	for name := range envOf(c) {
+	// OTEL_SERVICE_NAME is read by the agents, from the collector's
+	// /proc/PID/environ: the service of its own profile, apart for each
+	// role of the one binary (as make run sets it).
+	env := envOf(c)
+	if got, want := env["OTEL_SERVICE_NAME"].Value, "hotpath-"+strings.TrimSuffix(file, ".yaml"); got != want {
+		t.Errorf("%s: OTEL_SERVICE_NAME = %q, want %q: the agent and the gateway would be one service, otelcol-hotpath", file, got, want)
+	}
+	read["OTEL_SERVICE_NAME"] = true
+	for name := range env {
 		if !read[name] {
 			t.Errorf("%s sets %s, which %s does not read", file, name, shipped)
 		}
