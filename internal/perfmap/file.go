@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 )
 
 // Map is one process's perf map, read incrementally as the runtime appends
@@ -147,31 +149,10 @@ func (m *Map) refreshLocked() error {
 	return m.readLocked(f, st.Size)
 }
 
-// open opens tmp/perf-NSPID.map inside the process's root. RESOLVE_IN_ROOT
-// treats that root as "/" for every component, so neither an absolute
-// symlink nor ".." leads to the agent's own files; O_NOFOLLOW refuses a
-// symlink as the file itself; O_NONBLOCK keeps a FIFO planted there from
-// blocking the open (it is then refused as not a regular file).
+// open opens tmp/perf-NSPID.map inside the process's root, refusing
+// symlinks and paths out of it (procfile.OpenInRoot).
 func (m *Map) open() (*os.File, error) {
-	root, err := unix.Open(filepath.Join(m.procRoot, strconv.Itoa(m.pid), "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open the process's root: %w", err)
-	}
-	defer unix.Close(root)
-	name := fmt.Sprintf("tmp/perf-%d.map", m.ids.nspid)
-	fd, err := unix.Openat2(root, name, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	switch {
-	case errors.Is(err, unix.ELOOP):
-		return nil, fmt.Errorf("/%s is a symlink: refused", name)
-	case errors.Is(err, unix.ENOENT):
-		return nil, os.ErrNotExist
-	case err != nil:
-		return nil, fmt.Errorf("open /%s: %w", name, err)
-	}
-	return os.NewFile(uintptr(fd), "/"+name), nil
+	return procfile.OpenInRoot(filepath.Join(m.procRoot, strconv.Itoa(m.pid)), fmt.Sprintf("tmp/perf-%d.map", m.ids.nspid))
 }
 
 // readLocked parses the file from m.offset to size, at most

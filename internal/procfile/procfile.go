@@ -18,7 +18,11 @@ package procfile
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
 	"os"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -67,4 +71,55 @@ func ignoringEINTR(call func() (int, error)) (int, error) {
 			return n, err
 		}
 	}
+}
+
+// OpenInRoot opens name (a path inside the process, "/" its root) for
+// reading, within the process's root directory, procDir/root (procDir is
+// /proc/PID). RESOLVE_IN_ROOT treats that root as "/" for every component,
+// so neither an absolute symlink nor ".." leads to the agent's own files
+// (a container's files are its own to plant); O_NOFOLLOW refuses a
+// symlink as the file itself; O_NONBLOCK keeps a FIFO planted there from
+// blocking the open. A missing file is os.ErrNotExist.
+func OpenInRoot(procDir, name string) (*os.File, error) {
+	root, err := unix.Open(procDir+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the process's root: %w", err)
+	}
+	defer unix.Close(root)
+	rel := strings.TrimLeft(name, "/")
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, fmt.Errorf("/%s is a symlink: refused", rel)
+	case errors.Is(err, unix.ENOENT):
+		return nil, os.ErrNotExist
+	case err != nil:
+		return nil, fmt.Errorf("open /%s: %w", rel, err)
+	}
+	return os.NewFile(uintptr(fd), "/"+rel), nil
+}
+
+// ReadRegularInRoot reads a regular file of at most limit bytes at name
+// inside the process (OpenInRoot); a larger file, or one that is not a
+// regular file, is an error.
+func ReadRegularInRoot(procDir, name string, limit int64) ([]byte, error) {
+	f, err := OpenInRoot(procDir, name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", f.Name())
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s has %d bytes, more than %d", f.Name(), st.Size(), limit)
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
 }

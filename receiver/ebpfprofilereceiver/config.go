@@ -47,7 +47,8 @@ type Config struct {
 	// HostName is host.name on every profile; empty means os.Hostname().
 	HostName string `mapstructure:"host_name"`
 	// ServiceNameRules name the service of processes that do not set
-	// OTEL_SERVICE_NAME; the first matching rule wins, else the executable name.
+	// OTEL_SERVICE_NAME; the first matching rule wins, else the program an
+	// interpreter runs (python, java, node, dotnet), else the executable name.
 	ServiceNameRules []ServiceNameRule `mapstructure:"service_name_rules"`
 	// Include, when not empty, keeps only processes matching it.
 	Include Filter `mapstructure:"include"`

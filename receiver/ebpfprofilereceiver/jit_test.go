@@ -357,6 +357,10 @@ func checkScriptSplit(t *testing.T, name, source string, argv ...string) {
 	minSamples := int64(0.25 * testworkload.ExpectedSamples(res.cmd, cfg.FrequencyHz))
 	tallyJITSplit(res.tally).check(t, res.measured, minSamples, res.tally)
 	assertFrameFileLine(t, res.profiles, "hotA", res.script, 0, profileschema.FrameTypeJIT)
+	// An interpreter's service is the program it runs: the script.
+	if want := strings.TrimSuffix(name, filepath.Ext(name)); res.tally.Service != want {
+		t.Errorf("service %q, want %q (%s %s)", res.tally.Service, want, filepath.Base(argv[0]), name)
+	}
 }
 
 // splitRun is one designed-split workload sampled by a receiver.
@@ -424,6 +428,10 @@ func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
 	}
 	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
 	tallyJITSplit(tl).check(t, measured, 100, tl)
+	// An interpreter's service is the program it runs: the main class.
+	if tl.Service != "Split" {
+		t.Errorf("service %q, want Split (java -cp DIR Split)", tl.Service)
+	}
 }
 
 // TestPythonPerfTrampolinesNamed: CPython ≥ 3.12 with -X perf names each

@@ -708,6 +708,9 @@ func (t *processTable) serviceName(info procinfo.Info) string {
 			return r.Service
 		}
 	}
+	if info.App != "" {
+		return info.App // the program an interpreter runs
+	}
 	return profileschema.ProcessService(info.ExeName, info.ExePath, info.Comm)
 }
 

@@ -17,9 +17,13 @@ import (
 
 // Info describes one process.
 type Info struct {
-	PID        int
-	ExePath    string // as the process sees it (inside its mount namespace)
-	ExeName    string
+	PID     int
+	ExePath string // as the process sees it (inside its mount namespace)
+	ExeName string
+	// App is the program an interpreter's process runs (a Python script
+	// or module, a jar or main class, a Node.js package or script, a .NET
+	// assembly), for its service; "" for other executables.
+	App        string
 	Comm       string
 	EnvService string // OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES
 	Container  cgroupattr.Container
@@ -51,16 +55,23 @@ func Read(procRoot string, pid int, startTime uint64) (Info, error) {
 	if exe, err := os.Readlink(filepath.Join(dir, "exe")); err == nil {
 		info.ExePath, _ = procmaps.TrimDeleted(exe)
 		info.ExeName = filepath.Base(info.ExePath)
-		if strings.HasPrefix(info.ExePath, memfdPrefix) {
+		switch {
+		case strings.HasPrefix(info.ExePath, memfdPrefix):
 			// A program run from memory (fexecve of a memfd: runc's
 			// clone of itself, sandboxes, self-extracting tools) has no
 			// file name: its path is the memfd's label, whose base is
 			// "exe" for runc and a per-run hash for some, and its comm
 			// is that label too. The name it was started as is the
 			// stable one.
-			if name := argv0Name(dir); name != "" {
-				info.ExeName = name
+			if args := readArgs(dir); len(args) > 0 && args[0] != "" {
+				info.ExeName = filepath.Base(args[0])
 			}
+		case isInterpreter(info.ExeName):
+			// Only interpreters' command lines are read: a process read
+			// is paid for every process a busy node starts.
+			info.App = appName(info.ExeName, readArgs(dir), func(path string) ([]byte, error) {
+				return readInProcess(dir, path)
+			})
 		}
 	} else {
 		if startTime != 0 { // stat not read above
@@ -113,18 +124,28 @@ func ReadStat(procRoot string, pid int) (comm string, startTime uint64, err erro
 // ("/memfd:NAME (deleted)").
 const memfdPrefix = "/memfd:"
 
-// argv0Name is the base name of the process's argv[0], or "" when its
-// command line cannot be read or is empty (a process on its way out).
-func argv0Name(dir string) string {
+// readArgs is the process's command line, or nil when it cannot be read
+// or is empty (a process on its way out).
+func readArgs(dir string) []string {
 	cmdline, err := procfile.ReadFile(filepath.Join(dir, "cmdline"))
-	if err != nil {
-		return ""
+	if err != nil || len(cmdline) == 0 {
+		return nil
 	}
-	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-	if len(argv0) == 0 {
-		return ""
+	return strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+}
+
+// readInProcess reads a small regular file (package.json) at path as the
+// process sees it: inside its root (a container's image), symlinks and
+// ".." kept within it, relative paths from its working directory.
+func readInProcess(dir, path string) ([]byte, error) {
+	if !filepath.IsAbs(path) {
+		cwd, err := os.Readlink(filepath.Join(dir, "cwd"))
+		if err != nil {
+			return nil, err
+		}
+		path = filepath.Join(cwd, path)
 	}
-	return filepath.Base(string(argv0))
+	return procfile.ReadRegularInRoot(dir, path, 1<<20)
 }
 
 func serviceFromEnviron(env []byte) string {
