@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestAppName(t *testing.T) {
@@ -130,17 +129,7 @@ func TestReadNamesTheProgramsOfInterpreters(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		// Start returns before the child's exec has finished: poll until
-		// /proc shows the interpreter.
-		var info Info
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if info, err = Read("/proc", cmd.Process.Pid, 0); err != nil {
-				t.Fatal(err)
-			}
-			if isInterpreter(info.ExeName) {
-				break
-			}
-		}
+		info := readStarted(t, cmd.Process.Pid, func(info Info) bool { return isInterpreter(info.ExeName) })
 		if info.App != tc.want {
 			t.Errorf("%q (in %q): executable %q, program %q, want %q", tc.argv, tc.cwd, info.ExeName, info.App, tc.want)
 		}

@@ -26,6 +26,25 @@ func TestServiceFromEnviron(t *testing.T) {
 	}
 }
 
+// readStarted reads a child process until done says its exec has finished,
+// for up to 30 s: Start returns once exec has closed the child's
+// close-on-exec pipe, which the kernel does before it lays out the new
+// program's environment and executable link.
+func readStarted(t *testing.T, pid int, done func(Info) bool) Info {
+	t.Helper()
+	var info Info
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var err error
+		if info, err = Read("/proc", pid, 0); err != nil {
+			t.Fatal(err)
+		}
+		if done(info) {
+			break
+		}
+	}
+	return info
+}
+
 // A real child process: its executable, and the service name it got from its
 // environment.
 func TestReadRealProcess(t *testing.T) {
@@ -40,17 +59,7 @@ func TestReadRealProcess(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
-	// Start returns once exec has closed the child's close-on-exec pipe, which
-	// the kernel does before it lays out the new environment: poll briefly.
-	var info Info
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if info, err = Read("/proc", cmd.Process.Pid, 0); err != nil {
-			t.Fatal(err)
-		}
-		if info.EnvService != "" {
-			break
-		}
-	}
+	info := readStarted(t, cmd.Process.Pid, func(info Info) bool { return info.EnvService != "" })
 	want, _ := filepath.EvalSymlinks(sleep)
 	if info.ExePath != want || info.ExeName != filepath.Base(want) {
 		t.Errorf("exe = %q (%q), want %q", info.ExePath, info.ExeName, want)
@@ -108,15 +117,7 @@ func TestReadProcessRunFromMemfd(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
-	var info Info
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if info, err = Read("/proc", cmd.Process.Pid, 0); err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasPrefix(info.ExePath, memfdPrefix) {
-			break
-		}
-	}
+	info := readStarted(t, cmd.Process.Pid, func(info Info) bool { return strings.HasPrefix(info.ExePath, memfdPrefix) })
 	if info.ExePath != "/memfd:runc_cloned:/proc/self/exe" || info.ExeName != "sleepy-tool" {
 		t.Errorf("exe = %q (%q), want /memfd:runc_cloned:/proc/self/exe named sleepy-tool", info.ExePath, info.ExeName)
 	}
