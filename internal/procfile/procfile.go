@@ -14,6 +14,10 @@
 // register every descriptor with the runtime's network poller, which for a
 // /proc file costs four fcntl(2) calls and an epoll_ctl(2) that fails, five
 // system calls around the two reads that matter (BenchmarkReadFile/*/os).
+//
+// It also opens a process's own files, as the process sees them, without
+// letting the process's symlinks lead elsewhere (OpenInRoot): perf maps,
+// package.json.
 package procfile
 
 import (
