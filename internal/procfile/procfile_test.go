@@ -6,7 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The same bytes as os.ReadFile, for files of /proc the kernel generates as
@@ -64,5 +68,63 @@ func TestReadFileReadError(t *testing.T) {
 	}
 	if _, osErr := os.ReadFile(dir); osErr == nil || osErr.Error() != err.Error() {
 		t.Errorf("err = %q, os.ReadFile gives %q", err, osErr)
+	}
+}
+
+// ReadRegularInRoot reads a process's own small regular file, as the
+// process sees it, and nothing else: not through a symlink (as the file,
+// or as a directory pointing out of the process's root), not a FIFO (no
+// hang), not a file over the limit.
+func TestReadRegularInRoot(t *testing.T) {
+	procDir := t.TempDir() // stands for /proc/PID: its root is procDir/root
+	root := filepath.Join(procDir, "root")
+	outside := t.TempDir() // the agent's own files
+	for path, content := range map[string]string{
+		filepath.Join(root, "app/package.json"):   `{"name": "web"}`,
+		filepath.Join(root, "app/big.json"):       strings.Repeat("x", 100),
+		filepath.Join(outside, "package.json"):    `{"name": "agent-side"}`,
+		filepath.Join(outside, "etc/secret.json"): `{"name": "agent-side"}`,
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink(filepath.Join(outside, "package.json"), filepath.Join(root, "app/linked.json")))
+	must(os.Symlink(outside, filepath.Join(root, "elsewhere")))                // absolute: inside the root, no such path
+	must(os.Symlink(strings.Repeat("../", 32), filepath.Join(root, "app/up"))) // ".." stops at the root
+	must(unix.Mkfifo(filepath.Join(root, "app/fifo.json"), 0o644))
+
+	if got, err := ReadRegularInRoot(procDir, "/app/package.json", 1<<10); err != nil || string(got) != `{"name": "web"}` {
+		t.Fatalf("the process's file: %q, %v", got, err)
+	}
+	for _, tc := range []struct{ name, want string }{
+		{"/app/linked.json", "symlink"},
+		{"/app/fifo.json", "not a regular file"},
+		{"/app/big.json", "more than 50"},
+		{"/elsewhere/package.json", os.ErrNotExist.Error()},
+		{"/app/up/" + strings.TrimPrefix(outside, "/") + "/package.json", os.ErrNotExist.Error()},
+		{"/app/missing.json", os.ErrNotExist.Error()},
+	} {
+		done := make(chan struct{})
+		var got []byte
+		var err error
+		go func() { got, err = ReadRegularInRoot(procDir, tc.name, 50); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: blocked", tc.name)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %q, %v; want an error with %q", tc.name, got, err, tc.want)
+		}
 	}
 }
