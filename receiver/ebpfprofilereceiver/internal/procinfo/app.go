@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -19,8 +20,20 @@ import (
 // readFile reads a path as the process sees it (relative paths from its
 // working directory); node's package.json is read through it.
 func appName(exeName string, args []string, readFile func(path string) ([]byte, error)) string {
-	if len(args) < 2 {
+	if len(args) == 0 || !isInterpreter(exeName) {
 		return ""
+	}
+	if !slices.ContainsFunc(args[1:], func(a string) bool { return a != "" }) {
+		// A program that set its own title (node's process.title or
+		// --title, Python's setproctitle: gunicorn's "gunicorn: worker
+		// [app:app]") wrote it over its command line: the title's first
+		// word names it. A bare interpreter ("python3") names nothing.
+		first, _, _ := strings.Cut(strings.TrimSpace(args[0]), " ")
+		name := filepath.Base(strings.TrimSuffix(first, ":"))
+		if name == "." || name == "/" || isInterpreter(name) {
+			return ""
+		}
+		return name
 	}
 	switch {
 	case pythonExe.MatchString(exeName):
@@ -44,6 +57,8 @@ func pythonApp(args []string) string {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
+		case a == "":
+			continue
 		case a == "-":
 			return "" // the program comes on standard input
 		case a == "--":
@@ -96,6 +111,7 @@ func javaApp(args []string) string {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
+		case a == "":
 		case a == "-jar" || a == "--jar":
 			if i+1 < len(args) {
 				return scriptName(args[i+1], ".jar", ".war")
@@ -139,6 +155,7 @@ func nodeApp(args []string, readFile func(string) ([]byte, error)) string {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
+		case a == "":
 		case a == "-e" || a == "--eval" || a == "-p" || a == "--print" || a == "-i" || a == "--interactive" || a == "-":
 			return ""
 		case a == "--":

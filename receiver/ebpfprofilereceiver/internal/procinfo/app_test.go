@@ -69,6 +69,27 @@ func TestAppName(t *testing.T) {
 			t.Errorf("appName(%s, %q) = %q, want %q", tc.exe, tc.args, got, tc.want)
 		}
 	}
+	// Titles a program wrote over its command line (the rest of it left
+	// as NULs, so empty arguments).
+	for _, tc := range []struct {
+		exe  string
+		args []string
+		want string
+	}{
+		{"node", []string{"shop-api", "", "", ""}, "shop-api"},
+		{"python3.11", []string{"gunicorn: worker [app:app]", "", ""}, "gunicorn"},
+		{"python3.11", []string{"celery worker -A proj", ""}, "celery"},
+		{"python3.11", []string{"/usr/bin/python3"}, ""},
+		{"node", []string{"node", ""}, ""},
+		// Empty words inside a command line are skipped, not read as a
+		// script in the working directory.
+		{"node", []string{"node", "", "/srv/web/server.js"}, "checkout-web"},
+		{"bash", []string{"my-title", ""}, ""},
+	} {
+		if got := appName(tc.exe, tc.args, readFile); got != tc.want {
+			t.Errorf("appName(%s, %q) = %q, want %q", tc.exe, tc.args, got, tc.want)
+		}
+	}
 }
 
 // Real interpreters, started as users start them: procinfo.Read names the
@@ -129,7 +150,10 @@ func TestReadNamesTheProgramsOfInterpreters(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		info := readStarted(t, cmd.Process.Pid, func(info Info) bool { return isInterpreter(info.ExeName) })
+		// Until the name comes: exec switches the executable link before
+		// it lays out the command line, and a read between the two finds
+		// the interpreter without its arguments.
+		info := readStarted(t, cmd.Process.Pid, func(info Info) bool { return info.App == tc.want })
 		if info.App != tc.want {
 			t.Errorf("%q (in %q): executable %q, program %q, want %q", tc.argv, tc.cwd, info.ExeName, info.App, tc.want)
 		}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -117,7 +116,9 @@ func TestReadProcessRunFromMemfd(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
-	info := readStarted(t, cmd.Process.Pid, func(info Info) bool { return strings.HasPrefix(info.ExePath, memfdPrefix) })
+	// Until the name comes (exec switches the executable link before it
+	// lays out the command line).
+	info := readStarted(t, cmd.Process.Pid, func(info Info) bool { return info.ExeName == "sleepy-tool" })
 	if info.ExePath != "/memfd:runc_cloned:/proc/self/exe" || info.ExeName != "sleepy-tool" {
 		t.Errorf("exe = %q (%q), want /memfd:runc_cloned:/proc/self/exe named sleepy-tool", info.ExePath, info.ExeName)
 	}
