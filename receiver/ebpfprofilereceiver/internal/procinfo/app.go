@@ -173,24 +173,31 @@ func nodeApp(args []string, readFile func(string) ([]byte, error)) string {
 	return ""
 }
 
-// nodeScript names a node program by its package (the "name" of the
-// package.json beside the script or one directory up: dist/index.js, as
-// most builds lay them out), else by the script's name.
+// packageLevels bounds how far up from a script the agent looks for its
+// package.json: one read each, for every node process it meets.
+const packageLevels = 8
+
+// nodeScript names a node program by its package: the "name" of the
+// nearest package.json up from the script, as Node.js finds a file's
+// package scope (dist/index.js, a monorepo's packages/api/dist/main.js, a
+// node_modules/.bin link in the project's directory), else by the
+// script's name.
 func nodeScript(script string, readFile func(string) ([]byte, error)) string {
 	if readFile != nil {
-		dir := filepath.Dir(script)
-		for _, d := range []string{dir, filepath.Dir(dir)} {
+		for d, i := filepath.Dir(script), 0; i < packageLevels; d, i = filepath.Join(d, ".."), i+1 {
 			raw, err := readFile(filepath.Join(d, "package.json"))
-			if err != nil {
-				continue
+			if err == nil {
+				var pkg struct {
+					Name string `json:"name"`
+				}
+				if json.Unmarshal(raw, &pkg) == nil && pkg.Name != "" {
+					return pkg.Name
+				}
+				break // the nearest package has no name: its script names it
 			}
-			var pkg struct {
-				Name string `json:"name"`
+			if d == "/" {
+				break
 			}
-			if json.Unmarshal(raw, &pkg) == nil && pkg.Name != "" {
-				return pkg.Name
-			}
-			break // a package without a name: its script names it
 		}
 	}
 	return scriptName(script, ".js", ".mjs", ".cjs", ".ts")

@@ -10,12 +10,17 @@ import (
 
 func TestAppName(t *testing.T) {
 	files := map[string]string{
-		"/srv/web/package.json":         `{"name": "checkout-web", "version": "1.0.0"}`,
-		"/srv/unnamed/package.json":     `{"version": "1.0.0"}`,
-		"/srv/package.json":             `{"name": "parent-not-read"}`,
-		"/srv/broken/dist/package.json": `{"name": `,
+		"/srv/web/package.json":           `{"name": "checkout-web", "version": "1.0.0"}`,
+		"/srv/unnamed/package.json":       `{"version": "1.0.0"}`,
+		"/srv/package.json":               `{"name": "parent-not-read"}`,
+		"/srv/broken/dist/package.json":   `{"name": `,
+		"/mono/package.json":              `{"name": "mono", "private": true}`,
+		"/mono/packages/api/package.json": `{"name": "@shop/api"}`,
+		"/app/package.json":               `{"name": "storefront"}`,
 	}
+	var asked []string
 	readFile := func(path string) ([]byte, error) {
+		asked = append(asked, path)
 		if s, ok := files[path]; ok {
 			return []byte(s), nil
 		}
@@ -56,6 +61,9 @@ func TestAppName(t *testing.T) {
 		{"node", "node /srv/web/dist/index.js", "checkout-web"},
 		{"node", "node -r dotenv/config --title api /srv/unnamed/main.mjs", "main"},
 		{"node", "node /srv/broken/dist/index.js", "index"},
+		{"node", "node /mono/packages/api/dist/server/index.js", "@shop/api"},
+		{"node", "node /app/node_modules/.bin/next start", "storefront"},
+		{"node", "node /deep/a/b/c/d/e/f/g/h/i/j/server.js", "server"},
 		{"nodejs", "nodejs --inspect-port 9230 app.js", "app"},
 		{"node", "node -e console.log(1)", ""},
 		{"node", "node", ""},
@@ -69,6 +77,19 @@ func TestAppName(t *testing.T) {
 			t.Errorf("appName(%s, %q) = %q, want %q", tc.exe, tc.args, got, tc.want)
 		}
 	}
+	// The look-up is bounded: at most packageLevels reads for a script
+	// deep in a tree without a package.json, and none above the root.
+	asked = nil
+	appName("node", []string{"node", "/deep/a/b/c/d/e/f/g/h/i/j/server.js"}, readFile)
+	if len(asked) != packageLevels {
+		t.Errorf("%d package.json reads for a deep script (%q), want %d", len(asked), asked, packageLevels)
+	}
+	asked = nil
+	appName("node", []string{"node", "/server.js"}, readFile)
+	if len(asked) != 1 || asked[0] != "/package.json" {
+		t.Errorf("reads for a script at the root: %q, want only /package.json", asked)
+	}
+
 	// Titles a program wrote over its command line (the rest of it left
 	// as NULs, so empty arguments).
 	for _, tc := range []struct {
