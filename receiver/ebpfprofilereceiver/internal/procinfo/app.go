@@ -17,9 +17,9 @@ import (
 // line names no program (python -c, node -e, an interactive interpreter,
 // a dotnet SDK command): the executable's name stays the service then.
 //
-// readFile reads a path as the process sees it (relative paths from its
-// working directory); node's package.json is read through it.
-func appName(exeName string, args []string, readFile func(path string) ([]byte, error)) string {
+// files are the process's own files; node's package.json is read through
+// them.
+func appName(exeName string, args []string, files processFiles) string {
 	if len(args) == 0 || !isInterpreter(exeName) {
 		return ""
 	}
@@ -41,7 +41,7 @@ func appName(exeName string, args []string, readFile func(path string) ([]byte, 
 	case exeName == "java":
 		return javaApp(args[1:])
 	case exeName == "node" || exeName == "nodejs":
-		return nodeApp(args[1:], readFile)
+		return nodeApp(args[1:], files)
 	case exeName == "dotnet":
 		return dotnetApp(args[1:])
 	}
@@ -151,7 +151,7 @@ var nodeOptionsWithValue = map[string]bool{
 	"--inspect-port": true,
 }
 
-func nodeApp(args []string, readFile func(string) ([]byte, error)) string {
+func nodeApp(args []string, files processFiles) string {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -160,17 +160,27 @@ func nodeApp(args []string, readFile func(string) ([]byte, error)) string {
 			return ""
 		case a == "--":
 			if i+1 < len(args) {
-				return nodeScript(args[i+1], readFile)
+				return nodeScript(args[i+1], files)
 			}
 			return ""
 		case nodeOptionsWithValue[a]:
 			i++
 		case strings.HasPrefix(a, "-"):
 		default:
-			return nodeScript(a, readFile)
+			return nodeScript(a, files)
 		}
 	}
 	return ""
+}
+
+// processFiles are a process's own files, as it sees them.
+type processFiles interface {
+	// Abs makes a path of the process's command line absolute, from its
+	// working directory; "" when that cannot be read.
+	Abs(path string) string
+	// ReadFile reads a small file at an absolute path inside the
+	// process's root.
+	ReadFile(abs string) ([]byte, error)
 }
 
 // packageLevels bounds how far up from a script the agent looks for its
@@ -182,21 +192,23 @@ const packageLevels = 8
 // package scope (dist/index.js, a monorepo's packages/api/dist/main.js, a
 // node_modules/.bin link in the project's directory), else by the
 // script's name.
-func nodeScript(script string, readFile func(string) ([]byte, error)) string {
-	if readFile != nil {
-		for d, i := filepath.Dir(script), 0; i < packageLevels; d, i = filepath.Join(d, ".."), i+1 {
-			raw, err := readFile(filepath.Join(d, "package.json"))
-			if err == nil {
-				var pkg struct {
-					Name string `json:"name"`
+func nodeScript(script string, files processFiles) string {
+	if files != nil {
+		if abs := files.Abs(script); abs != "" {
+			for d, i := filepath.Dir(abs), 0; i < packageLevels; d, i = filepath.Dir(d), i+1 {
+				raw, err := files.ReadFile(filepath.Join(d, "package.json"))
+				if err == nil {
+					var pkg struct {
+						Name string `json:"name"`
+					}
+					if json.Unmarshal(raw, &pkg) == nil && pkg.Name != "" {
+						return pkg.Name
+					}
+					break // the nearest package has no name: its script names it
 				}
-				if json.Unmarshal(raw, &pkg) == nil && pkg.Name != "" {
-					return pkg.Name
+				if d == "/" {
+					break
 				}
-				break // the nearest package has no name: its script names it
-			}
-			if d == "/" {
-				break
 			}
 		}
 	}

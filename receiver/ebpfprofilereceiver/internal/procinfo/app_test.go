@@ -19,13 +19,7 @@ func TestAppName(t *testing.T) {
 		"/app/package.json":               `{"name": "storefront"}`,
 	}
 	var asked []string
-	readFile := func(path string) ([]byte, error) {
-		asked = append(asked, path)
-		if s, ok := files[path]; ok {
-			return []byte(s), nil
-		}
-		return nil, os.ErrNotExist
-	}
+	readFile := fakeFiles{cwd: "/work", files: files, asked: &asked}
 	for _, tc := range []struct {
 		exe  string
 		args string // space-separated command line, argv[0] first
@@ -183,4 +177,27 @@ func TestReadNamesTheProgramsOfInterpreters(t *testing.T) {
 	if info, err := Read("/proc", os.Getpid(), 0); err != nil || info.App != "" {
 		t.Errorf("this test binary: %+v, %v; want no program", info, err)
 	}
+}
+
+// fakeFiles are a process's files from a map, its working directory cwd;
+// asked records every path read.
+type fakeFiles struct {
+	cwd   string
+	files map[string]string
+	asked *[]string
+}
+
+func (f fakeFiles) Abs(path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(f.cwd, path)
+}
+
+func (f fakeFiles) ReadFile(abs string) ([]byte, error) {
+	*f.asked = append(*f.asked, abs)
+	if s, ok := f.files[abs]; ok {
+		return []byte(s), nil
+	}
+	return nil, os.ErrNotExist
 }

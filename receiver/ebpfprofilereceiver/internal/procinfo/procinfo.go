@@ -69,9 +69,7 @@ func Read(procRoot string, pid int, startTime uint64) (Info, error) {
 		case isInterpreter(info.ExeName):
 			// Only interpreters' command lines are read: a process read
 			// is paid for every process a busy node starts.
-			info.App = appName(info.ExeName, readArgs(dir), func(path string) ([]byte, error) {
-				return readInProcess(dir, path)
-			})
+			info.App = appName(info.ExeName, readArgs(dir), procFiles(dir))
 		}
 	} else {
 		if startTime != 0 { // stat not read above
@@ -134,18 +132,25 @@ func readArgs(dir string) []string {
 	return strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
 }
 
-// readInProcess reads a small regular file (package.json) at path as the
-// process sees it: inside its root (a container's image), symlinks and
-// ".." kept within it, relative paths from its working directory.
-func readInProcess(dir, path string) ([]byte, error) {
-	if !filepath.IsAbs(path) {
-		cwd, err := os.Readlink(filepath.Join(dir, "cwd"))
-		if err != nil {
-			return nil, err
-		}
-		path = filepath.Join(cwd, path)
+// procFiles are a live process's files (processFiles), by its /proc/PID
+// directory: read inside its root (a container's image), symlinks and ".."
+// kept within it.
+type procFiles string
+
+func (d procFiles) Abs(path string) string {
+	if filepath.IsAbs(path) {
+		return path
 	}
-	return procfile.ReadRegularInRoot(dir, path, 1<<20)
+	cwd, err := os.Readlink(filepath.Join(string(d), "cwd"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(cwd, path)
+}
+
+// ReadFile reads a regular file of at most 1 MiB (package.json).
+func (d procFiles) ReadFile(abs string) ([]byte, error) {
+	return procfile.ReadRegularInRoot(string(d), abs, 1<<20)
 }
 
 func serviceFromEnviron(env []byte) string {
