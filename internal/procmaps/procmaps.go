@@ -86,6 +86,11 @@ func secondField(line []byte) ([]byte, bool) {
 	return rest, true
 }
 
+// ParseLine reads one line of /proc/PID/maps.
+func ParseLine(line []byte) (Mapping, error) {
+	return parseLine(line, bytes.Fields(line))
+}
+
 // parseLine reads one maps line, start-limit perms offset dev inode
 // [path], split into fields.
 func parseLine(line []byte, fields [][]byte) (m Mapping, err error) {

@@ -28,6 +28,8 @@ const SchemaURL = semconv.SchemaURL
 const (
 	AttrServiceName        = string(semconv.ServiceNameKey)
 	AttrServiceVersion     = string(semconv.ServiceVersionKey)
+	AttrServiceNamespace   = string(semconv.ServiceNamespaceKey)
+	AttrServiceInstanceID  = string(semconv.ServiceInstanceIDKey)
 	AttrHostName           = string(semconv.HostNameKey)
 	AttrHostID             = string(semconv.HostIDKey)
 	AttrHostArch           = string(semconv.HostArchKey)

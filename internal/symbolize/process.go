@@ -93,11 +93,12 @@ func (p *Process) find(addr uint64) int {
 // executable file. Files are opened through procRoot/PID/root so paths
 // resolve in the process's own mount namespace (containers); a deleted or
 // since-replaced file is opened through procRoot/PID/map_files, which names
-// exactly the mapped inode.
+// exactly the mapped inode. raw, when not nil, is the process's maps read
+// by the caller (ReadMaps).
 //
 // A file whose table is already cached (cached reports it; nil: none is) is
 // only stat'ed, not opened: the tenth process of a binary costs a stat.
-func snapshotProcess(procRoot string, pid int, cached func(fileid.ID) bool) (*Process, error) {
+func snapshotProcess(procRoot string, pid int, raw []byte, cached func(fileid.ID) bool) (*Process, error) {
 	dir := filepath.Join(procRoot, strconv.Itoa(pid))
 	// Kernel threads have no exe link; that leaves ExePath empty. A process
 	// that is gone has none either: the read of its maps below says so.
@@ -105,12 +106,10 @@ func snapshotProcess(procRoot string, pid int, cached func(fileid.ID) bool) (*Pr
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("snapshot process %d: read exe link: %w", pid, err)
 	}
-	raw, err := procfile.ReadFile(filepath.Join(dir, "maps"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			return nil, fmt.Errorf("snapshot process %d: process does not exist: %w", pid, err)
+	if raw == nil {
+		if raw, err = ReadMaps(procRoot, pid); err != nil {
+			return nil, fmt.Errorf("snapshot %w", err)
 		}
-		return nil, fmt.Errorf("snapshot process %d: read maps: %w", pid, err)
 	}
 	maps, err := parseMaps(raw)
 	if err != nil {
@@ -193,4 +192,17 @@ func parseMaps(raw []byte) ([]Mapping, error) {
 		out[i] = Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path, Dev: m.Dev, Inode: m.Inode, Deleted: m.Deleted, file: -1}
 	}
 	return out, nil
+}
+
+// ReadMaps reads procRoot/PID/maps; the error says so plainly when the
+// process no longer exists.
+func ReadMaps(procRoot string, pid int) ([]byte, error) {
+	raw, err := procfile.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "maps"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return nil, fmt.Errorf("process %d: process does not exist: %w", pid, err)
+		}
+		return nil, fmt.Errorf("process %d: read maps: %w", pid, err)
+	}
+	return raw, nil
 }

@@ -117,7 +117,13 @@ func New(opts Options) *Symbolizer {
 // so its stacks can be symbolized even after it exits. The error says so
 // plainly when the process no longer exists. Close the Process when done.
 func (s *Symbolizer) Snapshot(pid int) (*Process, error) {
-	p, err := snapshotProcess(s.procRoot, pid, s.cached)
+	return s.SnapshotMaps(pid, nil)
+}
+
+// SnapshotMaps is Snapshot with the process's maps already read (ReadMaps),
+// for a caller that looks at more of them than the executable mappings.
+func (s *Symbolizer) SnapshotMaps(pid int, maps []byte) (*Process, error) {
+	p, err := snapshotProcess(s.procRoot, pid, maps, s.cached)
 	if err != nil {
 		return nil, err
 	}

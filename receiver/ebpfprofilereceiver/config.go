@@ -46,9 +46,10 @@ type Config struct {
 	MaxUniqueStacks int `mapstructure:"max_unique_stacks"`
 	// HostName is host.name on every profile; empty means os.Hostname().
 	HostName string `mapstructure:"host_name"`
-	// ServiceNameRules name the service of processes that do not set
-	// OTEL_SERVICE_NAME; the first matching rule wins, else the program an
-	// interpreter runs (python, java, node, dotnet), else the executable name.
+	// ServiceNameRules name the service of processes whose SDK published
+	// no process context and that do not set OTEL_SERVICE_NAME; the first
+	// matching rule wins, else the program an interpreter runs (python,
+	// java, node, dotnet), else the executable name.
 	ServiceNameRules []ServiceNameRule `mapstructure:"service_name_rules"`
 	// Include, when not empty, keeps only processes matching it.
 	Include Filter `mapstructure:"include"`

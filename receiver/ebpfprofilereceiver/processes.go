@@ -71,6 +71,16 @@ type processEntry struct {
 	endedEarly map[sampler.StackEnd]uint64
 	// jit: its perf map, opened when first needed (jit.go).
 	jit atomic.Pointer[jitSymbols]
+	// The process's OpenTelemetry process context (context.go): the
+	// service its SDK published, where the context's header is (0: none
+	// found yet) and when it was published; the next look for it or for
+	// an update, and how many looks found none. Guarded by
+	// processTable.mu once the entry is installed.
+	contextService     string
+	contextAddr        uint64
+	contextPublishedAt uint64
+	contextDue         time.Time
+	contextMisses      int
 }
 
 type processTable struct {
@@ -574,14 +584,29 @@ func (t *processTable) readProcess(pid int, start uint64, comm string) *processE
 	e.resource.ExeName = info.ExeName
 	e.resource.ExePath = info.ExePath
 	e.resource.Container = info.Container
-	e.resource.ServiceName = t.serviceName(info)
+	// A user process's maps are read once, for its process context and
+	// its snapshot; the context's service name decides the filters too.
+	var maps []byte
+	var mapsErr error
+	if info.ExePath != "" {
+		if maps, mapsErr = symbolize.ReadMaps(t.procRoot, pid); mapsErr == nil {
+			t.readContext(e, maps, e.readAt)
+		}
+	}
+	e.resource.ServiceName = t.serviceName(info, e.contextService)
 	e.keep = (t.cfg.Include.empty() || t.cfg.Include.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)) &&
 		!t.cfg.Exclude.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)
 	if !e.keep || info.ExePath == "" {
 		return e // filtered out, or a kernel thread: nothing to symbolize in user space
 	}
 	exe := filepath.Join(t.procRoot, strconv.Itoa(pid), "exe")
-	snap, snapErr := t.symbolizer.Snapshot(pid)
+	var snap *symbolize.Process
+	var snapErr error
+	if mapsErr != nil {
+		snapErr = fmt.Errorf("snapshot %w", mapsErr)
+	} else {
+		snap, snapErr = t.symbolizer.SnapshotMaps(pid, maps)
+	}
 	// The snapshot stat'ed the executable's file already: a build ID cached
 	// for that identity needs no stat of its own. Without a snapshot, or a
 	// mapping of the executable in it, the identity is zero and LookupID
@@ -699,7 +724,15 @@ func (t *processTable) setUnwinder(u *unwinder.Unwinder) {
 	}
 }
 
-func (t *processTable) serviceName(info procinfo.Info) string {
+// serviceName is the service of a process: the one its OpenTelemetry SDK
+// published (published, from its process context), else OTEL_SERVICE_NAME
+// (or service.name in OTEL_RESOURCE_ATTRIBUTES) in its environment, else
+// the first service_name_rules entry that matches, else the program an
+// interpreter runs, else the executable's name.
+func (t *processTable) serviceName(info procinfo.Info, published string) string {
+	if published != "" {
+		return published
+	}
 	if info.EnvService != "" {
 		return info.EnvService
 	}

@@ -551,6 +551,7 @@ func (r *profileReceiver) planOneTimeWorkLocked(samples []sampler.Sample, draine
 		if e.snapshot == nil {
 			continue
 		}
+		r.procs.checkContext(e, drainedAt)
 		e.snapshot.DeferLoads.Store(over && n < heavy)
 		if n >= heavy && r.procs.isUnwindDeferred(e) {
 			r.procs.attachUnwind(e, true)

@@ -78,13 +78,23 @@ var unknownFrame = Frame{Function: UnknownFunction}
 type Process struct {
 	PID         uint32
 	ServiceName string
-	ExeName     string
-	ExePath     string
-	HostName    string
-	Container   cgroupattr.Container
+	// Published are the other service attributes the process's
+	// OpenTelemetry SDK published (its process context): version,
+	// namespace, instance id, deployment environment; each set only
+	// when published.
+	Published ServiceAttributes
+	ExeName   string
+	ExePath   string
+	HostName  string
+	Container cgroupattr.Container
 	// Build identifies the executable, read when the process was; zero
 	// when it could not be (the buildid processor then tries).
 	Build buildid.Info
+}
+
+// ServiceAttributes describe a service beyond its name.
+type ServiceAttributes struct {
+	Version, Namespace, InstanceID, Environment string
 }
 
 // Builder collects one interval. It is not safe for concurrent use.
@@ -242,6 +252,16 @@ func (b *Builder) Profiles() pprofile.Profiles {
 
 func setResource(attrs pcommon.Map, p Process) {
 	attrs.PutStr(profileschema.AttrServiceName, p.ServiceName)
+	for _, kv := range [...][2]string{
+		{profileschema.AttrServiceVersion, p.Published.Version},
+		{profileschema.AttrServiceNamespace, p.Published.Namespace},
+		{profileschema.AttrServiceInstanceID, p.Published.InstanceID},
+		{profileschema.AttrDeploymentEnv, p.Published.Environment},
+	} {
+		if kv[1] != "" {
+			attrs.PutStr(kv[0], kv[1])
+		}
+	}
 	attrs.PutInt(profileschema.AttrProcessPID, int64(p.PID))
 	if p.ExeName != "" {
 		attrs.PutStr(profileschema.AttrProcessExeName, p.ExeName)

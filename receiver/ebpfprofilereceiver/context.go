@@ -1,0 +1,109 @@
+package ebpfprofilereceiver
+
+import (
+	"errors"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/internal/cputime"
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/processcontext"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
+)
+
+// An OpenTelemetry SDK may publish its process context (OTEP 4719): the
+// service name, version, namespace, instance id and environment its own
+// telemetry carries. A process's context is looked for when the process is
+// first read, from the maps that read takes anyway. An SDK starts after
+// its process (a JVM loads its agent, an application sets up its SDK), and
+// often after the first sample; so a sampled process without one is looked
+// at again, one interval after its read, then two, four and so on
+// (contextLooks in all, about 8 minutes), and a process with one has its
+// header's publication time checked at each interval it is sampled in, for
+// the SDK's updates. A process never sampled again costs nothing.
+const contextLooks = 6
+
+// readContext looks for e's process context in its maps; e is not
+// installed yet.
+func (t *processTable) readContext(e *processEntry, maps []byte, now time.Time) {
+	dir := filepath.Join(t.procRoot, strconv.Itoa(int(e.resource.PID)))
+	r, err := processcontext.ReadProcess(dir, maps)
+	t.applyContext(e, r, err, now)
+}
+
+// checkContext looks again for the process context of e, sampled in the
+// drain at now, when one is due: a new one, or an update of the one it has.
+// It returns whether the process's service changed.
+func (t *processTable) checkContext(e *processEntry, now time.Time) bool {
+	t.mu.Lock()
+	due := e.keep && e.snapshot != nil && e.exitedAt.IsZero() && !e.contextDue.IsZero() && !now.Before(e.contextDue)
+	addr, published := e.contextAddr, e.contextPublishedAt
+	t.mu.Unlock()
+	if !due {
+		return false
+	}
+	dir := filepath.Join(t.procRoot, strconv.Itoa(int(e.resource.PID)))
+	var r processcontext.Resource
+	var err error
+	// Part of reading processes: the budget for one-time work sees it.
+	cpu := cputime.Measure(func() {
+		if addr != 0 {
+			r, err = processcontext.ReadAtIfNew(dir, addr, published)
+			return
+		}
+		var maps []byte
+		if maps, err = symbolize.ReadMaps(t.procRoot, int(e.resource.PID)); err == nil {
+			r, err = processcontext.ReadProcess(dir, maps)
+		}
+	})
+	t.work.charge(workProcessRead, 0, cpu)
+	if errors.Is(err, processcontext.ErrUnchanged) {
+		t.mu.Lock()
+		e.contextDue = now.Add(t.cfg.Interval / 2)
+		t.mu.Unlock()
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	before := e.resource.ServiceName
+	t.applyContext(e, r, err, now)
+	if e.contextService != "" {
+		e.resource.ServiceName = e.contextService
+	}
+	return e.resource.ServiceName != before
+}
+
+// applyContext records what a look for e's process context found (r, or
+// err) and when to look next; t.mu held once e is installed.
+func (t *processTable) applyContext(e *processEntry, r processcontext.Resource, err error, now time.Time) {
+	if err != nil {
+		if !errors.Is(err, processcontext.ErrNotPublished) {
+			t.logger.Debug("process context unreadable", zap.Uint32("pid", e.resource.PID), zap.Error(err))
+		}
+		if e.contextAddr != 0 {
+			// The SDK dropped it (shut down) or it broke: the process
+			// keeps the service it had, and is no longer checked.
+			e.contextAddr, e.contextDue = 0, time.Time{}
+			return
+		}
+		e.contextMisses++
+		e.contextDue = time.Time{}
+		if e.contextMisses < contextLooks {
+			e.contextDue = now.Add(t.cfg.Interval << (e.contextMisses - 1))
+		}
+		return
+	}
+	e.contextAddr, e.contextPublishedAt = r.Address, r.PublishedAt
+	e.contextDue = now.Add(t.cfg.Interval / 2) // each interval it is sampled in
+	e.contextService = r.Attributes[profileschema.AttrServiceName]
+	e.resource.Published = profilebuilder.ServiceAttributes{
+		Version:     r.Attributes[profileschema.AttrServiceVersion],
+		Namespace:   r.Attributes[profileschema.AttrServiceNamespace],
+		InstanceID:  r.Attributes[profileschema.AttrServiceInstanceID],
+		Environment: r.Attributes[profileschema.AttrDeploymentEnv],
+	}
+}

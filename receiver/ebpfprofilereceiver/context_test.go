@@ -1,0 +1,122 @@
+//go:build privileged
+
+package ebpfprofilereceiver
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/processcontext/processcontexttest"
+)
+
+// serviceAttrs are the service attributes of pid's samples so far, one
+// string per distinct resource ("name version namespace instance env"),
+// with their sample counts.
+func serviceAttrs(sink *consumertest.ProfilesSink, pid int) map[string]int64 {
+	out := map[string]int64{}
+	for _, pd := range sink.AllProfiles() {
+		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
+			attrs := res.Attributes()
+			if v, _ := attrs.Get(profileschema.AttrProcessPID); v.Int() != int64(pid) {
+				return
+			}
+			var parts []string
+			for _, k := range []string{profileschema.AttrServiceName, profileschema.AttrServiceVersion,
+				profileschema.AttrServiceNamespace, profileschema.AttrServiceInstanceID, profileschema.AttrDeploymentEnv} {
+				var val string
+				if v, ok := attrs.Get(k); ok {
+					val = v.Str()
+				}
+				parts = append(parts, val)
+			}
+			for _, v := range s.Values().All() {
+				out[strings.Join(parts, " ")] += v
+			}
+		})
+	}
+	return out
+}
+
+// TestServiceFromProcessContext: a process whose SDK published its process
+// context (OTEP 4719) is the service the SDK says, with its version,
+// namespace, instance id and environment, ahead of OTEL_SERVICE_NAME; one
+// whose SDK publishes after its first samples becomes that service at a
+// later interval; an SDK's update reaches the next intervals.
+func TestServiceFromProcessContext(t *testing.T) {
+	bin := processcontexttest.Build(t)
+	r, sink := startReceiver(t, testConfig())
+	defer func() {
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+
+	const instance = "627cc493-f310-47de-96bd-71410b7dec09"
+	early := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=from-env"}, "anon",
+		"service.name=checkout", "service.version=1.4.2", "service.namespace=shop",
+		"service.instance.id="+instance, "deployment.environment.name=prod")
+	early.Say(t, "", "published")
+	late := processcontexttest.Start(t, bin, nil, "later-memfd")
+
+	want := "checkout 1.4.2 shop " + instance + " prod"
+	waitFor(t, 60*time.Second, "samples of the early publisher as "+want, func() bool {
+		return serviceAttrs(sink, early.Cmd.Process.Pid)[want] > 0
+	})
+	// Sampled before its SDK published: its executable's name.
+	waitFor(t, 60*time.Second, "samples of the late publisher as publisher", func() bool {
+		return serviceAttrs(sink, late.Cmd.Process.Pid)["publisher    "] > 0
+	})
+	late.Say(t, "service.name=billing service.version=7", "published")
+	waitFor(t, 60*time.Second, "samples of the late publisher as billing", func() bool {
+		return serviceAttrs(sink, late.Cmd.Process.Pid)["billing 7   "] > 0
+	})
+
+	early.Say(t, "service.name=checkout service.version=1.5.0", "updated")
+	waitFor(t, 60*time.Second, "samples of the early publisher as checkout 1.5.0", func() bool {
+		return serviceAttrs(sink, early.Cmd.Process.Pid)["checkout 1.5.0   "] > 0
+	})
+	for _, p := range []*processcontexttest.Publisher{early, late} {
+		for attrs, n := range serviceAttrs(sink, p.Cmd.Process.Pid) {
+			switch attrs {
+			case want, "checkout 1.5.0   ", "publisher    ", "billing 7   ":
+			default:
+				t.Errorf("pid %d: %d samples as %q", p.Cmd.Process.Pid, n, attrs)
+			}
+		}
+	}
+}
+
+// The service a process's context names is the one include and exclude
+// match.
+func TestIncludeByPublishedService(t *testing.T) {
+	bin := processcontexttest.Build(t)
+	cfg := testConfig()
+	cfg.Include.Services = []string{"checkout"}
+	r, sink := startReceiver(t, cfg)
+	in := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=from-env"}, "memfd", "service.name=checkout")
+	in.Say(t, "", "published")
+	out := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=checkout"}, "anon", "service.name=billing")
+	out.Say(t, "", "published")
+	waitFor(t, 60*time.Second, "samples of the included publisher", func() bool {
+		return serviceAttrs(sink, in.Cmd.Process.Pid)["checkout    "] > 0
+	})
+	waitFor(t, 60*time.Second, "the other publisher read and left out", func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e := r.procs.entries[out.Cmd.Process.Pid]
+		return e != nil && !e.keep && e.resource.ServiceName == "billing" && !e.sampledAt.IsZero()
+	})
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := serviceAttrs(sink, out.Cmd.Process.Pid); len(got) != 0 {
+		t.Errorf("the process whose context says billing (OTEL_SERVICE_NAME=checkout) was kept: %v", got)
+	}
+}

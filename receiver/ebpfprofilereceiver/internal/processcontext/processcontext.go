@@ -1,0 +1,305 @@
+// Package processcontext reads the resource attributes an OpenTelemetry SDK
+// publishes for readers outside its process (OTEP 4719, "Process Context"):
+// a small mapping whose header says where a protobuf-encoded
+// opentelemetry.proto.resource.v1.Resource lies in the process's memory.
+// The SDK knows its service's name, version, environment and instance id
+// as its own traces carry them; the agent otherwise guesses them from the
+// process's environment and command line.
+//
+// Layout of the header (little-endian, 32 bytes), as the OTEP gives it:
+//
+//	char     signature[8]    "OTEL_CTX", written last
+//	uint32   version         2
+//	uint32   payload_size    bytes of the encoded Resource
+//	uint64   published_at_ns 0 while the publisher updates the context
+//	char*    payload         address of the encoded Resource
+//
+// The content is the process's own: every field is checked and bounded,
+// and a context that does not read cleanly is not used.
+package processcontext
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
+)
+
+// Signature opens a published header; it is also the mapping's name.
+const Signature = "OTEL_CTX"
+
+// Version is the header version read: the OTEP's current one (1 was for
+// development and laid out differently).
+const Version = 2
+
+const (
+	headerSize = 32
+	// MaxPayload bounds the encoded Resource read from a process: an SDK
+	// publishes a few hundred bytes (the reference implementation caps
+	// each key and value at 4 KiB).
+	MaxPayload = 64 << 10
+	// maxAttributes, maxKey and maxValue bound what is kept of a payload.
+	maxAttributes = 128
+	maxKey        = 256
+	maxValue      = 4096
+	// attempts bounds the reads of a context being updated meanwhile.
+	attempts = 3
+	// maxUnnamed is the largest anonymous read-only mapping probed for a
+	// header when the kernel cannot name mappings (no
+	// CONFIG_ANON_VMA_NAME): the reference implementation maps 2 pages.
+	maxUnnamed = 16 << 10
+)
+
+// Resource is one publication of a process's context.
+type Resource struct {
+	// Address is where its header is in the process's memory.
+	Address uint64
+	// PublishedAt is the publication's time (ns since the epoch): a new
+	// value means new attributes.
+	PublishedAt uint64
+	// Attributes are the string-valued attributes, by key.
+	Attributes map[string]string
+}
+
+// ErrNotPublished: there is no context where one was looked for.
+var ErrNotPublished = errors.New("no process context published")
+
+// ErrUnchanged: the context is the publication already read (ReadAtIfNew).
+var ErrUnchanged = errors.New("process context unchanged")
+
+// Candidates returns where a maps listing may hold a process context: first
+// the mappings named for it (a memfd "/memfd:OTEL_CTX", or an anonymous
+// mapping the kernel lets the publisher name, "[anon:OTEL_CTX]" or
+// "[anon_shmem:OTEL_CTX]"), then small anonymous read-only mappings, where
+// a publisher whose kernel cannot name mappings leaves its header. Only a
+// listing that mentions the signature is parsed line by line for named
+// ones; the unnamed are found on their permissions alone.
+func Candidates(maps []byte) (named, unnamed []uint64) {
+	hasName := bytes.Contains(maps, []byte(Signature))
+	for len(maps) > 0 {
+		line := maps
+		if i := bytes.IndexByte(maps, '\n'); i >= 0 {
+			line, maps = maps[:i], maps[i+1:]
+		} else {
+			maps = nil
+		}
+		if hasName && bytes.Contains(line, []byte(Signature)) {
+			if m, err := procmaps.ParseLine(line); err == nil && isContextName(m.Path) {
+				named = append(named, m.Start)
+			}
+			continue
+		}
+		// start-limit r--p 00000000 00:00 0, and nothing after.
+		if !bytes.Contains(line, []byte(" r--p 00000000 00:00 0")) {
+			continue
+		}
+		if m, err := procmaps.ParseLine(line); err == nil && m.Path == "" && m.Inode == 0 && m.Limit-m.Start <= maxUnnamed {
+			unnamed = append(unnamed, m.Start)
+		}
+	}
+	return named, unnamed
+}
+
+func isContextName(path string) bool {
+	switch path {
+	case "/memfd:" + Signature, "[anon:" + Signature + "]", "[anon_shmem:" + Signature + "]":
+		return true
+	}
+	return false
+}
+
+// ReadProcess reads the context of the process whose /proc directory is
+// procDir, given its maps listing: ErrNotPublished when it has none.
+func ReadProcess(procDir string, maps []byte) (Resource, error) {
+	named, unnamed := Candidates(maps)
+	if len(named) == 0 && len(unnamed) == 0 {
+		return Resource{}, ErrNotPublished
+	}
+	mem, err := os.Open(filepath.Join(procDir, "mem"))
+	if err != nil {
+		return Resource{}, fmt.Errorf("read process context: %w", err)
+	}
+	defer mem.Close()
+	var errs []error
+	for _, addr := range named {
+		r, err := Read(mem, addr)
+		if err == nil {
+			return r, nil
+		}
+		errs = append(errs, err)
+	}
+	for _, addr := range unnamed {
+		r, err := Read(mem, addr)
+		if err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, ErrNotPublished) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		return Resource{}, ErrNotPublished
+	}
+	return Resource{}, errors.Join(errs...)
+}
+
+// ReadAtIfNew reads the context whose header is at addr in the process
+// whose /proc directory is procDir, unless its publication time is still
+// known (ErrUnchanged): a check for an SDK's update costs one read of the
+// header.
+func ReadAtIfNew(procDir string, addr, known uint64) (Resource, error) {
+	mem, err := os.Open(filepath.Join(procDir, "mem"))
+	if err != nil {
+		return Resource{}, fmt.Errorf("read process context: %w", err)
+	}
+	defer mem.Close()
+	var hdr [headerSize]byte
+	if err := readFull(mem, hdr[:], addr); err == nil && string(hdr[:8]) == Signature &&
+		binary.LittleEndian.Uint64(hdr[16:]) == known {
+		return Resource{}, ErrUnchanged
+	}
+	return Read(mem, addr)
+}
+
+// Read reads the context whose header is at addr in mem (a process's
+// memory), following the OTEP's reading protocol: the header, then the
+// payload it points to, then the header's publication time again; a time
+// that is 0 or changed means the publisher was updating it, and the read
+// starts over (a few times at most).
+func Read(mem io.ReaderAt, addr uint64) (Resource, error) {
+	var hdr [headerSize]byte
+	for range attempts {
+		if err := readFull(mem, hdr[:], addr); err != nil {
+			return Resource{}, fmt.Errorf("read process context header at %#x: %w", addr, err)
+		}
+		if string(hdr[:8]) != Signature {
+			return Resource{}, fmt.Errorf("%w at %#x", ErrNotPublished, addr)
+		}
+		if v := binary.LittleEndian.Uint32(hdr[8:]); v != Version {
+			return Resource{}, fmt.Errorf("process context at %#x has version %d; this agent reads version %d", addr, v, Version)
+		}
+		size := binary.LittleEndian.Uint32(hdr[12:])
+		published := binary.LittleEndian.Uint64(hdr[16:])
+		payloadAt := binary.LittleEndian.Uint64(hdr[24:])
+		if published == 0 {
+			continue // being updated
+		}
+		if size == 0 || size > MaxPayload {
+			return Resource{}, fmt.Errorf("process context at %#x: payload of %d bytes, want 1 to %d", addr, size, MaxPayload)
+		}
+		payload := make([]byte, size)
+		if err := readFull(mem, payload, payloadAt); err != nil {
+			return Resource{}, fmt.Errorf("read process context payload at %#x: %w", payloadAt, err)
+		}
+		var again [8]byte
+		if err := readFull(mem, again[:], addr+16); err != nil {
+			return Resource{}, fmt.Errorf("read process context header at %#x: %w", addr, err)
+		}
+		if binary.LittleEndian.Uint64(again[:]) != published {
+			continue // updated while read
+		}
+		attrs, err := DecodeResource(payload)
+		if err != nil {
+			return Resource{}, fmt.Errorf("process context at %#x: %w", addr, err)
+		}
+		return Resource{Address: addr, PublishedAt: published, Attributes: attrs}, nil
+	}
+	return Resource{}, fmt.Errorf("process context at %#x: still being updated after %d reads", addr, attempts)
+}
+
+func readFull(mem io.ReaderAt, buf []byte, addr uint64) error {
+	if addr > 1<<63-1 {
+		return fmt.Errorf("address %#x out of range", addr)
+	}
+	_, err := mem.ReadAt(buf, int64(addr))
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// DecodeResource decodes an encoded opentelemetry.proto.resource.v1.Resource
+// and returns its string-valued attributes. An attribute whose key or value
+// is not valid UTF-8, or too long, is left out, as are attributes past the
+// first 128; a payload that is not a well-formed Resource is an error.
+func DecodeResource(b []byte) (map[string]string, error) {
+	attrs := map[string]string{}
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 1 || typ != protowire.BytesType { // Resource.attributes
+			return nil
+		}
+		key, value, ok, err := decodeKeyValue(v)
+		if err != nil {
+			return fmt.Errorf("attribute: %w", err)
+		}
+		if ok && len(attrs) < maxAttributes {
+			attrs[key] = value
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("decode resource: %w", err)
+	}
+	return attrs, nil
+}
+
+// decodeKeyValue decodes a KeyValue; ok is false for a value that is not
+// a string (or not a usable one).
+func decodeKeyValue(b []byte) (key, value string, ok bool, err error) {
+	var hasValue bool
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType: // KeyValue.key
+			key = string(v)
+		case num == 2 && typ == protowire.BytesType: // KeyValue.value: AnyValue
+			value, hasValue = "", false
+			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				if num == 1 && typ == protowire.BytesType { // AnyValue.string_value
+					value, hasValue = string(v), true
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	ok = err == nil && hasValue && key != "" && len(key) <= maxKey && len(value) <= maxValue &&
+		utf8.ValidString(key) && utf8.ValidString(value) && !strings.ContainsFunc(key+value, isControl)
+	return key, value, ok, err
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// eachField calls f with each field of the message b (the contents of
+// length-delimited fields; nil for the others).
+func eachField(b []byte, f func(protowire.Number, protowire.Type, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		var v []byte
+		if typ == protowire.BytesType {
+			v, n = protowire.ConsumeBytes(b)
+		} else {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return fmt.Errorf("field %d: %w", num, protowire.ParseError(n))
+		}
+		b = b[n:]
+		if err := f(num, typ, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+// Package processcontexttest runs processes that publish an OpenTelemetry
+// process context (OTEP 4719), for the tests of its readers.
+package processcontexttest
+
+import (
+	"bufio"
+	_ "embed"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+//go:embed testdata/publisher.c
+var publisherSource []byte
+
+// Build compiles testdata/publisher.c (see its comment for what it does) and
+// returns the executable's path.
+func Build(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "publisher.c")
+	if err := os.WriteFile(src, publisherSource, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "publisher")
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Publisher is a running publisher.
+type Publisher struct {
+	Cmd *exec.Cmd
+	// Proc is its /proc directory.
+	Proc string
+	in   io.Writer
+	out  *bufio.Reader
+}
+
+// Start runs bin with args (mode, then KEY=VALUE attributes) and env added
+// to the test's environment; the process is killed when the test ends.
+func Start(t testing.TB, bin string, env []string, args ...string) *Publisher {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return &Publisher{Cmd: cmd, Proc: filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid)), in: in, out: bufio.NewReader(out)}
+}
+
+// Say writes line (none when empty) and waits for the publisher's answer,
+// "ANSWER 0xADDR" ("published", "updated"); it returns the context's
+// address.
+func (p *Publisher) Say(t testing.TB, line, answer string) uint64 {
+	t.Helper()
+	if line != "" {
+		if _, err := io.WriteString(p.in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := p.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("publisher: %v", err)
+	}
+	hex, ok := strings.CutPrefix(strings.TrimSpace(got), answer+" 0x")
+	if !ok {
+		t.Fatalf("publisher said %q, want %q", got, answer)
+	}
+	addr, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
