@@ -113,7 +113,7 @@ stop:
 # SDK_MODULES are modules of their own that applications import (not part of
 # ./...); TEST_APP_MODULES are test applications that use them as a user would.
 SDK_MODULES := sdk/go/tracectx
-TEST_APP_MODULES := receiver/ebpfprofilereceiver/testdata/tracesvc test/e2e/testdata/tracechain
+TEST_APP_MODULES := receiver/ebpfprofilereceiver/testdata/tracesvc test/e2e/testdata/tracechain receiver/ebpfprofilereceiver/internal/processcontext/processcontexttest/testdata/gopublisher
 
 # lint: gofmt, go mod tidy (go.mod/go.sum must be what tidy makes of the
 # imports), go vet and staticcheck, for the main module and the SDK modules.

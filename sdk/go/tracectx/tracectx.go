@@ -18,6 +18,13 @@
 //
 // Only the goroutine that calls Do is tagged: goroutines it starts are not,
 // unless they call Do themselves.
+//
+// PublishResource tells the agent (and any reader of OpenTelemetry's
+// process context, OTEP 4719) the service the application is, with its
+// version and environment, as its own telemetry names them:
+//
+//	res, _ := resource.New(ctx, resource.WithFromEnv(), resource.WithAttributes(semconv.ServiceVersion(version)))
+//	tracectx.PublishResource(res.Attributes()...)
 package tracectx
 
 import (

@@ -70,6 +70,25 @@ func TestReadPublishedContext(t *testing.T) {
 	}
 }
 
+// TestReadGoSDKPublication reads what hotpath's Go SDK publishes
+// (tracectx.PublishResource): the SDK and this reader are written apart,
+// from the OTEP, and must agree.
+func TestReadGoSDKPublication(t *testing.T) {
+	p := processcontexttest.Start(t, processcontexttest.BuildGo(t), nil, "service.name=checkout", "service.version=1.4.2")
+	p.Say(t, "", "published")
+	r, err := readProcess(t, p)
+	want := map[string]string{"service.name": "checkout", "service.version": "1.4.2"}
+	if err != nil || !maps.Equal(r.Attributes, want) {
+		t.Fatalf("ReadProcess = %+v, %v; want %v", r, err, want)
+	}
+	p.Say(t, "service.name=checkout service.version=1.5.0 deployment.environment.name=prod", "updated")
+	r2, err := readProcess(t, p)
+	want2 := map[string]string{"service.name": "checkout", "service.version": "1.5.0", "deployment.environment.name": "prod"}
+	if err != nil || !maps.Equal(r2.Attributes, want2) || r2.Address != r.Address || r2.PublishedAt <= r.PublishedAt {
+		t.Errorf("after the update: %+v, %v; want %v in the same mapping, published later", r2, err, want2)
+	}
+}
+
 func TestReadProcessWithoutContext(t *testing.T) {
 	raw, err := os.ReadFile("/proc/self/maps")
 	if err != nil {

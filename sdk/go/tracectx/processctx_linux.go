@@ -1,0 +1,133 @@
+package tracectx
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"go.opentelemetry.io/otel/attribute"
+	"golang.org/x/sys/unix"
+)
+
+// The process context (OTEP 4719): a header, then the payload, in one
+// mapping of its own. The header is what readers look for:
+//
+//	char   signature[8]    "OTEL_CTX", written last
+//	uint32 version         2
+//	uint32 payload_size
+//	uint64 published_at_ns 0 while an update is under way
+//	char*  payload         here: right after the header
+const (
+	ctxSignature  = "OTEL_CTX"
+	ctxVersion    = 2
+	ctxHeaderSize = 32
+	// maxContextPayload bounds what is published; the agent reads at most
+	// 64 KiB.
+	maxContextPayload = 64 << 10
+	prSetVMA          = 0x53564d41 // PR_SET_VMA
+	prSetVMAAnonName  = 0          // PR_SET_VMA_ANON_NAME
+)
+
+var published struct {
+	sync.Mutex
+	mem []byte // the mapping, nil before the first publication
+}
+
+// PublishResource publishes attrs (a resource's attributes:
+// res.Attributes()...) as this process's OpenTelemetry process context
+// (OTEP 4719), which the hotpath agent, and any other reader of the format,
+// takes the service's name, version, namespace, instance id and deployment
+// environment from: its profiles then carry the names the application's
+// own telemetry carries. Call it once the resource is known (beside the
+// TracerProvider); a later call replaces what was published. Values that
+// are not strings are published as their string form.
+//
+// It maps a memfd named OTEL_CTX (an anonymous mapping where memfds are not
+// allowed), not inherited across fork, and names it with prctl where the
+// kernel allows; about 8 KiB for the life of the process.
+func PublishResource(attrs ...attribute.KeyValue) error {
+	payload := encodeResource(attrs)
+	if len(payload) > maxContextPayload {
+		return fmt.Errorf("publish process context: %d bytes of attributes, at most %d", len(payload), maxContextPayload)
+	}
+	published.Lock()
+	defer published.Unlock()
+	if m := published.mem; m != nil && ctxHeaderSize+len(payload) <= len(m) {
+		update(m, payload)
+		return nil
+	}
+	if published.mem != nil {
+		// Too large for the mapping: one context at a time, so the old
+		// one goes before the new one is published.
+		_ = unix.Munmap(published.mem)
+		published.mem = nil
+	}
+	m, err := mapContext(ctxHeaderSize + len(payload))
+	if err != nil {
+		return fmt.Errorf("publish process context: %w", err)
+	}
+	copy(m[ctxHeaderSize:], payload)
+	binary.LittleEndian.PutUint32(m[8:], ctxVersion)
+	binary.LittleEndian.PutUint32(m[12:], uint32(len(payload)))
+	binary.LittleEndian.PutUint64(m[24:], uint64(uintptr(unsafe.Pointer(&m[ctxHeaderSize]))))
+	atomic.StoreUint64(word(m, 16), now())
+	// The signature last, in one store: a reader that sees it sees the
+	// rest.
+	atomic.StoreUint64(word(m, 0), binary.LittleEndian.Uint64([]byte(ctxSignature)))
+	name(m)
+	published.mem = m
+	return nil
+}
+
+// update replaces the payload in place, as the OTEP's updating protocol
+// says: publication time 0, the new payload and size, then the new time.
+func update(m []byte, payload []byte) {
+	atomic.StoreUint64(word(m, 16), 0)
+	copy(m[ctxHeaderSize:], payload)
+	binary.LittleEndian.PutUint32(m[12:], uint32(len(payload)))
+	atomic.StoreUint64(word(m, 16), now())
+	name(m)
+}
+
+func mapContext(size int) ([]byte, error) {
+	page := os.Getpagesize()
+	size = (size + page - 1) / page * page
+	var m []byte
+	fd, err := unix.MemfdCreate(ctxSignature, unix.MFD_CLOEXEC)
+	if err == nil {
+		if err = unix.Ftruncate(fd, int64(size)); err == nil {
+			m, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		}
+		unix.Close(fd)
+	}
+	if err != nil {
+		// memfd_create refused (a seccomp profile): an anonymous mapping,
+		// which readers find by its name where the kernel can name it.
+		if m, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS); err != nil {
+			return nil, err
+		}
+	}
+	if err := unix.Madvise(m, unix.MADV_DONTFORK); err != nil {
+		_ = unix.Munmap(m)
+		return nil, err
+	}
+	return m, nil
+}
+
+// name names the mapping OTEL_CTX, as the OTEP asks each publication to;
+// a kernel without CONFIG_ANON_VMA_NAME (and any memfd mapping) refuses,
+// which is fine: readers find a memfd by its file name.
+func name(m []byte) {
+	n := []byte(ctxSignature + "\x00")
+	_ = unix.Prctl(prSetVMA, prSetVMAAnonName, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&n[0])))
+	runtime.KeepAlive(n)
+}
+
+func word(m []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&m[off])) }
+
+func now() uint64 { return uint64(time.Now().UnixNano()) }
