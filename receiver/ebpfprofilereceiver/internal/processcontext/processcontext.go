@@ -80,33 +80,47 @@ var ErrUnchanged = errors.New("process context unchanged")
 // the mappings named for it (a memfd "/memfd:OTEL_CTX", or an anonymous
 // mapping the kernel lets the publisher name, "[anon:OTEL_CTX]" or
 // "[anon_shmem:OTEL_CTX]"), then small anonymous read-only mappings, where
-// a publisher whose kernel cannot name mappings leaves its header. Only a
-// listing that mentions the signature is parsed line by line for named
-// ones; the unnamed are found on their permissions alone.
+// a publisher whose kernel cannot name mappings leaves its header. Every
+// process read scans its maps for them, so only the lines that hold the
+// name or the permissions and offset of such a mapping are parsed.
 func Candidates(maps []byte) (named, unnamed []uint64) {
-	hasName := bytes.Contains(maps, []byte(Signature))
-	for len(maps) > 0 {
-		line := maps
-		if i := bytes.IndexByte(maps, '\n'); i >= 0 {
-			line, maps = maps[:i], maps[i+1:]
-		} else {
-			maps = nil
+	eachLineWith(maps, []byte(Signature), func(m procmaps.Mapping) {
+		if isContextName(m.Path) {
+			named = append(named, m.Start)
 		}
-		if hasName && bytes.Contains(line, []byte(Signature)) {
-			if m, err := procmaps.ParseLine(line); err == nil && isContextName(m.Path) {
-				named = append(named, m.Start)
-			}
-			continue
-		}
-		// start-limit r--p 00000000 00:00 0, and nothing after.
-		if !bytes.Contains(line, []byte(" r--p 00000000 00:00 0")) {
-			continue
-		}
-		if m, err := procmaps.ParseLine(line); err == nil && m.Path == "" && m.Inode == 0 && m.Limit-m.Start <= maxUnnamed {
+	})
+	// start-limit r--p 00000000 00:00 0, and nothing after.
+	eachLineWith(maps, []byte(" r--p 00000000 00:00 0"), func(m procmaps.Mapping) {
+		if m.Path == "" && m.Inode == 0 && m.Limit-m.Start <= maxUnnamed {
 			unnamed = append(unnamed, m.Start)
 		}
-	}
+	})
 	return named, unnamed
+}
+
+// eachLineWith calls f with each line of maps that contains needle, parsed.
+func eachLineWith(maps, needle []byte, f func(procmaps.Mapping)) {
+	for off := 0; ; {
+		i := bytes.Index(maps[off:], needle)
+		if i < 0 {
+			return
+		}
+		i += off
+		start := bytes.LastIndexByte(maps[:i], '\n') + 1
+		end := bytes.IndexByte(maps[i:], '\n')
+		if end < 0 {
+			end = len(maps)
+		} else {
+			end += i
+		}
+		if m, err := procmaps.ParseLine(maps[start:end]); err == nil {
+			f(m)
+		}
+		if end >= len(maps) {
+			return
+		}
+		off = end + 1
+	}
 }
 
 func isContextName(path string) bool {
