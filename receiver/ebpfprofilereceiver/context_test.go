@@ -65,17 +65,19 @@ func TestServiceFromProcessContext(t *testing.T) {
 	early.Say(t, "", "published")
 	late := processcontexttest.Start(t, bin, nil, "later-memfd")
 
-	want := "checkout 1.4.2 shop " + instance + " prod"
-	waitFor(t, 60*time.Second, "samples of the early publisher as "+want, func() bool {
-		return serviceAttrs(sink, early.Cmd.Process.Pid)[want] > 0
-	})
-	// Sampled before its SDK published: its executable's name.
+	// Sampled before its SDK published: its executable's name. It is
+	// looked at again for about 31 intervals after its read (31 s here),
+	// so its SDK publishes as soon as that is seen.
 	waitFor(t, 60*time.Second, "samples of the late publisher as publisher", func() bool {
 		return serviceAttrs(sink, late.Cmd.Process.Pid)["publisher    "] > 0
 	})
 	late.Say(t, "service.name=billing service.version=7", "published")
 	waitFor(t, 60*time.Second, "samples of the late publisher as billing", func() bool {
 		return serviceAttrs(sink, late.Cmd.Process.Pid)["billing 7   "] > 0
+	})
+	want := "checkout 1.4.2 shop " + instance + " prod"
+	waitFor(t, 60*time.Second, "samples of the early publisher as "+want, func() bool {
+		return serviceAttrs(sink, early.Cmd.Process.Pid)[want] > 0
 	})
 
 	early.Say(t, "service.name=checkout service.version=1.5.0", "updated")
