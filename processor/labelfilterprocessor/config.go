@@ -21,6 +21,7 @@ type Config struct {
 var DefaultAllow = []string{
 	profileschema.AttrServiceName,
 	profileschema.AttrServiceVersion,
+	profileschema.AttrServiceNamespace,
 	profileschema.AttrDeploymentEnv,
 	profileschema.AttrHostName,
 	profileschema.AttrHostID,   // resourcedetection's system detector

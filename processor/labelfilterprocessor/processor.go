@@ -153,11 +153,12 @@ func (f *labelFilter) filterMap(level string, m pcommon.Map) int64 {
 }
 
 // droppedByDesign are keys hotpath's own pipeline sends for a processor
-// placed before this one (the receiver's process.pid, for buildid): their
-// drops are counted like any other and logged at debug level, since a
-// warning on every start of the shipped configuration would tell an
-// operator nothing.
-var droppedByDesign = map[string]bool{profileschema.AttrProcessPID: true}
+// placed before this one (the receiver's process.pid, for buildid) or for
+// a pipeline that keeps them (service.instance.id, one per process start,
+// from an SDK's process context): their drops are counted like any other
+// and logged at debug level, since a warning on every start of the shipped
+// configuration would tell an operator nothing.
+var droppedByDesign = map[string]bool{profileschema.AttrProcessPID: true, profileschema.AttrServiceInstanceID: true}
 
 // logDrop logs the first drop of each key (up to maxLoggedKeys keys), so an
 // operator sees what a sender tried to store without a log line per sample.

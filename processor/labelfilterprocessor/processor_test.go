@@ -180,8 +180,9 @@ func TestDefaultAllowListKeepsStorageKeysOnly(t *testing.T) {
 }
 
 // A dropped key is logged once as a warning, except process.pid, which the
-// shipped pipelines send to buildid and drop here on purpose: debug level.
-// Both are counted.
+// shipped pipelines send to buildid and drop here on purpose, and
+// service.instance.id, which the receiver sends for pipelines that keep it:
+// debug level. All are counted; service.namespace is kept.
 func TestDropsLoggedOnceAndPIDQuietly(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
 	tel := componenttest.NewTelemetry()
@@ -194,7 +195,8 @@ func TestDropsLoggedOnceAndPIDQuietly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		pd := input(map[string]string{profileschema.AttrServiceName: "api", profileschema.AttrProcessPID: "42", "user.email": "a@example.com"}, nil)
+		pd := input(map[string]string{profileschema.AttrServiceName: "api", profileschema.AttrProcessPID: "42", "user.email": "a@example.com",
+			profileschema.AttrServiceInstanceID: "627cc493-f310-47de-96bd-71410b7dec09", profileschema.AttrServiceNamespace: "shop"}, nil)
 		if err := p.ConsumeProfiles(context.Background(), pd); err != nil {
 			t.Fatal(err)
 		}
@@ -208,12 +210,17 @@ func TestDropsLoggedOnceAndPIDQuietly(t *testing.T) {
 	if got := levels["user.email"]; len(got) != 1 || got[0] != zap.WarnLevel {
 		t.Errorf("user.email logged at %v, want one warning", got)
 	}
-	if got := levels[profileschema.AttrProcessPID]; len(got) != 1 || got[0] != zap.DebugLevel {
-		t.Errorf("process.pid logged at %v, want one debug line", got)
+	for _, key := range []string{profileschema.AttrProcessPID, profileschema.AttrServiceInstanceID} {
+		if got := levels[key]; len(got) != 1 || got[0] != zap.DebugLevel {
+			t.Errorf("%s logged at %v, want one debug line", key, got)
+		}
+	}
+	if got := levels[profileschema.AttrServiceNamespace]; len(got) != 0 {
+		t.Errorf("service.namespace logged at %v, want it kept", got)
 	}
 	h := &harness{tel: tel}
-	if got := h.dropped(t)[levelResource]; got != 6 {
-		t.Errorf("dropped %d resource attributes, want 6 (2 per request)", got)
+	if got := h.dropped(t)[levelResource]; got != 9 {
+		t.Errorf("dropped %d resource attributes, want 9 (3 per request)", got)
 	}
 }
 
