@@ -37,14 +37,13 @@ func (t *processTable) readContext(e *processEntry, maps []byte, now time.Time) 
 
 // checkContext looks again for the process context of e, sampled in the
 // drain at now, when one is due: a new one, or an update of the one it has.
-// It returns whether the process's service changed.
-func (t *processTable) checkContext(e *processEntry, now time.Time) bool {
+func (t *processTable) checkContext(e *processEntry, now time.Time) {
 	t.mu.Lock()
 	due := e.keep && e.snapshot != nil && e.exitedAt.IsZero() && !e.contextDue.IsZero() && !now.Before(e.contextDue)
 	addr, published := e.contextAddr, e.contextPublishedAt
 	t.mu.Unlock()
 	if !due {
-		return false
+		return
 	}
 	dir := filepath.Join(t.procRoot, strconv.Itoa(int(e.resource.PID)))
 	var r processcontext.Resource
@@ -65,16 +64,14 @@ func (t *processTable) checkContext(e *processEntry, now time.Time) bool {
 		t.mu.Lock()
 		e.contextDue = now.Add(t.cfg.Interval / 2)
 		t.mu.Unlock()
-		return false
+		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	before := e.resource.ServiceName
 	t.applyContext(e, r, err, now)
 	if e.contextService != "" {
 		e.resource.ServiceName = e.contextService
 	}
-	return e.resource.ServiceName != before
 }
 
 // applyContext records what a look for e's process context found (r, or
