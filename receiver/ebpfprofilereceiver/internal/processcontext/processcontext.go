@@ -82,19 +82,35 @@ var ErrUnchanged = errors.New("process context unchanged")
 // "[anon_shmem:OTEL_CTX]"), then small anonymous read-only mappings, where
 // a publisher whose kernel cannot name mappings leaves its header. Every
 // process read scans its maps for them, so only the lines that hold the
-// name or the permissions and offset of such a mapping are parsed.
+// name, or the permissions, offset, device and inode of such a mapping with
+// no path, are parsed.
 func Candidates(maps []byte) (named, unnamed []uint64) {
 	eachLineWith(maps, []byte(Signature), func(m procmaps.Mapping) {
 		if isContextName(m.Path) {
 			named = append(named, m.Start)
 		}
 	})
-	// start-limit r--p 00000000 00:00 0, and nothing after.
-	eachLineWith(maps, []byte(" r--p 00000000 00:00 0"), func(m procmaps.Mapping) {
-		if m.Path == "" && m.Inode == 0 && m.Limit-m.Start <= maxUnnamed {
+	// "start-limit r--p 00000000 00:00 0" and nothing after: checked at
+	// the line's fixed places. A search for the pattern across the listing
+	// starts a comparison at every space; it made the whole scan 3.5 times
+	// slower (BenchmarkReadProcessWithoutContext).
+	unnamedFields := []byte("r--p 00000000 00:00 0")
+	for rest := maps; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		sp := bytes.IndexByte(line, ' ')
+		if sp < 0 || !bytes.HasPrefix(line[sp+1:], unnamedFields) ||
+			len(bytes.TrimRight(line[sp+1+len(unnamedFields):], " ")) != 0 {
+			continue
+		}
+		if m, err := procmaps.ParseLine(line); err == nil && m.Limit-m.Start <= maxUnnamed {
 			unnamed = append(unnamed, m.Start)
 		}
-	})
+	}
 	return named, unnamed
 }
 
