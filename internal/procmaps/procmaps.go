@@ -12,9 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 )
 
 // Mapping is one line of /proc/PID/maps.
@@ -35,6 +39,19 @@ const deletedSuffix = " (deleted)"
 // if any: not the one the process maps.
 func TrimDeleted(path string) (string, bool) {
 	return strings.CutSuffix(path, deletedSuffix)
+}
+
+// Read reads procRoot/PID/maps; the error says so plainly when the
+// process no longer exists.
+func Read(procRoot string, pid int) ([]byte, error) {
+	raw, err := procfile.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "maps"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return nil, fmt.Errorf("process %d: process does not exist: %w", pid, err)
+		}
+		return nil, fmt.Errorf("process %d: read maps: %w", pid, err)
+	}
+	return raw, nil
 }
 
 // ParseExecutable returns the executable mappings of a /proc/PID/maps

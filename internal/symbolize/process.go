@@ -13,7 +13,6 @@ import (
 	"syscall"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
-	"github.com/hotpath-dev/hotpath/internal/procfile"
 	"github.com/hotpath-dev/hotpath/internal/procmaps"
 )
 
@@ -94,7 +93,7 @@ func (p *Process) find(addr uint64) int {
 // resolve in the process's own mount namespace (containers); a deleted or
 // since-replaced file is opened through procRoot/PID/map_files, which names
 // exactly the mapped inode. raw, when not nil, is the process's maps read
-// by the caller (ReadMaps).
+// by the caller (procmaps.Read).
 //
 // A file whose table is already cached (cached reports it; nil: none is) is
 // only stat'ed, not opened: the tenth process of a binary costs a stat.
@@ -107,7 +106,7 @@ func snapshotProcess(procRoot string, pid int, raw []byte, cached func(fileid.ID
 		return nil, fmt.Errorf("snapshot process %d: read exe link: %w", pid, err)
 	}
 	if raw == nil {
-		if raw, err = ReadMaps(procRoot, pid); err != nil {
+		if raw, err = procmaps.Read(procRoot, pid); err != nil {
 			return nil, fmt.Errorf("snapshot %w", err)
 		}
 	}
@@ -192,17 +191,4 @@ func parseMaps(raw []byte) ([]Mapping, error) {
 		out[i] = Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path, Dev: m.Dev, Inode: m.Inode, Deleted: m.Deleted, file: -1}
 	}
 	return out, nil
-}
-
-// ReadMaps reads procRoot/PID/maps; the error says so plainly when the
-// process no longer exists.
-func ReadMaps(procRoot string, pid int) ([]byte, error) {
-	raw, err := procfile.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "maps"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-			return nil, fmt.Errorf("process %d: process does not exist: %w", pid, err)
-		}
-		return nil, fmt.Errorf("process %d: read maps: %w", pid, err)
-	}
-	return raw, nil
 }

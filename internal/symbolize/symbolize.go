@@ -120,7 +120,7 @@ func (s *Symbolizer) Snapshot(pid int) (*Process, error) {
 	return s.SnapshotMaps(pid, nil)
 }
 
-// SnapshotMaps is Snapshot with the process's maps already read (ReadMaps),
+// SnapshotMaps is Snapshot with the process's maps already read (procmaps.Read),
 // for a caller that looks at more of them than the executable mappings.
 func (s *Symbolizer) SnapshotMaps(pid int, maps []byte) (*Process, error) {
 	p, err := snapshotProcess(s.procRoot, pid, maps, s.cached)

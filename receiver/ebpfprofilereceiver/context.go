@@ -9,8 +9,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/internal/cputime"
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
-	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/processcontext"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 )
@@ -55,7 +55,7 @@ func (t *processTable) checkContext(e *processEntry, now time.Time) {
 			return
 		}
 		var maps []byte
-		if maps, err = symbolize.ReadMaps(t.procRoot, int(e.resource.PID)); err == nil {
+		if maps, err = procmaps.Read(t.procRoot, int(e.resource.PID)); err == nil {
 			r, err = processcontext.ReadProcess(dir, maps)
 		}
 	})

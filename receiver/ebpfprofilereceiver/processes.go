@@ -18,6 +18,7 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
@@ -589,7 +590,7 @@ func (t *processTable) readProcess(pid int, start uint64, comm string) *processE
 	var maps []byte
 	var mapsErr error
 	if info.ExePath != "" {
-		if maps, mapsErr = symbolize.ReadMaps(t.procRoot, pid); mapsErr == nil {
+		if maps, mapsErr = procmaps.Read(t.procRoot, pid); mapsErr == nil {
 			t.readContext(e, maps, e.readAt)
 		}
 	}
