@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -28,11 +29,24 @@ type Tally struct {
 
 // TallyProcess tallies the samples of pid across all batches.
 func TallyProcess(all []pprofile.Profiles, pid int) Tally {
+	return TallyProcessSince(all, pid, time.Time{})
+}
+
+// TallyProcessSince tallies the samples of pid taken at or after since (by
+// profileschema.SampleTime: the receiver's samples carry no timestamp and
+// belong to their interval's start). The receiver drains an interval after
+// it ended, so an interval that began at or after since holds no sample
+// taken before it: a test that gates its workload counts only what came
+// after the gate.
+func TallyProcessSince(all []pprofile.Profiles, pid int, since time.Time) Tally {
 	t := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}, BuildIDs: map[string]int64{}}
 	for _, pd := range all {
 		dict := pd.Dictionary()
-		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
+		profileschema.ForEachSample(pd, func(res pcommon.Resource, p pprofile.Profile, s pprofile.Sample) {
 			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() != int64(pid) {
+				return
+			}
+			if profileschema.SampleTime(p, s).AsTime().Before(since) {
 				return
 			}
 			t.Service = profileschema.ServiceName(res)

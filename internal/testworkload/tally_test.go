@@ -3,6 +3,12 @@ package testworkload
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/hotpath-dev/hotpath/internal/profileschema"
 )
 
 // TestTallyLeafSkipsKernelFrames: time the kernel spent interrupting a hot
@@ -83,5 +89,36 @@ func TestUserLeaf(t *testing.T) {
 		if got := UserLeaf(folded); got != want {
 			t.Errorf("UserLeaf(%q) = %q, want %q", folded, got, want)
 		}
+	}
+}
+
+// TestTallyProcessSince: a gated workload's intervals that began before the
+// gate are not counted, those at or after it are; another process's samples
+// never are.
+func TestTallyProcessSince(t *testing.T) {
+	gate := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	pd := pprofile.NewProfiles()
+	strs := pd.Dictionary().StringTable()
+	strs.Append("", profileschema.SampleTypeSamples, profileschema.UnitCount)
+	pd.Dictionary().StackTable().AppendEmpty()
+	add := func(pid int64, start time.Time, count int64) {
+		rp := pd.ResourceProfiles().AppendEmpty()
+		rp.Resource().Attributes().PutInt(profileschema.AttrProcessPID, pid)
+		p := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
+		p.SampleType().SetTypeStrindex(1)
+		p.SampleType().SetUnitStrindex(2)
+		p.SetTime(pcommon.NewTimestampFromTime(start))
+		p.Samples().AppendEmpty().Values().Append(count)
+	}
+	add(7, gate.Add(-time.Second), 1)   // the interval holding the gate
+	add(7, gate, 10)                    // began at the gate
+	add(7, gate.Add(time.Second), 100)  // after it
+	add(8, gate.Add(time.Second), 1000) // another process
+	all := []pprofile.Profiles{pd}
+	if got := TallyProcessSince(all, 7, gate).Total; got != 110 {
+		t.Errorf("since the gate: %d samples, want 110", got)
+	}
+	if got := TallyProcess(all, 7).Total; got != 111 {
+		t.Errorf("all: %d samples, want 111", got)
 	}
 }

@@ -148,6 +148,10 @@ type runtimeRun struct {
 	cmd   *exec.Cmd
 	out   *bufio.Reader
 	stdin io.WriteCloser
+	// gatedAt: when runGated found the process read and its unwinding
+	// decided. Its samples from before are frame-pointer walks of the
+	// waiting loop (testworkload.TallyProcessSince leaves them out).
+	gatedAt time.Time
 }
 
 // startRuntime starts argv in a temporary directory (V8 leaves its
@@ -206,6 +210,7 @@ func (r *runtimeRun) runGated(t *testing.T, rs ...*profileReceiver) {
 			t.Fatalf("pid %d: the receivers did not read it in 30 s", pid)
 		}
 	}
+	r.gatedAt = time.Now()
 	if _, err := io.WriteString(r.stdin, "go\n"); err != nil {
 		t.Fatal(err)
 	}
