@@ -37,15 +37,21 @@ func (t *processTable) readContext(e *processEntry, maps []byte, now time.Time) 
 
 // checkContext looks again for the process context of e, sampled in the
 // drain at now, when one is due: a new one, or an update of the one it has.
-func (t *processTable) checkContext(e *processEntry, now time.Time) {
+// A process the filters left out is looked at too when they name services:
+// its SDK may publish one they keep. reread reports that the published
+// service made the filters keep a process they had left out at its read,
+// which the caller reads again (it has no snapshot).
+func (t *processTable) checkContext(e *processEntry, now time.Time) (reread bool) {
 	t.mu.Lock()
-	due := e.keep && e.snapshot != nil && e.exitedAt.IsZero() && !e.contextDue.IsZero() && !now.Before(e.contextDue)
+	watched := e.snapshot != nil || (!e.keep && t.filtersByService())
+	due := watched && e.exitedAt.IsZero() && !e.contextDue.IsZero() && !now.Before(e.contextDue)
 	addr, published := e.contextAddr, e.contextPublishedAt
 	t.mu.Unlock()
 	if !due {
-		return
+		return false
 	}
-	dir := filepath.Join(t.procRoot, strconv.Itoa(int(e.resource.PID)))
+	pid := int(e.resource.PID)
+	dir := filepath.Join(t.procRoot, strconv.Itoa(pid))
 	var r processcontext.Resource
 	var err error
 	// Part of reading processes: the budget for one-time work sees it.
@@ -55,23 +61,32 @@ func (t *processTable) checkContext(e *processEntry, now time.Time) {
 			return
 		}
 		var maps []byte
-		if maps, err = procmaps.Read(t.procRoot, int(e.resource.PID)); err == nil {
+		if maps, err = procmaps.Read(t.procRoot, pid); err == nil {
 			r, err = processcontext.ReadProcess(dir, maps)
 		}
 	})
 	t.work.charge(workProcessRead, 0, cpu)
-	if errors.Is(err, processcontext.ErrUnchanged) {
-		t.mu.Lock()
-		e.contextDue = now.Add(t.cfg.Interval / 2)
-		t.mu.Unlock()
-		return
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.applyContext(e, r, err, now)
-	if e.contextService != "" {
-		e.resource.ServiceName = e.contextService
+	if errors.Is(err, processcontext.ErrUnchanged) {
+		e.contextDue = now.Add(t.cfg.Interval / 2)
+		return false
 	}
+	t.applyContext(e, r, err, now)
+	if e.contextService == "" || e.contextService == e.resource.ServiceName {
+		return false
+	}
+	e.resource.ServiceName = e.contextService
+	if !t.filtersByService() {
+		return false
+	}
+	kept := e.keep
+	e.keep = t.keeps(pid, e.resource.ExePath, e.resource.ExeName, e.resource.ServiceName)
+	if kept != e.keep {
+		t.logger.Debug("the service its SDK published changed the filters' verdict",
+			zap.Int("pid", pid), zap.String("service", e.resource.ServiceName), zap.Bool("kept", e.keep))
+	}
+	return e.keep && e.snapshot == nil
 }
 
 // applyContext records what a look for e's process context found (r, or

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/processcontext/processcontexttest"
 )
 
@@ -42,6 +43,23 @@ func serviceAttrs(sink *consumertest.ProfilesSink, pid int) map[string]int64 {
 		})
 	}
 	return out
+}
+
+// batchesWith counts the batches so far that hold samples of pid.
+func batchesWith(sink *consumertest.ProfilesSink, pid int) int {
+	var n int
+	for _, pd := range sink.AllProfiles() {
+		found := false
+		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, _ pprofile.Sample) {
+			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() == int64(pid) {
+				found = true
+			}
+		})
+		if found {
+			n++
+		}
+	}
+	return n
 }
 
 // TestServiceFromProcessContext: a process whose SDK published its process
@@ -96,7 +114,9 @@ func TestServiceFromProcessContext(t *testing.T) {
 }
 
 // The service a process's context names is the one include and exclude
-// match.
+// match, also when the SDK publishes it after the process's read: a process
+// left out then is kept from the interval its SDK publishes a service the
+// include names.
 func TestIncludeByPublishedService(t *testing.T) {
 	bin := processcontexttest.Build(t)
 	cfg := testConfig()
@@ -106,19 +126,78 @@ func TestIncludeByPublishedService(t *testing.T) {
 	in.Say(t, "", "published")
 	out := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=checkout"}, "anon", "service.name=billing")
 	out.Say(t, "", "published")
+	late := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=from-env"}, "later-memfd")
+	leftOut := func(p *processcontexttest.Publisher, service string) func() bool {
+		return func() bool {
+			r.procs.mu.Lock()
+			defer r.procs.mu.Unlock()
+			e := r.procs.entries[p.Cmd.Process.Pid]
+			return e != nil && !e.keep && e.snapshot == nil && e.resource.ServiceName == service && !e.sampledAt.IsZero()
+		}
+	}
+	// Looked at again for about 31 intervals after its read (31 s here):
+	// its SDK publishes as soon as it was read and left out.
+	waitFor(t, 60*time.Second, "the late publisher read and left out", leftOut(late, "from-env"))
+	late.Say(t, "service.name=checkout service.version=2", "published")
 	waitFor(t, 60*time.Second, "samples of the included publisher", func() bool {
 		return serviceAttrs(sink, in.Cmd.Process.Pid)["checkout    "] > 0
 	})
-	waitFor(t, 60*time.Second, "the other publisher read and left out", func() bool {
-		r.procs.mu.Lock()
-		defer r.procs.mu.Unlock()
-		e := r.procs.entries[out.Cmd.Process.Pid]
-		return e != nil && !e.keep && e.resource.ServiceName == "billing" && !e.sampledAt.IsZero()
+	waitFor(t, 60*time.Second, "the other publisher read and left out", leftOut(out, "billing"))
+	waitFor(t, 60*time.Second, "samples of the late publisher as checkout", func() bool {
+		return serviceAttrs(sink, late.Cmd.Process.Pid)["checkout 2   "] > 0
 	})
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := serviceAttrs(sink, out.Cmd.Process.Pid); len(got) != 0 {
 		t.Errorf("the process whose context says billing (OTEL_SERVICE_NAME=checkout) was kept: %v", got)
+	}
+	// Kept with its snapshot: its stacks are named.
+	if tl := testworkload.TallyProcess(sink.AllProfiles(), late.Cmd.Process.Pid); tl.Leaf["burn"] == 0 {
+		t.Errorf("no sample of the late publisher in burn; top:%s", tl.Top(5))
+	}
+	for attrs, n := range serviceAttrs(sink, late.Cmd.Process.Pid) {
+		if attrs != "checkout 2   " {
+			t.Errorf("%d samples of the late publisher as %q, before its SDK published", n, attrs)
+		}
+	}
+}
+
+// A kept process whose SDK then publishes a service the exclude names is
+// left out from that interval on.
+func TestExcludeByLaterPublishedService(t *testing.T) {
+	bin := processcontexttest.Build(t)
+	cfg := testConfig()
+	cfg.Exclude.Services = []string{"billing"}
+	r, sink := startReceiver(t, cfg)
+	defer func() {
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	late := processcontexttest.Start(t, bin, nil, "later-anon")
+	pid := late.Cmd.Process.Pid
+	// Never publishes, so it stays kept: its samples mark the batches.
+	other := processcontexttest.Start(t, bin, nil, "later-memfd")
+	waitFor(t, 60*time.Second, "samples of the late publisher as publisher", func() bool {
+		return serviceAttrs(sink, pid)["publisher    "] > 0
+	})
+	late.Say(t, "service.name=billing", "published")
+	waitFor(t, 60*time.Second, "the late publisher left out", func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e := r.procs.entries[pid]
+		return e != nil && !e.keep && e.resource.ServiceName == "billing"
+	})
+	// The drain that left it out dropped its samples already: none comes
+	// in the next batches either.
+	before := serviceAttrs(sink, pid)
+	batches := batchesWith(sink, other.Cmd.Process.Pid)
+	waitFor(t, 60*time.Second, "two more batches with the other publisher's samples", func() bool {
+		return batchesWith(sink, other.Cmd.Process.Pid) >= batches+2
+	})
+	after := serviceAttrs(sink, pid)
+	if len(after) != 1 || after["publisher    "] != before["publisher    "] {
+		t.Errorf("samples of the excluded process: %v, before it was left out %v", after, before)
 	}
 }

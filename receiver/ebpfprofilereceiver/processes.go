@@ -34,7 +34,10 @@ import (
 // exited or went idle, never by scanning /proc. A process that is never
 // sampled costs nothing here.
 type processEntry struct {
-	resource  profilebuilder.Process
+	resource profilebuilder.Process
+	// keep: the include/exclude filters' verdict, given at the read and
+	// given again by the drain when the process's SDK publishes a service
+	// (checkContext); read by the drain.
 	keep      bool
 	startTime uint64             // clock ticks after boot; tells a reused pid apart
 	snapshot  *symbolize.Process // nil when the process was gone before it could be read
@@ -570,6 +573,19 @@ func (t *processTable) read(pid int, start uint64, comm string) *processEntry {
 	return e
 }
 
+// keeps is the include and exclude filters' verdict on a process read
+// from /proc.
+func (t *processTable) keeps(pid int, exePath, exeName, service string) bool {
+	return (t.cfg.Include.empty() || t.cfg.Include.matches(pid, exePath, exeName, service)) &&
+		!t.cfg.Exclude.matches(pid, exePath, exeName, service)
+}
+
+// filtersByService: a process's service name can change the filters'
+// verdict on it.
+func (t *processTable) filtersByService() bool {
+	return len(t.cfg.Include.Services) > 0 || len(t.cfg.Exclude.Services) > 0
+}
+
 func (t *processTable) readProcess(pid int, start uint64, comm string) *processEntry {
 	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
 	info, err := procinfo.Read(t.procRoot, pid, start)
@@ -595,8 +611,7 @@ func (t *processTable) readProcess(pid int, start uint64, comm string) *processE
 		}
 	}
 	e.resource.ServiceName = t.serviceName(info, e.contextService)
-	e.keep = (t.cfg.Include.empty() || t.cfg.Include.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)) &&
-		!t.cfg.Exclude.matches(pid, info.ExePath, info.ExeName, e.resource.ServiceName)
+	e.keep = t.keeps(pid, info.ExePath, info.ExeName, e.resource.ServiceName)
 	if !e.keep || info.ExePath == "" {
 		return e // filtered out, or a kernel thread: nothing to symbolize in user space
 	}

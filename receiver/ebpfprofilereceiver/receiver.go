@@ -548,10 +548,16 @@ func (r *profileReceiver) planOneTimeWorkLocked(samples []sampler.Sample, draine
 	for pid, n := range perPID {
 		e := r.procs.lookup(int(pid))
 		r.procs.markSampled(e, drainedAt)
+		if r.procs.checkContext(e, drainedAt) {
+			// Its SDK published a service the filters keep: read it now,
+			// so that this interval's samples are symbolized.
+			if e = r.procs.refresh(int(pid), drainedAt); e == nil {
+				continue
+			}
+		}
 		if e.snapshot == nil {
 			continue
 		}
-		r.procs.checkContext(e, drainedAt)
 		e.snapshot.DeferLoads.Store(over && n < heavy)
 		if n >= heavy && r.procs.isUnwindDeferred(e) {
 			r.procs.attachUnwind(e, true)
