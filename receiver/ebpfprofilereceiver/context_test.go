@@ -66,7 +66,9 @@ func batchesWith(sink *consumertest.ProfilesSink, pid int) int {
 // context (OTEP 4719) is the service the SDK says, with its version,
 // namespace, instance id and environment, ahead of OTEL_SERVICE_NAME; one
 // whose SDK publishes after its first samples becomes that service at a
-// later interval; an SDK's update reaches the next intervals.
+// later interval; an SDK's update reaches the next intervals. The early
+// one publishes as the OTEP's first reference implementation did (a bare
+// Resource), the late one with its reference implementation 1.0.0.
 func TestServiceFromProcessContext(t *testing.T) {
 	bin := processcontexttest.Build(t)
 	r, sink := startReceiver(t, testConfig())
@@ -81,7 +83,7 @@ func TestServiceFromProcessContext(t *testing.T) {
 		"service.name=checkout", "service.version=1.4.2", "service.namespace=shop",
 		"service.instance.id="+instance, "deployment.environment.name=prod")
 	early.Say(t, "", "published")
-	late := processcontexttest.Start(t, bin, nil, "later-memfd")
+	late := processcontexttest.Start(t, bin, nil, "later-ref")
 
 	// Sampled before its SDK published: its executable's name. It is
 	// looked at again for about 31 intervals after its read (31 s here),

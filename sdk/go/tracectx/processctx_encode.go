@@ -2,12 +2,14 @@ package tracectx
 
 import "go.opentelemetry.io/otel/attribute"
 
-// encodeResource encodes attrs as an opentelemetry.proto.resource.v1.Resource:
-// one KeyValue (key 1, value 2) per attribute, each value an AnyValue with
-// string_value (field 1). A hand encoder of these three messages keeps
+// encodeProcessContext encodes attrs as the OTEP's payload, an
+// opentelemetry.proto.processcontext.v1development.ProcessContext whose
+// resource (field 1) is an opentelemetry.proto.resource.v1.Resource: one
+// KeyValue (key 1, value 2) per attribute, each value an AnyValue with
+// string_value (field 1). A hand encoder of these four messages keeps
 // protobuf out of applications' module graphs.
-func encodeResource(attrs []attribute.KeyValue) []byte {
-	var b []byte
+func encodeProcessContext(attrs []attribute.KeyValue) []byte {
+	var resource []byte
 	for _, kv := range attrs {
 		if !kv.Valid() {
 			continue
@@ -16,9 +18,9 @@ func encodeResource(attrs []attribute.KeyValue) []byte {
 		anyValue := lenField(nil, 1, value)
 		pair := lenField(nil, 1, key)
 		pair = lenField(pair, 2, string(anyValue))
-		b = lenField(b, 1, string(pair))
+		resource = lenField(resource, 1, string(pair))
 	}
-	return b
+	return lenField(nil, 1, string(resource))
 }
 
 // lenField appends a length-delimited field.

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -17,11 +16,12 @@ import (
 // The process context (OTEP 4719): a header, then the payload, in one
 // mapping of its own. The header is what readers look for:
 //
-//	char   signature[8]    "OTEL_CTX", written last
-//	uint32 version         2
+//	char   signature[8]              "OTEL_CTX"
+//	uint32 version                   2
 //	uint32 payload_size
-//	uint64 published_at_ns 0 while an update is under way
-//	char*  payload         here: right after the header
+//	uint64 monotonic_published_at_ns CLOCK_BOOTTIME; written last, and 0
+//	                                 while an update is under way
+//	char*  payload                   here: right after the header
 const (
 	ctxSignature  = "OTEL_CTX"
 	ctxVersion    = 2
@@ -51,7 +51,7 @@ var published struct {
 // allowed), not inherited across fork, and names it with prctl where the
 // kernel allows; about 8 KiB for the life of the process.
 func PublishResource(attrs ...attribute.KeyValue) error {
-	payload := encodeResource(attrs)
+	payload := encodeProcessContext(attrs)
 	if len(payload) > maxContextPayload {
 		return fmt.Errorf("publish process context: %d bytes of attributes, at most %d", len(payload), maxContextPayload)
 	}
@@ -72,13 +72,13 @@ func PublishResource(attrs ...attribute.KeyValue) error {
 		return fmt.Errorf("publish process context: %w", err)
 	}
 	copy(m[ctxHeaderSize:], payload)
+	copy(m, ctxSignature)
 	binary.LittleEndian.PutUint32(m[8:], ctxVersion)
 	binary.LittleEndian.PutUint32(m[12:], uint32(len(payload)))
 	binary.LittleEndian.PutUint64(m[24:], uint64(uintptr(unsafe.Pointer(&m[ctxHeaderSize]))))
-	atomic.StoreUint64(word(m, 16), now())
-	// The signature last, in one store: a reader that sees it sees the
-	// rest.
-	atomic.StoreUint64(word(m, 0), binary.LittleEndian.Uint64([]byte(ctxSignature)))
+	// The publication time last, in one sequentially consistent store: a
+	// reader that sees it non-zero sees the rest.
+	atomic.StoreUint64(word(m, 16), publicationTime(0))
 	name(m)
 	published.mem = m
 	return nil
@@ -87,10 +87,10 @@ func PublishResource(attrs ...attribute.KeyValue) error {
 // update replaces the payload in place, as the OTEP's updating protocol
 // says: publication time 0, the new payload and size, then the new time.
 func update(m []byte, payload []byte) {
-	atomic.StoreUint64(word(m, 16), 0)
+	prev := atomic.SwapUint64(word(m, 16), 0)
 	copy(m[ctxHeaderSize:], payload)
 	binary.LittleEndian.PutUint32(m[12:], uint32(len(payload)))
-	atomic.StoreUint64(word(m, 16), now())
+	atomic.StoreUint64(word(m, 16), publicationTime(prev))
 	name(m)
 }
 
@@ -98,17 +98,23 @@ func mapContext(size int) ([]byte, error) {
 	page := os.Getpagesize()
 	size = (size + page - 1) / page * page
 	var m []byte
-	fd, err := unix.MemfdCreate(ctxSignature, unix.MFD_CLOEXEC)
+	// As the OTEP's publication protocol says: a memfd (MFD_NOEXEC_SEAL is
+	// refused by kernels before 6.3), mapped private, its descriptor
+	// closed once mapped; its name shows in the maps.
+	fd, err := unix.MemfdCreate(ctxSignature, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_NOEXEC_SEAL)
+	if err != nil {
+		fd, err = unix.MemfdCreate(ctxSignature, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	}
 	if err == nil {
 		if err = unix.Ftruncate(fd, int64(size)); err == nil {
-			m, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			m, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
 		}
 		unix.Close(fd)
 	}
 	if err != nil {
 		// memfd_create refused (a seccomp profile): an anonymous mapping,
 		// which readers find by its name where the kernel can name it.
-		if m, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS); err != nil {
+		if m, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS); err != nil {
 			return nil, err
 		}
 	}
@@ -130,4 +136,13 @@ func name(m []byte) {
 
 func word(m []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&m[off])) }
 
-func now() uint64 { return uint64(time.Now().UnixNano()) }
+// publicationTime is CLOCK_BOOTTIME now, as the OTEP asks, and after prev
+// (the time it replaces): readers take a new time for new attributes.
+func publicationTime(prev uint64) uint64 {
+	var ts unix.Timespec
+	var t uint64
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) == nil {
+		t = uint64(ts.Nano())
+	}
+	return max(t, prev+1)
+}

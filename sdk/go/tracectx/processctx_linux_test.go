@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
+	"golang.org/x/sys/unix"
 )
 
 // contextMappings are this process's mappings named for a process context,
@@ -74,7 +76,16 @@ func TestPublishResource(t *testing.T) {
 	if sig != "OTEL_CTX" || version != 2 || first == 0 || payload != at[0]+ctxHeaderSize {
 		t.Errorf("header %q v%d published at %d, payload at %#x; want OTEL_CTX v2, a time, %#x", sig, version, first, payload, at[0]+ctxHeaderSize)
 	}
-	if want := encodeResource(attrs); int(size) != len(want) || !bytes.Equal(body, want) {
+	// The OTEP's clock: CLOCK_BOOTTIME, which counts from boot (the
+	// realtime clock would be decades past it).
+	var boot unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot); err != nil {
+		t.Fatal(err)
+	}
+	if now := uint64(boot.Nano()); first > now || now-first > uint64(time.Minute) {
+		t.Errorf("published at %d ns, want CLOCK_BOOTTIME shortly before %d", first, now)
+	}
+	if want := encodeProcessContext(attrs); int(size) != len(want) || !bytes.Equal(body, want) {
 		t.Errorf("payload %x, want %x", body, want)
 	}
 	// service.port as its string form.
@@ -98,7 +109,7 @@ func TestPublishResource(t *testing.T) {
 	}
 	if now := contextMappings(t); len(now) != 1 {
 		t.Errorf("after a larger publication: mappings %x, want one", now)
-	} else if _, _, size, _, _, _ := header(t, now[0]); int(size) != len(encodeResource([]attribute.KeyValue{attribute.String("service.name", "checkout"), big})) {
+	} else if _, _, size, _, _, _ := header(t, now[0]); int(size) != len(encodeProcessContext([]attribute.KeyValue{attribute.String("service.name", "checkout"), big})) {
 		t.Errorf("payload of %d bytes after a larger publication", size)
 	}
 

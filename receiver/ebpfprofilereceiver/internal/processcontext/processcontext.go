@@ -1,18 +1,20 @@
 // Package processcontext reads the resource attributes an OpenTelemetry SDK
 // publishes for readers outside its process (OTEP 4719, "Process Context"):
 // a small mapping whose header says where a protobuf-encoded
-// opentelemetry.proto.resource.v1.Resource lies in the process's memory.
+// opentelemetry.proto.processcontext.v1development.ProcessContext (the
+// SDK's Resource, and extra attributes) lies in the process's memory.
 // The SDK knows its service's name, version, environment and instance id
 // as its own traces carry them; the agent otherwise guesses them from the
 // process's environment and command line.
 //
 // Layout of the header (little-endian, 32 bytes), as the OTEP gives it:
 //
-//	char     signature[8]    "OTEL_CTX", written last
-//	uint32   version         2
-//	uint32   payload_size    bytes of the encoded Resource
-//	uint64   published_at_ns 0 while the publisher updates the context
-//	char*    payload         address of the encoded Resource
+//	char     signature[8]              "OTEL_CTX"
+//	uint32   version                   2
+//	uint32   payload_size              bytes of the encoded payload
+//	uint64   monotonic_published_at_ns CLOCK_BOOTTIME; written last, and
+//	                                   0 while the publisher updates it
+//	char*    payload                   address of the encoded payload
 //
 // The content is the process's own: every field is checked and bounded,
 // and a context that does not read cleanly is not used.
@@ -54,8 +56,9 @@ const (
 	// attempts bounds the reads of a context being updated meanwhile.
 	attempts = 3
 	// maxUnnamed is the largest anonymous read-only mapping probed for a
-	// header when the kernel cannot name mappings (no
-	// CONFIG_ANON_VMA_NAME): the reference implementation maps 2 pages.
+	// header: the first reference implementation (2025-12) mapped 2 pages,
+	// read-only and without a memfd, and left them unnamed where the kernel
+	// cannot name mappings (no CONFIG_ANON_VMA_NAME).
 	maxUnnamed = 16 << 10
 )
 
@@ -63,8 +66,8 @@ const (
 type Resource struct {
 	// Address is where its header is in the process's memory.
 	Address uint64
-	// PublishedAt is the publication's time (ns since the epoch): a new
-	// value means new attributes.
+	// PublishedAt is the publication's time as the publisher wrote it
+	// (CLOCK_BOOTTIME ns, the OTEP says): a new value means new attributes.
 	PublishedAt uint64
 	// Attributes are the string-valued attributes, by key.
 	Attributes map[string]string
@@ -80,7 +83,10 @@ var ErrUnchanged = errors.New("process context unchanged")
 // the mappings named for it (a memfd "/memfd:OTEL_CTX", or an anonymous
 // mapping the kernel lets the publisher name, "[anon:OTEL_CTX]" or
 // "[anon_shmem:OTEL_CTX]"), then small anonymous read-only mappings, where
-// a publisher whose kernel cannot name mappings leaves its header. Every
+// a publisher built on the first reference implementation leaves its
+// header when its kernel cannot name mappings. (The OTEP now has publishers
+// use a memfd, whose name the kernel always shows, and treats a context
+// neither in a memfd nor named as not published.) Every
 // process read scans its maps for them, so only the lines that hold the
 // name, or the permissions, offset, device and inode of such a mapping with
 // no path, are parsed.
@@ -139,10 +145,16 @@ func eachLineWith(maps, needle []byte, f func(procmaps.Mapping)) {
 	}
 }
 
+// isContextName: the OTEP's readers look for mappings whose name starts
+// with one of these names, for what the kernel appends: a memfd whose
+// descriptor the publisher closed reads "/memfd:OTEL_CTX (deleted)"
+// (procmaps takes that suffix off). Another word ("/memfd:OTEL_CTX_OTHER")
+// is another name.
 func isContextName(path string) bool {
-	switch path {
-	case "/memfd:" + Signature, "[anon:" + Signature + "]", "[anon_shmem:" + Signature + "]":
-		return true
+	for _, name := range []string{"/memfd:" + Signature, "[anon:" + Signature + "]", "[anon_shmem:" + Signature + "]"} {
+		if path == name || strings.HasPrefix(path, name+" ") {
+			return true
+		}
 	}
 	return false
 }
@@ -237,7 +249,7 @@ func Read(mem io.ReaderAt, addr uint64) (Resource, error) {
 		if binary.LittleEndian.Uint64(again[:]) != published {
 			continue // updated while read
 		}
-		attrs, err := DecodeResource(payload)
+		attrs, err := DecodePayload(payload)
 		if err != nil {
 			return Resource{}, fmt.Errorf("process context at %#x: %w", addr, err)
 		}
@@ -257,9 +269,41 @@ func readFull(mem io.ReaderAt, buf []byte, addr uint64) error {
 	return err
 }
 
+// DecodePayload decodes a context's payload and returns its resource's
+// string-valued attributes (DecodeResource). The OTEP's payload is a
+// ProcessContext: the Resource in field 1, extra attributes for readers in
+// field 2 (not used here). Its reference implementation wrote the Resource
+// alone until 2026-02, under the same header version; such a payload, which
+// does not decode as a ProcessContext with attributes, is read as one.
+func DecodePayload(b []byte) (map[string]string, error) {
+	attrs := map[string]string{}
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 1 || typ != protowire.BytesType { // ProcessContext.resource
+			return nil
+		}
+		res, err := DecodeResource(v)
+		for key, value := range res {
+			if len(attrs) < maxAttributes {
+				attrs[key] = value
+			}
+		}
+		return err
+	})
+	if err == nil && len(attrs) > 0 {
+		return attrs, nil
+	}
+	if bare, bareErr := DecodeResource(b); bareErr == nil && len(bare) > 0 {
+		return bare, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode process context: %w", err)
+	}
+	return attrs, nil
+}
+
 // DecodeResource decodes an encoded opentelemetry.proto.resource.v1.Resource
 // and returns its string-valued attributes. An attribute whose key or value
-// is not valid UTF-8, or too long, is left out, as are attributes past the
+// is empty, not valid UTF-8, or too long is left out, as are attributes past the
 // first 128; a payload that is not a well-formed Resource is an error.
 func DecodeResource(b []byte) (map[string]string, error) {
 	attrs := map[string]string{}
@@ -301,7 +345,9 @@ func decodeKeyValue(b []byte) (key, value string, ok bool, err error) {
 		}
 		return nil
 	})
-	ok = err == nil && hasValue && key != "" && len(key) <= maxKey && len(value) <= maxValue &&
+	// An empty value says nothing: the reference implementation publishes
+	// "" for each of its fields the application left unset.
+	ok = err == nil && hasValue && key != "" && value != "" && len(key) <= maxKey && len(value) <= maxValue &&
 		utf8.ValidString(key) && utf8.ValidString(value) && !strings.ContainsFunc(key+value, isControl)
 	return key, value, ok, err
 }

@@ -24,19 +24,29 @@ func readProcess(t *testing.T, p *processcontexttest.Publisher) (Resource, error
 	return ReadProcess(p.Proc, raw)
 }
 
-// TestReadPublishedContext reads what a real process published, in a memfd
-// and in an anonymous mapping (named where the kernel can name it), found
-// from its maps and at its address, then again after the process updated
-// it.
+// TestReadPublishedContext reads what a real process published, found from
+// its maps and at its address, then again after the process updated it:
+// as the OTEP says today (a memfd, a ProcessContext payload), as its first
+// reference implementation did (an anonymous mapping, named where the
+// kernel can name it, and a bare Resource), and with the reference
+// implementation itself (version 1.0.0), whose extra attributes are not
+// the resource's.
 func TestReadPublishedContext(t *testing.T) {
 	bin := processcontexttest.Build(t)
-	for _, mode := range []string{"memfd", "anon"} {
+	// What the reference implementation adds of its own.
+	sdk := map[string]string{"telemetry.sdk.language": "c", "telemetry.sdk.version": "1.0.0", "telemetry.sdk.name": "otel_process_ctx"}
+	for _, mode := range []string{"memfd", "anon", "ref"} {
 		t.Run(mode, func(t *testing.T) {
 			p := processcontexttest.Start(t, bin, nil, mode, "service.name=checkout", "service.version=1.4.2",
-				"deployment.environment.name=prod", "service.instance.id=627cc493-f310-47de-96bd-71410b7dec09")
+				"deployment.environment.name=prod", "service.instance.id=627cc493-f310-47de-96bd-71410b7dec09", "service.namespace=shop")
 			addr := p.Say(t, "", "published")
-			want := map[string]string{"service.name": "checkout", "service.version": "1.4.2",
+			want := map[string]string{"service.name": "checkout", "service.version": "1.4.2", "service.namespace": "shop",
 				"deployment.environment.name": "prod", "service.instance.id": "627cc493-f310-47de-96bd-71410b7dec09"}
+			want2 := map[string]string{"service.name": "checkout", "service.version": "1.5.0"}
+			if mode == "ref" {
+				maps.Copy(want, sdk)
+				maps.Copy(want2, sdk)
+			}
 			r, err := readProcess(t, p)
 			if err != nil {
 				t.Fatalf("ReadProcess: %v", err)
@@ -62,7 +72,6 @@ func TestReadPublishedContext(t *testing.T) {
 				t.Error("ReadAtIfNew after the update: ErrUnchanged")
 			}
 			r2, err := readProcess(t, p)
-			want2 := map[string]string{"service.name": "checkout", "service.version": "1.5.0"}
 			if err != nil || !maps.Equal(r2.Attributes, want2) || r2.PublishedAt == r.PublishedAt {
 				t.Errorf("after the update: %+v, %v; want %v and a new publication time (was %d)", r2, err, want2, r.PublishedAt)
 			}
@@ -224,7 +233,7 @@ func TestReadFollowsTheProtocol(t *testing.T) {
 		{"payload too large", func(b []byte) { binary.LittleEndian.PutUint32(b[12:], MaxPayload+1) }, "payload of 65537 bytes", false},
 		{"payload pointer outside memory", func(b []byte) { binary.LittleEndian.PutUint64(b[24:], 0x10) }, "read process context payload at 0x10", false},
 		{"payload pointer past int64", func(b []byte) { binary.LittleEndian.PutUint64(b[24:], 1<<63) }, "out of range", false},
-		{"payload not a Resource", func(b []byte) { b[4096] = 0xff }, "decode resource", false},
+		{"payload not a ProcessContext", func(b []byte) { b[4096] = 0xff }, "decode process context", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := publish(payload, 7)
@@ -237,6 +246,46 @@ func TestReadFollowsTheProtocol(t *testing.T) {
 	}
 	if _, err := Read(publish(payload, 7), base+1<<20); err == nil || !strings.Contains(err.Error(), "header") {
 		t.Errorf("Read outside memory = %v, want a header read error", err)
+	}
+}
+
+// TestDecodePayload: the OTEP's ProcessContext gives its Resource's
+// attributes, not its extra attributes; a bare Resource (the reference
+// implementation's payload until 2026-02) is read as one; what is neither
+// is an error.
+func TestDecodePayload(t *testing.T) {
+	res := resource("service.name", "checkout", "service.version", "1.4.2")
+	extra := protowire.AppendTag(nil, 2, protowire.BytesType)
+	extra = protowire.AppendBytes(extra, resource("threadlocal.schema_version", "v1")[2:]) // a KeyValue
+	wrapped := protowire.AppendTag(nil, 1, protowire.BytesType)
+	wrapped = protowire.AppendBytes(wrapped, res)
+	want := map[string]string{"service.name": "checkout", "service.version": "1.4.2"}
+	for _, tc := range []struct {
+		name    string
+		payload []byte
+		want    map[string]string
+		wantErr string
+	}{
+		{"ProcessContext", wrapped, want, ""},
+		{"ProcessContext with extra attributes first", append(append([]byte{}, extra...), wrapped...), want, ""},
+		{"ProcessContext with extra attributes after", append(append([]byte{}, wrapped...), extra...), want, ""},
+		{"bare Resource", res, want, ""},
+		{"ProcessContext without a resource", extra, map[string]string{}, ""},
+		{"neither", []byte{0x0a, 0x7f, 0x0a}, nil, "decode process context"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodePayload(tc.payload)
+			switch {
+			case tc.wantErr != "":
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("DecodePayload = %v, %v; want error %q", got, err, tc.wantErr)
+				}
+			case err != nil:
+				t.Errorf("DecodePayload: %v", err)
+			case !maps.Equal(got, tc.want):
+				t.Errorf("DecodePayload = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -270,6 +319,7 @@ func TestDecodeResource(t *testing.T) {
 		{"invalid UTF-8", resource("service.name", "a\xff", "ok", "b"), map[string]string{"ok": "b"}, ""},
 		{"control characters", resource("service.name", "a\nb", "ok", "b"), map[string]string{"ok": "b"}, ""},
 		{"empty key", resource("", "a"), map[string]string{}, ""},
+		{"empty value", resource("service.version", "", "service.name", "a"), map[string]string{"service.name": "a"}, ""},
 		{"value too long", resource("service.name", strings.Repeat("x", maxValue+1)), map[string]string{}, ""},
 		{"too many attributes", resource(many...), nil, ""},
 		{"truncated", resource("service.name", "checkout")[:10], nil, "decode resource"},

@@ -4,7 +4,7 @@ package processcontexttest
 
 import (
 	"bufio"
-	_ "embed"
+	"embed"
 	"io"
 	"os"
 	"os/exec"
@@ -15,20 +15,32 @@ import (
 	"testing"
 )
 
-//go:embed testdata/publisher.c
-var publisherSource []byte
+//go:embed testdata/publisher.c testdata/otelprocessctx/otel_process_ctx.c testdata/otelprocessctx/otel_process_ctx.h
+var publisherSources embed.FS
 
-// Build compiles testdata/publisher.c (see its comment for what it does) and
+// Build compiles testdata/publisher.c (see its comment for what it does)
+// with the OTEP's reference implementation (testdata/otelprocessctx) and
 // returns the executable's path.
 func Build(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	src := filepath.Join(dir, "publisher.c")
-	if err := os.WriteFile(src, publisherSource, 0o644); err != nil {
-		t.Fatal(err)
+	var srcs []string
+	for _, name := range []string{"publisher.c", "otelprocessctx/otel_process_ctx.c", "otelprocessctx/otel_process_ctx.h"} {
+		b, err := publisherSources.ReadFile("testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := filepath.Join(dir, filepath.Base(name))
+		if err := os.WriteFile(src, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(src, ".c") {
+			srcs = append(srcs, src)
+		}
 	}
 	bin := filepath.Join(dir, "publisher")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+	args := append([]string{"-O2", "-pthread", "-I", dir, "-o", bin}, srcs...)
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return bin

@@ -1,19 +1,27 @@
 // publisher publishes an OpenTelemetry process context (OTEP 4719) the way
 // an SDK does, for the tests of its readers.
 //
-//   publisher [later-]memfd|anon KEY=VALUE...
+//   publisher [later-]memfd|anon|ref KEY=VALUE...
 //
-// memfd: the header in a memfd mapping ("/memfd:OTEL_CTX" in maps).
-// anon: in an anonymous mapping named with prctl(PR_SET_VMA) where the
-// kernel can ("[anon:OTEL_CTX]"), unnamed where it cannot, and read-only
-// between updates, as the OTEP's reference implementation leaves it.
-// The payload is a protobuf Resource with a string attribute per
-// KEY=VALUE, kept apart from the header. Prints "published 0xADDR" once
-// the context is out; each line read from stdin ("KEY=VALUE ...") replaces
-// the attributes by the OTEP's updating protocol and prints "updated
-// 0xADDR"; end of input exits. With "later-", nothing is published until
-// the first line, whose words are the attributes (an SDK set up after its
-// process started). It burns CPU meanwhile, so that a sampler sees it.
+// memfd: as the OTEP says today, written here: the header in a private
+// memfd mapping ("/memfd:OTEL_CTX (deleted)" in maps), the payload a
+// ProcessContext (the Resource in field 1, an extra attribute in field 2),
+// the publication time from CLOCK_BOOTTIME and written last.
+// anon: as the OTEP's first reference implementation (2025-12) did: an
+// anonymous mapping named with prctl(PR_SET_VMA) where the kernel can
+// ("[anon:OTEL_CTX]"), unnamed where it cannot, and read-only between
+// updates; the payload the Resource alone; CLOCK_REALTIME; the signature
+// written last.
+// ref: with the OTEP's reference implementation itself
+// (otelprocessctx/otel_process_ctx.c, version 1.0.0, unmodified), which
+// also publishes extra attributes (its thread context configuration).
+//
+// A string attribute per KEY=VALUE. Prints "published 0xADDR" once the
+// context is out; each line read from stdin ("KEY=VALUE ...") replaces the
+// attributes by the OTEP's updating protocol and prints "updated 0xADDR";
+// end of input exits. With "later-", nothing is published until the first
+// line, whose words are the attributes (an SDK set up after its process
+// started). It burns CPU meanwhile, so that a sampler sees it.
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -24,6 +32,8 @@
 #include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "otel_process_ctx.h"
 
 #ifndef PR_SET_VMA
 #define PR_SET_VMA 0x53564d41
@@ -58,10 +68,10 @@ static size_t varint_len(size_t v)
 	return n;
 }
 
-// encode returns a Resource with one string attribute per "KEY=VALUE".
-static char *encode(int n, char **pairs, uint32_t *size)
+// encode_resource returns a Resource with one string attribute per
+// "KEY=VALUE", written at p.
+static char *encode_resource(char *p, int n, char **pairs)
 {
-	char *buf = malloc(65536), *p = buf;
 	for (int i = 0; i < n; i++) {
 		char *eq = strchr(pairs[i], '=');
 		if (!eq)
@@ -82,14 +92,43 @@ static char *encode(int n, char **pairs, uint32_t *size)
 		memcpy(p, eq + 1, vlen);
 		p += vlen;
 	}
+	return p;
+}
+
+// The extra attribute the memfd mode publishes (ProcessContext field 2):
+// KeyValue{key "threadlocal.schema_version", value {string "v1"}}. Readers
+// take the resource's attributes only.
+static const char extra_kv[] = "\x0a\x1athreadlocal.schema_version\x12\x04\x0a\x02v1";
+
+// encode returns the payload: the Resource alone (bare), or a
+// ProcessContext holding it and the extra attribute.
+static char *encode(int n, char **pairs, int bare, uint32_t *size)
+{
+	char *buf = malloc(65536), *p;
+	if (bare) {
+		*size = encode_resource(buf, n, pairs) - buf;
+		return buf;
+	}
+	char *res = malloc(65536);
+	size_t rlen = encode_resource(res, n, pairs) - res;
+	p = buf;
+	*p++ = (1 << 3) | 2; // ProcessContext.resource
+	p = put_varint(p, rlen);
+	memcpy(p, res, rlen);
+	p += rlen;
+	*p++ = (2 << 3) | 2; // ProcessContext.extra_attributes
+	p = put_varint(p, sizeof(extra_kv) - 1);
+	memcpy(p, extra_kv, sizeof(extra_kv) - 1);
+	p += sizeof(extra_kv) - 1;
+	free(res);
 	*size = p - buf;
 	return buf;
 }
 
-static uint64_t now_ns(void)
+static uint64_t now_ns(clockid_t clock)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
+	clock_gettime(clock, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
@@ -104,20 +143,82 @@ static void *burn(void *arg)
 
 static struct header *h;
 static size_t len;
-static int anon;
+static int anon, ref;
+
+// ref_publish publishes (or updates) with the reference implementation:
+// the semantic-convention keys it has fields for go there, the others are
+// resource attributes; its thread context configuration goes to the extra
+// attributes, one of them an array.
+static int ref_publish(int n, char **pairs)
+{
+	static const char *key_map[] = {"http.route", "user.id", NULL};
+	static const otel_thread_ctx_config_data thread_ctx = {.schema_version = "tlsdesc_v1_dev", .attribute_key_map = key_map};
+	const char *attrs[2 * 64 + 1];
+	int na = 0;
+	otel_process_ctx_data d = {
+		.deployment_environment_name = "", .service_instance_id = "", .service_name = "", .service_version = "",
+		.telemetry_sdk_language = "c", .telemetry_sdk_version = OTEL_PROCESS_CTX_VERSION_STRING, .telemetry_sdk_name = "otel_process_ctx",
+		.resource_attributes = attrs, .thread_ctx_config = &thread_ctx,
+	};
+	for (int i = 0; i < n && na < 2 * 64; i++) {
+		char *eq = strchr(pairs[i], '=');
+		if (!eq)
+			continue;
+		*eq = 0;
+		const char *k = pairs[i], *v = eq + 1;
+		if (!strcmp(k, "service.name"))
+			d.service_name = v;
+		else if (!strcmp(k, "service.version"))
+			d.service_version = v;
+		else if (!strcmp(k, "service.instance.id"))
+			d.service_instance_id = v;
+		else if (!strcmp(k, "deployment.environment.name"))
+			d.deployment_environment_name = v;
+		else {
+			attrs[na++] = k;
+			attrs[na++] = v;
+		}
+	}
+	attrs[na] = NULL;
+	otel_process_ctx_result r = otel_process_ctx_publish(&d);
+	if (!r.success) {
+		fprintf(stderr, "otel_process_ctx_publish: %s\n", r.error_message);
+		return -1;
+	}
+	// Its address, from this process's maps, for the tests to compare.
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strstr(line, "OTEL_CTX")) {
+			h = (struct header *)strtoull(line, NULL, 16);
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	return h ? 0 : -1;
+}
 
 // publish creates the context with the attributes in pairs.
 static int publish(const char *how, int n, char **pairs)
 {
+	ref = strcmp(how, "ref") == 0;
+	if (ref) {
+		if (ref_publish(n, pairs) != 0)
+			return -1;
+		printf("published %p\n", (void *)h);
+		fflush(stdout);
+		return 0;
+	}
 	len = 2 * sysconf(_SC_PAGESIZE);
 	anon = strcmp(how, "anon") == 0;
 	if (!anon) {
-		int fd = memfd_create("OTEL_CTX", MFD_CLOEXEC);
+		int fd = memfd_create("OTEL_CTX", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 		if (fd < 0 || ftruncate(fd, len) != 0) {
 			perror("memfd");
 			return -1;
 		}
-		h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
 		close(fd);
 	} else {
 		h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -128,12 +229,17 @@ static int publish(const char *how, int n, char **pairs)
 	}
 	madvise(h, len, MADV_DONTFORK);
 	h->version = 2;
-	h->payload = encode(n, pairs, &h->payload_size);
-	h->published_at_ns = now_ns();
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	memcpy(h->signature, "OTEL_CTX", 8);
-	if (anon)
+	h->payload = encode(n, pairs, anon, &h->payload_size);
+	if (anon) {
+		h->published_at_ns = now_ns(CLOCK_REALTIME);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		memcpy(h->signature, "OTEL_CTX", 8);
 		mprotect(h, len, PROT_READ);
+	} else {
+		memcpy(h->signature, "OTEL_CTX", 8);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		__atomic_store_n(&h->published_at_ns, now_ns(CLOCK_BOOTTIME), __ATOMIC_SEQ_CST);
+	}
 	// Fails on a kernel without CONFIG_ANON_VMA_NAME (and for a memfd):
 	// made anyway, as the OTEP says.
 	prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, h, len, "OTEL_CTX");
@@ -145,16 +251,25 @@ static int publish(const char *how, int n, char **pairs)
 // update replaces the attributes by the OTEP's updating protocol.
 static void update(int n, char **pairs)
 {
+	if (ref) {
+		if (ref_publish(n, pairs) != 0)
+			exit(1);
+		printf("updated %p\n", (void *)h);
+		fflush(stdout);
+		return;
+	}
 	uint32_t size;
-	char *payload = encode(n, pairs, &size);
+	char *payload = encode(n, pairs, anon, &size);
 	if (anon)
 		mprotect(h, len, PROT_READ | PROT_WRITE);
+	uint64_t prev = h->published_at_ns;
 	h->published_at_ns = 0;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	h->payload = payload;
 	h->payload_size = size;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	h->published_at_ns = now_ns();
+	uint64_t t = now_ns(anon ? CLOCK_REALTIME : CLOCK_BOOTTIME);
+	h->published_at_ns = t > prev ? t : prev + 1;
 	if (anon)
 		mprotect(h, len, PROT_READ);
 	prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, h, len, "OTEL_CTX");
@@ -168,7 +283,7 @@ int main(int argc, char **argv)
 	pthread_t t;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: publisher [later-]memfd|anon KEY=VALUE...\n");
+		fprintf(stderr, "usage: publisher [later-]memfd|anon|ref KEY=VALUE...\n");
 		return 2;
 	}
 	how = argv[1];
