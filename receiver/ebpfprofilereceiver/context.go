@@ -24,7 +24,8 @@ import (
 // at again, one interval after its read, then two, four and so on
 // (contextLooks in all, about 8 minutes), and a process with one has its
 // header's publication time checked at each interval it is sampled in, for
-// the SDK's updates. A process never sampled again costs nothing.
+// the SDK's updates; one whose context went is looked at again from the
+// start. A process never sampled again costs nothing.
 const contextLooks = 6
 
 // readContext looks for e's process context in its maps; e is not
@@ -97,10 +98,11 @@ func (t *processTable) applyContext(e *processEntry, r processcontext.Resource, 
 			t.logger.Debug("process context unreadable", zap.Uint32("pid", e.resource.PID), zap.Error(err))
 		}
 		if e.contextAddr != 0 {
-			// The SDK dropped it (shut down) or it broke: the process
-			// keeps the service it had, and is no longer checked.
-			e.contextAddr, e.contextDue = 0, time.Time{}
-			return
+			// The SDK dropped it (shut down, or set up again: a new
+			// publication may follow, elsewhere) or it broke: the process
+			// keeps the service it had, and is looked at again as a
+			// process that never published.
+			e.contextAddr, e.contextPublishedAt, e.contextMisses = 0, 0, 0
 		}
 		e.contextMisses++
 		e.contextDue = time.Time{}

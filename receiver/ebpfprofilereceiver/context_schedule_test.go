@@ -12,7 +12,7 @@ import (
 // A process without a process context is looked at again one interval
 // after its read, then two, four, eight and sixteen, then no more; one
 // with a context is checked each interval; one whose context went keeps
-// its service and is no longer checked.
+// its service and is looked at again from the start.
 func TestProcessContextLooks(t *testing.T) {
 	table, _ := newTestTable(t, newBinaryWork(1, time.Second), false)
 	iv := table.cfg.Interval
@@ -44,8 +44,9 @@ func TestProcessContextLooks(t *testing.T) {
 			e.contextService, e.resource.Published, e.contextAddr, e.contextPublishedAt, e.contextDue.Sub(at), want)
 	}
 	table.applyContext(e, processcontext.Resource{}, processcontext.ErrNotPublished, at.Add(iv))
-	if e.contextService != "checkout" || e.resource.Published != want || e.contextAddr != 0 || !e.contextDue.IsZero() {
-		t.Errorf("after the context went: service %q, %+v at %#x, due %v; want the same service, not checked again",
-			e.contextService, e.resource.Published, e.contextAddr, e.contextDue)
+	if e.contextService != "checkout" || e.resource.Published != want || e.contextAddr != 0 || e.contextPublishedAt != 0 ||
+		e.contextMisses != 1 || e.contextDue != at.Add(2*iv) {
+		t.Errorf("after the context went: service %q, %+v at %#x (%d), %d misses, due %v after; want the same service, looked at again one interval later",
+			e.contextService, e.resource.Published, e.contextAddr, e.contextPublishedAt, e.contextMisses, e.contextDue.Sub(at))
 	}
 }

@@ -115,6 +115,32 @@ func TestServiceFromProcessContext(t *testing.T) {
 	}
 }
 
+// A process whose SDK drops its context keeps the service it had; when the
+// SDK publishes again, in a new mapping, the process becomes the service it
+// says then.
+func TestContextPublishedAgain(t *testing.T) {
+	bin := processcontexttest.Build(t)
+	r, sink := startReceiver(t, testConfig())
+	defer func() {
+		if err := r.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	p := processcontexttest.Start(t, bin, nil, "ref", "service.name=orders")
+	p.Say(t, "", "published")
+	pid := p.Cmd.Process.Pid
+	waitFor(t, 60*time.Second, "samples as orders", func() bool { return serviceAttrs(sink, pid)["orders    "] > 0 })
+	p.Say(t, "drop", "dropped")
+	waitFor(t, 60*time.Second, "the receiver to see the context go", func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e := r.procs.entries[pid]
+		return e != nil && e.contextAddr == 0 && e.resource.ServiceName == "orders"
+	})
+	p.Say(t, "service.name=orders-v2", "published")
+	waitFor(t, 60*time.Second, "samples as orders-v2", func() bool { return serviceAttrs(sink, pid)["orders-v2    "] > 0 })
+}
+
 // The service a process's context names is the one include and exclude
 // match, also when the SDK publishes it after the process's read: a process
 // left out then is kept from the interval its SDK publishes a service the

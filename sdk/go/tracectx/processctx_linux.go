@@ -21,7 +21,9 @@ import (
 //	uint32 payload_size
 //	uint64 monotonic_published_at_ns CLOCK_BOOTTIME; written last, and 0
 //	                                 while an update is under way
-//	char*  payload                   here: right after the header
+//	char*  payload                   in this process's Go heap (which
+//	                                 does not move objects), kept alive
+//	                                 by published
 const (
 	ctxSignature  = "OTEL_CTX"
 	ctxVersion    = 2
@@ -35,7 +37,11 @@ const (
 
 var published struct {
 	sync.Mutex
-	mem []byte // the mapping, nil before the first publication
+	mem []byte // the header's mapping, nil before the first publication
+	// payload is what the header points to; previous, what it pointed to
+	// before the last update, kept until the next one for a reader still
+	// copying it (the publication time tells it to read again).
+	payload, previous []byte
 }
 
 // PublishResource publishes attrs (a resource's attributes:
@@ -49,7 +55,9 @@ var published struct {
 //
 // It maps a memfd named OTEL_CTX (an anonymous mapping where memfds are not
 // allowed), not inherited across fork, and names it with prctl where the
-// kernel allows; about 8 KiB for the life of the process.
+// kernel allows: one page for the header, for the life of the process. An
+// update changes the header in place, whatever the payload's size, so
+// readers keep finding it where they found it.
 func PublishResource(attrs ...attribute.KeyValue) error {
 	payload := encodeProcessContext(attrs)
 	if len(payload) > maxContextPayload {
@@ -57,25 +65,17 @@ func PublishResource(attrs ...attribute.KeyValue) error {
 	}
 	published.Lock()
 	defer published.Unlock()
-	if m := published.mem; m != nil && ctxHeaderSize+len(payload) <= len(m) {
+	if m := published.mem; m != nil {
 		update(m, payload)
 		return nil
 	}
-	if published.mem != nil {
-		// Too large for the mapping: one context at a time, so the old
-		// one goes before the new one is published.
-		_ = unix.Munmap(published.mem)
-		published.mem = nil
-	}
-	m, err := mapContext(ctxHeaderSize + len(payload))
+	m, err := mapContext(ctxHeaderSize)
 	if err != nil {
 		return fmt.Errorf("publish process context: %w", err)
 	}
-	copy(m[ctxHeaderSize:], payload)
 	copy(m, ctxSignature)
 	binary.LittleEndian.PutUint32(m[8:], ctxVersion)
-	binary.LittleEndian.PutUint32(m[12:], uint32(len(payload)))
-	binary.LittleEndian.PutUint64(m[24:], uint64(uintptr(unsafe.Pointer(&m[ctxHeaderSize]))))
+	setPayload(m, payload)
 	// The publication time last, in one sequentially consistent store: a
 	// reader that sees it non-zero sees the rest.
 	atomic.StoreUint64(word(m, 16), publicationTime(0))
@@ -84,14 +84,22 @@ func PublishResource(attrs ...attribute.KeyValue) error {
 	return nil
 }
 
-// update replaces the payload in place, as the OTEP's updating protocol
-// says: publication time 0, the new payload and size, then the new time.
+// update replaces the payload, as the OTEP's updating protocol says:
+// publication time 0, the new payload's address and size, then the new
+// time.
 func update(m []byte, payload []byte) {
 	prev := atomic.SwapUint64(word(m, 16), 0)
-	copy(m[ctxHeaderSize:], payload)
-	binary.LittleEndian.PutUint32(m[12:], uint32(len(payload)))
+	setPayload(m, payload)
 	atomic.StoreUint64(word(m, 16), publicationTime(prev))
 	name(m)
+}
+
+// setPayload points the header at payload and keeps it (and the one it
+// replaces) alive.
+func setPayload(m []byte, payload []byte) {
+	published.previous, published.payload = published.payload, payload
+	binary.LittleEndian.PutUint32(m[12:], uint32(len(payload)))
+	binary.LittleEndian.PutUint64(m[24:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload)))))
 }
 
 func mapContext(size int) ([]byte, error) {

@@ -73,8 +73,8 @@ func TestPublishResource(t *testing.T) {
 		t.Fatalf("mappings named OTEL_CTX at %x, want one, the published one", at)
 	}
 	sig, version, size, first, payload, body := header(t, at[0])
-	if sig != "OTEL_CTX" || version != 2 || first == 0 || payload != at[0]+ctxHeaderSize {
-		t.Errorf("header %q v%d published at %d, payload at %#x; want OTEL_CTX v2, a time, %#x", sig, version, first, payload, at[0]+ctxHeaderSize)
+	if sig != "OTEL_CTX" || version != 2 || first == 0 || payload != uint64(uintptr(unsafe.Pointer(&published.payload[0]))) {
+		t.Errorf("header %q v%d published at %d, payload at %#x; want OTEL_CTX v2, a time, the published payload", sig, version, first, payload)
 	}
 	// The OTEP's clock: CLOCK_BOOTTIME, which counts from boot (the
 	// realtime clock would be decades past it).
@@ -102,15 +102,16 @@ func TestPublishResource(t *testing.T) {
 		t.Errorf("after an update: mappings %x, published at %d (was %d), payload %q", now, second, first, body)
 	}
 
-	// Too large for the mapping: a new one replaces it.
+	// Larger than a page: the same header, where readers found it.
 	big := attribute.String("big", strings.Repeat("x", 3*os.Getpagesize()))
 	if err := PublishResource(attribute.String("service.name", "checkout"), big); err != nil {
 		t.Fatal(err)
 	}
-	if now := contextMappings(t); len(now) != 1 {
-		t.Errorf("after a larger publication: mappings %x, want one", now)
-	} else if _, _, size, _, _, _ := header(t, now[0]); int(size) != len(encodeProcessContext([]attribute.KeyValue{attribute.String("service.name", "checkout"), big})) {
-		t.Errorf("payload of %d bytes after a larger publication", size)
+	want := encodeProcessContext([]attribute.KeyValue{attribute.String("service.name", "checkout"), big})
+	if now := contextMappings(t); len(now) != 1 || now[0] != at[0] {
+		t.Errorf("after a larger publication: mappings %x, want %x", now, at[0])
+	} else if _, _, _, third, _, body := header(t, at[0]); third <= second || !bytes.Equal(body, want) {
+		t.Errorf("after a larger publication: published at %d (was %d), payload of %d bytes, want %d", third, second, len(body), len(want))
 	}
 
 	if err := PublishResource(attribute.String("big", strings.Repeat("x", maxContextPayload))); err == nil {

@@ -19,7 +19,8 @@
 // A string attribute per KEY=VALUE. Prints "published 0xADDR" once the
 // context is out; each line read from stdin ("KEY=VALUE ...") replaces the
 // attributes by the OTEP's updating protocol and prints "updated 0xADDR";
-// end of input exits. With "later-", nothing is published until the first
+// the line "drop" takes the context away (as an SDK that shuts down) and
+// prints "dropped", and the next line publishes anew; end of input exits. With "later-", nothing is published until the first
 // line, whose words are the attributes (an SDK set up after its process
 // started). It burns CPU meanwhile, so that a sampler sees it.
 #define _GNU_SOURCE
@@ -300,7 +301,15 @@ int main(int argc, char **argv)
 		int n = 0;
 		for (char *w = strtok(line, " \n"); w && n < 64; w = strtok(NULL, " \n"))
 			words[n++] = w;
-		if (!h) {
+		if (n == 1 && !strcmp(words[0], "drop")) {
+			if (ref)
+				otel_process_ctx_drop_current();
+			else if (h)
+				munmap(h, len);
+			h = NULL;
+			printf("dropped\n");
+			fflush(stdout);
+		} else if (!h) {
 			if (publish(how, n, words) != 0)
 				return 1;
 		} else {
