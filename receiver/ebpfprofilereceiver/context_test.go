@@ -49,13 +49,7 @@ func serviceAttrs(sink *consumertest.ProfilesSink, pid int) map[string]int64 {
 func batchesWith(sink *consumertest.ProfilesSink, pid int) int {
 	var n int
 	for _, pd := range sink.AllProfiles() {
-		found := false
-		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, _ pprofile.Sample) {
-			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() == int64(pid) {
-				found = true
-			}
-		})
-		if found {
+		if testworkload.TallyProcess([]pprofile.Profiles{pd}, pid).Total > 0 {
 			n++
 		}
 	}

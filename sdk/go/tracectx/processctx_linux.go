@@ -69,7 +69,7 @@ func PublishResource(attrs ...attribute.KeyValue) error {
 		update(m, payload)
 		return nil
 	}
-	m, err := mapContext(ctxHeaderSize)
+	m, err := mapContext()
 	if err != nil {
 		return fmt.Errorf("publish process context: %w", err)
 	}
@@ -102,9 +102,9 @@ func setPayload(m []byte, payload []byte) {
 	binary.LittleEndian.PutUint64(m[24:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload)))))
 }
 
-func mapContext(size int) ([]byte, error) {
-	page := os.Getpagesize()
-	size = (size + page - 1) / page * page
+// mapContext maps the page that holds the header.
+func mapContext() ([]byte, error) {
+	size := os.Getpagesize()
 	var m []byte
 	// As the OTEP's publication protocol says: a memfd (MFD_NOEXEC_SEAL is
 	// refused by kernels before 6.3), mapped private, its descriptor

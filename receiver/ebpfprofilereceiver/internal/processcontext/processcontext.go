@@ -276,19 +276,19 @@ func readFull(mem io.ReaderAt, buf []byte, addr uint64) error {
 // alone until 2026-02, under the same header version; such a payload, which
 // does not decode as a ProcessContext with attributes, is read as one.
 func DecodePayload(b []byte) (map[string]string, error) {
-	attrs := map[string]string{}
+	// A message field that occurs more than once is merged, as protobuf
+	// does: its occurrences read as one.
+	var resource []byte
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if num != 1 || typ != protowire.BytesType { // ProcessContext.resource
-			return nil
+		if num == 1 && typ == protowire.BytesType { // ProcessContext.resource
+			resource = append(resource, v...)
 		}
-		res, err := DecodeResource(v)
-		for key, value := range res {
-			if len(attrs) < maxAttributes {
-				attrs[key] = value
-			}
-		}
-		return err
+		return nil
 	})
+	var attrs map[string]string
+	if err == nil {
+		attrs, err = DecodeResource(resource)
+	}
 	if err == nil && len(attrs) > 0 {
 		return attrs, nil
 	}
