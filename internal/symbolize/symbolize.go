@@ -4,7 +4,8 @@
 // pclntab with inlined calls, DWARF lines for native code when present, the
 // vdso), kernel addresses through /proc/kallsyms. Tables are cached per file
 // identity, so a redeployed binary gets a fresh table and an unchanged one is
-// read once.
+// read once, and shared by the files of one build (SymbolTable.ContentKey),
+// so one image's binaries in every container on a node are read once.
 package symbolize
 
 import (
@@ -231,7 +232,7 @@ func (s *Symbolizer) indexBuilt(p *Process, m *Mapping, t *SymbolTable, indexed 
 		return
 	}
 	s.mu.Lock()
-	s.cache.resized(p.files[m.file].id, t)
+	s.cache.resized(t)
 	s.mu.Unlock()
 }
 
@@ -285,10 +286,11 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 }
 
 // load reads the table of pf's file, once however many processes ask for
-// it at the same time, and caches it. s.mu is not held while the file is
-// read: a large binary's table takes hundreds of milliseconds on a busy
-// node, and Snapshot (a new process read before it can exit) must not wait
-// for it.
+// it at the same time, and caches it. A table already in memory for the
+// same build, read from a file of another identity, is shared instead (see
+// contentKeyOf). s.mu is not held while the file is read: a large binary's
+// table takes hundreds of milliseconds on a busy node, and Snapshot (a new
+// process read before it can exit) must not wait for it.
 func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
 	v, _, _ := s.loading.Do(pf.id.String(), func() (any, error) {
 		s.mu.Lock()
@@ -298,22 +300,64 @@ func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
 			return e, nil
 		}
 		s.mu.Unlock()
-		var t *SymbolTable
-		var err error
-		cpu := cputime.Measure(func() { t, err = newSymbolTable(pf.f) })
-		if err != nil {
-			err = fmt.Errorf("symbol table of %s (pid %d): %w", path, pid, err)
+		key := contentKeyOf(pf.f)
+		if key == "" {
+			t, err := s.read(pf, path, pid, "")
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.cache.add(pf.id, t, err, s.now()), nil
 		}
-		if s.onLoad != nil {
-			s.onLoad(cpu)
-		}
+		// Files of one build are read once however many identities they
+		// come under at the same time.
+		r, _, _ := s.loading.Do("build "+key, func() (any, error) {
+			s.mu.Lock()
+			t := s.cache.ofContent(key)
+			s.mu.Unlock()
+			if t != nil {
+				return readResult{t: t}, nil
+			}
+			t, err := s.read(pf, path, pid, key)
+			return readResult{t: t, err: err, readFor: pf.id}, nil
+		})
+		res := r.(readResult)
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.loads++
-		s.loadTime += cpu
-		return s.cache.add(pf.id, t, err, s.now()), nil
+		if res.t != nil && res.readFor != pf.id {
+			s.cache.shared++ // found in memory, or read for another file
+		}
+		return s.cache.add(pf.id, res.t, res.err, s.now()), nil
 	})
 	return v.(*cacheEntry)
+}
+
+type readResult struct {
+	t       *SymbolTable
+	err     error
+	readFor fileid.ID // the file whose read it is; zero when found in memory
+}
+
+// read reads the table of pf's file and counts the load; key is its build
+// (contentKeyOf), which the table keeps to be found by.
+func (s *Symbolizer) read(pf *procFile, path string, pid int, key string) (*SymbolTable, error) {
+	var t *SymbolTable
+	var err error
+	cpu := cputime.Measure(func() { t, err = newSymbolTable(pf.f) })
+	if err != nil {
+		err = fmt.Errorf("symbol table of %s (pid %d): %w", path, pid, err)
+	} else {
+		t.contentKey = key
+	}
+	if s.onLoad != nil {
+		s.onLoad(cpu)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loads++
+	s.loadTime += cpu
+	if t != nil {
+		s.cache.remember(t)
+	}
+	return t, err
 }
 
 // TableErr returns why the table of mapping i could not be loaded, or nil
@@ -375,7 +419,7 @@ func (s *Symbolizer) loadKernelLocked() error {
 
 // Stats describes the table cache.
 type Stats struct {
-	Tables    int // cached tables (including failed loads)
+	Tables    int // cached tables (including failed loads), each counted once however many files share it
 	HeapBytes int // heap bytes of cached tables
 	// Held and HeldBytes are the tables that left the cache (Expire, or
 	// its bounds) and that live processes still hold: in memory, but not
@@ -383,7 +427,11 @@ type Stats struct {
 	Held, HeldBytes int
 	// Revived counts tables a process asked for after they left the
 	// cache, found alive instead of loaded again.
-	Revived      uint64
+	Revived uint64
+	// Shared counts files given the table of another file of the same
+	// build (SymbolTable.ContentKey) instead of a load: the same binary
+	// under each container's overlay mount, or a copy of it.
+	Shared       uint64
 	Hits, Misses uint64
 	KernelBytes  int // heap bytes of the kallsyms table, 0 when not loaded
 	// MemoBytes is the heap of what the addresses looked up lately
@@ -420,7 +468,7 @@ func (s *Symbolizer) Expire() {
 // Stats returns cache figures, for the agent's own telemetry.
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
-	st := Stats{Tables: s.cache.ll.Len(), HeapBytes: s.cache.bytes, Held: s.cache.heldTables, HeldBytes: s.cache.heldBytes, MemoBytes: s.memo.size(),
+	st := Stats{Tables: s.cache.tables(), Shared: s.cache.shared, HeapBytes: s.cache.bytes, Held: s.cache.heldTables, HeldBytes: s.cache.heldBytes, MemoBytes: s.memo.size(),
 		Revived: s.cache.revived, Hits: s.cache.hits, Misses: s.cache.misses, Loads: s.loads, Deferred: s.deferred, LoadTime: s.loadTime}
 	s.mu.Unlock()
 	s.kmu.Lock()

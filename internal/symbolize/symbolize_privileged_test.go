@@ -121,6 +121,54 @@ func TestOtherMountNamespace(t *testing.T) {
 	wantFrame(t, p, f, "hot_leaf", inNS)
 }
 
+// Two containers of one image: each runs the image's binary from an overlay
+// mount of its own over the same lower layer, private to its mount
+// namespace, so the two files have different device numbers. They share one
+// table, read once.
+func TestOverlayMountsShareATable(t *testing.T) {
+	bin := cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl")
+	root := t.TempDir()
+	lower := filepath.Join(root, "lower")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, bin, filepath.Join(lower, "hot"))
+	s := New(Options{})
+	var procs []*Process
+	var rps []*runningProg
+	for i := range 2 {
+		c := filepath.Join(root, fmt.Sprintf("container%d", i))
+		for _, d := range []string{"upper", "work", "rootfs"} {
+			if err := os.MkdirAll(filepath.Join(c, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		script := fmt.Sprintf("mount -t overlay overlay -o lowerdir=%s,upperdir=%s/upper,workdir=%s/work %s/rootfs && exec %s/rootfs/hot", lower, c, c, c, c)
+		rp := start(t, "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+		rps = append(rps, rp)
+		procs = append(procs, snapshot(t, s, rp.pid()))
+	}
+	var tables []*SymbolTable
+	var ms []Mapping
+	for i, p := range procs {
+		f := s.User(p, []uint64{rps[i].addr(t, "hot_leaf")}, nil)[0]
+		if f.Function != "hot_leaf" {
+			t.Fatalf("container %d: %+v", i, f)
+		}
+		ms = append(ms, p.Mappings[f.Mapping])
+		tables = append(tables, s.MappingTable(p, f.Mapping))
+	}
+	if ms[0].ID.Dev == ms[1].ID.Dev || ms[0].ID.Inode != ms[1].ID.Inode {
+		t.Fatalf("the two overlay files: %v and %v; want one inode under two devices, as containers of one image see it", ms[0].ID, ms[1].ID)
+	}
+	if tables[0] != tables[1] {
+		t.Error("each container's file got a table of its own")
+	}
+	if st := s.Stats(); st.Loads != 1 || st.Shared != 1 {
+		t.Errorf("%d loads and %d shared, want 1 and 1", st.Loads, st.Shared)
+	}
+}
+
 // TestConcurrentUse symbolizes from several goroutines at once (run with
 // -race): first use loads tables, so loads and lookups overlap.
 func TestConcurrentUse(t *testing.T) {

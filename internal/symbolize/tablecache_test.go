@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -74,13 +75,7 @@ func TestExpiredTableOfLiveProcessIsShared(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	s := New(Options{KeepUnused: time.Minute, Now: clock.Now})
 
-	rp1 := start(t, bin)
-	p1 := snapshot(t, s, rp1.pid())
-	leaf1 := rp1.addr(t, "hot_leaf")
-	if f := s.User(p1, []uint64{leaf1}, nil)[0]; f.Function != "hot_leaf" {
-		t.Fatalf("first process: %+v", f)
-	}
-	exe1 := s.MappingTable(p1, p1.find(leaf1))
+	p1, exe1 := startHot(t, s, bin, "first process")
 	loaded := s.Stats()
 
 	clock.Advance(2 * time.Minute)
@@ -90,13 +85,7 @@ func TestExpiredTableOfLiveProcessIsShared(t *testing.T) {
 		t.Fatalf("after expiry with the first process alive: %d cached, %d held (%d bytes); want 0 cached and its tables held", st.Tables, st.Held, st.HeldBytes)
 	}
 
-	rp2 := start(t, bin)
-	p2 := snapshot(t, s, rp2.pid())
-	leaf2 := rp2.addr(t, "hot_leaf")
-	if f := s.User(p2, []uint64{leaf2}, nil)[0]; f.Function != "hot_leaf" {
-		t.Fatalf("second process: %+v", f)
-	}
-	if exe2 := s.MappingTable(p2, p2.find(leaf2)); exe2 != exe1 {
+	if _, exe2 := startHot(t, s, bin, "second process"); exe2 != exe1 {
 		t.Error("the second process of the file got a second copy of its table")
 	}
 	st := s.Stats()
@@ -107,4 +96,81 @@ func TestExpiredTableOfLiveProcessIsShared(t *testing.T) {
 		t.Errorf("tables found again: %d, cached: %d; want the first process's back in the cache", st.Revived, st.Tables)
 	}
 	runtime.KeepAlive(p1)
+}
+
+// Files of one build under different identities (the same image layer under
+// each container's overlay mount, which gives each its own device number;
+// here a copy) share one table: one load, its bytes counted once, and
+// counted once among the tables live processes hold after it expires. A
+// file of the same build ID but another size (the stripped file of that
+// build) does not: it has other symbols.
+func TestFilesOfOneBuildShareATable(t *testing.T) {
+	bin := cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl")
+	dir := t.TempDir()
+	cp := filepath.Join(dir, "hot-copy")
+	stripped := filepath.Join(dir, "hot-stripped")
+	copyFile(t, bin, cp)
+	copyFile(t, bin, stripped)
+	if err := run(".", "strip", "-s", stripped); err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	s := New(Options{KeepUnused: time.Minute, Now: clock.Now})
+
+	p1, exe1 := startHot(t, s, bin, "first file")
+	if exe1.ContentKey() == "" {
+		t.Fatal("a gcc-built binary has no content key (no GNU build ID note?)")
+	}
+	before := s.Stats()
+
+	p2, exe2 := startHot(t, s, cp, "copy")
+	if p2.files[0].id == p1.files[0].id {
+		t.Fatal("the copy has the original's file identity")
+	}
+	if exe2 != exe1 {
+		t.Error("the copy got a table of its own")
+	}
+	st := s.Stats()
+	if st.Loads != before.Loads || st.Shared != before.Shared+1 {
+		t.Errorf("copy: %d loads and %d shared, want %d and %d", st.Loads, st.Shared, before.Loads, before.Shared+1)
+	}
+	if st.Tables != before.Tables || st.HeapBytes != before.HeapBytes {
+		t.Errorf("copy: %d tables of %d bytes, want %d of %d: a shared table counts once", st.Tables, st.HeapBytes, before.Tables, before.HeapBytes)
+	}
+
+	rp3 := start(t, stripped)
+	p3 := snapshot(t, s, rp3.pid())
+	exe3 := s.MappingTable(p3, p3.find(rp3.addr(t, "hot_leaf")))
+	if exe3 == nil || exe3 == exe1 || exe3.ContentKey() == exe1.ContentKey() {
+		t.Fatalf("the stripped file shares the unstripped file's table (keys %q, %q)", exe3.ContentKey(), exe1.ContentKey())
+	}
+	if st := s.Stats(); st.Loads != before.Loads+1 || st.Tables != before.Tables+1 {
+		t.Errorf("stripped file: %d loads, %d tables; want %d, %d", st.Loads, st.Tables, before.Loads+1, before.Tables+1)
+	}
+	all := s.Stats()
+
+	// All three expire while their processes live: the shared table is
+	// held under two identities and counted once.
+	clock.Advance(2 * time.Minute)
+	s.Expire()
+	if st := s.Stats(); st.Tables != 0 || st.HeapBytes != 0 || st.Held != all.Tables || st.HeldBytes != all.HeapBytes {
+		t.Errorf("expired with the processes alive: %d cached (%d bytes), %d held (%d bytes); want 0, 0, %d, %d",
+			st.Tables, st.HeapBytes, st.Held, st.HeldBytes, all.Tables, all.HeapBytes)
+	}
+	runtime.KeepAlive(p1)
+	runtime.KeepAlive(p2)
+	runtime.KeepAlive(p3)
+}
+
+// startHot runs the hot program bin, checks that s names its hot_leaf, and
+// returns its snapshot and the table of its executable.
+func startHot(t *testing.T, s *Symbolizer, bin, what string) (*Process, *SymbolTable) {
+	t.Helper()
+	rp := start(t, bin)
+	p := snapshot(t, s, rp.pid())
+	leaf := rp.addr(t, "hot_leaf")
+	if f := s.User(p, []uint64{leaf}, nil)[0]; f.Function != "hot_leaf" {
+		t.Fatalf("%s: %+v", what, f)
+	}
+	return p, s.MappingTable(p, p.find(leaf))
 }

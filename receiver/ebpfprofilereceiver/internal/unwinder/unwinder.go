@@ -58,7 +58,7 @@ type Stats struct {
 	Processes   int    // processes unwound with tables
 	Tables      int    // tables loaded in the kernel
 	TableBytes  uint64 // their kernel memory
-	Binaries    int    // binaries analysed (frame pointers or not)
+	Binaries    int    // files analysed (frame pointers or not), or sharing the analysis of another file of their build
 	OverBudget  uint64 // times a table did not fit in the budget
 	Evicted     uint64 // unused tables unloaded to make room
 	Expired     uint64 // tables unloaded after KeepUnused without a live process
@@ -86,6 +86,11 @@ type Unwinder struct {
 	// held across work.
 	binMu    sync.Mutex
 	binaries map[fileid.ID]*binary
+	// byContent finds a binary by its build (symbolize's content key):
+	// files of one build under different identities (one image layer
+	// under each container's overlay mount, which gives each its own
+	// device number) share one binary, analysed once, with one table.
+	byContent map[string]*binary
 
 	mu        sync.Mutex
 	lru       *list.List // of *binary with a loaded table and no users, least recently used first
@@ -100,10 +105,12 @@ type Unwinder struct {
 
 // binary is what is known about one file.
 type binary struct {
-	path string
-	// id and textVaddr let the kernel give a process that execs this
-	// file its table at exec (Kernel.SetExeUnwind).
-	id        fileid.ID
+	path       string
+	contentKey string // its build, "" when unknown (SymbolTable.ContentKey)
+	// ids (the identities of its files, in binaries) and textVaddr let
+	// the kernel give a process that execs one of them the table at exec
+	// (Kernel.SetExeUnwind). Changed holding mu and binMu.
+	ids       []fileid.ID
 	textVaddr uint64
 	needs     bool                // built without frame pointers: needs a table; set before b is in binaries
 	table     sampler.UnwindTable // ID 0 while not loaded
@@ -132,9 +139,10 @@ func New(kernel Kernel, sym *symbolize.Symbolizer, maxBytes uint64, disk *binary
 	}
 	return &Unwinder{
 		kernel: kernel, sym: sym, maxBytes: maxBytes, disk: disk, log: log,
-		binaries: map[fileid.ID]*binary{},
-		lru:      list.New(),
-		procs:    map[uint32]attached{},
+		binaries:  map[fileid.ID]*binary{},
+		byContent: map[string]*binary{},
+		lru:       list.New(),
+		procs:     map[uint32]attached{},
 	}
 }
 
@@ -169,7 +177,7 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		b, known := u.binaries[m.ID]
 		if !known && m.ID != (fileid.ID{}) {
 			if c, ok := u.disk.GetUnwind(m.ID); ok && c.HasFramePointers {
-				b, known = &binary{path: m.Path, id: m.ID}, true
+				b, known = &binary{path: m.Path, ids: []fileid.ID{m.ID}}, true
 				u.binaries[m.ID] = b
 			}
 		}
@@ -190,6 +198,16 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		t := u.sym.MappingTable(p, i)
 		if t == nil {
 			continue
+		}
+		if !known {
+			// Another file of the same build analysed already: its
+			// verdict and table are this file's.
+			if b, known = u.ofContent(m, t, now); known {
+				if !b.needs {
+					continue
+				}
+				reload = !b.loaded()
+			}
 		}
 		c := candidate{m: m, t: t}
 		// Compiling a binary's .eh_frame takes up to hundreds of
@@ -260,6 +278,27 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 	return true, errors.Join(errs...)
 }
 
+// ofContent returns the binary of another file of t's build, now also
+// m's file's when it keeps frame pointers (binaryLocked records the others,
+// whose exec-time entries need mu).
+func (u *Unwinder) ofContent(m *symbolize.Mapping, t *symbolize.SymbolTable, now time.Time) (*binary, bool) {
+	key := t.ContentKey()
+	if key == "" || m.ID == (fileid.ID{}) {
+		return nil, false
+	}
+	u.binMu.Lock()
+	defer u.binMu.Unlock()
+	b, ok := u.byContent[key]
+	if !ok {
+		return nil, false
+	}
+	b.seen = now
+	if !b.needs {
+		u.binaries[m.ID] = b
+	}
+	return b, true
+}
+
 // NeedsWork reports whether attaching p would analyse a binary not seen yet
 // or load a table into the kernel: one-time work the caller may defer.
 func (u *Unwinder) NeedsWork(p *symbolize.Process) bool {
@@ -308,7 +347,7 @@ func (u *Unwinder) ExecTable(id fileid.ID) bool {
 	u.binMu.Lock()
 	defer u.binMu.Unlock()
 	b, ok := u.binaries[id]
-	return ok && b.needs && b.loaded() && b.id.Inode != 0
+	return ok && b.needs && b.loaded() && id.Inode != 0
 }
 
 // Stats reports the current state.
@@ -344,6 +383,9 @@ func (u *Unwinder) Expire(now time.Time) {
 	for id, b := range u.binaries {
 		if b.users == 0 && !b.loaded() && now.Sub(b.seen) >= KeepUnused {
 			delete(u.binaries, id)
+			if u.byContent[b.contentKey] == b {
+				delete(u.byContent, b.contentKey)
+			}
 		}
 	}
 }
@@ -396,11 +438,21 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, 
 	if b, ok := u.binaries[m.ID]; ok {
 		return b
 	}
+	if key := t.ContentKey(); key != "" && m.ID != (fileid.ID{}) {
+		if b, ok := u.byContent[key]; ok {
+			u.binaries[m.ID] = b
+			b.ids = append(b.ids, m.ID)
+			if b.loaded() {
+				u.setExeUnwindLocked(b, m.ID)
+			}
+			return b
+		}
+	}
 	if v == nil {
 		// Expire forgot it since: its rows are compiled again (loadLocked).
 		v = &analysis{needs: true}
 	}
-	b := &binary{path: m.Path, id: m.ID, textVaddr: t.TextVaddr(), needs: v.needs, seen: time.Now()}
+	b := &binary{path: m.Path, contentKey: t.ContentKey(), ids: []fileid.ID{m.ID}, textVaddr: t.TextVaddr(), needs: v.needs, seen: time.Now()}
 	if b.needs {
 		b.pending = v.rows
 	}
@@ -408,6 +460,9 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, 
 		u.buildErrs++
 	}
 	u.binaries[m.ID] = b
+	if b.contentKey != "" && m.ID != (fileid.ID{}) {
+		u.byContent[b.contentKey] = b
+	}
 	return b
 }
 
@@ -448,13 +503,22 @@ func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable, rows []unwind
 	b.inKernel.Store(true)
 	u.bytes += lt.Bytes
 	u.tables++
-	if b.id.Inode != 0 {
-		if err := u.kernel.SetExeUnwind(b.id, b.textVaddr, lt); err != nil {
-			u.log.Debug("exec-time unwind table", zap.String("binary", b.path), zap.Error(err))
-		}
+	for _, id := range b.ids {
+		u.setExeUnwindLocked(b, id)
 	}
 	u.pushUnusedLocked(b) // unused until useLocked
 	return nil
+}
+
+// setExeUnwindLocked gives b's loaded table to the processes that exec its
+// file id from now on.
+func (u *Unwinder) setExeUnwindLocked(b *binary, id fileid.ID) {
+	if id.Inode == 0 {
+		return
+	}
+	if err := u.kernel.SetExeUnwind(id, b.textVaddr, b.table); err != nil {
+		u.log.Debug("exec-time unwind table", zap.String("binary", b.path), zap.Error(err))
+	}
 }
 
 // pushUnusedLocked puts b, which has just lost its last user (or has just
@@ -497,8 +561,11 @@ func (u *Unwinder) evictOneLocked() bool {
 func (u *Unwinder) unloadLocked(b *binary) {
 	u.lru.Remove(b.lruElem)
 	b.lruElem = nil
-	if b.id.Inode != 0 {
-		if err := u.kernel.DeleteExeUnwind(b.id); err != nil {
+	for _, id := range b.ids {
+		if id.Inode == 0 {
+			continue
+		}
+		if err := u.kernel.DeleteExeUnwind(id); err != nil {
 			u.log.Warn("unload exec-time unwind table", zap.String("binary", b.path), zap.Error(err))
 		}
 	}

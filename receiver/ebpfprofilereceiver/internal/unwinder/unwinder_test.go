@@ -3,9 +3,11 @@
 package unwinder
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,14 +48,21 @@ func build(t *testing.T, name string, flags ...string) string {
 // its libraries.
 func start(t *testing.T, sym *symbolize.Symbolizer, bin string) *symbolize.Process {
 	t.Helper()
-	cmd := exec.Command(bin)
+	return startCommand(t, sym, exec.Command(bin), "")
+}
+
+// startCommand runs cmd and returns a snapshot of it once the loader has
+// mapped its libraries and, when exe is not "", a file whose path ends
+// in exe (a command that execs it).
+func startCommand(t *testing.T, sym *symbolize.Symbolizer, cmd *exec.Cmd, exe string) *symbolize.Process {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		p, err := sym.Snapshot(cmd.Process.Pid)
-		if err == nil && hasMapping(p, "libc.so") {
+		if err == nil && hasMapping(p, "libc.so") && hasMapping(p, exe) {
 			t.Cleanup(func() { p.Close() })
 			return p
 		}
@@ -61,7 +70,7 @@ func start(t *testing.T, sym *symbolize.Symbolizer, bin string) *symbolize.Proce
 			p.Close()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never mapped libc (%v)", bin, err)
+			t.Fatalf("%s never mapped libc and %q (%v)", cmd.Path, exe, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -329,8 +338,14 @@ type recordingKernel struct {
 	*sampler.Sampler
 	set, forgotten []uint32
 	unloaded       []uint32
+	exeSet         []fileid.ID
 	exeUnloaded    []fileid.ID
 	errs           []error
+}
+
+func (k *recordingKernel) SetExeUnwind(id fileid.ID, textVaddr uint64, t sampler.UnwindTable) error {
+	k.exeSet = append(k.exeSet, id)
+	return k.Sampler.SetExeUnwind(id, textVaddr, t)
 }
 
 func (k *recordingKernel) DeleteUnwindTable(id uint32) error {
@@ -410,7 +425,7 @@ func TestExpireUnloadsTablesNoLiveProcessUses(t *testing.T) {
 	loaded := u.Stats()
 	// The process's own binary comes first (lowest address).
 	own := u.procs[uint32(nofp.PID)].users[0]
-	ownID, ownTable, ownBytes := own.id, own.table.ID, own.table.Bytes
+	ownID, ownTable, ownBytes := own.ids[0], own.table.ID, own.table.Bytes
 	if loaded.Tables != 3 || !strings.HasSuffix(own.path, "/nofp") || !u.ExecTable(ownID) {
 		t.Fatalf("after both: %+v, first table %s, at exec %v; want three tables (glibc and ld.so shared, nofp's own), nofp's given at exec",
 			loaded, own.path, u.ExecTable(ownID))
@@ -493,5 +508,113 @@ func TestExpireBetweenLookupAndLoad(t *testing.T) {
 	}
 	if st := u.Stats(); st.Tables != loaded.Tables || st.TableBytes != loaded.TableBytes || st.Processes != 1 {
 		t.Fatalf("after Attach(next): %+v; want the %d tables (%d bytes) the first process had", st, loaded.Tables, loaded.TableBytes)
+	}
+}
+
+// Files of one build under different identities (one image layer under each
+// container's overlay mount, which gives each its own device number; here a
+// copy) share one binary: analysed once, one table in the kernel, given at
+// exec under each identity, and taken back under each when it is unloaded.
+func TestFilesOfOneBuildShareATable(t *testing.T) {
+	k := &recordingKernel{Sampler: openSampler(t)}
+	sym := symbolize.New(symbolize.Options{})
+	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
+	bin := build(t, "nofp", "-O2", "-fomit-frame-pointer")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "nofp-copy")
+	if err := os.WriteFile(cp, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*symbolize.Process
+	var loaded Stats
+	for i, b := range []string{bin, cp} {
+		p := start(t, sym, b)
+		if dwarf, err := u.Attach(p, nil); err != nil || !dwarf {
+			t.Fatalf("Attach(%s) = %v, %v; want tables", b, dwarf, err)
+		}
+		procs = append(procs, p)
+		if i == 0 {
+			loaded = u.Stats()
+		}
+	}
+	st := u.Stats()
+	if st.Tables != loaded.Tables || st.TableBytes != loaded.TableBytes {
+		t.Errorf("after the copy: %d tables of %d bytes, want the original's %d of %d", st.Tables, st.TableBytes, loaded.Tables, loaded.TableBytes)
+	}
+	// Each process's own binary comes first (lowest address).
+	orig, dup := u.procs[uint32(procs[0].PID)], u.procs[uint32(procs[1].PID)]
+	if orig.users[0] != dup.users[0] || orig.ms[0].Table != dup.ms[0].Table {
+		t.Fatalf("the copy has a binary or table of its own: %s table %d, %s table %d", orig.users[0].path, orig.ms[0].Table, dup.users[0].path, dup.ms[0].Table)
+	}
+	ids := orig.users[0].ids
+	if len(ids) != 2 || ids[0] == ids[1] {
+		t.Fatalf("shared binary's files: %v, want the original's and the copy's", ids)
+	}
+	for _, id := range ids {
+		if !u.ExecTable(id) || !slices.Contains(k.exeSet, id) {
+			t.Errorf("file %v: given at exec %v, entry written %v; want both", id, u.ExecTable(id), slices.Contains(k.exeSet, id))
+		}
+	}
+
+	for _, p := range procs {
+		if err := u.Detach(p.PID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u.Expire(time.Now().Add(24 * time.Hour))
+	for _, id := range ids {
+		if u.ExecTable(id) || !slices.Contains(k.exeUnloaded, id) {
+			t.Errorf("file %v after its table expired: given at exec %v, entry deleted %v", id, u.ExecTable(id), slices.Contains(k.exeUnloaded, id))
+		}
+	}
+	if len(u.byContent) != 0 || len(u.binaries) != 0 || len(k.errs) != 0 {
+		t.Errorf("a day later: %d builds, %d files remembered, kernel errors %v; want none", len(u.byContent), len(u.binaries), k.errs)
+	}
+}
+
+// Two containers of one image, each running the image's binary from an
+// overlay mount of its own over the same lower layer (private to its mount
+// namespace, so the files differ in device number): one table between them.
+func TestOverlayMountsShareATable(t *testing.T) {
+	k := &recordingKernel{Sampler: openSampler(t)}
+	sym := symbolize.New(symbolize.Options{})
+	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
+	root := t.TempDir()
+	lower := filepath.Join(root, "lower")
+	if err := os.Mkdir(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(build(t, "nofp", "-O2", "-fomit-frame-pointer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lower, "nofp"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*symbolize.Process
+	for i := range 2 {
+		c := filepath.Join(root, fmt.Sprintf("container%d", i))
+		for _, d := range []string{"upper", "work", "rootfs"} {
+			if err := os.MkdirAll(filepath.Join(c, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		script := fmt.Sprintf("mount -t overlay overlay -o lowerdir=%s,upperdir=%[2]s/upper,workdir=%[2]s/work %[2]s/rootfs && exec %[2]s/rootfs/nofp", lower, c)
+		p := startCommand(t, sym, exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script), "/rootfs/nofp")
+		if dwarf, err := u.Attach(p, nil); err != nil || !dwarf {
+			t.Fatalf("Attach(container %d) = %v, %v; want tables", i, dwarf, err)
+		}
+		procs = append(procs, p)
+	}
+	orig, dup := u.procs[uint32(procs[0].PID)], u.procs[uint32(procs[1].PID)]
+	ids := orig.users[0].ids
+	if len(ids) != 2 || ids[0].Dev == ids[1].Dev || ids[0].Inode != ids[1].Inode {
+		t.Fatalf("the binary's files: %v; want one inode under two devices, as containers of one image see it", ids)
+	}
+	if orig.users[0] != dup.users[0] || orig.ms[0].Table != dup.ms[0].Table || u.Stats().Tables != 3 {
+		t.Errorf("containers: tables %d and %d, %d loaded; want one table for both and glibc's and ld.so's", orig.ms[0].Table, dup.ms[0].Table, u.Stats().Tables)
 	}
 }
