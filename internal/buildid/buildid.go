@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
@@ -244,6 +245,35 @@ func Identity(path string) (fileid.ID, error) {
 		return fileid.ID{}, fmt.Errorf("%s: %w", path, ErrNotRegular)
 	}
 	return fileid.FromInfo(fi)
+}
+
+// FileKey is the build of an open file, for sharing what is derived from a
+// binary between the files of one build: "gnu:<id>:<size>" or
+// "go:<id>:<size>", "" when it has neither note (or is not ELF). The size
+// tells apart the stripped and unstripped files of one build. It reads the
+// ELF headers and notes, a few kilobytes, and hashes nothing.
+//
+// A file is trusted to be the build its notes say, as debuginfod servers,
+// symbol stores and the gateway's queries (which group by build ID) trust
+// it: a binary forged to carry another's build ID and size would share
+// that binary's tables (docs/security.md, "Binaries that share tables").
+func FileKey(f *os.File) string {
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return ""
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	info := FromNotes(ef)
+	switch {
+	case info.GNU != "":
+		return "gnu:" + info.GNU + ":" + strconv.FormatInt(fi.Size(), 10)
+	case info.Go != "":
+		return "go:" + info.Go + ":" + strconv.FormatInt(fi.Size(), 10)
+	}
+	return ""
 }
 
 // FromNotes reads the build notes (GNU and Go build IDs) of an ELF file

@@ -3,6 +3,7 @@ package buildid
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,5 +209,68 @@ func TestFromAttributesCanonical(t *testing.T) {
 		if again := FromAttributes(func(k string) (string, bool) { v, ok := back[k]; return v, ok }); again != info {
 			t.Errorf("round trip of %v: %+v, want %+v", tc.attrs, again, info)
 		}
+	}
+}
+
+// FileKey names a file's build and size: a copy has its original's key, the
+// stripped file of the same build another (its symbols differ), a file
+// without a build note or not ELF none.
+func TestFileKey(t *testing.T) {
+	dir := t.TempDir()
+	bin := compileC(t, dir, "gnu")
+	key := func(path string) string {
+		t.Helper()
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return FileKey(f)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("gnu:%s:%d", readelfGNU(t, bin), fi.Size())
+	if got := key(bin); got != want {
+		t.Fatalf("FileKey = %q, want %q", got, want)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, stripped, text := filepath.Join(dir, "copy"), filepath.Join(dir, "stripped"), filepath.Join(dir, "text")
+	for _, f := range []string{cp, stripped} {
+		if err := os.WriteFile(f, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := exec.Command("strip", "-s", stripped).CombinedOutput(); err != nil {
+		t.Fatalf("strip: %v\n%s", err, b)
+	}
+	if err := os.WriteFile(text, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := key(cp); got != want {
+		t.Errorf("copy: %q, want the original's %q", got, want)
+	}
+	if got := key(stripped); got == want || !strings.HasPrefix(got, "gnu:"+readelfGNU(t, bin)+":") {
+		t.Errorf("stripped: %q; want the same build ID with its own size (original %q)", got, want)
+	}
+	for _, f := range []string{compileC(t, dir, "plain", "-Wl,--build-id=none"), text} {
+		if got := key(f); got != "" {
+			t.Errorf("%s: %q, want none", filepath.Base(f), got)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := Read(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := key(exe); info.GNU == "" && !strings.HasPrefix(got, "go:"+info.Go+":") {
+		t.Errorf("this Go test binary: %q, want its Go build ID %q", got, info.Go)
 	}
 }

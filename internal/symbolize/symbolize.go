@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 )
@@ -288,7 +289,7 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 // load reads the table of pf's file, once however many processes ask for
 // it at the same time, and caches it. A table already in memory for the
 // same build, read from a file of another identity, is shared instead (see
-// contentKeyOf). s.mu is not held while the file is read: a large binary's
+// buildid.FileKey). s.mu is not held while the file is read: a large binary's
 // table takes hundreds of milliseconds on a busy node, and Snapshot (a new
 // process read before it can exit) must not wait for it.
 func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
@@ -300,7 +301,7 @@ func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
 			return e, nil
 		}
 		s.mu.Unlock()
-		key := contentKeyOf(pf.f)
+		key := buildid.FileKey(pf.f)
 		if key == "" {
 			t, err := s.read(pf, path, pid, "")
 			s.mu.Lock()
@@ -337,7 +338,7 @@ type readResult struct {
 }
 
 // read reads the table of pf's file and counts the load; key is its build
-// (contentKeyOf), which the table keeps to be found by.
+// (buildid.FileKey), which the table keeps to be found by.
 func (s *Symbolizer) read(pf *procFile, path string, pid int, key string) (*SymbolTable, error) {
 	var t *SymbolTable
 	var err error

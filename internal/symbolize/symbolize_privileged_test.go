@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/hotpath-dev/hotpath/internal/overlaytest"
 )
 
 func TestDeletedBinary(t *testing.T) {
@@ -126,25 +128,13 @@ func TestOtherMountNamespace(t *testing.T) {
 // namespace, so the two files have different device numbers. They share one
 // table, read once.
 func TestOverlayMountsShareATable(t *testing.T) {
-	bin := cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl")
-	root := t.TempDir()
-	lower := filepath.Join(root, "lower")
-	if err := os.Mkdir(lower, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	copyFile(t, bin, filepath.Join(lower, "hot"))
+	im := overlaytest.NewImage(t, cProg(t, "hot-pie", "-fPIE", "-pie", "-ldl"), "hot")
 	s := New(Options{})
 	var procs []*Process
 	var rps []*runningProg
 	for i := range 2 {
-		c := filepath.Join(root, fmt.Sprintf("container%d", i))
-		for _, d := range []string{"upper", "work", "rootfs"} {
-			if err := os.MkdirAll(filepath.Join(c, d), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		script := fmt.Sprintf("mount -t overlay overlay -o lowerdir=%s,upperdir=%s/upper,workdir=%s/work %s/rootfs && exec %s/rootfs/hot", lower, c, c, c, c)
-		rp := start(t, "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+		cmd := im.Command(t, i, "hot")
+		rp := start(t, cmd.Path, cmd.Args[1:]...)
 		rps = append(rps, rp)
 		procs = append(procs, snapshot(t, s, rp.pid()))
 	}

@@ -9,14 +9,12 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
 
-	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/ehframe"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 	"github.com/ianlancetaylor/demangle"
@@ -78,7 +76,7 @@ type SymbolTable struct {
 
 	// serial tells tables apart in the Symbolizer's memo.
 	serial uint64
-	// contentKey is the build the table was read from (contentKeyOf), ""
+	// contentKey is the build the table was read from (buildid.FileKey), ""
 	// when the file carries no build ID or was opened by path.
 	contentKey string
 }
@@ -99,38 +97,11 @@ func OpenSymbolTable(path string) (*SymbolTable, error) {
 	return t, nil
 }
 
-// ContentKey is the build the table was read from: its GNU or Go build ID
-// and the file's size, which tell apart the stripped and unstripped files
-// of one build. Files of one content key share one table (and the
-// receiver's unwinder one unwind table). "" when the file has no build ID.
+// ContentKey is the build the table was read from (buildid.FileKey: its
+// GNU or Go build ID and the file's size). Files of one content key share
+// one table (and the receiver's unwinder one unwind table). "" when the
+// file has no build ID.
 func (t *SymbolTable) ContentKey() string { return t.contentKey }
-
-// contentKeyOf reads f's build notes: "gnu:<id>:<size>" or
-// "go:<id>:<size>", "" when it has neither (or is not ELF). It reads the
-// ELF headers and notes, a few kilobytes, not the symbols.
-//
-// A file is trusted to be the build its notes say, as debuginfod servers,
-// the buildid processor and the gateway's symbol store trust it: a binary
-// forged to carry another's build ID and size would get that binary's
-// names (or lend it its own), in the agent as downstream.
-func contentKeyOf(f *os.File) string {
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		return ""
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	info := buildid.FromNotes(ef)
-	switch {
-	case info.GNU != "":
-		return "gnu:" + info.GNU + ":" + strconv.FormatInt(fi.Size(), 10)
-	case info.Go != "":
-		return "go:" + info.Go + ":" + strconv.FormatInt(fi.Size(), 10)
-	}
-	return ""
-}
 
 // newSymbolTable maps f read-only and parses it. The mapping stays valid
 // after f is closed, which is what lets a table outlive its process.

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/procfile"
 	"github.com/hotpath-dev/hotpath/internal/procmaps"
@@ -34,6 +36,12 @@ const maxPlainBinaries = 16384
 // replica's first request is tagged too. One binary costs four uprobes
 // however many processes run it. The price: a process excluded from
 // profiling still pays the (small) uprobe cost of its markers.
+//
+// The kernel attaches a uprobe to the file underneath an overlay mount, so
+// one attach serves every container of an image: each container's mount
+// gives the image's binary a file identity of its own (its own device
+// number) over the same file, and attaching again for each would run the
+// markers' programs once per container at every call.
 type Probes struct {
 	procRoot string
 	maps     *Maps
@@ -41,9 +49,22 @@ type Probes struct {
 
 	mu     sync.Mutex
 	bins   map[fileid.ID]*binary
+	byFile map[underlyingFile]*binary
 	plain  map[fileid.ID]struct{}
 	procs  map[int][]fileid.ID // pid -> marker binaries it maps
 	closed bool
+}
+
+// underlyingFile tells the files of one build with one inode number apart
+// from the others: overlay mounts over one lower layer show its file with
+// that file's inode number (and each mount's own device number), and the
+// build (buildid.FileKey) rules out a file of another file system that has
+// the same number. A container that rewrites the file gets a new one in
+// its upper layer, of another build or size, or it shares the uprobes of
+// the file it replaced and its own calls go unseen.
+type underlyingFile struct {
+	build string
+	inode uint64
 }
 
 type binary struct {
@@ -51,6 +72,8 @@ type binary struct {
 	markers []Marker
 	links   []link.Link
 	pids    map[int]struct{}
+	ids     []fileid.ID    // its keys in bins: the identities it was met under
+	file    underlyingFile // its key in byFile; zero build: not shared
 }
 
 // MarkerStats counts marker calls seen by the uprobes since NewProbes.
@@ -79,6 +102,7 @@ func newProbes(maps *Maps, procRoot string) (*Probes, error) {
 		procRoot: procRoot,
 		maps:     maps,
 		bins:     map[fileid.ID]*binary{},
+		byFile:   map[underlyingFile]*binary{},
 		plain:    map[fileid.ID]struct{}{},
 		procs:    map[int][]fileid.ID{},
 	}
@@ -192,19 +216,66 @@ func (p *Probes) ensureAttached(id fileid.ID, path string) (bool, error) {
 		p.mu.Unlock()
 		return false, nil
 	}
+	file := underlyingFile{build: fileBuild(path), inode: id.Inode}
+	if p.shareAttached(id, file) {
+		return true, nil
+	}
 	links, err := p.attach(path, markers)
 	if err != nil {
 		return false, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.bins[id] != nil {
-		// Closed meanwhile, or attached concurrently: keep one set.
+	if p.closed {
 		closeLinks(links)
-		return !p.closed, nil
+		return false, nil
 	}
-	p.bins[id] = &binary{path: path, markers: markers, links: links, pids: map[int]struct{}{}}
+	if p.bins[id] != nil || p.shareAttachedLocked(id, file) {
+		// Attached concurrently: keep one set.
+		closeLinks(links)
+		return true, nil
+	}
+	b := &binary{path: path, markers: markers, links: links, pids: map[int]struct{}{}, ids: []fileid.ID{id}}
+	p.bins[id] = b
+	if file.build != "" {
+		b.file = file
+		p.byFile[file] = b
+	}
 	return true, nil
+}
+
+// shareAttached records the file id as another view of an attached binary
+// of the same underlying file, if there is one.
+func (p *Probes) shareAttached(id fileid.ID, file underlyingFile) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closed && p.shareAttachedLocked(id, file)
+}
+
+func (p *Probes) shareAttachedLocked(id fileid.ID, file underlyingFile) bool {
+	if file.build == "" {
+		return false
+	}
+	b := p.byFile[file]
+	if b == nil {
+		return false
+	}
+	if p.bins[id] == nil {
+		p.bins[id] = b
+		b.ids = append(b.ids, id)
+	}
+	return true
+}
+
+// fileBuild is buildid.FileKey of the file at path, "" when it cannot be
+// read.
+func fileBuild(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	return buildid.FileKey(f)
 }
 
 func (p *Probes) attach(path string, markers []Marker) ([]link.Link, error) {
@@ -320,13 +391,16 @@ func (p *Probes) Rescan(skip func(pid int) bool) error {
 	return errors.Join(errs...)
 }
 
-// Attached lists the paths of binaries whose markers are instrumented now.
+// Attached lists the paths of binaries whose markers are instrumented now,
+// each once (by the path it was attached through).
 func (p *Probes) Attached() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []string
-	for _, b := range p.bins {
-		out = append(out, b.path)
+	for id, b := range p.bins {
+		if b.ids[0] == id {
+			out = append(out, b.path)
+		}
 	}
 	return out
 }
@@ -356,9 +430,8 @@ func (p *Probes) Close() error {
 	}
 	p.closed = true
 	var errs []error
-	for id, b := range p.bins {
-		errs = append(errs, closeLinks(b.links))
-		delete(p.bins, id)
+	for _, b := range p.bins {
+		errs = append(errs, p.detach(b))
 	}
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)
@@ -373,19 +446,29 @@ func (p *Probes) release(id fileid.ID, pid int) {
 	}
 	delete(b.pids, pid)
 	if len(b.pids) == 0 {
-		closeLinks(b.links)
+		p.detach(b)
+	}
+}
+
+// detach closes b's uprobes and forgets it under every identity it was
+// met under. Called with p.mu held.
+func (p *Probes) detach(b *binary) error {
+	for _, id := range b.ids {
 		delete(p.bins, id)
 	}
+	if b.file.build != "" && p.byFile[b.file] == b {
+		delete(p.byFile, b.file)
+	}
+	return closeLinks(b.links)
 }
 
 // dropUnused detaches binaries attached during an Observe whose process
 // turned out not to map them any more (exec'd meanwhile). keep are the ids
 // just recorded. Called with p.mu held.
 func (p *Probes) dropUnused(keep []fileid.ID) {
-	for id, b := range p.bins {
-		if len(b.pids) == 0 && !containsID(keep, id) {
-			closeLinks(b.links)
-			delete(p.bins, id)
+	for _, b := range p.bins {
+		if len(b.pids) == 0 && !slices.ContainsFunc(b.ids, func(id fileid.ID) bool { return containsID(keep, id) }) {
+			p.detach(b)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
+	"github.com/hotpath-dev/hotpath/internal/overlaytest"
 	sdk "github.com/hotpath-dev/hotpath/sdk/go/tracectx"
 )
 
@@ -304,4 +305,87 @@ func TestGoNestedDoRestoresOuter(t *testing.T) {
 		}
 	}()
 	<-done
+}
+
+// Two containers of one image run its binary (C markers) from overlay
+// mounts of their own over one lower layer, each in a private mount
+// namespace: two file identities (two device numbers), one file underneath.
+// The uprobes are attached once, they fire in both containers (the kernel
+// attaches them to the file underneath), and they stay while either runs.
+func TestOverlayContainersShareUprobes(t *testing.T) {
+	im := overlaytest.NewImage(t, buildC(t, cProgram), "marked")
+	m := openTestMaps(t)
+	p := openProbes(t, m)
+
+	type container struct {
+		pid   int
+		stdin io.Writer
+		out   *bufio.Reader
+	}
+	expect := func(c container, want string) {
+		t.Helper()
+		line, err := c.out.ReadString('\n')
+		if err != nil || line != want+"\n" {
+			t.Fatalf("container (pid %d) said %q (%v), want %q", c.pid, line, err, want)
+		}
+	}
+	var cs []container
+	for i := range 2 {
+		cmd := im.Command(t, i, "marked", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		c := container{pid: cmd.Process.Pid, stdin: stdin, out: bufio.NewReader(stdout)}
+		expect(c, "ready")
+		if err := p.Observe(c.pid); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	p.mu.Lock()
+	views, bins := len(p.bins), map[*binary]bool{}
+	for _, b := range p.bins {
+		bins[b] = true
+	}
+	p.mu.Unlock()
+	if views != 2 || len(bins) != 1 {
+		t.Fatalf("%d file identities, %d attached binaries; want the two containers' files attached once", views, len(bins))
+	}
+	if got := p.Attached(); len(got) != 1 {
+		t.Errorf("Attached() = %q, want one binary", got)
+	}
+
+	// The second container's calls fire the uprobes attached through the
+	// first's file; once the first exits they stay for the second.
+	c := cs[1]
+	key := uint64(c.pid)<<32 | uint64(c.pid)
+	io.WriteString(c.stdin, "go\n")
+	expect(c, "set")
+	var got traceCtxTraceCtx
+	if err := m.Threads.Lookup(key, &got); err != nil {
+		t.Fatalf("no traces_ctx_v1 entry for the second container's thread after set: %v", err)
+	}
+	if err := p.Exit(cs[0].pid); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Attached(); len(got) != 1 {
+		t.Fatalf("after the first container exited: Attached() = %q, want its binary still attached", got)
+	}
+	io.WriteString(c.stdin, "go\n")
+	expect(c, "cleared")
+	if err := m.Threads.Lookup(key, &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("entry still there after clear: %+v, %v", got, err)
+	}
+	if err := p.Exit(c.pid); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.bins) != 0 || len(p.byFile) != 0 {
+		t.Errorf("after both exited: %d identities, %d files still attached", len(p.bins), len(p.byFile))
+	}
 }

@@ -3,7 +3,6 @@
 package unwinder
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/binarycache"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/overlaytest"
 
 	"go.uber.org/zap/zaptest"
 
@@ -582,28 +582,10 @@ func TestOverlayMountsShareATable(t *testing.T) {
 	k := &recordingKernel{Sampler: openSampler(t)}
 	sym := symbolize.New(symbolize.Options{})
 	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
-	root := t.TempDir()
-	lower := filepath.Join(root, "lower")
-	if err := os.Mkdir(lower, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(build(t, "nofp", "-O2", "-fomit-frame-pointer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(lower, "nofp"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	im := overlaytest.NewImage(t, build(t, "nofp", "-O2", "-fomit-frame-pointer"), "nofp")
 	var procs []*symbolize.Process
 	for i := range 2 {
-		c := filepath.Join(root, fmt.Sprintf("container%d", i))
-		for _, d := range []string{"upper", "work", "rootfs"} {
-			if err := os.MkdirAll(filepath.Join(c, d), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		script := fmt.Sprintf("mount -t overlay overlay -o lowerdir=%s,upperdir=%[2]s/upper,workdir=%[2]s/work %[2]s/rootfs && exec %[2]s/rootfs/nofp", lower, c)
-		p := startCommand(t, sym, exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script), "/rootfs/nofp")
+		p := startCommand(t, sym, im.Command(t, i, "nofp"), "/rootfs/nofp")
 		if dwarf, err := u.Attach(p, nil); err != nil || !dwarf {
 			t.Fatalf("Attach(container %d) = %v, %v; want tables", i, dwarf, err)
 		}
