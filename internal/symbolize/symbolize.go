@@ -301,26 +301,25 @@ func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
 			return e, nil
 		}
 		s.mu.Unlock()
-		key := buildid.FileKey(pf.f)
-		if key == "" {
+		var res readResult
+		if key := buildid.FileKey(pf.f); key == "" {
 			t, err := s.read(pf, path, pid, "")
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return s.cache.add(pf.id, t, err, s.now()), nil
+			res = readResult{t: t, err: err, readFor: pf.id}
+		} else {
+			// Files of one build are read once however many identities
+			// they come under at the same time.
+			r, _, _ := s.loading.Do("build "+key, func() (any, error) {
+				s.mu.Lock()
+				t := s.cache.ofContent(key)
+				s.mu.Unlock()
+				if t != nil {
+					return readResult{t: t}, nil
+				}
+				t, err := s.read(pf, path, pid, key)
+				return readResult{t: t, err: err, readFor: pf.id}, nil
+			})
+			res = r.(readResult)
 		}
-		// Files of one build are read once however many identities they
-		// come under at the same time.
-		r, _, _ := s.loading.Do("build "+key, func() (any, error) {
-			s.mu.Lock()
-			t := s.cache.ofContent(key)
-			s.mu.Unlock()
-			if t != nil {
-				return readResult{t: t}, nil
-			}
-			t, err := s.read(pf, path, pid, key)
-			return readResult{t: t, err: err, readFor: pf.id}, nil
-		})
-		res := r.(readResult)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if res.t != nil && res.readFor != pf.id {
