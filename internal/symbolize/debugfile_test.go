@@ -489,7 +489,9 @@ func TestLibcDebugFile(t *testing.T) {
 
 	bad := 0
 	for _, addr := range tab.addrs {
-		if name := lookupName(tab, addr); strings.Contains(name, "@") {
+		// A PLT entry is named "<target>@plt"; its target's version is
+		// trimmed as any other name's.
+		if name := strings.TrimSuffix(lookupName(tab, addr), "@plt"); strings.Contains(name, "@") {
 			if bad++; bad <= 5 {
 				t.Errorf("libc Lookup(%#x) = %q: symbol version not trimmed", addr, name)
 			}

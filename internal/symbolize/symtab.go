@@ -45,9 +45,12 @@ type SymbolTable struct {
 	textVaddr uint64
 
 	addrs    []uint64 // sorted symbol start addresses
-	sizes    []uint32 // 0: size unknown, the symbol extends to the next one
+	sizes    []uint32 // 0: size unknown, the symbol extends to the next one (endAtSection)
 	nameOffs []uint32 // len(addrs)+1 offsets into names; with namesInImage, len(addrs) offsets of NUL-terminated names in data
 	names    string
+	// pltAddrs are the symbols that are PLT entries (sorted), named after
+	// the function they jump to plus "@plt" (pltSymbols).
+	pltAddrs []uint64
 	// namesInImage: the names stay in the file's string tables (read through
 	// data at lookup) instead of a heap copy. Large C++ binaries carry tens of
 	// MB of mangled names; the agent should not hold them in its heap.
@@ -227,7 +230,9 @@ func parseImage(data []byte) (t *SymbolTable, err error) {
 			}
 		}
 	}
+	syms.syms = append(syms.syms, syms.pltSymbols()...)
 	t.buildSymbols(data, syms.syms, copyNames)
+	t.endAtSection(ef)
 	t.lines = newDwarfLines(ef, data)
 	t.amd64 = ef.Machine == elf.EM_X86_64
 	if sec := ef.Section(".eh_frame"); t.amd64 && sec != nil && sec.Type != elf.SHT_NOBITS && sec.Offset+sec.Size <= uint64(len(data)) {
@@ -261,6 +266,7 @@ type rawSymbol struct {
 	addr, size uint64
 	name       []byte // points into the file image until buildSymbols copies it
 	rank       uint8  // higher wins among symbols at one address
+	plt        bool   // a PLT entry, named after its target (pltSymbols)
 }
 
 type symbolCollector struct {
@@ -389,8 +395,6 @@ func cBytes(b []byte, off uint32) []byte {
 
 // buildSymbols sorts, de-duplicates and packs raw symbols.
 func (t *SymbolTable) buildSymbols(data []byte, raw []rawSymbol, copyNames bool) {
-	// At one address prefer a sized symbol, then the better rank
-	// (symtab over dynsym, global over weak over local).
 	slices.SortFunc(raw, func(a, b rawSymbol) int {
 		if a.addr != b.addr {
 			if a.addr < b.addr {
@@ -398,22 +402,15 @@ func (t *SymbolTable) buildSymbols(data []byte, raw []rawSymbol, copyNames bool)
 			}
 			return 1
 		}
-		if (a.size > 0) != (b.size > 0) {
-			if a.size > 0 {
-				return -1
-			}
-			return 1
-		}
-		if a.rank != b.rank {
-			return int(b.rank) - int(a.rank)
-		}
-		// Aliases ("getpid", "__getpid"): the plainer name, deterministically.
-		if ua, ub := leadingUnderscores(a.name), leadingUnderscores(b.name); ua != ub {
-			return ua - ub
-		}
-		return bytes.Compare(a.name, b.name)
+		return compareAtAddress(a, b)
 	})
 	raw = slices.CompactFunc(raw, func(a, b rawSymbol) bool { return a.addr == b.addr })
+	t.pltAddrs = nil
+	for _, s := range raw {
+		if s.plt {
+			t.pltAddrs = append(t.pltAddrs, s.addr)
+		}
+	}
 	n := 0
 	for _, s := range raw {
 		n += len(s.name)
@@ -447,6 +444,50 @@ func (t *SymbolTable) buildSymbols(data []byte, raw []rawSymbol, copyNames bool)
 	t.names = sb.String()
 }
 
+// endAtSection gives each symbol of unknown size the end of its executable
+// section as its limit: it still extends to the next symbol, but not past
+// its section. Otherwise _init (in .init, no size) named every PLT entry
+// that follows it, and the last function of .text named .fini.
+func (t *SymbolTable) endAtSection(ef *elf.File) {
+	var secs [][2]uint64
+	for _, s := range ef.Sections {
+		if s.Flags&elf.SHF_ALLOC != 0 && s.Flags&elf.SHF_EXECINSTR != 0 && s.Size > 0 {
+			secs = append(secs, [2]uint64{s.Addr, s.Addr + s.Size})
+		}
+	}
+	for i, addr := range t.addrs {
+		if t.sizes[i] != 0 {
+			continue
+		}
+		for _, r := range secs {
+			if addr >= r[0] && addr < r[1] && r[1]-addr <= 1<<32-1 {
+				t.sizes[i] = uint32(r[1] - addr)
+				break
+			}
+		}
+	}
+}
+
+// compareAtAddress orders two symbols at one address, the one whose name
+// the table keeps first: a sized symbol, then the better rank (symtab over
+// dynsym, global over weak over local; a PLT entry last), then the plainer
+// of aliases ("getpid", "__getpid"), deterministically.
+func compareAtAddress(a, b rawSymbol) int {
+	if (a.size > 0) != (b.size > 0) {
+		if a.size > 0 {
+			return -1
+		}
+		return 1
+	}
+	if a.rank != b.rank {
+		return int(b.rank) - int(a.rank)
+	}
+	if ua, ub := leadingUnderscores(a.name), leadingUnderscores(b.name); ua != ub {
+		return ua - ub
+	}
+	return bytes.Compare(a.name, b.name)
+}
+
 // namesInImageBytes is the size of symbol names above which a table reads
 // them from the file mapping rather than copying them (libc's 60 KB are
 // copied; a large C++ binary's tens of MB are not). A variable for tests.
@@ -456,10 +497,12 @@ var namesInImageBytes = 1 << 20
 // the same fault guard as the Go pclntab (a file truncated under us).
 func (t *SymbolTable) name(i int) (name string) {
 	if !t.namesInImage {
-		return t.names[t.nameOffs[i]:t.nameOffs[i+1]]
-	}
-	if t.guard(func() { name = string(trimVersion(cBytes(t.data, t.nameOffs[i]))) }) != nil {
+		name = t.names[t.nameOffs[i]:t.nameOffs[i+1]]
+	} else if t.guard(func() { name = string(trimVersion(cBytes(t.data, t.nameOffs[i]))) }) != nil {
 		return ""
+	}
+	if _, ok := slices.BinarySearch(t.pltAddrs, t.addrs[i]); ok && name != "" {
+		name += "@plt"
 	}
 	return name
 }
@@ -583,7 +626,7 @@ func (t *SymbolTable) lookupGo(addr uint64, out []Symbol) (res []Symbol) {
 // Size is the table's heap footprint in bytes (the Go pclntab mapping is
 // reported separately by MappedBytes).
 func (t *SymbolTable) Size() int {
-	n := len(t.addrs)*8 + len(t.sizes)*4 + len(t.nameOffs)*4 + len(t.names) + len(t.loads)*24 + 200
+	n := len(t.addrs)*8 + len(t.sizes)*4 + len(t.nameOffs)*4 + len(t.names) + len(t.loads)*24 + len(t.pltAddrs)*8 + 200
 	if t.lines != nil {
 		n += t.lines.size()
 	}
