@@ -28,6 +28,17 @@ func (c *symbolCollector) pltSymbols() []rawSymbol {
 	if c.ef.Machine != elf.EM_X86_64 || c.ef.Class != elf.ELFCLASS64 {
 		return nil
 	}
+	var plts []*elf.Section
+	for _, sec := range c.ef.Sections {
+		if sec.Type == elf.SHT_PROGBITS && sec.Flags&elf.SHF_EXECINSTR != 0 &&
+			(sec.Name == ".plt" || sec.Name == ".plt.sec" || sec.Name == ".plt.got") &&
+			sec.Offset+sec.Size <= uint64(len(c.data)) {
+			plts = append(plts, sec)
+		}
+	}
+	if len(plts) == 0 {
+		return nil // a static binary, a Go binary linked alone: no relocations to read
+	}
 	slots := c.gotSlots()
 	if len(slots) == 0 {
 		return nil
@@ -40,12 +51,7 @@ func (c *symbolCollector) pltSymbols() []rawSymbol {
 	}
 	var entries []entry
 	var resolvers map[uint64][]byte
-	for _, sec := range c.ef.Sections {
-		if sec.Type != elf.SHT_PROGBITS || sec.Flags&elf.SHF_EXECINSTR == 0 ||
-			(sec.Name != ".plt" && sec.Name != ".plt.sec" && sec.Name != ".plt.got") ||
-			sec.Offset+sec.Size > uint64(len(c.data)) {
-			continue
-		}
+	for _, sec := range plts {
 		ent := sec.Entsize
 		if ent != 8 && ent != 16 {
 			ent = 16

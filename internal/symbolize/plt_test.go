@@ -9,12 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ianlancetaylor/demangle"
 )
 
 // TestPLTEntriesAreNamed checks the PLT symbols against objdump, which
 // names each PLT entry after its target: in every PLT section of gcc's
-// layouts (lazy, immediate binding, IBT's .plt.sec, no PLT but .plt.got)
-// and of glibc (whose own calls to its IFUNCs go through IRELATIVE slots,
+// layouts (lazy, immediate binding, IBT's .plt.sec, no PLT but .plt.got),
+// of a C++ library (its entries demangled as other C++ names are) and of
+// glibc (whose own calls to its IFUNCs go through IRELATIVE slots,
 // objdump's "*ABS*+0x<resolver>@plt"), every entry objdump names has our
 // name at its first and last byte, and nothing else in those sections has
 // a name (the lazy binder's PLT0, IBT's .plt of push-and-jump stubs).
@@ -30,6 +33,11 @@ func TestPLTEntriesAreNamed(t *testing.T) {
 		"no PLT, .plt.got": cProg(t, "hot-plt-none", "-ldl", "-fno-plt"),
 		"non-PIE":          cProg(t, "hot-plt-nopie", "-ldl", "-no-pie"),
 		"glibc":            strings.TrimSpace(string(out)),
+		// widget_entry calls hotpath::Widget::spin through the PLT (a
+		// shared library's global function can be interposed).
+		"C++ library": built(t, "libwidget-plt.so", func(out string) error {
+			return run(".", "g++", "-O1", "-shared", "-fPIC", "-o", out, testdata(t, "widget.cc"))
+		}),
 	}
 	for name, path := range files {
 		t.Run(name, func(t *testing.T) {
@@ -43,7 +51,7 @@ func TestPLTEntriesAreNamed(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ef.Close()
-			entries, irelative := 0, 0
+			entries, irelative, mangled := 0, 0, 0
 			for _, sec := range ef.Sections {
 				if !strings.HasPrefix(sec.Name, ".plt") {
 					continue
@@ -59,6 +67,10 @@ func TestPLTEntriesAreNamed(t *testing.T) {
 						if resolver, ok := strings.CutPrefix(w, "*ABS*+0x"); ok {
 							irelative++
 							w = resolverName(t, table, strings.TrimSuffix(resolver, "@plt")) + "@plt"
+						} else if strings.HasPrefix(w, "_Z") {
+							// Demangled as every C++ name is, then "@plt".
+							mangled++
+							w = demangle.Filter(strings.TrimSuffix(w, "@plt"), demangle.NoParams) + "@plt"
 						}
 					}
 					for _, at := range []uint64{addr, addr + ent - 1} {
@@ -78,7 +90,10 @@ func TestPLTEntriesAreNamed(t *testing.T) {
 			if name == "glibc" && irelative == 0 {
 				t.Error("glibc: no IRELATIVE entry checked")
 			}
-			t.Logf("%d entries (%d IRELATIVE)", entries, irelative)
+			if name == "C++ library" && mangled == 0 {
+				t.Error("C++ library: no entry of a C++ function checked")
+			}
+			t.Logf("%d entries (%d IRELATIVE, %d C++)", entries, irelative, mangled)
 		})
 	}
 }

@@ -501,10 +501,14 @@ func (t *SymbolTable) name(i int) (name string) {
 	} else if t.guard(func() { name = string(trimVersion(cBytes(t.data, t.nameOffs[i]))) }) != nil {
 		return ""
 	}
-	if _, ok := slices.BinarySearch(t.pltAddrs, t.addrs[i]); ok && name != "" {
-		name += "@plt"
-	}
 	return name
+}
+
+// isPLT reports whether the i-th symbol is a PLT entry (named after its
+// target, to which "@plt" is added once demangled).
+func (t *SymbolTable) isPLT(i int) bool {
+	_, ok := slices.BinarySearch(t.pltAddrs, t.addrs[i])
+	return ok
 }
 
 // trimVersion drops a symbol version ("__libc_start_main@@GLIBC_2.34"
@@ -599,6 +603,9 @@ func (t *SymbolTable) lookupELF(addr uint64) (sym Symbol, ok bool) {
 	}
 	if strings.HasPrefix(sym.Function, "_Z") {
 		sym.Function = demangle.Filter(sym.Function, demangle.NoParams)
+	}
+	if t.isPLT(i) {
+		sym.Function += "@plt"
 	}
 	if t.lines != nil {
 		sym.File, sym.Line = t.lineOf(addr)
