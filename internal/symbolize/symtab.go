@@ -469,10 +469,17 @@ func (t *SymbolTable) endAtSection(ef *elf.File) {
 }
 
 // compareAtAddress orders two symbols at one address, the one whose name
-// the table keeps first: a sized symbol, then the better rank (symtab over
-// dynsym, global over weak over local; a PLT entry last), then the plainer
-// of aliases ("getpid", "__getpid"), deterministically.
+// the table keeps first: a symbol of the file before a PLT entry made up
+// for it, then a sized symbol, then the better rank (symtab over dynsym,
+// global over weak over local), then the plainer of aliases ("getpid",
+// "__getpid"), deterministically.
 func compareAtAddress(a, b rawSymbol) int {
+	if a.plt != b.plt {
+		if b.plt {
+			return -1
+		}
+		return 1
+	}
 	if (a.size > 0) != (b.size > 0) {
 		if a.size > 0 {
 			return -1
@@ -497,8 +504,9 @@ var namesInImageBytes = 1 << 20
 // the same fault guard as the Go pclntab (a file truncated under us).
 func (t *SymbolTable) name(i int) (name string) {
 	if !t.namesInImage {
-		name = t.names[t.nameOffs[i]:t.nameOffs[i+1]]
-	} else if t.guard(func() { name = string(trimVersion(cBytes(t.data, t.nameOffs[i]))) }) != nil {
+		return t.names[t.nameOffs[i]:t.nameOffs[i+1]]
+	}
+	if t.guard(func() { name = string(trimVersion(cBytes(t.data, t.nameOffs[i]))) }) != nil {
 		return ""
 	}
 	return name
