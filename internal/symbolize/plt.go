@@ -115,65 +115,42 @@ type gotSlot struct {
 	addend uint64
 }
 
-// The x86-64 relocations that fill a GOT slot with a function's address.
-const (
-	rX86_64GlobDat    = 6
-	rX86_64JumpSlot   = 7
-	rX86_64Irelative  = 37
-	elf64RelaEntBytes = 24
-)
+// elf64RelaBytes is the size of an Elf64_Rela record (offset, info,
+// addend).
+const elf64RelaBytes = 24
 
 // gotSlots reads the file's RELA sections (.rela.plt, .rela.dyn) into the
-// GOT slots they fill, by slot address.
+// GOT slots they fill with a function's address, by slot address.
 func (c *symbolCollector) gotSlots() map[uint64]gotSlot {
-	var dynsym, dynstr []byte
+	dynsym, dynstr, entSize, haveDynsym := c.symbolSection(elf.SHT_DYNSYM)
 	slots := map[uint64]gotSlot{}
 	for _, sec := range c.ef.Sections {
 		if sec.Type != elf.SHT_RELA || sec.Offset+sec.Size > uint64(len(c.data)) {
 			continue
 		}
-		if dynsym == nil {
-			dynsym, dynstr = c.dynamicSymbols()
-		}
 		rela := c.data[sec.Offset : sec.Offset+sec.Size]
-		for off := 0; off+elf64RelaEntBytes <= len(rela); off += elf64RelaEntBytes {
+		for off := 0; off+elf64RelaBytes <= len(rela); off += elf64RelaBytes {
 			where := binary.LittleEndian.Uint64(rela[off:])
 			info := binary.LittleEndian.Uint64(rela[off+8:])
-			addend := binary.LittleEndian.Uint64(rela[off+16:])
-			switch elf.R_TYPE64(info) {
-			case rX86_64JumpSlot, rX86_64GlobDat:
-				sym := uint64(elf.R_SYM64(info))
-				if sym == 0 || (sym+1)*24 > uint64(len(dynsym)) {
+			switch elf.R_X86_64(elf.R_TYPE64(info)) {
+			case elf.R_X86_64_JMP_SLOT, elf.R_X86_64_GLOB_DAT:
+				i := uint64(elf.R_SYM64(info))
+				if !haveDynsym || i == 0 || (i+1)*uint64(entSize) > uint64(len(dynsym)) {
 					continue
 				}
-				e := dynsym[sym*24:]
-				if elf.ST_TYPE(e[4]) != elf.STT_FUNC && elf.ST_TYPE(e[4]) != elf.STT_GNU_IFUNC && elf.ST_TYPE(e[4]) != elf.STT_NOTYPE {
+				nameOff, symInfo, _, _, _ := c.symbol(dynsym[i*uint64(entSize):])
+				if t := elf.ST_TYPE(symInfo); t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC && t != elf.STT_NOTYPE {
 					continue // a GLOB_DAT of a variable
 				}
-				if name := cBytes(dynstr, binary.LittleEndian.Uint32(e)); len(name) > 0 {
+				if name := cBytes(dynstr, nameOff); len(name) > 0 {
 					slots[where] = gotSlot{name: name}
 				}
-			case rX86_64Irelative:
-				slots[where] = gotSlot{addend: addend}
+			case elf.R_X86_64_IRELATIVE:
+				slots[where] = gotSlot{addend: binary.LittleEndian.Uint64(rela[off+16:])}
 			}
 		}
 	}
 	return slots
-}
-
-// dynamicSymbols returns .dynsym's records and its string table.
-func (c *symbolCollector) dynamicSymbols() (syms, strs []byte) {
-	for _, sec := range c.ef.Sections {
-		if sec.Type != elf.SHT_DYNSYM || sec.Link >= uint32(len(c.ef.Sections)) {
-			continue
-		}
-		str := c.ef.Sections[sec.Link]
-		if sec.Offset+sec.Size > uint64(len(c.data)) || str.Offset+str.Size > uint64(len(c.data)) {
-			return nil, nil
-		}
-		return c.data[sec.Offset : sec.Offset+sec.Size], c.data[str.Offset : str.Offset+str.Size]
-	}
-	return []byte{}, nil
 }
 
 // nameResolvers fills in, for each address of want, the name the table

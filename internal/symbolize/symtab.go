@@ -281,6 +281,22 @@ type symbolCollector struct {
 // a struct and a string per symbol (hundreds of MB of garbage for a large
 // C++ binary). name aliases the image.
 func (c *symbolCollector) each(typ elf.SectionType, fn func(name []byte, info uint8, shndx uint16, value, size uint64)) {
+	symData, strData, entSize, ok := c.symbolSection(typ)
+	if !ok {
+		return
+	}
+	for off := entSize; off+entSize <= len(symData); off += entSize { // entry 0 is the null symbol
+		nameOff, info, shndx, value, size := c.symbol(symData[off : off+entSize])
+		if name := cBytes(strData, nameOff); len(name) > 0 && value != 0 {
+			fn(name, info, shndx, value, size)
+		}
+	}
+}
+
+// symbolSection returns the ElfN_Sym records of the first section of type
+// typ, the string table their names are in, and the size of a record; ok
+// is false when there is no such section or it lies outside the image.
+func (c *symbolCollector) symbolSection(typ elf.SectionType) (syms, strs []byte, entSize int, ok bool) {
 	var sec *elf.Section
 	for _, s := range c.ef.Sections {
 		if s.Type == typ {
@@ -289,37 +305,26 @@ func (c *symbolCollector) each(typ elf.SectionType, fn func(name []byte, info ui
 		}
 	}
 	if sec == nil || sec.Link >= uint32(len(c.ef.Sections)) {
-		return
+		return nil, nil, 0, false
 	}
-	strs := c.ef.Sections[sec.Link]
-	if sec.Offset+sec.Size > uint64(len(c.data)) || strs.Offset+strs.Size > uint64(len(c.data)) {
-		return
+	str := c.ef.Sections[sec.Link]
+	if sec.Offset+sec.Size > uint64(len(c.data)) || str.Offset+str.Size > uint64(len(c.data)) {
+		return nil, nil, 0, false
 	}
-	symData := c.data[sec.Offset : sec.Offset+sec.Size]
-	strData := c.data[strs.Offset : strs.Offset+strs.Size]
-	is64 := c.ef.Class == elf.ELFCLASS64
-	entSize := 16
-	if is64 {
+	entSize = 16
+	if c.ef.Class == elf.ELFCLASS64 {
 		entSize = 24
 	}
+	return c.data[sec.Offset : sec.Offset+sec.Size], c.data[str.Offset : str.Offset+str.Size], entSize, true
+}
+
+// symbol decodes one ElfN_Sym record.
+func (c *symbolCollector) symbol(e []byte) (nameOff uint32, info uint8, shndx uint16, value, size uint64) {
 	order := c.ef.ByteOrder
-	for off := entSize; off+entSize <= len(symData); off += entSize { // entry 0 is the null symbol
-		e := symData[off : off+entSize]
-		var nameOff uint32
-		var info uint8
-		var shndx uint16
-		var value, size uint64
-		if is64 {
-			nameOff, info, shndx = order.Uint32(e), e[4], order.Uint16(e[6:])
-			value, size = order.Uint64(e[8:]), order.Uint64(e[16:])
-		} else {
-			nameOff, value, size = order.Uint32(e), uint64(order.Uint32(e[4:])), uint64(order.Uint32(e[8:]))
-			info, shndx = e[12], order.Uint16(e[14:])
-		}
-		if name := cBytes(strData, nameOff); len(name) > 0 && value != 0 {
-			fn(name, info, shndx, value, size)
-		}
+	if c.ef.Class == elf.ELFCLASS64 {
+		return order.Uint32(e), e[4], order.Uint16(e[6:]), order.Uint64(e[8:]), order.Uint64(e[16:])
 	}
+	return order.Uint32(e), e[12], order.Uint16(e[14:]), uint64(order.Uint32(e[4:])), uint64(order.Uint32(e[8:]))
 }
 
 // collect keeps the function symbols of the .symtab and .dynsym sections.
