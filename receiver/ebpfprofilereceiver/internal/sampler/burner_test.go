@@ -85,20 +85,36 @@ func burner(t testing.TB) string {
 		if burnerErr != nil {
 			return
 		}
-		src := filepath.Join(burnerDir, "burner.c")
-		if burnerErr = os.WriteFile(src, []byte(burnerSource), 0o644); burnerErr != nil {
-			return
-		}
-		burnerPath = filepath.Join(burnerDir, "burner")
-		out, err := exec.Command("gcc", "-O0", "-fno-omit-frame-pointer", "-pthread", "-o", burnerPath, src).CombinedOutput()
-		if err != nil {
-			burnerErr = fmt.Errorf("gcc: %w: %s", err, out)
-		}
+		burnerPath, burnerErr = gcc(burnerDir, "burner", burnerSource, "-O0", "-fno-omit-frame-pointer", "-pthread")
 	})
 	if burnerErr != nil {
 		t.Fatalf("build burner: %v", burnerErr)
 	}
 	return burnerPath
+}
+
+// buildC compiles a test's C program into the test's temporary directory.
+func buildC(t testing.TB, name, source string, flags ...string) string {
+	t.Helper()
+	bin, err := gcc(t.TempDir(), name, source, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// gcc compiles source into dir/name with the given flags.
+func gcc(dir, name, source string, flags ...string) (string, error) {
+	src := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, name)
+	out, err := exec.Command("gcc", append(flags, "-o", bin, src)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("gcc %s: %w\n%s", name, err, out)
+	}
+	return bin, nil
 }
 
 // TestMain checks for leaked goroutines (written by hand, not by mdatagen

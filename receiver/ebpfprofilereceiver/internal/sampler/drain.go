@@ -55,7 +55,7 @@ type Stats struct {
 	UserStackMissing   uint64
 	KernelStackLost    uint64
 	KernelStackMissing uint64
-	LostEvents         uint64 // lifecycle events dropped: ring buffer full
+	LostEvents         uint64 // lifecycle events dropped: ring buffer full (an announcement is tried again, and counted again, at the process's next sample)
 	// Traced samples found a trace context (goroutine or thread); they
 	// carry non-zero TraceID/SpanID.
 	Traced uint64

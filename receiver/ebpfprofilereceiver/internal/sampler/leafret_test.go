@@ -5,9 +5,7 @@ package sampler
 import (
 	"bufio"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -58,15 +56,7 @@ int main(int argc, char **argv) {
 // CPU is in a frameless leaf, the word the sampler reads at the user stack
 // pointer is the return address into the leaf's caller.
 func TestLeafReturnWord(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "leaf.c")
-	if err := os.WriteFile(src, []byte(leafSource), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "leaf")
-	if out, err := exec.Command("gcc", "-O2", "-fno-omit-frame-pointer", "-momit-leaf-frame-pointer", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	bin := buildC(t, "leaf", leafSource, "-O2", "-fno-omit-frame-pointer", "-momit-leaf-frame-pointer")
 	const hz = 199
 	s := openSampler(t, Config{FrequencyHz: hz, Interval: 5 * time.Second})
 	drain(t, s)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -272,16 +271,7 @@ func TestExeUnwindAtExec(t *testing.T) {
 // sleeperBinary builds a C program that prints a line and sleeps.
 func sleeperBinary(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(dir, "sleeper.c")
-	if err := os.WriteFile(src, []byte("#include <stdio.h>\n#include <unistd.h>\nint main(void){puts(\"up\");fflush(stdout);sleep(60);return 0;}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "sleeper")
-	if out, err := exec.Command("gcc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return bin
+	return buildC(t, "sleeper", "#include <stdio.h>\n#include <unistd.h>\nint main(void){puts(\"up\");fflush(stdout);sleep(60);return 0;}\n", "-O2")
 }
 
 // elfText is the lowest and highest ELF address of bin's executable segments.
