@@ -56,6 +56,7 @@ func (m *selfMetrics) record(ctx context.Context, st sampler.Stats, kept, filter
 	m.tb.ReceiverEbpfprofileSamplesLost.Add(ctx, int64(st.LostMapFull), reason("map_full"))
 	m.tb.ReceiverEbpfprofileSamplesLost.Add(ctx, int64(st.UserStackLost), reason("user_stack_map_full"))
 	m.tb.ReceiverEbpfprofileSamplesLost.Add(ctx, int64(st.KernelStackLost), reason("kernel_stack_map_full"))
+	m.tb.ReceiverEbpfprofileProcessEventsLost.Add(ctx, int64(st.LostEvents))
 	m.tb.ReceiverEbpfprofileSymbolizeDuration.Record(ctx, symbolize.Seconds())
 	m.tb.ReceiverEbpfprofileProcesses.Record(ctx, int64(processes))
 	m.tb.ReceiverEbpfprofileBpfMapBytes.Record(ctx, int64(mapBytes))

@@ -519,6 +519,10 @@ func (r *profileReceiver) drainLocked(ctx context.Context, start time.Time) (ppr
 		r.set.Logger.Warn("samples lost: the in-kernel stack map was full; raise max_unique_stacks",
 			zap.Uint64("lost", lost), zap.Int("max_unique_stacks", r.cfg.MaxUniqueStacks))
 	}
+	if lost := batch.Stats.LostEvents; lost > 0 {
+		r.set.Logger.Warn("process events lost: the receiver fell behind reading them; processes are read when a drain meets them",
+			zap.Uint64("lost", lost))
+	}
 	r.set.Logger.Debug("interval drained",
 		zap.Time("start", start),
 		zap.Int("unique_stacks", len(batch.Samples)),

@@ -33,6 +33,7 @@ type TelemetryBuilder struct {
 	ReceiverEbpfprofileDwarfUnwound           metric.Int64Counter
 	ReceiverEbpfprofileFrequency              metric.Int64Gauge
 	ReceiverEbpfprofileLeafCaller             metric.Int64Counter
+	ReceiverEbpfprofileProcessEventsLost      metric.Int64Counter
 	ReceiverEbpfprofileProcesses              metric.Int64Gauge
 	ReceiverEbpfprofilePythonProcesses        metric.Int64Counter
 	ReceiverEbpfprofileSampleCPUPercent       metric.Float64Gauge
@@ -117,6 +118,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_ebpfprofile_leaf_caller",
 		metric.WithDescription("User stacks (weighted by samples) by leaf-caller recovery outcome (unwinding auto): recovered, no_unwind_info (the leaf's binary has no unwind info at its PC), bad_return (the word at SP points into no executable mapping), unwind_table. [Alpha]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverEbpfprofileProcessEventsLost, err = builder.meter.Int64Counter(
+		"otelcol_receiver_ebpfprofile_process_events_lost",
+		metric.WithDescription("Process events (first sample, exec, exit, code mapped) the kernel dropped because the receiver fell behind reading them and their ring buffer was full. A process whose first sample was dropped is announced at its next sample (counted again each time); until then a drain that meets it reads it, and one that has exited by then loses its names. [Alpha]"),
+		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileProcesses, err = builder.meter.Int64Gauge(

@@ -127,6 +127,22 @@ func AssertEqualReceiverEbpfprofileLeafCaller(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverEbpfprofileProcessEventsLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_ebpfprofile_process_events_lost",
+		Description: "Process events (first sample, exec, exit, code mapped) the kernel dropped because the receiver fell behind reading them and their ring buffer was full. A process whose first sample was dropped is announced at its next sample (counted again each time); until then a drain that meets it reads it, and one that has exited by then loses its names. [Alpha]",
+		Unit:        "{event}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_ebpfprofile_process_events_lost")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverEbpfprofileProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_processes",

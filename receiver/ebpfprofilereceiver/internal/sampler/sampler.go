@@ -87,6 +87,11 @@ type mapSet struct {
 	stacks *ebpf.Map
 }
 
+// eventQueueLen is how many lifecycle events wait in Events() for the
+// receiver before the kernel's ring buffer (64 KB, some 1,600 events) fills
+// behind them; a test shrinks it to fill the ring.
+var eventQueueLen = 4096
+
 // Open loads the BPF programs and starts sampling on every online CPU.
 func Open(cfg Config) (*Sampler, error) {
 	return open(cfg, nil)
@@ -113,7 +118,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		log:    cfg.Logger,
 		sizes:  sizeMaps(cfg, len(cpus)),
 		hz:     cfg.FrequencyHz,
-		events: make(chan ProcEvent, 4096),
+		events: make(chan ProcEvent, eventQueueLen),
 		done:   make(chan struct{}),
 	}
 	spec, err := loadCpuProfile()
@@ -325,7 +330,8 @@ func (s *Sampler) ForgetProcess(pid uint32) error {
 
 // Events delivers process lifecycle events. It is buffered; when the reader
 // falls behind the BPF ring buffer fills and BPF counts the drops in
-// Stats.LostEvents (BPF never waits). Closed by Close.
+// Stats.LostEvents (BPF never waits). A process whose announcement was
+// dropped is not remembered: its next sample announces it. Closed by Close.
 func (s *Sampler) Events() <-chan ProcEvent { return s.events }
 
 // Close detaches all programs and frees the maps. Events() is closed.

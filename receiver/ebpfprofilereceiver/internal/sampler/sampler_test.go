@@ -73,6 +73,26 @@ func pidCount(b Batch, pid int) uint64 {
 	return n
 }
 
+// announcements follows the rule every process's lifecycle events obey: no
+// exec, exit or maps event for a pid before its announcement (EventSeen);
+// an exec or exit ends it (a new image is announced anew).
+type announcements map[uint32]bool
+
+func (a announcements) check(t testing.TB, ev ProcEvent) {
+	t.Helper()
+	switch ev.Kind {
+	case EventSeen:
+		a[ev.PID] = true
+	case EventExec, EventExit, EventMapsChanged:
+		if !a[ev.PID] {
+			t.Errorf("%s event for pid %d, which was never announced (sampled)", ev.Kind, ev.PID)
+		}
+		if ev.Kind != EventMapsChanged {
+			a[ev.PID] = false
+		}
+	}
+}
+
 func TestCheckPrivileges(t *testing.T) {
 	if err := CheckPrivileges(); err != nil {
 		t.Fatalf("CheckPrivileges: %v", err)
@@ -189,7 +209,7 @@ func TestLifecycleEvents(t *testing.T) {
 	events := map[uint32]map[EventKind]int{}
 	starts := map[uint32]map[EventKind]uint64{} // the last event's start time by kind
 	comms := map[uint32]map[EventKind]string{}  // the last event's command name by kind
-	announced := map[uint32]bool{}
+	announced := announcements{}
 	// waitFor reads events until pid has every kind in want, checking on
 	// the way that no pid has an event before it was announced.
 	waitFor := func(pid uint32, want ...EventKind) {
@@ -222,17 +242,7 @@ func TestLifecycleEvents(t *testing.T) {
 					comms[ev.PID] = map[EventKind]string{}
 				}
 				comms[ev.PID][ev.Kind] = ev.Comm
-				switch ev.Kind {
-				case EventSeen:
-					announced[ev.PID] = true
-				case EventExec, EventExit, EventMapsChanged:
-					if !announced[ev.PID] {
-						t.Errorf("%s event for pid %d, which was never announced (sampled)", ev.Kind, ev.PID)
-					}
-					if ev.Kind != EventMapsChanged {
-						announced[ev.PID] = false // a new image is announced anew
-					}
-				}
+				announced.check(t, ev)
 			case <-timeout:
 				t.Fatalf("events for pid %d: got %v, want %v", pid, events[pid], want)
 			}
@@ -402,7 +412,7 @@ func TestExitedProcessesAreForgotten(t *testing.T) {
 	// sentinel is the pid whose exit closes sentinelExited.
 	var (
 		mu             sync.Mutex
-		kinds          = map[uint32][]EventKind{}
+		events         []ProcEvent
 		reader         = make(chan struct{})
 		sentinel       = make(chan uint32, 1)
 		sentinelExited = make(chan struct{})
@@ -412,7 +422,7 @@ func TestExitedProcessesAreForgotten(t *testing.T) {
 		var last uint32
 		for ev := range s.Events() {
 			mu.Lock()
-			kinds[ev.PID] = append(kinds[ev.PID], ev.Kind)
+			events = append(events, ev)
 			mu.Unlock()
 			select {
 			case last = <-sentinel:
@@ -474,22 +484,76 @@ func TestExitedProcessesAreForgotten(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for pid, evs := range kinds {
-		announced := false
-		for _, k := range evs {
-			switch k {
-			case EventSeen:
-				announced = true
-			case EventExec, EventExit, EventMapsChanged:
-				if !announced {
-					t.Errorf("pid %d: %s event before the process was announced (events %v)", pid, k, evs)
-				}
-				if k != EventMapsChanged {
-					announced = false
-				}
+	announced := announcements{}
+	for _, ev := range events {
+		announced.check(t, ev)
+	}
+}
+
+// When the ring buffer is full, a process sampled for the first time is
+// not remembered unannounced: the drop is counted, and once there is room
+// again its next sample announces it. (Remembered, it was never announced,
+// and its exit was reported for a process user space had not heard of.)
+func TestAnnouncementLostToAFullRingIsSentAgain(t *testing.T) {
+	// Nothing waits in the queue: the one event the reader holds, then the
+	// ring, a page of it (about 100 events).
+	eventQueueLen = 0
+	t.Cleanup(func() { eventQueueLen = 4096 })
+	s, err := open(Config{FrequencyHz: 999, Interval: 5 * time.Second}, func(spec *ebpf.CollectionSpec) {
+		spec.Maps[cpuProfileMapEvents].MaxEntries = uint32(os.Getpagesize())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+
+	// Short burners, each announced and ended, until an event is dropped.
+	var lost uint64
+	for n := 0; lost == 0; n++ {
+		if n == 500 {
+			t.Fatalf("no event dropped after %d processes with the events unread", n)
+		}
+		waitBurner(t, startBurner(t, 20*time.Millisecond, 1))
+		lost += drain(t, s).Stats.LostEvents
+	}
+
+	// Sampled while the ring is full: counted, not remembered.
+	burner := startBurner(t, 60*time.Second, 1) // killed once announced
+	pid := uint32(burner.Process.Pid)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		b := drain(t, s)
+		if pidCount(b, int(pid)) > 0 {
+			if b.Stats.LostEvents == 0 {
+				t.Fatal("a process was sampled with the ring full, and no event was dropped")
 			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the burner was not sampled for 30 s")
 		}
 	}
+	var execVM uint64
+	if err := s.objs.SeenPids.Lookup(&pid, &execVM); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("a process whose announcement was dropped is remembered (lookup: %v)", err)
+	}
+
+	// Read from now on: its next sample announces it; then its exit,
+	// which follows.
+	announced := announcements{}
+	timeout := time.After(30 * time.Second)
+	for exited := false; !exited; {
+		select {
+		case ev := <-s.Events():
+			announced.check(t, ev)
+			if ev.PID == pid && ev.Kind == EventSeen {
+				burner.Process.Kill()
+			}
+			exited = ev.PID == pid && ev.Kind == EventExit
+		case <-timeout:
+			t.Fatalf("the burner (pid %d) was not announced and ended in 30 s (announced: %v)", pid, announced[pid])
+		}
+	}
+	burner.Wait()
 }
 
 func TestMapFullIsCounted(t *testing.T) {
