@@ -907,6 +907,13 @@ int BPF_PROG(proc_exec, struct task_struct *p)
 }
 
 // Only the first argument is used: kernels before 6.16 have no group_dead.
+// The process has exited when its last thread does, which is the thread
+// that finds no live thread left (do_exit counts it out of signal->live
+// before this tracepoint, on every kernel): not necessarily its leader. A
+// leader that ends alone (pthread_exit in main) leaves a process that runs
+// on, and a thread that execs has the kernel end the leader first and then
+// takes its pid: neither is the process's exit. (Two threads ending at once
+// may both find none left; only the one that removes the pid reports it.)
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(proc_exit, struct task_struct *p)
 {
@@ -920,8 +927,8 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 
 		bpf_map_delete_elem(&traces_ctx_v1, &pid_tgid);
 	}
-	if (p->pid != p->tgid)
-		return 0; // a thread, not the thread-group leader
+	if (p->signal->live.counter != 0)
+		return 0; // other threads of the process live on
 	if (dwarf_unwind) {
 		bpf_map_delete_elem(&proc_unwinds, &pid);
 		bpf_map_delete_elem(&exec_times, &pid);

@@ -490,6 +490,161 @@ func TestExitedProcessesAreForgotten(t *testing.T) {
 	}
 }
 
+// threadsSource runs as argv[1]: "exec PATH", where a thread other than the
+// leader execs PATH (300 1: the burner) after both burned 300 ms; or
+// "alone", where the leader burns 300 ms and ends alone (pthread_exit), and
+// the other thread, once the leader is a zombie, prints "alone" and waits
+// for its stdin to close.
+const threadsSource = `
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+volatile unsigned long sink;
+static char **args;
+
+static double now_ms(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void burn(double ms) {
+	double end = now_ms() + ms;
+	while (now_ms() < end)
+		for (int i = 0; i < 10000; i++)
+			sink += i;
+}
+
+static int leader_gone(void) {
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", getpid());
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 1;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *state = strrchr(buf, ')');
+	return state && state[2] == 'Z';
+}
+
+void *other(void *arg) {
+	burn(300);
+	if (strcmp(args[1], "exec") == 0) {
+		execl(args[2], args[2], "300", "1", (char *)0);
+		return 0;
+	}
+	while (!leader_gone())
+		usleep(1000);
+	puts("alone");
+	fflush(stdout);
+	char c;
+	while (read(0, &c, 1) > 0)
+		;
+	return 0;
+}
+
+int main(int argc, char **argv) {
+	pthread_t t;
+	args = argv;
+	pthread_create(&t, 0, other, 0);
+	burn(strcmp(argv[1], "exec") == 0 ? 5000 : 300);
+	pthread_exit(0);
+}
+`
+
+// A process has exited when its last thread has, not its leader. A thread
+// that execs has the kernel end the leader first (and then takes the
+// leader's pid): that is an exec, and the new image is announced anew. A
+// leader that ends alone leaves the process running. At 0aa2f96 both were
+// reported as the process's exit: the exec as an exit followed by an
+// announcement with the same start time, which the receiver took for the
+// old image (its names kept for the new one's samples until the entry was
+// dropped); the leader's end as an exit while the process ran on.
+func TestExitIsTheLastThreads(t *testing.T) {
+	bin := buildC(t, "threads", threadsSource, "-O1", "-pthread")
+	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second})
+	announced := announcements{}
+	// next reads events until pid has one of kind, checking the rule on
+	// the way.
+	next := func(t *testing.T, pid uint32, kind EventKind) []EventKind {
+		t.Helper()
+		var got []EventKind
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case ev := <-s.Events():
+				announced.check(t, ev)
+				if ev.PID != pid {
+					continue
+				}
+				got = append(got, ev.Kind)
+				if ev.Kind == kind {
+					return got
+				}
+			case <-timeout:
+				t.Fatalf("pid %d: no %s event in 30 s (events %v)", pid, kind, got)
+			}
+		}
+	}
+
+	t.Run("exec from another thread", func(t *testing.T) {
+		cmd := exec.Command(bin, "exec", burner(t))
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := uint32(cmd.Process.Pid)
+		if got := next(t, pid, EventExec); slices.Contains(got, EventExit) {
+			t.Errorf("a thread's exec was reported as an exit first: %v", got)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		next(t, pid, EventExit)
+	})
+
+	t.Run("leader ends alone", func(t *testing.T) {
+		cmd := exec.Command(bin, "alone")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		pid := uint32(cmd.Process.Pid)
+		line := make([]byte, 6)
+		if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "alone\n" {
+			t.Fatalf("no \"alone\" from the remaining thread: %q, %v", line, err)
+		}
+		// The leader burned 300 ms under a 199 Hz sampler: announced, and
+		// remembered while its other thread runs.
+		var execVM uint64
+		if err := s.objs.SeenPids.Lookup(&pid, &execVM); err != nil {
+			t.Errorf("the process is not remembered after its leader ended alone: %v", err)
+		}
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		// Its end is reported, and it is forgotten.
+		next(t, pid, EventExit)
+		if err := s.objs.SeenPids.Lookup(&pid, &execVM); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Errorf("the process is still remembered after its last thread ended: %v", err)
+		}
+	})
+}
+
 // When the ring buffer is full, a process sampled for the first time is
 // not remembered unannounced: the drop is counted, and once there is room
 // again its next sample announces it. (Remembered, it was never announced,
