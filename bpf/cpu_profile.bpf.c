@@ -31,7 +31,6 @@
 #define EEXIST 17
 #define PF_KTHREAD 0x00200000
 #define PF_EXITING 0x00000004 // include/linux/sched.h
-#define SIGNAL_GROUP_EXIT 0x00000004 // include/linux/sched/signal.h
 
 // trace_id/span_id: the trace context active on the sampled thread or
 // goroutine (see trace_ctx.h), zero when there is none.
@@ -337,10 +336,6 @@ static __always_inline struct sample_stats *stats_for(__u32 set)
 }
 
 // reserve_event takes a record in the events ring, or counts the event lost.
-// Records reach user space in the order they were taken, whichever CPU took
-// them; where an event reports a change to seen_pids, taking its record
-// before the change keeps it ahead of the event of any later change on
-// another CPU (see cpu_sample).
 static __always_inline struct lifecycle_event *reserve_event(struct sample_stats *st)
 {
 	struct lifecycle_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
@@ -367,14 +362,6 @@ static __always_inline void emit(struct sample_stats *st, __u32 kind, struct tas
 
 	if (ev)
 		submit_event(ev, kind, task);
-}
-
-// exiting: the thread is past its exit event's start, or its whole thread
-// group is on its way out (exit_group, a fatal signal), so the group leader's
-// exit may already have removed the process from seen_pids.
-static __always_inline bool exiting(struct task_struct *task)
-{
-	return (task->flags & PF_EXITING) || (task->signal->flags & SIGNAL_GROUP_EXIT);
 }
 
 // stack_hash mixes a stack's frames into 64 bits (FNV-1a over words, then a
@@ -756,18 +743,19 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	else
 		count_sample(st, &counts_1, &key);
 
-	// A process past its exit event (tearing down its memory and files),
-	// or a thread of a group that is exiting, is still sampled, and counted
-	// above, but not remembered: its leader's exit removes it from
-	// seen_pids, and may have done so already; remembered after that, it
-	// would stay there, and a new process that reuses the pid would never
-	// be announced. It is announced while it is not there. User space keeps
-	// what it read of a process it knows (same start time) rather than
-	// read a zombie; one never announced (sampled only on its way out, like
-	// a short-lived compiler freeing its heap) is then named by the event's
-	// comm rather than as an unknown service.
+	// A process past its exit event (tearing down its memory and files)
+	// is still sampled, and counted above, but not remembered: its exit
+	// removed it from seen_pids, and would not remove it again. It is
+	// announced while it is not there. User space keeps what it read of a
+	// process it knows (same start time) rather than read a zombie; one
+	// never announced (sampled only on its way out, like a short-lived
+	// compiler freeing its heap) is then named by the event's comm rather
+	// than as an unknown service. A thread that is not exiting can be
+	// remembered safely: the exit is its process's last thread's (see
+	// proc_exit), and an exec waits until every other thread is gone, so
+	// neither removes the pid while this thread runs.
 	task = bpf_get_current_task_btf();
-	if (exiting(task)) {
+	if (task->flags & PF_EXITING) {
 		if (!bpf_map_lookup_elem(&seen_pids, &pid))
 			emit(st, EVENT_SEEN, task);
 		return 0;
@@ -776,17 +764,13 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	// when the key exists.
 	exec_vm = task->mm->exec_vm;
 	known_vm = bpf_map_lookup_elem(&seen_pids, &pid);
-	if (known_vm && *known_vm == exec_vm)
-		return 0; // known, and its code has not changed: the usual case
-	// The event's record is taken before seen_pids changes. An exit or exec
-	// on another CPU removes the pid first and takes its record after, so
-	// its event cannot overtake this one: user space never hears of the
-	// exit of a process before its announcement. With no room for the
-	// record, nothing changes either, and a later sample tries again.
-	ev = reserve_event(st);
-	if (!ev)
-		return 0;
 	if (!known_vm) {
+		// The record is taken before the pid is remembered: with no room
+		// for it the process is not remembered either, and a later sample
+		// announces it.
+		ev = reserve_event(st);
+		if (!ev)
+			return 0;
 		// BPF_NOEXIST: only the CPU that inserts the pid announces it.
 		// A discarded record may wake the reader (flags 0): one waiting
 		// at it and not woken would not be woken by the records after it
@@ -795,28 +779,12 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 			bpf_ringbuf_discard(ev, 0);
 			return 0;
 		}
-		// The group began to exit since the check above, and its leader
-		// may have left seen_pids before this insert: announced, but not
-		// remembered, as above. The insert and the leader's removal take
-		// the same bucket lock, and the group's exit is flagged before
-		// the removal, so an insert after the removal sees the flag here.
-		// (Should the leader's exit come after this, it finds nothing to
-		// remove and sends no exit event; user space finds the process
-		// gone at its next check.)
-		if (exiting(task))
-			bpf_map_delete_elem(&seen_pids, &pid);
 		submit_event(ev, EVENT_SEEN, task);
-		return 0;
+	} else if (*known_vm != exec_vm &&
+		   __sync_lock_test_and_set(known_vm, exec_vm) != exec_vm) {
+		// Only the CPU that stores the new size reports it.
+		emit(st, EVENT_MAPS_CHANGED, task);
 	}
-	// Looked up again now that the record is taken: an exit or exec since
-	// the first lookup has removed the pid, and its event goes first.
-	known_vm = bpf_map_lookup_elem(&seen_pids, &pid);
-	if (!known_vm || __sync_lock_test_and_set(known_vm, exec_vm) == exec_vm) {
-		// Gone, or another CPU stored the new size and reports it.
-		bpf_ringbuf_discard(ev, 0);
-		return 0;
-	}
-	submit_event(ev, EVENT_MAPS_CHANGED, task);
 	return 0;
 }
 

@@ -398,11 +398,11 @@ int main(int argc, char **argv) {
 `
 
 // A process that has exited is not left in seen_pids. Its threads run on
-// while the group exits, and one sampled after the leader's exit had
-// removed the process was remembered again, for good: a later process given
-// the same pid (pid_max is 32768 on many hosts) was then not announced until
-// it exec'd, if ever. At d8f27e8 this test left 17 and 20 of its 300 pids
-// there, in two runs. And every exit, exec and maps event of a process
+// while the group exits, and when its leader's end was reported as its exit,
+// one sampled after that put the process back, for good: a later process
+// given the same pid (pid_max is 32768 on many hosts) was then not announced
+// until it exec'd, if ever. At d8f27e8 this test left 17 and 20 of its 300
+// pids there, in two runs. And every exit, exec and maps event of a process
 // follows its announcement, as TestLifecycleEvents checks, even when
 // threads on two CPUs announce the process and end it at once.
 func TestExitedProcessesAreForgotten(t *testing.T) {
