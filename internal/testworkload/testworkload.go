@@ -35,13 +35,20 @@ const (
 // optimization so every function keeps its frame) and returns its path.
 func BuildC(t testing.TB, extraFlags ...string) string {
 	t.Helper()
+	return CompileC(t, "spin_c", spinC, append([]string{"-O0", "-g", "-fno-omit-frame-pointer"}, extraFlags...)...)
+}
+
+// CompileC compiles the C program src with gcc and flags into a temporary
+// directory and returns the executable's path, name.
+func CompileC(t testing.TB, name string, src []byte, flags ...string) string {
+	t.Helper()
 	dir := t.TempDir()
-	src := filepath.Join(dir, "spin.c")
-	if err := os.WriteFile(src, spinC, 0o644); err != nil {
+	path := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(path, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "spin_c")
-	args := append([]string{"-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, src}, extraFlags...)
+	bin := filepath.Join(dir, name)
+	args := append(append([]string{}, flags...), "-o", bin, path)
 	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}

@@ -128,16 +128,7 @@ func buildLeafGo(t testing.TB) string {
 
 func buildLeafC(t testing.TB) string {
 	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(dir, "leaf.c")
-	if err := os.WriteFile(src, []byte(leafC), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "leaf_c")
-	args := []string{"-O2", "-fno-omit-frame-pointer", "-momit-leaf-frame-pointer", "-o", bin, src}
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	bin := testworkload.CompileC(t, "leaf_c", []byte(leafC), "-O2", "-fno-omit-frame-pointer", "-momit-leaf-frame-pointer")
 	out, err := exec.Command("objdump", "-d", "--no-show-raw-insn", bin).CombinedOutput()
 	if err != nil {
 		t.Fatalf("objdump: %v\n%s", err, out)

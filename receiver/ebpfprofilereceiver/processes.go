@@ -135,6 +135,24 @@ type processTable struct {
 	// lastDrain is when the previous drain began: an exited process is
 	// dropped only once a whole drain began after its exit was reported.
 	lastDrain time.Time
+	// left: what was read of the image each process left at its last
+	// exec, until a drain began after the exec (leftImage).
+	left map[int]leftImage
+}
+
+// leftImage is the image a process left at an exec. The samples it took
+// before the exec are still in the kernel's counts and come with the next
+// drain, after the exec event: a forked shell's child is sampled between its
+// fork and its exec (in the kernel, tearing down the shell's memory for the
+// new program), and the new program may be gone by then, or never sampled.
+// Those samples are named against the image they ran in, not left as
+// addresses under no service.
+type leftImage struct {
+	entry *processEntry // nil: the old image was never read
+	at    time.Time     // when the exec event was handled
+	// comm is the new image's command name (the exec event's): the
+	// service of a new image that exits before it can be read.
+	comm string
 }
 
 // buildIDCacheSize bounds the executables whose build IDs are remembered.
@@ -142,7 +160,7 @@ const buildIDCacheSize = 1024
 
 func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer, work *binaryWork) *processTable {
 	t := &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, work: work,
-		procRoot: "/proc", entries: map[int]*processEntry{}, execs: map[int]uint64{}, refreshDue: map[int]struct{}{},
+		procRoot: "/proc", entries: map[int]*processEntry{}, execs: map[int]uint64{}, refreshDue: map[int]struct{}{}, left: map[int]leftImage{},
 		buildIDs:    buildid.NewCache(buildIDCacheSize),
 		attachQueue: make(chan *processEntry, attachQueueLen),
 		workerDone:  make(chan struct{}),
@@ -235,17 +253,17 @@ func (t *processTable) store(pid int, e *processEntry, execs uint64) {
 	}
 }
 
-// execed drops what was read of pid's old image: the kernel announces the
-// new one with its next sample. (Samples of the old image still in this
-// interval's counts are read against the new one, as before.) It returns
-// false, and keeps the entry, when the entry was read after the exec (the
-// first sample's event came before the exec, the read after it): that entry
-// is the new image, and the kernel may unwind with the tables it gave it.
-// Dropping it would take them away until the next read. The kept entry is
-// read again all the same when the new image's first sample is announced:
+// execed puts what was read of pid's old image aside (leftImage): the
+// kernel announces the new one with its next sample, and comm, the new
+// image's command name, names it if it is gone before it can be read. It
+// returns false, and keeps the entry, when the entry was read after the exec
+// (the first sample's event came before the exec, the read after it): that
+// entry is the new image, and the kernel may unwind with the tables it gave
+// it. Dropping it would take them away until the next read. The kept entry
+// is read again all the same when the new image's first sample is announced:
 // it may predate the libraries the dynamic loader maps, and a change of
 // executable memory is only reported against what that sample found.
-func (t *processTable) execed(pid int) bool {
+func (t *processTable) execed(pid int, comm string) bool {
 	t.mu.Lock()
 	t.execs[pid]++
 	e := t.entries[pid]
@@ -262,8 +280,44 @@ func (t *processTable) execed(pid int) bool {
 			return false
 		}
 	}
-	t.drop(pid)
+	t.leave(pid, comm)
 	return true
+}
+
+// leave moves pid's entry aside as the image it left at an exec, replacing
+// the one an earlier exec left; the entry's unwind tables go (the kernel
+// dropped them at the exec), its snapshot stays open to name the samples
+// taken before the exec.
+func (t *processTable) leave(pid int, comm string) {
+	t.mu.Lock()
+	e := t.entries[pid]
+	delete(t.entries, pid)
+	prev := t.left[pid]
+	if t.closed {
+		t.mu.Unlock()
+		e.close()
+		return
+	}
+	t.left[pid] = leftImage{entry: e, at: time.Now(), comm: comm}
+	t.mu.Unlock()
+	if prev.entry != e {
+		prev.entry.close()
+	}
+	if e == nil {
+		return
+	}
+	t.detachUnwind(pid)
+	if py := t.python.Load(); py != nil {
+		py.detach(pid)
+	}
+}
+
+// leftImageOf returns what was read of the image pid left at its last
+// exec, or nil.
+func (t *processTable) leftImageOf(pid int) *processEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.left[pid].entry
 }
 
 // execAfterRead reports whether the kernel recorded pid's last exec after
@@ -381,11 +435,12 @@ func (t *processTable) lookup(pid int) *processEntry {
 	t.mu.Lock()
 	e, ok := t.entries[pid]
 	execs := t.execs[pid]
+	comm := t.left[pid].comm // the program it exec'd, if it did lately
 	t.mu.Unlock()
 	if ok {
 		return e
 	}
-	e = t.read(pid, 0, "")
+	e = t.read(pid, 0, comm)
 	t.mu.Lock()
 	if prev, ok := t.entries[pid]; ok {
 		// Read concurrently by the lifecycle watcher; keep one.
@@ -445,7 +500,19 @@ func (t *processTable) forgetExitedBefore(drain time.Time, interval time.Duratio
 			delete(t.execs, pid) // no entry to protect any more
 		}
 	}
+	// An image left before this drain began ran before the map switch: its
+	// samples were in this drain or an earlier one.
+	var left []*processEntry
+	for pid, l := range t.left {
+		if l.at.Before(drain) {
+			delete(t.left, pid)
+			left = append(left, l.entry)
+		}
+	}
 	t.mu.Unlock()
+	for _, e := range left {
+		e.close()
+	}
 	forget := t.forget.Load()
 	for _, pid := range drop {
 		e := t.drop(pid)
@@ -496,6 +563,10 @@ func (t *processTable) closeAll() {
 	for pid, e := range t.entries {
 		delete(t.entries, pid)
 		e.close()
+	}
+	for pid, l := range t.left {
+		delete(t.left, pid)
+		l.entry.close()
 	}
 	t.mu.Unlock()
 	<-t.workerDone

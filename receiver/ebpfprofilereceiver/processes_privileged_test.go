@@ -115,7 +115,7 @@ func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 	if !e.dwarf.Load() || u.Stats().Processes != 1 {
 		t.Fatalf("sleep not unwound with tables: dwarf %v, %+v", e.dwarf.Load(), u.Stats())
 	}
-	if dropped := table.execed(pid); dropped {
+	if dropped := table.execed(pid, ""); dropped {
 		t.Fatal("the exec event dropped a read of the image the process exec'd")
 	}
 	table.mu.Lock()
@@ -175,7 +175,7 @@ func TestAttachOfAReadFromBeforeTheExecIsRefused(t *testing.T) {
 		t.Fatalf("the old image's tables were given to the kernel after the exec (dwarf %v, %+v)", e.dwarf.Load(), u.Stats())
 	}
 	table.store(pid, e, e.execs)
-	if dropped := table.execed(pid); !dropped || table.tracked(pid) {
+	if dropped := table.execed(pid, ""); !dropped || table.tracked(pid) {
 		t.Fatalf("a read from before the exec survived the exec event (dropped %v)", dropped)
 	}
 }

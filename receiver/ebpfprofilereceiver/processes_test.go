@@ -265,7 +265,7 @@ func TestReadAcrossExecIsNotInstalled(t *testing.T) {
 	before := table.execs[pid]
 	table.mu.Unlock()
 	e := table.read(pid, 0, "") // the read in flight
-	table.execed(pid)           // the exec event arrives meanwhile
+	table.execed(pid, "")       // the exec event arrives meanwhile
 	table.store(pid, e, before)
 	if table.tracked(pid) {
 		t.Fatal("a read from before the exec was installed after it")

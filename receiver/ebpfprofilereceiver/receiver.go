@@ -357,7 +357,7 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 		case sampler.EventExec:
 			// A process read after its exec keeps what was read, trace
 			// context markers included.
-			if r.procs.execed(pid) {
+			if r.procs.execed(pid, ev.Comm) {
 				r.traceCtx.event(ev)
 			}
 		case sampler.EventMapsChanged:
@@ -576,14 +576,29 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 	for i := range samples {
 		s := &samples[i]
 		proc := r.procs.lookup(int(s.PID))
+		left := r.procs.leftImageOf(int(s.PID))
+		if filter && !proc.keep && left == nil {
+			filtered += s.Count
+			continue
+		}
+		py := takePythonFrames(s)
+		frames := r.symbolizeSample(proc, s)
+		if left != nil && len(s.UserStack) > 0 && hasUnmappedUserFrame(frames) {
+			// Taken before the process exec'd, if its user frames lie in
+			// the image it left: the new image's are elsewhere (its own
+			// layout) or not mapped yet.
+			if lf := r.symbolizeSample(left, s); !hasUnmappedUserFrame(lf) {
+				proc, frames = left, lf
+			} else {
+				frames = r.symbolizeSample(proc, s)
+			}
+		}
 		if filter && !proc.keep {
 			filtered += s.Count
 			continue
 		}
 		kept += s.Count
-		py := takePythonFrames(s)
-		frames := r.symbolizeSample(proc, s)
-		if proc.snapshot != nil && hasUnmappedUserFrame(frames) {
+		if proc.snapshot != nil && proc != left && hasUnmappedUserFrame(frames) {
 			// nil: the entry went meanwhile (exec, exit) and no new read
 			// could replace it; keep symbolizing with what we have.
 			if fresh := r.procs.refresh(int(s.PID), readBefore); fresh != nil && fresh != proc {

@@ -5,7 +5,11 @@ package ebpfprofilereceiver
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,4 +224,154 @@ func exeMappingAttrs(all []pprofile.Profiles, pid int, exe string) map[string]st
 		})
 	}
 	return out
+}
+
+// forkExecC forks children one after another. Each works in child_work for
+// argv[2] seconds, then execs argv[3] (a copy of this program named execd),
+// which works in after_exec_work for argv[4] seconds and exits. The parent
+// prints where child_work is in its memory (and so in its children's, until
+// they exec), then each child's pid, and waits for each child.
+const forkExecC = `#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) static void burn(double secs) {
+	volatile unsigned long x = 0;
+	for (double end = now() + secs; now() < end;)
+		for (int i = 0; i < 1000000; i++)
+			x += i;
+}
+
+__attribute__((noinline)) void child_work(double secs) { burn(secs); }
+__attribute__((noinline)) void after_exec_work(double secs) { burn(secs); }
+
+int main(int argc, char **argv) {
+	if (strcmp(basename(argv[0]), "execd") == 0) {
+		after_exec_work(atof(argv[1]));
+		return 0;
+	}
+	printf("%p\n", (void *)child_work);
+	fflush(stdout);
+	for (int i = 0, n = atoi(argv[1]); i < n; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			child_work(atof(argv[2]));
+			execl(argv[3], argv[3], argv[4], (char *)0);
+			_exit(127);
+		}
+		printf("%d\n", pid);
+		fflush(stdout);
+		waitpid(pid, 0, 0);
+	}
+	return 0;
+}
+`
+
+// A forked child's samples from before its exec mostly reach a drain after
+// the exec, when the process runs another program (or is gone). They keep
+// the image they ran in: its function names and its service, not the new
+// program's (whose layout their addresses do not fit) and not none. The new
+// program's own samples are its own.
+func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
+	forker := testworkload.CompileC(t, "forker", []byte(forkExecC), "-O1", "-fno-omit-frame-pointer")
+	execd := filepath.Join(filepath.Dir(forker), "execd")
+	bin, err := os.ReadFile(forker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(execd, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := testConfig()
+	r, sink := startReceiver(t, cfg)
+	cmd := exec.Command(forker, "8", "0.3", execd, "0.1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", forker, err)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) != 9 {
+		t.Fatalf("forker printed %q, want child_work's address and 8 child pids", out)
+	}
+	childWorkAt, err := strconv.ParseUint(strings.TrimPrefix(lines[0], "0x"), 16, 64)
+	if err != nil {
+		t.Fatalf("child_work's address %q: %v", lines[0], err)
+	}
+	children := map[int64]bool{}
+	var last int
+	for _, f := range lines[1:] {
+		if last, err = strconv.Atoi(f); err != nil {
+			t.Fatalf("child pid %q: %v", f, err)
+		}
+		children[int64(last)] = true
+	}
+	waitExitSeen(t, r, last)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// inForker: a frame address in forker's code (a few KiB), where every
+	// stack from before an exec passes (main, child_work, burn).
+	inForker := func(f string) bool {
+		a, err := strconv.ParseUint(strings.TrimPrefix(f, "0x"), 16, 64)
+		return strings.HasPrefix(f, "0x") && err == nil && a > childWorkAt-64<<10 && a < childWorkAt+64<<10
+	}
+	var total, childWork, afterExec, unnamedBeforeExec int64
+	wrong := map[string]int64{} // "service: stack" of samples under the wrong service
+	unmapped := testworkload.Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+	for _, pd := range sink.AllProfiles() {
+		dict := pd.Dictionary()
+		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
+			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); !children[v.Int()] {
+				return
+			}
+			n, service, stack := profileschema.SampleCount(s), profileschema.ServiceName(res), profileschema.FoldedStack(dict, s)
+			total += n
+			frames := testworkload.UserFrames(stack)
+			switch {
+			case slices.Contains(frames, "child_work") && service == "forker":
+				childWork += n
+			case slices.Contains(frames, "after_exec_work") && service == "execd":
+				afterExec += n
+			case slices.Contains(frames, "child_work"), slices.Contains(frames, "after_exec_work"),
+				service != "forker" && service != "execd":
+				wrong[service+": "+stack] += n
+			}
+			if slices.ContainsFunc(frames, inForker) {
+				unnamedBeforeExec += n
+			}
+			if slices.ContainsFunc(frames, func(f string) bool { return strings.HasPrefix(f, "0x") }) {
+				unmapped.Add(service+": "+stack, n)
+			}
+		})
+	}
+	// The children's CPU time (wait4 counts reaped descendants) is 3/4
+	// child_work; half of what that calls for allows for timer slack.
+	if want := int64(0.5 * 0.75 * testworkload.ExpectedSamples(cmd, cfg.FrequencyHz)); childWork < want {
+		t.Errorf("%d samples in child_work under service forker, want at least %d (of %d samples of the children)", childWork, want, total)
+	}
+	if afterExec == 0 {
+		t.Errorf("no sample in after_exec_work under service execd (of %d samples of the children)", total)
+	}
+	for stack, n := range wrong {
+		t.Errorf("%d samples under the wrong service: %s", n, stack)
+	}
+	// A child read only after its exec (the reader held up longer than
+	// child_work) leaves nothing to name its samples from before. An execd
+	// gone before it could be read has its own unnamed frames, elsewhere.
+	if unnamedBeforeExec > max(2, (childWork+unnamedBeforeExec)/10) {
+		t.Errorf("%d samples from before an exec (frames in forker's code) are unnamed, %d named; children's samples with frames in no mapping (%d):%s",
+			unnamedBeforeExec, childWork, unmapped.Total, unmapped.Top(5))
+	}
 }

@@ -173,15 +173,7 @@ func startSettled(t *testing.T, bin, seconds string, rs ...*profileReceiver) *ex
 // function of fns sets up a frame pointer (else the test proves nothing).
 func buildNoFP(t testing.TB, name, src string, fns ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, name+".c")
-	if err := os.WriteFile(path, []byte(settle+src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, name)
-	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-calls", "-o", bin, path).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	bin := testworkload.CompileC(t, name, []byte(settle+src), "-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-calls")
 	out, err := exec.Command("objdump", "-d", "--no-show-raw-insn", bin).CombinedOutput()
 	if err != nil {
 		t.Fatalf("objdump: %v\n%s", err, out)

@@ -105,7 +105,10 @@ type Builder struct {
 
 	profiles pprofile.Profiles
 	dict     *pdict.Builder
-	procs    map[uint32]*processSamples
+	// procs: each pid's samples by the process they are of. One pid can
+	// be two processes in an interval: the image it left at an exec and
+	// the new one, or an exited process and one that reused its pid.
+	procs    map[uint32][]*processSamples
 	kindAttr [numFrameKinds]int32
 	locs     []int32
 	attrs    []int32
@@ -133,7 +136,7 @@ func New(start time.Time, interval, period time.Duration) *Builder {
 		period:   period.Nanoseconds(),
 		profiles: p,
 		dict:     pdict.New(p.Dictionary()),
-		procs:    map[uint32]*processSamples{},
+		procs:    map[uint32][]*processSamples{},
 		mappings: map[*Mapping]int32{},
 	}
 	for k := range numFrameKinds {
@@ -145,10 +148,16 @@ func New(start time.Time, interval, period time.Duration) *Builder {
 // Add records count samples of proc with frames (leaf first) while the given
 // trace/span was active (zero IDs for none).
 func (b *Builder) Add(proc Process, frames []Frame, trace [16]byte, span [8]byte, count uint64) {
-	ps, ok := b.procs[proc.PID]
-	if !ok {
+	var ps *processSamples
+	for _, p := range b.procs[proc.PID] {
+		if p.proc == proc {
+			ps = p
+			break
+		}
+	}
+	if ps == nil {
 		ps = &processSamples{proc: proc, counts: map[sampleKey]uint64{}}
-		b.procs[proc.PID] = ps
+		b.procs[proc.PID] = append(b.procs[proc.PID], ps)
 	}
 	b.locs = b.locs[:0]
 	for i := range frames {
@@ -189,7 +198,7 @@ func (b *Builder) mapping(m *Mapping) int32 {
 	return i
 }
 
-// Len is the number of processes with samples.
+// Len is the number of pids with samples.
 func (b *Builder) Len() int { return len(b.procs) }
 
 // Profiles finishes the interval. The Builder must not be used afterwards.
@@ -205,49 +214,55 @@ func (b *Builder) Profiles() pprofile.Profiles {
 	ts := pcommon.NewTimestampFromTime(b.start)
 
 	for _, pid := range pids {
-		ps := b.procs[pid]
-		rp := b.profiles.ResourceProfiles().AppendEmpty()
-		rp.SetSchemaUrl(profileschema.SchemaURL)
-		setResource(rp.Resource().Attributes(), ps.proc)
-		sp := rp.ScopeProfiles().AppendEmpty()
-		sp.SetSchemaUrl(profileschema.SchemaURL)
-		sp.Scope().SetName(profileschema.ScopeName)
-
-		keys := make([]sampleKey, 0, len(ps.counts))
-		for k := range ps.counts {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].stack != keys[j].stack {
-				return keys[i].stack < keys[j].stack
-			}
-			return keys[i].link < keys[j].link
-		})
-
-		for _, t := range []struct {
-			typ   [2]int32
-			scale int64
-		}{{samplesType, 1}, {cpuType, b.period}} {
-			p := sp.Profiles().AppendEmpty()
-			p.SetProfileID(newProfileID())
-			p.SampleType().SetTypeStrindex(t.typ[0])
-			p.SampleType().SetUnitStrindex(t.typ[1])
-			p.PeriodType().SetTypeStrindex(cpuType[0])
-			p.PeriodType().SetUnitStrindex(cpuType[1])
-			p.SetPeriod(b.period)
-			p.SetTime(ts)
-			p.SetDurationNano(uint64(b.interval.Nanoseconds()))
-			samples := p.Samples()
-			samples.EnsureCapacity(len(keys))
-			for _, k := range keys {
-				s := samples.AppendEmpty()
-				s.SetStackIndex(k.stack)
-				s.SetLinkIndex(k.link)
-				s.Values().Append(int64(ps.counts[k]) * t.scale)
-			}
+		for _, ps := range b.procs[pid] {
+			b.addProcess(ps, samplesType, cpuType, ts)
 		}
 	}
 	return b.profiles
+}
+
+// addProcess adds the resource profiles of one process's samples.
+func (b *Builder) addProcess(ps *processSamples, samplesType, cpuType [2]int32, ts pcommon.Timestamp) {
+	rp := b.profiles.ResourceProfiles().AppendEmpty()
+	rp.SetSchemaUrl(profileschema.SchemaURL)
+	setResource(rp.Resource().Attributes(), ps.proc)
+	sp := rp.ScopeProfiles().AppendEmpty()
+	sp.SetSchemaUrl(profileschema.SchemaURL)
+	sp.Scope().SetName(profileschema.ScopeName)
+
+	keys := make([]sampleKey, 0, len(ps.counts))
+	for k := range ps.counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].stack != keys[j].stack {
+			return keys[i].stack < keys[j].stack
+		}
+		return keys[i].link < keys[j].link
+	})
+
+	for _, t := range []struct {
+		typ   [2]int32
+		scale int64
+	}{{samplesType, 1}, {cpuType, b.period}} {
+		p := sp.Profiles().AppendEmpty()
+		p.SetProfileID(newProfileID())
+		p.SampleType().SetTypeStrindex(t.typ[0])
+		p.SampleType().SetUnitStrindex(t.typ[1])
+		p.PeriodType().SetTypeStrindex(cpuType[0])
+		p.PeriodType().SetUnitStrindex(cpuType[1])
+		p.SetPeriod(b.period)
+		p.SetTime(ts)
+		p.SetDurationNano(uint64(b.interval.Nanoseconds()))
+		samples := p.Samples()
+		samples.EnsureCapacity(len(keys))
+		for _, k := range keys {
+			s := samples.AppendEmpty()
+			s.SetStackIndex(k.stack)
+			s.SetLinkIndex(k.link)
+			s.Values().Append(int64(ps.counts[k]) * t.scale)
+		}
+	}
 }
 
 func setResource(attrs pcommon.Map, p Process) {

@@ -1,6 +1,8 @@
 package profilebuilder
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -183,5 +185,34 @@ func TestMappingIdentity(t *testing.T) {
 		if loc.MappingIndex() != want {
 			t.Errorf("location %#x in mapping %d, want %d", loc.Address(), loc.MappingIndex(), want)
 		}
+	}
+}
+
+// One pid can be two processes in an interval (the image it left at an
+// exec and the new one, or a pid reused): each keeps its own resource.
+func TestOnePIDTwoProcesses(t *testing.T) {
+	b := New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), 15*time.Second, time.Second/19)
+	shell := Process{PID: 7, ServiceName: "bash", ExeName: "bash", ExePath: "/usr/bin/bash", HostName: "h1"}
+	ls := Process{PID: 7, ServiceName: "ls", ExeName: "ls", ExePath: "/usr/bin/ls", HostName: "h1"}
+	other := Process{PID: 8, ServiceName: "api", ExeName: "api", ExePath: "/srv/api", HostName: "h1"}
+	b.Add(ls, []Frame{{Address: 0x1000, Function: "main"}}, [16]byte{}, [8]byte{}, 2)
+	b.Add(other, []Frame{{Address: 0x2000, Function: "serve"}}, [16]byte{}, [8]byte{}, 5)
+	b.Add(shell, []Frame{{Address: 0x3000, Function: "execute_command"}}, [16]byte{}, [8]byte{}, 3)
+	b.Add(ls, []Frame{{Address: 0x1000, Function: "main"}}, [16]byte{}, [8]byte{}, 1)
+	if b.Len() != 2 {
+		t.Errorf("Len() = %d, want 2 pids", b.Len())
+	}
+	pd := b.Profiles()
+	dict := pd.Dictionary()
+	var got []string
+	profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
+		pid, _ := res.Attributes().Get(profileschema.AttrProcessPID)
+		got = append(got, fmt.Sprintf("%d %s %s %d", pid.Int(), profileschema.ServiceName(res),
+			profileschema.FoldedStack(dict, s), profileschema.SampleCount(s)))
+	})
+	// By pid, then in the order each process's first sample came.
+	want := []string{"7 ls main 3", "7 bash execute_command 3", "8 api serve 5"}
+	if !slices.Equal(got, want) {
+		t.Errorf("samples by resource:\n got %q\nwant %q", got, want)
 	}
 }
