@@ -290,25 +290,18 @@ func (t *processTable) execed(pid int, comm string) bool {
 // taken before the exec.
 func (t *processTable) leave(pid int, comm string) {
 	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return // closeAll took every entry
+	}
 	e := t.entries[pid]
 	delete(t.entries, pid)
 	prev := t.left[pid]
-	if t.closed {
-		t.mu.Unlock()
-		e.close()
-		return
-	}
 	t.left[pid] = leftImage{entry: e, at: time.Now(), comm: comm}
 	t.mu.Unlock()
-	if prev.entry != e {
-		prev.entry.close()
-	}
-	if e == nil {
-		return
-	}
-	t.detachUnwind(pid)
-	if py := t.python.Load(); py != nil {
-		py.detach(pid)
+	prev.entry.close()
+	if e != nil {
+		t.detachFromKernel(pid)
 	}
 }
 
@@ -348,11 +341,17 @@ func (t *processTable) drop(pid int) *processEntry {
 		return nil
 	}
 	e.close()
+	t.detachFromKernel(pid)
+	return e
+}
+
+// detachFromKernel takes back what the kernel was given for pid: its unwind
+// tables and its Python frame walk.
+func (t *processTable) detachFromKernel(pid int) {
 	t.detachUnwind(pid)
 	if py := t.python.Load(); py != nil {
 		py.detach(pid)
 	}
-	return e
 }
 
 // mapsChanged notes that pid's executable memory changed since its last
