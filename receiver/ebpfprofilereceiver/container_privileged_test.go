@@ -5,9 +5,11 @@ package ebpfprofilereceiver
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,19 +36,7 @@ func TestContainerAttributionEndToEnd(t *testing.T) {
 		podUID      = "0f3c2b1a-4d5e-4f60-8a9b-0c1d2e3f4a5b"
 		containerID = "3b9f1c2d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
 	)
-	root := "/sys/fs/cgroup/pids"
-	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
-		root = "/sys/fs/cgroup" // cgroup v2 only
-	}
-	dir := filepath.Join(root, "kubepods", "burstable", "pod"+podUID, containerID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("create the container's cgroup (needs root): %v", err)
-	}
-	t.Cleanup(func() {
-		for d := dir; d != root; d = filepath.Dir(d) {
-			_ = os.Remove(d) // empty once the process exited; fails for a shared parent in use
-		}
-	})
+	dir := containerCgroup(t, podUID, containerID)
 	bin := testworkload.BuildC(t)
 	r, sink := startReceiver(t, testConfig())
 
@@ -127,5 +117,144 @@ func TestContainerAttributionEndToEnd(t *testing.T) {
 	}
 	if _, err := profilequery.Load(ctx, src, profilequery.Selector{Service: "in-pod", Range: rng, Container: "ffff"}); err == nil {
 		t.Error("another container's prefix selected samples")
+	}
+}
+
+// containerCgroup creates the cgroup of a containerd container of a
+// burstable pod as the kubelet's cgroupfs driver lays it out
+// (/kubepods/burstable/pod<uid>/<container id>), in the cgroup v1 pids
+// hierarchy where there is one, and removes it after the test.
+func containerCgroup(t *testing.T, podUID, containerID string) string {
+	t.Helper()
+	root := "/sys/fs/cgroup/pids"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+		root = "/sys/fs/cgroup" // cgroup v2 only
+	}
+	dir := filepath.Join(root, "kubepods", "burstable", "pod"+podUID, containerID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("create the container's cgroup (needs root): %v", err)
+	}
+	t.Cleanup(func() {
+		for d := dir; d != root; d = filepath.Dir(d) {
+			_ = os.Remove(d) // empty once the process exited; fails for a shared parent in use
+		}
+	})
+	return dir
+}
+
+// joinThenExecC works in before_join, says "read me" and waits for a byte
+// on stdin, writes its pid to the cgroup.procs file argv[1], works argv[2]
+// seconds in after_join, then execs argv[3] with the argument argv[4]: a
+// container's first process as runc init is one (it joins the container's
+// cgroup, then execs the container's program).
+const joinThenExecC = burnC + `
+__attribute__((noinline)) void before_join(double secs) { burn(secs); }
+__attribute__((noinline)) void after_join(double secs) { burn(secs); }
+
+int main(int argc, char **argv) {
+	before_join(0.1);
+	printf("read me\n");
+	fflush(stdout);
+	char c;
+	if (read(0, &c, 1) != 1)
+		return 1;
+	FILE *f = fopen(argv[1], "w");
+	if (!f || fprintf(f, "%d\n", getpid()) < 0 || fclose(f) != 0)
+		return 2;
+	after_join(atof(argv[2]));
+	execl(argv[3], argv[3], argv[4], (char *)0);
+	return 127;
+}
+`
+
+// A process read before it joined a container's cgroup and exec'd the
+// container's program: its samples from after the join (drained after the
+// exec, named against the image it left) are the container's, not those of
+// the cgroup it was read in. Its samples from before the join go to the
+// container too (nothing in a sample tells them apart); the test does not
+// look at them.
+func TestSamplesBeforeAnExecHaveTheCgroupOfTheExec(t *testing.T) {
+	const (
+		podUID      = "5a6b7c8d-9e0f-4a1b-8c2d-3e4f5a6b7c8d"
+		containerID = "c0ffee0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
+	)
+	dir := containerCgroup(t, podUID, containerID)
+	joiner := testworkload.CompileC(t, "joiner", []byte(joinThenExecC), "-O1", "-fno-omit-frame-pointer")
+	spin := testworkload.BuildC(t)
+
+	cfg := testConfig()
+	// One drain, at shutdown: the samples from after the join are all
+	// drained after the exec. A drain between the join and the exec would
+	// give them the entry read before the join, whose cgroup is not read
+	// again without an exec.
+	cfg.Interval = time.Minute
+	r, sink := startReceiver(t, cfg)
+	cmd := exec.Command(joiner, filepath.Join(dir, "cgroup.procs"), "0.3", spin, "0.5")
+	cmd.Env = append(os.Environ(), "OTEL_SERVICE_NAME=joiner")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewReader(stdout)
+	if line, err := lines.ReadString('\n'); err != nil || line != "read me\n" {
+		t.Fatalf("joiner did not start: %q %v", line, err)
+	}
+	pid := cmd.Process.Pid
+	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to read pid %d", pid), func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e := r.procs.entries[pid]
+		return e != nil && e.snapshot != nil
+	})
+	if _, err := stdin.Write([]byte{'\n'}); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := lines.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("the container's program did not start: %q %v", line, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	var afterJoin, program int64
+	wrong := map[string]int64{} // "leaf in container and pod ...": samples
+	for _, pd := range sink.AllProfiles() {
+		profileschema.ForEachSample(pd, func(res pcommon.Resource, p pprofile.Profile, s pprofile.Sample) {
+			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() != int64(pid) || !profileschema.IsSampleCount(pd.Dictionary(), p) {
+				return
+			}
+			frames := testworkload.UserFrames(profileschema.FoldedStack(pd.Dictionary(), s))
+			var n *int64
+			switch {
+			case slices.Contains(frames, "after_join"):
+				n = &afterJoin
+			case slices.Contains(frames, "dispatch"):
+				n = &program
+			default:
+				return
+			}
+			if got := profileschema.ContainerID(res) + " " + profileschema.PodUID(res); got != containerID+" "+podUID {
+				wrong[fmt.Sprintf("%s in container and pod %q", frames[len(frames)-1], got)] += profileschema.SampleCount(s)
+			}
+			*n += profileschema.SampleCount(s)
+		})
+	}
+	if len(wrong) > 0 {
+		t.Errorf("samples outside the container and pod %s %s: %v", containerID, podUID, wrong)
+	}
+	// 0.3 s and 0.5 s at 99 Hz: about 30 and 50, fewer on a busy machine.
+	if afterJoin < 5 || program < 5 {
+		t.Fatalf("%d samples in after_join and %d in the container's program, want at least 5 of each", afterJoin, program)
 	}
 }

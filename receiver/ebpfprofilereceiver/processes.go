@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/internal/buildid"
+	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
 	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/procmaps"
@@ -149,7 +150,15 @@ type processTable struct {
 // addresses under no service.
 type leftImage struct {
 	entry *processEntry // nil: the old image was never read
-	at    time.Time     // when the exec event was handled
+	// resource is the entry's, in the cgroup the process was in at its
+	// exec: a process is moved into a container's cgroup before it execs
+	// the container's program (runc init, a shell that writes its pid to
+	// cgroup.procs), and the work before the exec after the move (the
+	// exec's teardown of the old memory) is the container's, as the
+	// kernel's CPU accounting has it. Samples from before the move are
+	// given the container too: nothing in a sample tells them apart.
+	resource profilebuilder.Process
+	at       time.Time // when the exec event was handled
 	// comm is the new image's command name (the exec event's): the
 	// service of a new image that exits before it can be read.
 	comm string
@@ -289,6 +298,18 @@ func (t *processTable) execed(pid int, comm string) bool {
 // dropped them at the exec), its snapshot stays open to name the samples
 // taken before the exec.
 func (t *processTable) leave(pid int, comm string) {
+	// The cgroup is read only for a process that was read: most exec'ing
+	// processes (a shell's children) never were.
+	t.mu.Lock()
+	wasRead := t.entries[pid] != nil
+	t.mu.Unlock()
+	var cgroup cgroupattr.Container
+	cgroupRead := false
+	if wasRead {
+		var err error
+		cgroup, err = cgroupattr.Read(t.procRoot, pid)
+		cgroupRead = err == nil // gone: the cgroup of its read stays
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -297,7 +318,14 @@ func (t *processTable) leave(pid int, comm string) {
 	e := t.entries[pid]
 	delete(t.entries, pid)
 	prev := t.left[pid]
-	t.left[pid] = leftImage{entry: e, at: time.Now(), comm: comm}
+	left := leftImage{entry: e, at: time.Now(), comm: comm}
+	if e != nil {
+		left.resource = e.resource
+		if cgroupRead {
+			left.resource.Container = cgroup
+		}
+	}
+	t.left[pid] = left
 	t.mu.Unlock()
 	prev.entry.close()
 	if e != nil {
@@ -306,11 +334,12 @@ func (t *processTable) leave(pid int, comm string) {
 }
 
 // leftImageOf returns what was read of the image pid left at its last
-// exec, or nil.
-func (t *processTable) leftImageOf(pid int) *processEntry {
+// exec (nil if nothing) and the resource its samples go under.
+func (t *processTable) leftImageOf(pid int) (*processEntry, profilebuilder.Process) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.left[pid].entry
+	l := t.left[pid]
+	return l.entry, l.resource
 }
 
 // execAfterRead reports whether the kernel recorded pid's last exec after

@@ -576,7 +576,7 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 	for i := range samples {
 		s := &samples[i]
 		proc := r.procs.lookup(int(s.PID))
-		left := r.procs.leftImageOf(int(s.PID))
+		left, leftResource := r.procs.leftImageOf(int(s.PID))
 		if filter && !proc.keep && left == nil {
 			filtered += s.Count
 			continue
@@ -598,11 +598,15 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 			continue
 		}
 		kept += s.Count
+		resource := proc.resource
+		if proc == left {
+			resource = leftResource
+		}
 		if proc.snapshot != nil && proc != left && hasUnmappedUserFrame(frames) {
 			// nil: the entry went meanwhile (exec, exit) and no new read
 			// could replace it; keep symbolizing with what we have.
 			if fresh := r.procs.refresh(int(s.PID), readBefore); fresh != nil && fresh != proc {
-				proc = fresh
+				proc, resource = fresh, fresh.resource
 				frames = r.symbolizeSample(proc, s)
 			}
 		}
@@ -619,7 +623,7 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 			r.endedEarly.add(end, s.Count)
 			r.procs.countEndedEarly(proc, end, s.Count)
 		}
-		b.Add(proc.resource, frames, s.TraceID, s.SpanID, s.Count)
+		b.Add(resource, frames, s.TraceID, s.SpanID, s.Count)
 	}
 	return kept, filtered
 }

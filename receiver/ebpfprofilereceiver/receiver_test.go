@@ -226,12 +226,9 @@ func exeMappingAttrs(all []pprofile.Profiles, pid int, exe string) map[string]st
 	return out
 }
 
-// forkExecC forks children one after another. Each works in child_work for
-// argv[2] seconds, then execs argv[3] (a copy of this program named execd),
-// which works in after_exec_work for argv[4] seconds and exits. The parent
-// prints where child_work is in its memory (and so in its children's, until
-// they exec), then each child's pid, and waits for each child.
-const forkExecC = `#include <libgen.h>
+// burnC is the start of the test programs that work for a given time:
+// burn(secs) keeps a CPU busy for secs seconds of wall-clock time.
+const burnC = `#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +248,14 @@ __attribute__((noinline)) static void burn(double secs) {
 		for (int i = 0; i < 1000000; i++)
 			x += i;
 }
+`
+
+// forkExecC forks children one after another. Each works in child_work for
+// argv[2] seconds, then execs argv[3] (a copy of this program named execd),
+// which works in after_exec_work for argv[4] seconds and exits. The parent
+// prints where child_work is in its memory (and so in its children's, until
+// they exec), then each child's pid, and waits for each child.
+const forkExecC = burnC + `
 
 __attribute__((noinline)) void child_work(double secs) { burn(secs); }
 __attribute__((noinline)) void after_exec_work(double secs) { burn(secs); }
