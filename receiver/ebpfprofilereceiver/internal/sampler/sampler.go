@@ -65,6 +65,9 @@ type Sampler struct {
 
 	dwarf     bool   // DWARF unwinding loaded (Config.DWARFUnwind)
 	nextTable uint32 // last unwind table id handed out
+	// testHookRows, when set (tests), is called as LoadUnwindTable begins
+	// writing a table's rows.
+	testHookRows func()
 }
 
 // coreObjects is what sampling needs; the lifecycle programs are loaded

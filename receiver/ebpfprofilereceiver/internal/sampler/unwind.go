@@ -86,20 +86,26 @@ func stackUnwind(flags, end uint8) StackUnwind {
 	return StackUnwind{DWARF: flags&stackDWARF != 0, LeafFromTable: flags&stackLeafCFI != 0, End: StackEnd(end)}
 }
 
-var errNoDWARF = errors.New("unwind tables: the sampler was opened without DWARF unwinding")
+var (
+	errNoDWARF       = errors.New("unwind tables: the sampler was opened without DWARF unwinding")
+	errSamplerClosed = errors.New("unwind table: sampler is closed")
+)
 
 // LoadUnwindTable loads a binary's rows into the kernel as a map of its own
-// size and returns its handle. The rows must be sorted by PC.
+// size and returns its handle. The rows must be sorted by PC. The rows are
+// written without s.mu: a large C++ binary's take tens of milliseconds, and
+// the process events (LastExec) and the drain must not wait for them.
 func (s *Sampler) LoadUnwindTable(rows []unwindtable.Row) (UnwindTable, error) {
 	if len(rows) == 0 || len(rows) >= 1<<24 {
 		return UnwindTable{}, fmt.Errorf("unwind table: %d rows (must be 1 to %d)", len(rows), 1<<24-1)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return UnwindTable{}, errors.New("unwind table: sampler is closed")
+	closed, dwarf := s.closed, s.dwarf
+	s.mu.Unlock()
+	if closed {
+		return UnwindTable{}, errSamplerClosed
 	}
-	if !s.dwarf {
+	if !dwarf {
 		return UnwindTable{}, errNoDWARF
 	}
 	inner := s.spec.Maps[cpuProfileMapUnwindTables].InnerMap.Copy()
@@ -110,6 +116,9 @@ func (s *Sampler) LoadUnwindTable(rows []unwindtable.Row) (UnwindTable, error) {
 		return UnwindTable{}, fmt.Errorf("unwind table: create map of %d rows: %w", len(rows), err)
 	}
 	defer m.Close() // the outer map holds its own reference
+	if s.testHookRows != nil {
+		s.testHookRows()
+	}
 	// In chunks: a large C++ binary has ~700 k rows, and whole-table key
 	// and value arrays would be 8 MB of garbage.
 	const chunk = 16 << 10
@@ -128,6 +137,11 @@ func (s *Sampler) LoadUnwindTable(rows []unwindtable.Row) (UnwindTable, error) {
 	bytes, err := mapMemory(m)
 	if err != nil {
 		return UnwindTable{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return UnwindTable{}, errSamplerClosed
 	}
 	s.nextTable++
 	id := s.nextTable

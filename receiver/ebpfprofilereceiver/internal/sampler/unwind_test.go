@@ -176,6 +176,71 @@ func TestVerifierWork(t *testing.T) {
 // the ELF loader put it, biased to the file's ELF addresses. The same path
 // with another modification time (a rebuilt binary that reused the inode) gets
 // nothing, and the entry goes when the process exits.
+// A table's rows are written without the lock the process events and the
+// drain take: a large C++ binary's take tens of milliseconds, and an exec
+// event handled meanwhile (LastExec) or a drain must not wait for them. The
+// table is installed once they are written, and a sampler closed meanwhile
+// refuses it.
+func TestRowsAreWrittenWithoutTheSamplersLock(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
+	writing, release := make(chan struct{}), make(chan struct{})
+	s.testHookRows = func() { close(writing); <-release }
+	type result struct {
+		tab UnwindTable
+		err error
+	}
+	loaded := make(chan result)
+	rows := []unwindtable.Row{{PC: 0x1000, Kind: unwindtable.RSP, CFAOffset: 8}, {PC: 0x1040}}
+	go func() {
+		tab, err := s.LoadUnwindTable(rows)
+		loaded <- result{tab, err}
+	}()
+	<-writing
+	answered := make(chan error)
+	go func() {
+		_, _, err := s.LastExec(uint32(os.Getpid()))
+		if err == nil {
+			_, err = s.Drain()
+		}
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("LastExec and Drain waited for a table's rows to be written")
+	}
+	close(release)
+	if r := <-loaded; r.err != nil || r.tab.ID == 0 || r.tab.Rows != 2 {
+		t.Fatalf("LoadUnwindTable = %+v, %v", r.tab, r.err)
+	}
+
+	writing, release = make(chan struct{}), make(chan struct{})
+	go func() {
+		tab, err := s.LoadUnwindTable(rows)
+		loaded <- result{tab, err}
+	}()
+	<-writing
+	closed := make(chan error)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		close(release)
+		<-loaded
+		t.Fatal("Close waited for a table's rows to be written")
+	}
+	close(release)
+	if r := <-loaded; !errors.Is(r.err, errSamplerClosed) {
+		t.Fatalf("LoadUnwindTable of a sampler closed while it wrote the rows = %+v, %v; want errSamplerClosed", r.tab, r.err)
+	}
+}
+
 func TestExeUnwindAtExec(t *testing.T) {
 	s := openSampler(t, Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
 	bin := sleeperBinary(t)

@@ -120,6 +120,9 @@ type binary struct {
 	unused    time.Time         // when users last went to 0 (or the table was loaded), while in lru
 	seen      time.Time         // when a process's Attach last looked it up; guarded by binMu
 	pending   []unwindtable.Row // compiled while analysing, until loaded
+	// loading, while an Attach loads the table (without mu), is closed
+	// when it is done, loaded or not. Changed holding mu and binMu.
+	loading chan struct{}
 }
 
 func (b *binary) loaded() bool { return b.inKernel.Load() }
@@ -185,8 +188,9 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 			b.seen = now
 		}
 		// A known binary needing a table that is not in the kernel was
-		// evicted (or its load failed): its rows are read again here.
-		reload := known && b.needs && !b.loaded()
+		// evicted (or its load failed): its rows are read again here,
+		// unless another Attach is loading it.
+		reload := known && b.needs && !b.loaded() && b.loading == nil
 		u.binMu.Unlock()
 		if known && !b.needs {
 			continue
@@ -206,7 +210,9 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 				if !b.needs {
 					continue
 				}
-				reload = !b.loaded()
+				u.binMu.Lock()
+				reload = !b.loaded() && b.loading == nil
+				u.binMu.Unlock()
 			}
 		}
 		c := candidate{m: m, t: t}
@@ -224,14 +230,21 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 	if u.testHookWork != nil {
 		u.testHookWork("lock")
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
 	pid := uint32(p.PID)
 	var errs []error
-	var ms []sampler.UnwindMapping
-	// users are taken as soon as each table is loaded, so loading the
-	// process's next binary cannot evict a table it just got.
-	var users []*binary
+	// The process's binaries that need a table are taken at once (users),
+	// loaded or not: no load, for this process or another, evicts them
+	// before the kernel is told. The tables not loaded are loaded without
+	// u.mu (loadTables), which the exec and exit events (Detach) take.
+	type use struct {
+		b    *binary
+		m    *symbolize.Mapping
+		bias uint64
+	}
+	var uses []use
+	var loads []tableLoad
+	var others []chan struct{} // tables another Attach is loading
+	u.mu.Lock()
 	for _, c := range cands {
 		b := u.binaryLocked(c.m, c.t, c.verdict)
 		if !b.needs {
@@ -241,21 +254,48 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		if !ok {
 			continue
 		}
-		if len(ms) == sampler.MaxUnwindMappings {
+		if len(uses) == sampler.MaxUnwindMappings {
 			errs = append(errs, fmt.Errorf("pid %d: more than %d binaries without frame pointers; %s unwinds with frame pointers", pid, sampler.MaxUnwindMappings, c.m.Path))
 			continue
 		}
-		var rows []unwindtable.Row
-		if c.verdict != nil {
-			rows = c.verdict.rows
+		u.useLocked(b)
+		uses = append(uses, use{b, c.m, c.m.Start - va})
+		switch {
+		case b.loaded():
+		case b.loading != nil:
+			others = append(others, b.loading)
+		default:
+			l := tableLoad{b: b, t: c.t, rows: b.pending}
+			if c.verdict != nil && c.verdict.rows != nil {
+				l.rows = c.verdict.rows
+			}
+			b.pending = nil
+			u.binMu.Lock()
+			b.loading = make(chan struct{})
+			u.binMu.Unlock()
+			loads = append(loads, l)
 		}
-		if err := u.loadLocked(b, c.t, rows); err != nil {
-			errs = append(errs, err)
+	}
+	u.mu.Unlock()
+
+	errs = append(errs, u.loadTables(loads)...)
+	for _, done := range others {
+		<-done // its failure is the other Attach's to report
+	}
+
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var users []*binary
+	var ms []sampler.UnwindMapping
+	for _, x := range uses {
+		if !x.b.loaded() {
+			// Over the budget, or its table could not be built or
+			// loaded: frame pointers for its frames.
+			u.releaseLocked([]*binary{x.b})
 			continue
 		}
-		u.useLocked(b)
-		users = append(users, b)
-		ms = append(ms, sampler.UnwindMapping{Start: c.m.Start, End: c.m.Limit, Bias: c.m.Start - va, Table: b.table})
+		users = append(users, x.b)
+		ms = append(ms, sampler.UnwindMapping{Start: x.m.Start, End: x.m.Limit, Bias: x.bias, Table: x.b.table})
 	}
 	if current != nil && !current() {
 		u.releaseLocked(users)
@@ -276,6 +316,90 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 	}
 	u.procs[pid] = attached{users, ms}
 	return true, errors.Join(errs...)
+}
+
+// tableLoad is a table one Attach loads into the kernel: b's, with the rows
+// compiled before (nil: compiled by loadTables, from t).
+type tableLoad struct {
+	b    *binary
+	t    *symbolize.SymbolTable
+	rows []unwindtable.Row
+}
+
+// loadTables loads the tables of loads, in order, each within the budget,
+// holding u.mu only to make room and to record the result: the rows are
+// compiled (when the analysis did not keep them) and written to the kernel
+// without it. Each load's binary is marked loading (binary.loading), which
+// it closes, loaded or not. It returns one error per table not loaded.
+func (u *Unwinder) loadTables(loads []tableLoad) []error {
+	var errs []error
+	for _, l := range loads {
+		if err := u.loadTable(l); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func (u *Unwinder) loadTable(l tableLoad) error {
+	b, path := l.b, l.b.path
+	defer func() {
+		u.mu.Lock()
+		u.binMu.Lock()
+		close(b.loading)
+		b.loading = nil
+		u.binMu.Unlock()
+		u.mu.Unlock()
+	}()
+	rows := l.rows
+	if rows == nil {
+		ut, err := l.t.UnwindTable()
+		if err != nil {
+			u.mu.Lock()
+			u.buildErrs++
+			u.mu.Unlock()
+			return fmt.Errorf("unwind table of %s: %w", path, err)
+		}
+		rows = ut.Rows
+	}
+	// need is reserved in u.bytes while the table is written: Attaches
+	// loading at once stay within the budget together.
+	need := uint64(len(rows) * unwindtable.RowBytes)
+	u.mu.Lock()
+	for u.bytes+need > u.maxBytes && u.evictOneLocked() {
+	}
+	if u.bytes+need > u.maxBytes {
+		u.overBudg++
+		used := u.bytes
+		u.mu.Unlock()
+		return fmt.Errorf("unwind table of %s (%d KiB) does not fit in the budget (%d of %d KiB used by live processes); it unwinds with frame pointers",
+			path, need>>10, used>>10, u.maxBytes>>10)
+	}
+	u.bytes += need
+	u.mu.Unlock()
+
+	if u.testHookWork != nil {
+		u.testHookWork("load")
+	}
+	lt, err := u.kernel.LoadUnwindTable(rows)
+
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.bytes -= need
+	if err != nil {
+		return fmt.Errorf("unwind table of %s: %w", path, err)
+	}
+	b.table = lt
+	b.inKernel.Store(true)
+	u.bytes += lt.Bytes
+	u.tables++
+	for _, id := range b.ids {
+		u.setExeUnwindLocked(b, id)
+	}
+	if b.users == 0 {
+		u.pushUnusedLocked(b)
+	}
+	return nil
 }
 
 // ofContent returns the binary of another file of t's build, now also
@@ -449,7 +573,7 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, 
 		}
 	}
 	if v == nil {
-		// Expire forgot it since: its rows are compiled again (loadLocked).
+		// Expire forgot it since: its rows are compiled again (loadTable).
 		v = &analysis{needs: true}
 	}
 	b := &binary{path: m.Path, contentKey: t.ContentKey(), ids: []fileid.ID{m.ID}, textVaddr: t.TextVaddr(), needs: v.needs, seen: time.Now()}
@@ -464,50 +588,6 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, 
 		u.byContent[b.contentKey] = b
 	}
 	return b
-}
-
-// loadLocked makes sure b's table is in the kernel; rows, when not nil,
-// are its rows, compiled by the caller without u.mu.
-func (u *Unwinder) loadLocked(b *binary, t *symbolize.SymbolTable, rows []unwindtable.Row) error {
-	if b.loaded() {
-		return nil
-	}
-	if rows == nil {
-		rows = b.pending
-	}
-	b.pending = nil
-	if rows == nil {
-		ut, err := t.UnwindTable()
-		if err != nil {
-			u.buildErrs++
-			return fmt.Errorf("unwind table of %s: %w", b.path, err)
-		}
-		rows = ut.Rows
-	}
-	need := uint64(len(rows) * unwindtable.RowBytes)
-	for u.bytes+need > u.maxBytes && u.evictOneLocked() {
-	}
-	if u.bytes+need > u.maxBytes {
-		u.overBudg++
-		return fmt.Errorf("unwind table of %s (%d KiB) does not fit in the budget (%d of %d KiB used by live processes); it unwinds with frame pointers",
-			b.path, need>>10, u.bytes>>10, u.maxBytes>>10)
-	}
-	if u.testHookWork != nil {
-		u.testHookWork("load")
-	}
-	lt, err := u.kernel.LoadUnwindTable(rows)
-	if err != nil {
-		return fmt.Errorf("unwind table of %s: %w", b.path, err)
-	}
-	b.table = lt
-	b.inKernel.Store(true)
-	u.bytes += lt.Bytes
-	u.tables++
-	for _, id := range b.ids {
-		u.setExeUnwindLocked(b, id)
-	}
-	u.pushUnusedLocked(b) // unused until useLocked
-	return nil
 }
 
 // setExeUnwindLocked gives b's loaded table to the processes that exec its

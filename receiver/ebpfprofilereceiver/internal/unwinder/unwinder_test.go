@@ -3,6 +3,7 @@
 package unwinder
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,13 +57,20 @@ func start(t *testing.T, sym *symbolize.Symbolizer, bin string) *symbolize.Proce
 // in exe (a command that execs it).
 func startCommand(t *testing.T, sym *symbolize.Symbolizer, cmd *exec.Cmd, exe string) *symbolize.Process {
 	t.Helper()
+	return startMapping(t, sym, cmd, "libc.so", exe)
+}
+
+// startMapping runs cmd and returns a snapshot of it once it maps files
+// whose paths contain each of names.
+func startMapping(t *testing.T, sym *symbolize.Symbolizer, cmd *exec.Cmd, names ...string) *symbolize.Process {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		p, err := sym.Snapshot(cmd.Process.Pid)
-		if err == nil && hasMapping(p, "libc.so") && hasMapping(p, exe) {
+		if err == nil && !slices.ContainsFunc(names, func(name string) bool { return !hasMapping(p, name) }) {
 			t.Cleanup(func() { p.Close() })
 			return p
 		}
@@ -70,7 +78,7 @@ func startCommand(t *testing.T, sym *symbolize.Symbolizer, cmd *exec.Cmd, exe st
 			p.Close()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never mapped libc and %q (%v)", cmd.Path, exe, err)
+			t.Fatalf("%s never mapped %q (%v)", cmd.Path, names, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -192,9 +200,87 @@ func TestNeedsWorkDuringAnalysisAndLoad(t *testing.T) {
 	}
 }
 
+// While Attach loads a new binary's table into the kernel, the exec and
+// exit events (Detach) and the attaching of a process whose tables are
+// loaded go on: before, they waited for the load, and a short-lived
+// process's events were handled hundreds of milliseconds late. A second
+// process of the binary being loaded waits for that load and shares its
+// table: it is loaded once.
+func TestDetachAndAttachDuringALoad(t *testing.T) {
+	sym := symbolize.New(symbolize.Options{})
+	u := New(openSampler(t), sym, 64<<20, nil, zaptest.NewLogger(t))
+	// -O1: another build of the same source, which would share the
+	// known binary's table.
+	knownBin, newBin := build(t, "known", "-O2", "-fomit-frame-pointer"), build(t, "new", "-O1", "-fomit-frame-pointer")
+	known, sameBinary := start(t, sym, knownBin), start(t, sym, knownBin)
+	first, second := start(t, sym, newBin), start(t, sym, newBin)
+	if dwarf, err := u.Attach(known, nil); !dwarf || err != nil {
+		t.Fatalf("Attach(known) = %v, %v", dwarf, err)
+	}
+	loaded := u.Stats()
+
+	loading, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	u.testHookWork = func(what string) {
+		if what == "load" {
+			once.Do(func() { close(loading); <-release })
+		}
+	}
+	type result struct {
+		dwarf bool
+		err   error
+	}
+	attach := func(p *symbolize.Process) chan result {
+		c := make(chan result, 1)
+		go func() {
+			dwarf, err := u.Attach(p, nil)
+			c <- result{dwarf, err}
+		}()
+		return c
+	}
+	firstDone := attach(first)
+	select {
+	case <-loading:
+	case r := <-firstDone:
+		t.Fatalf("Attach(a process of a new binary) = %v, %v without loading a table", r.dwarf, r.err)
+	}
+	others := make(chan error)
+	go func() {
+		err := u.Detach(known.PID)
+		if r := <-attach(sameBinary); err == nil && (!r.dwarf || r.err != nil) {
+			err = fmt.Errorf("Attach(a process of a loaded binary) = %v, %v; want true, nil", r.dwarf, r.err)
+		}
+		others <- err
+	}()
+	select {
+	case err := <-others:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("Detach and Attach of a process of loaded binaries waited for another binary's table load")
+	}
+	secondDone := attach(second)
+	close(release)
+	for name, c := range map[string]chan result{"first": firstDone, "second": secondDone} {
+		if r := <-c; !r.dwarf || r.err != nil {
+			t.Errorf("Attach(%s process of the new binary) = %v, %v; want true, nil", name, r.dwarf, r.err)
+		}
+	}
+	st := u.Stats()
+	if st.Tables != loaded.Tables+1 || st.Processes != 3 {
+		t.Fatalf("after both processes of the new binary: %+v (%d tables before); want one more table, three processes", st, loaded.Tables)
+	}
+	if a, b := u.procs[uint32(first.PID)].users[0], u.procs[uint32(second.PID)].users[0]; a != b || !strings.HasSuffix(a.path, "/new") || a.users != 2 {
+		t.Fatalf("first process's table %s (%d users), second's %s; want the new binary's, shared", a.path, a.users, b.path)
+	}
+}
+
 // With a budget below glibc's table, nothing is loaded, the failure is
-// counted and the process keeps frame pointers; a full budget evicts
-// unused tables to make room, never ones the process being attached uses.
+// counted and the process keeps frame pointers. A full budget evicts
+// unused tables to make room, never ones the process being attached uses:
+// those it maps already loaded stay, and a new table that does not fit
+// beside them is left out.
 func TestBudget(t *testing.T) {
 	s := openSampler(t)
 	sym := symbolize.New(symbolize.Options{})
@@ -205,12 +291,12 @@ func TestBudget(t *testing.T) {
 	if dwarf || err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Fatalf("Attach over budget = %v, %v; want false and a budget error", dwarf, err)
 	}
-	if st := tiny.Stats(); st.OverBudget == 0 || st.Tables != 0 || st.Processes != 0 {
+	if st := tiny.Stats(); st.OverBudget == 0 || st.Tables != 0 || st.Processes != 0 || st.TableBytes != 0 {
 		t.Fatalf("over budget: %+v", st)
 	}
 
-	// Room for glibc's and ld.so's tables plus a little: the second
-	// process's own table only fits once an unused one is evicted.
+	// A budget of glibc's and ld.so's tables: the second process's own
+	// table does not fit beside them, and they are its own too.
 	one := New(s, sym, 0, nil, zaptest.NewLogger(t))
 	one.maxBytes = 1 << 40
 	if _, err := one.Attach(p, nil); err != nil {
@@ -223,22 +309,34 @@ func TestBudget(t *testing.T) {
 	}
 	q := start(t, sym, build(t, "nofp", "-O2", "-fomit-frame-pointer"))
 	dwarf, err = one.Attach(q, nil)
-	if !dwarf || err == nil || !strings.Contains(err.Error(), "budget") {
-		t.Fatalf("Attach(nofp) = %v, %v; want tables for some of its binaries, a budget error for the rest", dwarf, err)
+	if !dwarf || err == nil || !strings.Contains(err.Error(), "/nofp") || !strings.Contains(err.Error(), "budget") {
+		t.Fatalf("Attach(nofp) = %v, %v; want glibc's and ld.so's tables, a budget error for its own", dwarf, err)
 	}
 	st := one.Stats()
-	if st.Evicted == 0 || st.OverBudget == 0 {
-		t.Fatalf("no eviction or no over-budget count: %+v", st)
+	if st.Evicted != 0 || st.OverBudget != 1 || st.Tables != 2 || st.TableBytes != glibc {
+		t.Fatalf("after nofp: %+v; want glibc's and ld.so's tables (%d bytes) kept and one table over budget", st, glibc)
 	}
-	if st.TableBytes > one.maxBytes {
-		t.Fatalf("tables take %d bytes, budget %d", st.TableBytes, one.maxBytes)
+	if got := one.procs[uint32(q.PID)].users; len(got) != 2 || slices.ContainsFunc(got, func(b *binary) bool { return strings.HasSuffix(b.path, "/nofp") }) {
+		t.Fatalf("tables of nofp: %v; want glibc's and ld.so's", got)
 	}
-	// Its own binary comes first (lowest address) and must have stayed:
-	// loading glibc's must not have evicted it.
-	if got := one.procs[uint32(q.PID)].users; len(got) == 0 || !strings.HasSuffix(got[0].path, "/nofp") {
-		t.Fatalf("tables of the new process: %v", got)
+
+	// Once nofp is gone, a static binary's table (glibc's code in it)
+	// evicts the unused ones to fit.
+	if err := one.Detach(q.PID); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("glibc + ld.so tables %d bytes; with a budget of %d: %+v (%v)", glibc, one.maxBytes, st, err)
+	r := startMapping(t, sym, exec.Command(build(t, "static", "-O2", "-fomit-frame-pointer", "-static")), "/static")
+	if dwarf, err := one.Attach(r, nil); !dwarf || err != nil {
+		t.Fatalf("Attach(static) = %v, %v; want its table, with room made", dwarf, err)
+	}
+	st = one.Stats()
+	if st.Evicted == 0 || st.TableBytes > one.maxBytes || st.Tables == 0 {
+		t.Fatalf("after the static binary: %+v; want unused tables evicted within the budget of %d bytes", st, one.maxBytes)
+	}
+	if got := one.procs[uint32(r.PID)].users; len(got) != 1 || !strings.HasSuffix(got[0].path, "/static") {
+		t.Fatalf("tables of the static binary: %v", got)
+	}
+	t.Logf("glibc + ld.so tables %d bytes; with a budget of %d: %+v", glibc, one.maxBytes, st)
 }
 
 // Go binaries keep frame pointers: no tables, no entry.
