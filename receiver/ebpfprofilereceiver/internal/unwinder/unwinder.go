@@ -235,7 +235,7 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 	// The process's binaries that need a table are taken at once (users),
 	// loaded or not: no load, for this process or another, evicts them
 	// before the kernel is told. The tables not loaded are loaded without
-	// u.mu (loadTables), which the exec and exit events (Detach) take.
+	// u.mu (loadTable), which the exec and exit events (Detach) take.
 	type use struct {
 		b    *binary
 		m    *symbolize.Mapping
@@ -278,7 +278,11 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 	}
 	u.mu.Unlock()
 
-	errs = append(errs, u.loadTables(loads)...)
+	for _, l := range loads {
+		if err := u.loadTable(l); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, done := range others {
 		<-done // its failure is the other Attach's to report
 	}
@@ -319,28 +323,18 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 }
 
 // tableLoad is a table one Attach loads into the kernel: b's, with the rows
-// compiled before (nil: compiled by loadTables, from t).
+// compiled before (nil: compiled by loadTable, from t).
 type tableLoad struct {
 	b    *binary
 	t    *symbolize.SymbolTable
 	rows []unwindtable.Row
 }
 
-// loadTables loads the tables of loads, in order, each within the budget,
-// holding u.mu only to make room and to record the result: the rows are
-// compiled (when the analysis did not keep them) and written to the kernel
-// without it. Each load's binary is marked loading (binary.loading), which
-// it closes, loaded or not. It returns one error per table not loaded.
-func (u *Unwinder) loadTables(loads []tableLoad) []error {
-	var errs []error
-	for _, l := range loads {
-		if err := u.loadTable(l); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
-}
-
+// loadTable loads l's table within the budget, holding u.mu only to make
+// room and to record the result: the rows are compiled (when the analysis
+// did not keep them) and written to the kernel without it. The binary was
+// marked loading (binary.loading) by the caller; loadTable clears the mark,
+// loaded or not.
 func (u *Unwinder) loadTable(l tableLoad) error {
 	b, path := l.b, l.b.path
 	defer func() {
