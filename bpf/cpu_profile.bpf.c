@@ -215,11 +215,13 @@ struct {
 } capture_stats SEC(".maps");
 
 // Unwind tables by id: one array of rows per binary, sized to it
-// (BPF_F_INNER_MAP lets each have its own length).
+// (BPF_F_INNER_MAP lets each have its own length). BPF_F_MMAPABLE: the
+// agent writes a table by copying its rows into the map's memory, not with
+// a system call's work per row.
 struct unwind_rows {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct unwind_row);
 };

@@ -5,6 +5,8 @@ package sampler
 import (
 	"testing"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/cputime"
 )
 
 // BenchmarkDrain measures one Drain of a realistic interval: a 64-thread
@@ -43,4 +45,28 @@ func BenchmarkWaitForRunningPrograms(b *testing.B) {
 	for range b.N {
 		waitForRunningPrograms()
 	}
+}
+
+// BenchmarkLoadUnwindTable loads a table the size of a large C++
+// binary's (667,409 rows: the agent's own, with DuckDB linked in) and
+// deletes it. cpu-ms/op is the calling thread's CPU time, which is what a
+// load costs the agent: the wall time also waits out RCU grace periods when
+// the table is installed and deleted.
+func BenchmarkLoadUnwindTable(b *testing.B) {
+	s := openSampler(b, Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
+	rows := syntheticRows(667_409)
+	var cpu time.Duration
+	b.ResetTimer()
+	for range b.N {
+		var tab UnwindTable
+		var err error
+		cpu += cputime.Measure(func() { tab, err = s.LoadUnwindTable(rows) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.DeleteUnwindTable(tab.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }

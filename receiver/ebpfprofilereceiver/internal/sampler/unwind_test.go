@@ -121,6 +121,52 @@ func TestUnwindTablesAPI(t *testing.T) {
 	}
 }
 
+// TestEveryRowIsInTheKernel reads back, with the map lookup syscall, every
+// row of a table of 1,000 rows and one of 1,025 (the copy into the map's
+// memory spans two and three pages, the last one part-filled): each must be
+// the row written at its index.
+func TestEveryRowIsInTheKernel(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
+	for _, n := range []int{1000, 1025} {
+		rows := syntheticRows(n)
+		tab, err := s.LoadUnwindTable(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var innerID uint32
+		if err := s.objs.UnwindTables.Lookup(tab.ID, &innerID); err != nil {
+			t.Fatal(err)
+		}
+		inner, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inner.MaxEntries() != uint32(n) {
+			t.Errorf("table of %d rows: map of %d", n, inner.MaxEntries())
+		}
+		for i, want := range rows {
+			var got cpuProfileUnwindRow
+			if err := inner.Lookup(uint32(i), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Pc != want.PC || got.Kind != want.Kind || got.RbpOff8 != want.RBPOffset || got.CfaOff != want.CFAOffset {
+				t.Fatalf("table of %d rows: row %d in the kernel is %+v, want %+v", n, i, got, want)
+			}
+		}
+		inner.Close()
+	}
+}
+
+// syntheticRows are n sorted rows whose every field differs from its
+// neighbours'.
+func syntheticRows(n int) []unwindtable.Row {
+	rows := make([]unwindtable.Row, n)
+	for i := range rows {
+		rows[i] = unwindtable.Row{PC: 0x1000 + uint32(i)*4, Kind: uint8(i%3) + 1, RBPOffset: -int8(i % 7), CFAOffset: uint16(8 + i%4000)}
+	}
+	return rows
+}
+
 // TestVerifierWork keeps the DWARF unwinder cheap to load: the verifier's
 // work (instructions it processed, a count, not a time) decides how long
 // the agent takes to start sampling. A binary search indexed by a computed
