@@ -189,12 +189,7 @@ func parseImage(data []byte) (t *SymbolTable, err error) {
 
 	syms := &symbolCollector{ef: ef, data: data}
 	if sec := pclntabSection(ef); sec != nil && sec.Type != elf.SHT_NOBITS && sec.Offset+sec.Size <= uint64(len(data)) {
-		var runtimeText uint64
-		syms.each(elf.SHT_SYMTAB, func(name []byte, _ uint8, _ uint16, value, _ uint64) {
-			if string(name) == "runtime.text" {
-				runtimeText = value
-			}
-		})
+		runtimeText := syms.find(elf.SHT_SYMTAB, "runtime.text").value
 		g, err := parseGoPCLN(data[sec.Offset:sec.Offset+sec.Size], runtimeText)
 		if err == nil {
 			text, gofunc, ok := g.moduledata(ef, data, sec.Addr)
@@ -276,21 +271,59 @@ type symbolCollector struct {
 	skipLo, skipHi uint64 // addresses covered by the Go pclntab
 }
 
+// symRecord is one ElfN_Sym record. Its name is read only for the records
+// that are kept: the collector's own binary has 336 k symbol records and
+// 22 MB of names, most of them Go functions (named by the pclntab instead),
+// and each name read is a cache miss somewhere in those 22 MB.
+type symRecord struct {
+	strs        []byte // the string table of the record's section
+	nameOff     uint32 // < len(strs)
+	info        uint8
+	shndx       uint16
+	value, size uint64
+}
+
+// name is the record's name (nil if it has no end); it aliases the image.
+func (r symRecord) name() []byte { return cBytes(r.strs, r.nameOff) }
+
+// nameIs reports whether the record's name is s.
+func (r symRecord) nameIs(s string) bool {
+	end := uint64(r.nameOff) + uint64(len(s))
+	return end < uint64(len(r.strs)) && string(r.strs[r.nameOff:end]) == s && r.strs[end] == 0
+}
+
 // each decodes the ElfN_Sym records of the first section of type typ
 // straight from the image rather than via elf.File.Symbols, which allocates
 // a struct and a string per symbol (hundreds of MB of garbage for a large
-// C++ binary). name aliases the image.
-func (c *symbolCollector) each(typ elf.SectionType, fn func(name []byte, info uint8, shndx uint16, value, size uint64)) {
+// C++ binary). Records without a value or a name in the string table are
+// skipped; fn returns false to stop.
+func (c *symbolCollector) each(typ elf.SectionType, fn func(symRecord) bool) {
 	symData, strData, entSize, ok := c.symbolSection(typ)
 	if !ok {
 		return
 	}
 	for off := entSize; off+entSize <= len(symData); off += entSize { // entry 0 is the null symbol
 		nameOff, info, shndx, value, size := c.symbol(symData[off : off+entSize])
-		if name := cBytes(strData, nameOff); len(name) > 0 && value != 0 {
-			fn(name, info, shndx, value, size)
+		if value != 0 && uint64(nameOff) < uint64(len(strData)) {
+			if !fn(symRecord{strs: strData, nameOff: nameOff, info: info, shndx: shndx, value: value, size: size}) {
+				return
+			}
 		}
 	}
+}
+
+// find returns the first record of the first section of type typ named
+// name (a zero record if there is none). The Go linker writes runtime.text,
+// the one name looked up this way, among the first symbols.
+func (c *symbolCollector) find(typ elf.SectionType, name string) (found symRecord) {
+	c.each(typ, func(r symRecord) bool {
+		if r.nameIs(name) {
+			found = r
+			return false
+		}
+		return true
+	})
+	return found
 }
 
 // symbolSection returns the ElfN_Sym records of the first section of type
@@ -328,48 +361,60 @@ func (c *symbolCollector) symbol(e []byte) (nameOff uint32, info uint8, shndx ui
 }
 
 // collect keeps the function symbols of the .symtab and .dynsym sections.
-// A counting pass sizes the slice exactly: growing it by appends would
-// leave several times its size as garbage for big binaries.
+// A counting pass sizes the slice: growing it by appends would leave
+// several times its size as garbage for big binaries. It counts what the
+// records alone say may be kept, without reading names (an upper bound).
 func (c *symbolCollector) collect() {
 	n := 0
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		c.each(typ, func(name []byte, info uint8, shndx uint16, value, _ uint64) {
-			if c.rank(name, info, shndx, value) > 0 {
+		c.each(typ, func(rec symRecord) bool {
+			if c.rankByRecord(rec) > 0 {
 				n++
 			}
+			return true
 		})
 	}
 	c.syms = make([]rawSymbol, 0, n)
 	for i, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		c.each(typ, func(name []byte, info uint8, shndx uint16, value, size uint64) {
-			if r := c.rank(name, info, shndx, value); r > 0 {
-				if i == 0 {
-					r += 4 // .symtab over .dynsym: same name, but keeps local symbols
-				}
-				c.syms = append(c.syms, rawSymbol{addr: value, size: size, name: trimVersion(name), rank: r})
+		c.each(typ, func(rec symRecord) bool {
+			r := c.rankByRecord(rec)
+			if r == 0 {
+				return true
 			}
+			name := rec.name()
+			if len(name) == 0 || elf.ST_TYPE(rec.info) == elf.STT_NOTYPE && (name[0] == '.' || name[0] == '$') {
+				// Assembly routines often lack .type and are kept, but not
+				// local labels.
+				return true
+			}
+			if i == 0 {
+				r += 4 // .symtab over .dynsym: same name, but keeps local symbols
+			}
+			c.syms = append(c.syms, rawSymbol{addr: rec.value, size: rec.size, name: trimVersion(name), rank: r})
+			return true
 		})
 	}
 }
 
-// rank is 0 for symbols that are not functions, else higher for the
-// preferred name among symbols at one address: global over weak over local.
-func (c *symbolCollector) rank(name []byte, info uint8, shndx uint16, value uint64) uint8 {
-	if value >= c.skipLo && value < c.skipHi || shndx == uint16(elf.SHN_UNDEF) {
+// rankByRecord is 0 for symbols that are not functions, else higher for
+// the preferred name among symbols at one address: global over weak over
+// local. It does not read the name, which collect checks for the symbols
+// it keeps.
+func (c *symbolCollector) rankByRecord(r symRecord) uint8 {
+	if r.value >= c.skipLo && r.value < c.skipHi || r.shndx == uint16(elf.SHN_UNDEF) {
 		return 0
 	}
-	switch elf.ST_TYPE(info) {
+	switch elf.ST_TYPE(r.info) {
 	case elf.STT_FUNC, elf.STT_GNU_IFUNC:
 	case elf.STT_NOTYPE:
-		// Assembly routines often lack .type; keep them when they sit in
-		// executable code, but not local labels.
-		if !c.inExecSection(shndx) || name[0] == '.' || name[0] == '$' {
+		// Only in executable code.
+		if !c.inExecSection(r.shndx) {
 			return 0
 		}
 	default:
 		return 0
 	}
-	switch elf.ST_BIND(info) {
+	switch elf.ST_BIND(r.info) {
 	case elf.STB_GLOBAL:
 		return 3
 	case elf.STB_WEAK:
