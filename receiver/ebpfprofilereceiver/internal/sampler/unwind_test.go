@@ -34,17 +34,8 @@ func TestUnwindTablesAPI(t *testing.T) {
 	if tab.Rows != 3 || tab.Bytes < 3*unwindtable.RowBytes || tab.ID == 0 {
 		t.Fatalf("loaded table %+v", tab)
 	}
-	// The kernel holds what was written: the outer map gives the inner
-	// map's id.
-	var innerID uint32
-	if err := s.objs.UnwindTables.Lookup(tab.ID, &innerID); err != nil {
-		t.Fatal(err)
-	}
-	inner, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
+	// The kernel holds what was written.
+	inner := tableInKernel(t, s, tab)
 	var row cpuProfileUnwindRow
 	if err := inner.Lookup(uint32(1), &row); err != nil {
 		t.Fatal(err)
@@ -133,14 +124,7 @@ func TestEveryRowIsInTheKernel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var innerID uint32
-		if err := s.objs.UnwindTables.Lookup(tab.ID, &innerID); err != nil {
-			t.Fatal(err)
-		}
-		inner, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
-		if err != nil {
-			t.Fatal(err)
-		}
+		inner := tableInKernel(t, s, tab)
 		if inner.MaxEntries() != uint32(n) {
 			t.Errorf("table of %d rows: map of %d", n, inner.MaxEntries())
 		}
@@ -153,8 +137,23 @@ func TestEveryRowIsInTheKernel(t *testing.T) {
 				t.Fatalf("table of %d rows: row %d in the kernel is %+v, want %+v", n, i, got, want)
 			}
 		}
-		inner.Close()
 	}
+}
+
+// tableInKernel opens the map the kernel holds for tab: the outer map
+// gives the inner map's id. It is closed when the test ends.
+func tableInKernel(t *testing.T, s *Sampler, tab UnwindTable) *ebpf.Map {
+	t.Helper()
+	var innerID uint32
+	if err := s.objs.UnwindTables.Lookup(tab.ID, &innerID); err != nil {
+		t.Fatal(err)
+	}
+	inner, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inner.Close() })
+	return inner
 }
 
 // syntheticRows are n sorted rows whose every field differs from its
