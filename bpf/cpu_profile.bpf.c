@@ -304,6 +304,20 @@ struct {
 	__type(value, __u64);
 } seen_pids SEC(".maps");
 
+// Non-zero while proc_exec runs on this CPU. perf's NMI can run cpu_sample
+// in the middle of it (a tp_btf program does not hold off perf_event
+// programs), for the exec'ing task itself. Announced between proc_exec's
+// delete from seen_pids and its EXEC record, the new image would reach
+// user space before the exec (SEEN, then EXEC), and user space would drop
+// a process the kernel goes on treating as announced: its next exec or
+// maps change would report a process user space does not know.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} in_exec SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
@@ -713,6 +727,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	struct sample_stats *st;
 	struct task_struct *task;
 	struct lifecycle_event *ev;
+	__u32 zero = 0, *busy;
 	__u64 exec_vm, *known_vm;
 
 	st = stats_for(set);
@@ -756,6 +771,10 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	// remembered safely: the exit is its process's last thread's (see
 	// proc_exit), and an exec waits until every other thread is gone, so
 	// neither removes the pid while this thread runs.
+	// The sample interrupted proc_exec: the task's next sample announces it.
+	busy = bpf_map_lookup_elem(&in_exec, &zero);
+	if (busy && *busy)
+		return 0;
 	task = bpf_get_current_task_btf();
 	if (task->flags & PF_EXITING) {
 		if (!bpf_map_lookup_elem(&seen_pids, &pid))
@@ -851,8 +870,9 @@ static __always_inline void exe_unwind_at_exec(struct task_struct *p, __u32 pid)
 	bpf_map_update_elem(&proc_unwinds, &pid, pu, BPF_ANY);
 }
 
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(proc_exec, struct task_struct *p)
+// proc_exec_locked is proc_exec with samples on this CPU kept from
+// announcing the task (in_exec).
+static __always_inline void proc_exec_locked(struct task_struct *p)
 {
 	__u32 pid = p->tgid;
 	struct sample_stats *st;
@@ -868,11 +888,24 @@ int BPF_PROG(proc_exec, struct task_struct *p)
 	// Only a process user space knows needs telling: it drops what it read
 	// of the old image, and the next sample announces the new one.
 	if (bpf_map_delete_elem(&seen_pids, &pid) != 0)
-		return 0;
+		return;
 	st = stats_for(active_set & 1);
 	if (!st)
-		return 0;
+		return;
 	emit(st, EVENT_EXEC, p);
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(proc_exec, struct task_struct *p)
+{
+	__u32 zero = 0;
+	__u32 *busy = bpf_map_lookup_elem(&in_exec, &zero);
+
+	if (!busy)
+		return 0;
+	*busy = 1;
+	proc_exec_locked(p);
+	*busy = 0;
 	return 0;
 }
 

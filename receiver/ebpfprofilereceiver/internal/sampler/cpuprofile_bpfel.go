@@ -137,6 +137,7 @@ const (
 	cpuProfileMapExeUnwinds           = "exe_unwinds"
 	cpuProfileMapExecTimes            = "exec_times"
 	cpuProfileMapGoTraces             = "go_traces"
+	cpuProfileMapInExec               = "in_exec"
 	cpuProfileMapProcUnwindScratch    = "proc_unwind_scratch"
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
 	cpuProfileMapPyProcs              = "py_procs"
@@ -229,6 +230,7 @@ type cpuProfileMapSpecs struct {
 	ExeUnwinds        *ebpf.MapSpec `ebpf:"exe_unwinds"`
 	ExecTimes         *ebpf.MapSpec `ebpf:"exec_times"`
 	GoTraces          *ebpf.MapSpec `ebpf:"go_traces"`
+	InExec            *ebpf.MapSpec `ebpf:"in_exec"`
 	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.MapSpec `ebpf:"proc_unwinds"`
 	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
@@ -291,6 +293,7 @@ type cpuProfileMaps struct {
 	ExeUnwinds        *ebpf.Map `ebpf:"exe_unwinds"`
 	ExecTimes         *ebpf.Map `ebpf:"exec_times"`
 	GoTraces          *ebpf.Map `ebpf:"go_traces"`
+	InExec            *ebpf.Map `ebpf:"in_exec"`
 	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.Map `ebpf:"proc_unwinds"`
 	PyProcs           *ebpf.Map `ebpf:"py_procs"`
@@ -315,6 +318,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.ExeUnwinds,
 		m.ExecTimes,
 		m.GoTraces,
+		m.InExec,
 		m.ProcUnwindScratch,
 		m.ProcUnwinds,
 		m.PyProcs,

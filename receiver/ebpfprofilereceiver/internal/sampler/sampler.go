@@ -236,6 +236,7 @@ func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) e
 		cpuProfileMapEvents:   s.objs.Events,
 		cpuProfileMapSeenPids: s.objs.SeenPids,
 		cpuProfileMapStats:    s.objs.Stats,
+		cpuProfileMapInExec:   s.objs.InExec, // the exec program's flag, read by cpu_sample
 		".bss":                s.objs.Bss,
 		// The exec program gives known binaries their tables.
 		cpuProfileMapProcUnwinds:       s.objs.ProcUnwinds,

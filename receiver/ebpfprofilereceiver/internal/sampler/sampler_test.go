@@ -490,6 +490,97 @@ func TestExitedProcessesAreForgotten(t *testing.T) {
 	}
 }
 
+// execChainSource execs itself argv[1] times, then exits.
+const execChainSource = `
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	int n = argc > 1 ? atoi(argv[1]) : 0;
+	if (n <= 0)
+		return 0;
+	char next[16];
+	snprintf(next, sizeof next, "%d", n - 1);
+	execl("/proc/self/exe", argv[0], next, (char *)0);
+	perror("execl");
+	return 1;
+}
+`
+
+// TestSamplesDuringAnExecDoNotAnnounceIt: perf's NMI can run the sampling
+// program while the exec tracepoint's program runs, for the exec'ing task
+// itself. Announced between the exec program's removal of the pid and its
+// exec event, the new image reached user space before the exec: SEEN, then
+// EXEC, with the pid still in seen_pids, so the image's next exec came as
+// an event for a process user space had dropped. One process execs itself
+// 5,000 times under a 9,999 Hz sampler; every event of its pid must follow
+// an announcement. Without in_exec shared by the two programs it failed in
+// each of 5 runs (a sample's announcement between the exec program's
+// delete and its event, seen with bpf_printk), and in a CI run of
+// TestExitedProcessesAreForgotten under load.
+func TestSamplesDuringAnExecDoNotAnnounceIt(t *testing.T) {
+	const execs = 5000
+	bin := buildC(t, "exec-chain", execChainSource, "-O1", "-static")
+	s := openSampler(t, Config{FrequencyHz: 9999, Interval: time.Minute})
+	var (
+		mu     sync.Mutex
+		events []ProcEvent
+		pid    = make(chan uint32, 1)
+		exited = make(chan struct{})
+		reader = make(chan struct{})
+	)
+	go func() {
+		defer close(reader)
+		var chain uint32
+		for ev := range s.Events() {
+			if chain == 0 {
+				select {
+				case chain = <-pid:
+				default:
+				}
+			}
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+			if chain != 0 && ev.PID == chain && ev.Kind == EventExit {
+				close(exited)
+				chain = 0
+			}
+		}
+	}()
+	t.Cleanup(func() { s.Close(); <-reader })
+
+	cmd := exec.Command(bin, fmt.Sprint(execs))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid <- uint32(cmd.Process.Pid)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exec chain: %v", err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit event for the exec chain (lost events: %d)", drain(t, s).Stats.LostEvents)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	announced := announcements{}
+	kinds := map[EventKind]int{}
+	for _, ev := range events {
+		if ev.PID == uint32(cmd.Process.Pid) {
+			announced.check(t, ev)
+			kinds[ev.Kind]++
+		}
+	}
+	// The chain was sampled and announced along the way: the check above
+	// saw its execs, not an empty list.
+	if kinds[EventSeen] < execs/10 || kinds[EventExec] < execs/10 {
+		t.Errorf("events of the exec chain: %v; want at least %d announcements and execs", kinds, execs/10)
+	}
+	t.Logf("events of the exec chain: %v", kinds)
+}
+
 // threadsSource runs as argv[1]: "exec PATH", where a thread other than the
 // leader execs PATH (300 1: the burner) after both burned 300 ms; or
 // "alone", where the leader burns 300 ms and ends alone (pthread_exit), and
