@@ -304,9 +304,9 @@ struct {
 	__type(value, __u64);
 } seen_pids SEC(".maps");
 
-// Non-zero while proc_exec runs on this CPU. perf's NMI can run cpu_sample
-// in the middle of it (a tp_btf program does not hold off perf_event
-// programs), for the exec'ing task itself. Announced between proc_exec's
+// Non-zero while proc_exec runs on this CPU. The sampling interrupt can run
+// cpu_sample in the middle of it (a tp_btf program does not hold off
+// perf_event programs), for the exec'ing task itself. Announced between proc_exec's
 // delete from seen_pids and its EXEC record, the new image would reach
 // user space before the exec (SEEN, then EXEC), and user space would drop
 // a process the kernel goes on treating as announced: its next exec or
@@ -760,6 +760,12 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	else
 		count_sample(st, &counts_1, &key);
 
+	// The sample interrupted proc_exec (in_exec): the task's next sample
+	// announces it.
+	busy = bpf_map_lookup_elem(&in_exec, &zero);
+	if (busy && *busy)
+		return 0;
+
 	// A process past its exit event (tearing down its memory and files)
 	// is still sampled, and counted above, but not remembered: its exit
 	// removed it from seen_pids, and would not remove it again. It is
@@ -771,10 +777,6 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	// remembered safely: the exit is its process's last thread's (see
 	// proc_exit), and an exec waits until every other thread is gone, so
 	// neither removes the pid while this thread runs.
-	// The sample interrupted proc_exec: the task's next sample announces it.
-	busy = bpf_map_lookup_elem(&in_exec, &zero);
-	if (busy && *busy)
-		return 0;
 	task = bpf_get_current_task_btf();
 	if (task->flags & PF_EXITING) {
 		if (!bpf_map_lookup_elem(&seen_pids, &pid))

@@ -93,6 +93,58 @@ func (a announcements) check(t testing.TB, ev ProcEvent) {
 	}
 }
 
+// eventLog keeps every event of a sampler, read as they come (the ring
+// holds only so many), and tells when one watched pid's exit has been read.
+type eventLog struct {
+	mu     sync.Mutex
+	events []ProcEvent
+	watch  chan uint32
+	exited chan struct{}
+}
+
+func recordEvents(t *testing.T, s *Sampler) *eventLog {
+	l := &eventLog{watch: make(chan uint32, 1), exited: make(chan struct{})}
+	reader := make(chan struct{})
+	go func() {
+		defer close(reader)
+		var watched uint32
+		for ev := range s.Events() {
+			select {
+			case watched = <-l.watch:
+			default:
+			}
+			l.mu.Lock()
+			l.events = append(l.events, ev)
+			l.mu.Unlock()
+			if watched != 0 && ev.PID == watched && ev.Kind == EventExit {
+				close(l.exited)
+				watched = 0
+			}
+		}
+	}()
+	t.Cleanup(func() { s.Close(); <-reader })
+	return l
+}
+
+// watchExit names the pid whose exit waitExit waits for; call it before
+// the process can exit.
+func (l *eventLog) watchExit(pid int) { l.watch <- uint32(pid) }
+
+// waitExit waits until the watched pid's exit has been read: events reach
+// user space in order, so every event before it has been read too. It
+// returns the events read so far.
+func (l *eventLog) waitExit(t *testing.T, s *Sampler, what string) []ProcEvent {
+	t.Helper()
+	select {
+	case <-l.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit event for %s (lost events: %d)", what, drain(t, s).Stats.LostEvents)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.events)
+}
+
 func TestCheckPrivileges(t *testing.T) {
 	if err := CheckPrivileges(); err != nil {
 		t.Fatalf("CheckPrivileges: %v", err)
@@ -408,33 +460,7 @@ int main(int argc, char **argv) {
 func TestExitedProcessesAreForgotten(t *testing.T) {
 	bin := buildC(t, "exiter", exiterSource, "-O1", "-pthread")
 	s := openSampler(t, Config{FrequencyHz: 999, Interval: 5 * time.Second})
-	// Every event by pid, read as they come: the ring holds only so many.
-	// sentinel is the pid whose exit closes sentinelExited.
-	var (
-		mu             sync.Mutex
-		events         []ProcEvent
-		reader         = make(chan struct{})
-		sentinel       = make(chan uint32, 1)
-		sentinelExited = make(chan struct{})
-	)
-	go func() {
-		defer close(reader)
-		var last uint32
-		for ev := range s.Events() {
-			mu.Lock()
-			events = append(events, ev)
-			mu.Unlock()
-			select {
-			case last = <-sentinel:
-			default:
-			}
-			if last != 0 && ev.PID == last && ev.Kind == EventExit {
-				close(sentinelExited)
-				last = 0
-			}
-		}
-	}()
-	t.Cleanup(func() { s.Close(); <-reader })
+	recorded := recordEvents(t, s)
 
 	// Two at a time, so that the other CPU is as likely to run one as the
 	// CPU of its exit. Half exit from the leader, half from another thread.
@@ -475,17 +501,10 @@ func TestExitedProcessesAreForgotten(t *testing.T) {
 	// Events reach user space in order: once a process started after the
 	// runs has exited, every run's events have been read.
 	burner := startBurner(t, 200*time.Millisecond, 1)
-	sentinel <- uint32(burner.Process.Pid)
+	recorded.watchExit(burner.Process.Pid)
 	waitBurner(t, burner)
-	select {
-	case <-sentinelExited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit event for a process that burned CPU for 200 ms (lost events: %d)", drain(t, s).Stats.LostEvents)
-	}
-	mu.Lock()
-	defer mu.Unlock()
 	announced := announcements{}
-	for _, ev := range events {
+	for _, ev := range recorded.waitExit(t, s, "a process that burned CPU for 200 ms") {
 		announced.check(t, ev)
 	}
 }
@@ -522,52 +541,19 @@ func TestSamplesDuringAnExecDoNotAnnounceIt(t *testing.T) {
 	const execs = 5000
 	bin := buildC(t, "exec-chain", execChainSource, "-O1", "-static")
 	s := openSampler(t, Config{FrequencyHz: 9999, Interval: time.Minute})
-	var (
-		mu     sync.Mutex
-		events []ProcEvent
-		pid    = make(chan uint32, 1)
-		exited = make(chan struct{})
-		reader = make(chan struct{})
-	)
-	go func() {
-		defer close(reader)
-		var chain uint32
-		for ev := range s.Events() {
-			if chain == 0 {
-				select {
-				case chain = <-pid:
-				default:
-				}
-			}
-			mu.Lock()
-			events = append(events, ev)
-			mu.Unlock()
-			if chain != 0 && ev.PID == chain && ev.Kind == EventExit {
-				close(exited)
-				chain = 0
-			}
-		}
-	}()
-	t.Cleanup(func() { s.Close(); <-reader })
+	recorded := recordEvents(t, s)
 
 	cmd := exec.Command(bin, fmt.Sprint(execs))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pid <- uint32(cmd.Process.Pid)
+	recorded.watchExit(cmd.Process.Pid)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exec chain: %v", err)
 	}
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit event for the exec chain (lost events: %d)", drain(t, s).Stats.LostEvents)
-	}
-	mu.Lock()
-	defer mu.Unlock()
 	announced := announcements{}
 	kinds := map[EventKind]int{}
-	for _, ev := range events {
+	for _, ev := range recorded.waitExit(t, s, "the exec chain") {
 		if ev.PID == uint32(cmd.Process.Pid) {
 			announced.check(t, ev)
 			kinds[ev.Kind]++

@@ -6,7 +6,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 	"unsafe"
@@ -159,9 +158,8 @@ var (
 // ebpf.Map.Memory does: mapped, the table's pages would count in the
 // agent's RSS.
 func writeRows(m *ebpf.Map, rows []unwindtable.Row) error {
-	size := len(rows) * unwindtable.RowBytes
-	page := os.Getpagesize()
-	mem, err := unix.Mmap(m.FD(), 0, (size+page-1)/page*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	// The kernel maps whole pages: the last one's tail is the map's too.
+	mem, err := unix.Mmap(m.FD(), 0, len(rows)*unwindtable.RowBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("map the table's memory: %w", err)
 	}
