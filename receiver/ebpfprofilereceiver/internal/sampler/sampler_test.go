@@ -526,9 +526,9 @@ int main(int argc, char **argv) {
 }
 `
 
-// TestSamplesDuringAnExecDoNotAnnounceIt: perf's NMI can run the sampling
-// program while the exec tracepoint's program runs, for the exec'ing task
-// itself. Announced between the exec program's removal of the pid and its
+// TestSamplesDuringAnExecDoNotAnnounceIt: the sampling interrupt can run
+// the sampling program while the exec tracepoint's program runs, for the
+// exec'ing task itself. Announced between the exec program's removal of the pid and its
 // exec event, the new image reached user space before the exec: SEEN, then
 // EXEC, with the pid still in seen_pids, so the image's next exec came as
 // an event for a process user space had dropped. One process execs itself
