@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hotpath-dev/hotpath/bench/internal/collectorproc"
@@ -288,6 +289,7 @@ type steadyOptions struct {
 // samples the agent for window.
 func (r *agentRun) measureSteady(a *collectorproc.Process, window, warmup time.Duration, opt steadyOptions) (*steadyWindow, error) {
 	pid := a.PID()
+	busyEveryCPU(time.Second)
 	time.Sleep(warmup)
 	if err := r.waitFirstInterval(60 * time.Second); err != nil {
 		return nil, err
@@ -654,4 +656,26 @@ func loadAvg() []float64 {
 		return nil
 	}
 	return []float64{a, b, c}
+}
+
+// busyEveryCPU keeps this process running on every CPU for d, so that the
+// agent samples it, and builds its symbol and unwind tables, in the
+// warm-up. The bench is a Go binary with DuckDB linked in, whose tables
+// cost the agent about half a second of CPU; it is otherwise sampled only
+// when it wakes up, and where its first sample fell (in the warm-up or in
+// the window) decided a churn run's figure (docs/performance.md). At 19 Hz
+// a second on each CPU is 19 samples per CPU, and about half that when the
+// phase's workloads share the CPUs: missing them all is unlikely.
+func busyEveryCPU(d time.Duration) {
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+			}
+		}()
+	}
+	wg.Wait()
 }
