@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf/btf"
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
@@ -40,7 +41,8 @@ type procChange struct {
 
 // openTraceContext returns nil when disabled or when the maps cannot be set
 // up; the latter is logged and sampling goes on without trace IDs.
-func openTraceContext(cfg TraceContextConfig, log *zap.Logger) *traceContext {
+// kernelTypes is the kernel's BTF, shared with the sampler's load.
+func openTraceContext(cfg TraceContextConfig, log *zap.Logger, kernelTypes *btf.Cache) *traceContext {
 	if !cfg.Enabled {
 		return nil
 	}
@@ -49,7 +51,7 @@ func openTraceContext(cfg TraceContextConfig, log *zap.Logger) *traceContext {
 		log.Warn("trace context is off: samples will carry no trace IDs", zap.Error(err))
 		return nil
 	}
-	probes, err := tracectx.NewProbes(maps)
+	probes, err := tracectx.NewProbes(maps, kernelTypes)
 	if err != nil {
 		maps.Close()
 		log.Warn("trace context is off: samples will carry no trace IDs", zap.Error(err))

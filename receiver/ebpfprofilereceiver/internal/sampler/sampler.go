@@ -155,7 +155,10 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		editSpec(spec)
 	}
 
-	cache := btf.NewCache()
+	cache := cfg.KernelTypes
+	if cache == nil {
+		cache = btf.NewCache()
+	}
 	if err := spec.LoadAndAssign(&s.objs, &ebpf.CollectionOptions{Cache: cache, MapReplacements: traceMaps}); err != nil {
 		return nil, fmt.Errorf("load BPF sampling program: %w", explainLoadError(err))
 	}

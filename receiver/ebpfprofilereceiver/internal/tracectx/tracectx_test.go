@@ -51,7 +51,7 @@ func openTestMaps(t testing.TB) *Maps {
 
 func openProbes(t testing.TB, m *Maps) *Probes {
 	t.Helper()
-	p, err := NewProbes(m)
+	p, err := NewProbes(m, nil)
 	if err != nil {
 		t.Fatalf("NewProbes: %v", err)
 	}
