@@ -61,8 +61,7 @@ type Config struct {
 	MaxUnwindTables    int
 	// KernelTypes, when set, is the kernel's BTF as another load decoded
 	// it (the trace context's uprobes, at the receiver's start): decoding
-	// it takes about 30 ms of CPU on a 2-vCPU VM, a quarter of a load.
-	// nil decodes it afresh.
+	// it takes about 30 ms of CPU on a 2-vCPU VM. nil decodes it afresh.
 	KernelTypes *btf.Cache
 	// Logger receives warnings (e.g. lifecycle tracing unavailable). nil
 	// uses slog.Default().
