@@ -60,8 +60,8 @@ type Config struct {
 	MaxUnwindProcesses int
 	MaxUnwindTables    int
 	// KernelTypes, when set, is the kernel's BTF as another load decoded
-	// it (the trace context's uprobes, at the receiver's start): decoding
-	// it takes about 30 ms of CPU on a 2-vCPU VM. nil decodes it afresh.
+	// it (the trace context's uprobes, at the receiver's start). nil
+	// decodes it afresh.
 	KernelTypes *btf.Cache
 	// Logger receives warnings (e.g. lifecycle tracing unavailable). nil
 	// uses slog.Default().

@@ -87,14 +87,9 @@ type MarkerStats struct {
 }
 
 // NewProbes loads the uprobe programs, writing to maps. kernelTypes, when
-// not nil, is shared with the loads that follow (the sampler's): the
-// kernel's BTF is then decoded once, not per load (about 30 ms of CPU each
-// on a 2-vCPU VM).
+// not nil, is the kernel's BTF shared with the loads that follow (the
+// sampler's); nil decodes it for this load alone.
 func NewProbes(maps *Maps, kernelTypes *btf.Cache) (*Probes, error) {
-	return newProbes(maps, "/proc", kernelTypes)
-}
-
-func newProbes(maps *Maps, procRoot string, kernelTypes *btf.Cache) (*Probes, error) {
 	if maps == nil || maps.Threads == nil || maps.Goroutines == nil {
 		return nil, errors.New("trace context probes: maps are not open")
 	}
@@ -103,7 +98,7 @@ func newProbes(maps *Maps, procRoot string, kernelTypes *btf.Cache) (*Probes, er
 		return nil, fmt.Errorf("load trace context BPF spec: %w", err)
 	}
 	p := &Probes{
-		procRoot: procRoot,
+		procRoot: "/proc",
 		maps:     maps,
 		bins:     map[fileid.ID]*binary{},
 		byFile:   map[underlyingFile]*binary{},
