@@ -139,6 +139,19 @@ type processTable struct {
 	// left: what was read of the image each process left at its last
 	// exec, until a drain began after the exec (leftImage).
 	left map[int]leftImage
+	// queued: the command names the kernel sent with first-sample and
+	// exec events that wait for a reader (queuedName). A drain can meet
+	// such a pid before its event is handled (its reader is busy with a
+	// slow read) and after the process is gone from /proc: its samples
+	// are named after the event's comm instead of the unknown service.
+	queued map[int]queuedName
+}
+
+// queuedName is the comm of the latest queued first-sample or exec event
+// of a pid and how many of those events wait.
+type queuedName struct {
+	comm   string
+	events int
 }
 
 // leftImage is the image a process left at an exec. The samples it took
@@ -169,7 +182,7 @@ const buildIDCacheSize = 1024
 
 func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer, work *binaryWork) *processTable {
 	t := &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, work: work,
-		procRoot: "/proc", entries: map[int]*processEntry{}, execs: map[int]uint64{}, refreshDue: map[int]struct{}{}, left: map[int]leftImage{},
+		procRoot: "/proc", entries: map[int]*processEntry{}, execs: map[int]uint64{}, refreshDue: map[int]struct{}{}, left: map[int]leftImage{}, queued: map[int]queuedName{},
 		buildIDs:    buildid.NewCache(buildIDCacheSize),
 		attachQueue: make(chan *processEntry, attachQueueLen),
 		workerDone:  make(chan struct{}),
@@ -458,12 +471,17 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 }
 
 // lookup returns the entry for pid, reading the process if it was never
-// observed: its first-sample event may still be queued, or was lost.
+// observed: its first-sample event may still be queued, or was lost. A
+// process gone by then is named after the latest command name the kernel
+// sent for it (a queued event's, or its last exec's).
 func (t *processTable) lookup(pid int) *processEntry {
 	t.mu.Lock()
 	e, ok := t.entries[pid]
 	execs := t.execs[pid]
 	comm := t.left[pid].comm // the program it exec'd, if it did lately
+	if q, queued := t.queued[pid]; queued {
+		comm = q.comm // the latest name the kernel sent, not handled yet
+	}
 	t.mu.Unlock()
 	if ok {
 		return e
@@ -479,6 +497,40 @@ func (t *processTable) lookup(pid int) *processEntry {
 	}
 	t.mu.Unlock()
 	return e
+}
+
+// namesEvent: the event carries a process's command name, which a drain
+// uses if it meets the pid before a reader handles the event.
+func namesEvent(ev sampler.ProcEvent) bool {
+	return (ev.Kind == sampler.EventSeen || ev.Kind == sampler.EventExec) && ev.Comm != ""
+}
+
+// eventQueued records ev's command name as it is queued for its reader.
+func (t *processTable) eventQueued(ev sampler.ProcEvent) {
+	if !namesEvent(ev) {
+		return
+	}
+	t.mu.Lock()
+	q := t.queued[int(ev.PID)]
+	t.queued[int(ev.PID)] = queuedName{comm: ev.Comm, events: q.events + 1}
+	t.mu.Unlock()
+}
+
+// eventHandled forgets ev's queued name once its reader has acted on it:
+// the entry it read, or the image it left, names the pid from then on.
+func (t *processTable) eventHandled(ev sampler.ProcEvent) {
+	if !namesEvent(ev) {
+		return
+	}
+	pid := int(ev.PID)
+	t.mu.Lock()
+	if q := t.queued[pid]; q.events > 1 {
+		q.events--
+		t.queued[pid] = q
+	} else {
+		delete(t.queued, pid)
+	}
+	t.mu.Unlock()
 }
 
 func (t *processTable) exited(pid int, at time.Time) {

@@ -276,6 +276,28 @@ func TestReadAcrossExecIsNotInstalled(t *testing.T) {
 	}
 }
 
+// stuckProcess makes pid's stat under root a FIFO nobody writes yet, so a
+// read of pid waits as a read does while the kernel holds a process's /proc
+// files (an exec, a large mmap). release ends the wait with an empty file:
+// the process then reads as gone.
+func stuckProcess(t *testing.T, root string, pid int) (release func()) {
+	t.Helper()
+	if err := os.Mkdir(filepath.Join(root, strconv.Itoa(pid)), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stat := filepath.Join(root, strconv.Itoa(pid), "stat")
+	if err := unix.Mkfifo(stat, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		w, err := os.OpenFile(stat, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+}
+
 // TestSlowReadDoesNotHoldUpOthers: a process whose /proc files cannot be
 // read yet (the kernel holds them while the process execs or maps memory)
 // does not hold up reading the next new process, which may be about to
@@ -288,13 +310,7 @@ func TestSlowReadDoesNotHoldUpOthers(t *testing.T) {
 	if err := os.Symlink(filepath.Join("/proc", strconv.Itoa(self)), filepath.Join(root, strconv.Itoa(self))); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(filepath.Join(root, strconv.Itoa(stuck)), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	stat := filepath.Join(root, strconv.Itoa(stuck), "stat")
-	if err := unix.Mkfifo(stat, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	release := stuckProcess(t, root, stuck)
 	table.procRoot = root
 	r := &profileReceiver{procs: table}
 	events := make(chan sampler.ProcEvent)
@@ -306,13 +322,9 @@ func TestSlowReadDoesNotHoldUpOthers(t *testing.T) {
 	if table.tracked(stuck) {
 		t.Fatal("the stuck process was read before its stat could be")
 	}
-	// A writer that closes at once ends the stuck read with an empty file:
-	// the process reads as gone, and is kept under the unknown service.
-	w, err := os.OpenFile(stat, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	// The stuck read ends: the process reads as gone, and is kept under
+	// the unknown service.
+	release()
 	close(events)
 	<-done
 	if !table.tracked(stuck) {
@@ -320,5 +332,44 @@ func TestSlowReadDoesNotHoldUpOthers(t *testing.T) {
 	}
 	if e := table.lookup(self); e.resource.ExePath == "" || e.snapshot == nil {
 		t.Errorf("this process read as %+v, want its executable and mappings", e.resource)
+	}
+}
+
+// A drain that meets a pid whose first-sample event still waits for its
+// reader (busy with a slow read), the process gone since, names its samples
+// after the comm the event carries, not the unknown service; once the event
+// is handled, nothing of it stays queued.
+func TestDrainBeforeTheEventNamesTheProcess(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	root := t.TempDir()
+	stuck := os.Getpid() + 1
+	gone := stuck + processReaders // the same reader as stuck
+	release := stuckProcess(t, root, stuck)
+	table.procRoot = root // gone has no directory: it exited
+	r := &profileReceiver{procs: table}
+	events := make(chan sampler.ProcEvent)
+	done := make(chan struct{})
+	go func() { defer close(done); r.watchProcesses(events) }()
+	events <- sampler.ProcEvent{Kind: sampler.EventSeen, PID: uint32(stuck), Comm: "stuck"}
+	events <- sampler.ProcEvent{Kind: sampler.EventSeen, PID: uint32(gone), Comm: "cc1"}
+	// The dispatcher takes the next event only after queueing this one.
+	events <- sampler.ProcEvent{Kind: sampler.EventMapsChanged, PID: uint32(stuck)}
+	if table.tracked(gone) {
+		t.Fatal("the gone process's event was handled while its reader was stuck")
+	}
+	if got := table.lookup(gone).resource.ServiceName; got != "cc1" {
+		t.Errorf("a gone process met by the drain before its queued event: service %q, want %q", got, "cc1")
+	}
+	release()
+	close(events)
+	<-done
+	if got := table.lookup(gone).resource.ServiceName; got != "cc1" {
+		t.Errorf("after its event was handled: service %q, want %q", got, "cc1")
+	}
+	table.mu.Lock()
+	left := len(table.queued)
+	table.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d pids still have queued names after every event was handled", left)
 	}
 }

@@ -341,6 +341,7 @@ func (r *profileReceiver) watchProcesses(events <-chan sampler.ProcEvent) {
 		go func() { defer readers.Done(); r.handleProcessEvents(queues[i]) }()
 	}
 	for ev := range events {
+		r.procs.eventQueued(ev)
 		queues[ev.PID%processReaders] <- ev
 	}
 	for _, q := range queues {
@@ -374,6 +375,7 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 			r.procs.exited(pid, time.Now())
 			r.traceCtx.event(ev)
 		}
+		r.procs.eventHandled(ev)
 	}
 }
 
