@@ -3,6 +3,7 @@ package testworkload
 import (
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -25,6 +26,13 @@ type Tally struct {
 	// BuildIDs counts samples by their resource's canonical build ID (""
 	// for none).
 	BuildIDs map[string]int64
+	// BeforeExec counts the samples of pid taken before it exec'd its
+	// program, while it was still a fork of this test binary: the receiver
+	// keeps them under the image they ran in (this binary, its build ID
+	// and service), so they are not the workload's and are in no other
+	// field. A workload that is this test binary itself would be counted
+	// here in whole; none of the tests tallies one.
+	BeforeExec int64
 }
 
 // TallyProcess tallies the samples of pid across all batches.
@@ -40,6 +48,10 @@ func TallyProcess(all []pprofile.Profiles, pid int) Tally {
 // after the gate.
 func TallyProcessSince(all []pprofile.Profiles, pid int, since time.Time) Tally {
 	t := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}, BuildIDs: map[string]int64{}}
+	self, err := os.Executable()
+	if err != nil {
+		self = "" // no image of this binary is told apart
+	}
 	for _, pd := range all {
 		dict := pd.Dictionary()
 		profileschema.ForEachSample(pd, func(res pcommon.Resource, p pprofile.Profile, s pprofile.Sample) {
@@ -47,6 +59,10 @@ func TallyProcessSince(all []pprofile.Profiles, pid int, since time.Time) Tally 
 				return
 			}
 			if profileschema.SampleTime(p, s).AsTime().Before(since) {
+				return
+			}
+			if exe, _ := res.Attributes().Get(profileschema.AttrProcessExePath); self != "" && exe.Str() == self {
+				t.BeforeExec += profileschema.SampleCount(s)
 				return
 			}
 			t.Service = profileschema.ServiceName(res)

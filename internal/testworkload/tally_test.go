@@ -1,6 +1,7 @@
 package testworkload
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -94,16 +95,23 @@ func TestUserLeaf(t *testing.T) {
 
 // TestTallyProcessSince: a gated workload's intervals that began before the
 // gate are not counted, those at or after it are; another process's samples
-// never are.
+// never are, nor those the pid took as a fork of this test binary, before
+// its exec.
 func TestTallyProcessSince(t *testing.T) {
 	gate := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	pd := pprofile.NewProfiles()
 	strs := pd.Dictionary().StringTable()
 	strs.Append("", profileschema.SampleTypeSamples, profileschema.UnitCount)
 	pd.Dictionary().StackTable().AppendEmpty()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := "/usr/local/bin/workload"
 	add := func(pid int64, start time.Time, count int64) {
 		rp := pd.ResourceProfiles().AppendEmpty()
 		rp.Resource().Attributes().PutInt(profileschema.AttrProcessPID, pid)
+		rp.Resource().Attributes().PutStr(profileschema.AttrProcessExePath, exe)
 		p := rp.ScopeProfiles().AppendEmpty().Profiles().AppendEmpty()
 		p.SampleType().SetTypeStrindex(1)
 		p.SampleType().SetUnitStrindex(2)
@@ -114,11 +122,13 @@ func TestTallyProcessSince(t *testing.T) {
 	add(7, gate, 10)                    // began at the gate
 	add(7, gate.Add(time.Second), 100)  // after it
 	add(8, gate.Add(time.Second), 1000) // another process
+	exe = self
+	add(7, gate.Add(time.Second), 10000) // before its exec
 	all := []pprofile.Profiles{pd}
-	if got := TallyProcessSince(all, 7, gate).Total; got != 110 {
-		t.Errorf("since the gate: %d samples, want 110", got)
+	if got := TallyProcessSince(all, 7, gate); got.Total != 110 || got.BeforeExec != 10000 {
+		t.Errorf("since the gate: %d samples and %d before the exec, want 110 and 10000", got.Total, got.BeforeExec)
 	}
-	if got := TallyProcess(all, 7).Total; got != 111 {
-		t.Errorf("all: %d samples, want 111", got)
+	if got := TallyProcess(all, 7); got.Total != 111 || got.BeforeExec != 10000 {
+		t.Errorf("all: %d samples and %d before the exec, want 111 and 10000", got.Total, got.BeforeExec)
 	}
 }

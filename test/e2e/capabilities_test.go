@@ -170,8 +170,9 @@ func checkAgentSees(t *testing.T, a *unprivilegedAgent) agentView {
 		v.userFrames = err.Error()
 	}
 	// The workload's own samples (by pid: other programs named spin_c may
-	// run on the machine). The last batch may come after the process
-	// exited, without a build ID.
+	// run on the machine; those the pid took before its exec are this test
+	// binary's, with its build ID, and not tallied). The last batch may
+	// come after the process exited, without a build ID.
 	ids := map[string]bool{}
 	for id := range st.BuildIDs {
 		ids[id] = true
