@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -35,6 +36,17 @@ type Tally struct {
 	BeforeExec int64
 }
 
+// testBinary is this test binary's path as /proc/self/exe gives it, the
+// path the receiver reports for its forks ("" if unknown: no image of it
+// is told apart). Read once: tests tally batch by batch.
+var testBinary = sync.OnceValue(func() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return exe
+})
+
 // TallyProcess tallies the samples of pid across all batches.
 func TallyProcess(all []pprofile.Profiles, pid int) Tally {
 	return TallyProcessSince(all, pid, time.Time{})
@@ -48,10 +60,7 @@ func TallyProcess(all []pprofile.Profiles, pid int) Tally {
 // after the gate.
 func TallyProcessSince(all []pprofile.Profiles, pid int, since time.Time) Tally {
 	t := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}, BuildIDs: map[string]int64{}}
-	self, err := os.Executable()
-	if err != nil {
-		self = "" // no image of this binary is told apart
-	}
+	self := testBinary()
 	for _, pd := range all {
 		dict := pd.Dictionary()
 		profileschema.ForEachSample(pd, func(res pcommon.Resource, p pprofile.Profile, s pprofile.Sample) {
