@@ -65,18 +65,20 @@ func batchesWith(sink *consumertest.ProfilesSink, pid int) int {
 // Resource), the late one with its reference implementation 1.0.0.
 func TestServiceFromProcessContext(t *testing.T) {
 	bin := processcontexttest.Build(t)
+	const instance = "627cc493-f310-47de-96bd-71410b7dec09"
+	// Published before the receiver starts, so that its read cannot come
+	// first: a process read before its SDK publishes is OTEL_SERVICE_NAME
+	// until the next look (a second here), and would have samples as that.
+	early := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=from-env"}, "anon",
+		"service.name=checkout", "service.version=1.4.2", "service.namespace=shop",
+		"service.instance.id="+instance, "deployment.environment.name=prod")
+	early.Say(t, "", "published")
 	r, sink := startReceiver(t, testConfig())
 	defer func() {
 		if err := r.Shutdown(context.Background()); err != nil {
 			t.Error(err)
 		}
 	}()
-
-	const instance = "627cc493-f310-47de-96bd-71410b7dec09"
-	early := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=from-env"}, "anon",
-		"service.name=checkout", "service.version=1.4.2", "service.namespace=shop",
-		"service.instance.id="+instance, "deployment.environment.name=prod")
-	early.Say(t, "", "published")
 	late := processcontexttest.Start(t, bin, nil, "later-ref")
 
 	// Sampled before its SDK published: its executable's name. It is
@@ -143,11 +145,15 @@ func TestIncludeByPublishedService(t *testing.T) {
 	bin := processcontexttest.Build(t)
 	cfg := testConfig()
 	cfg.Include.Services = []string{"checkout"}
-	r, sink := startReceiver(t, cfg)
+	// These two publish before the receiver starts, so that their reads
+	// find their contexts: read before, the one whose environment says
+	// checkout would be kept as checkout until its context is looked for
+	// again (a second here), with a snapshot it keeps after that.
 	in := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=from-env"}, "memfd", "service.name=checkout")
 	in.Say(t, "", "published")
 	out := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=checkout"}, "anon", "service.name=billing")
 	out.Say(t, "", "published")
+	r, sink := startReceiver(t, cfg)
 	late := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=from-env"}, "later-memfd")
 	leftOut := func(p *processcontexttest.Publisher, service string) func() bool {
 		return func() bool {
