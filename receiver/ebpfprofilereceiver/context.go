@@ -41,15 +41,20 @@ func (t *processTable) readContext(e *processEntry, maps []byte, now time.Time) 
 // A process the filters left out is looked at too when they name services:
 // its SDK may publish one they keep. reread reports that the published
 // service made the filters keep a process they had left out at its read,
-// which the caller reads again (it has no snapshot).
-func (t *processTable) checkContext(e *processEntry, now time.Time) (reread bool) {
+// which the caller reads again (it has no snapshot). A kept process the
+// published service makes them leave out becomes as one left out at its
+// read: cur, its entry from then on, has no snapshot, and the kernel no
+// unwind tables or Python frame walk for it. Its samples are dropped
+// unsymbolized, so these would be kept for nothing, often for a large
+// runtime (a JVM whose agent publishes after start).
+func (t *processTable) checkContext(e *processEntry, now time.Time) (cur *processEntry, reread bool) {
 	t.mu.Lock()
 	watched := e.snapshot != nil || (!e.keep && t.filtersByService())
 	due := watched && e.exitedAt.IsZero() && !e.contextDue.IsZero() && !now.Before(e.contextDue)
 	addr, published := e.contextAddr, e.contextPublishedAt
 	t.mu.Unlock()
 	if !due {
-		return false
+		return e, false
 	}
 	pid := int(e.resource.PID)
 	dir := filepath.Join(t.procRoot, strconv.Itoa(pid))
@@ -68,18 +73,20 @@ func (t *processTable) checkContext(e *processEntry, now time.Time) (reread bool
 	})
 	t.work.charge(workProcessRead, 0, cpu)
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if errors.Is(err, processcontext.ErrUnchanged) {
 		e.contextDue = now.Add(t.cfg.Interval / 2)
-		return false
+		t.mu.Unlock()
+		return e, false
 	}
 	t.applyContext(e, r, err, now)
 	if e.contextService == "" || e.contextService == e.resource.ServiceName {
-		return false
+		t.mu.Unlock()
+		return e, false
 	}
 	e.resource.ServiceName = e.contextService
 	if !t.filtersByService() {
-		return false
+		t.mu.Unlock()
+		return e, false
 	}
 	kept := e.keep
 	e.keep = t.keeps(pid, e.resource.ExePath, e.resource.ExeName, e.resource.ServiceName)
@@ -87,7 +94,45 @@ func (t *processTable) checkContext(e *processEntry, now time.Time) (reread bool
 		t.logger.Debug("the service its SDK published changed the filters' verdict",
 			zap.Int("pid", pid), zap.String("service", e.resource.ServiceName), zap.Bool("kept", e.keep))
 	}
-	return e.keep && e.snapshot == nil
+	if e.keep || e.snapshot == nil || t.closed || t.entries[pid] != e {
+		reread = e.keep && e.snapshot == nil
+		t.mu.Unlock()
+		return e, reread
+	}
+	// In the same critical section as the verdict, so that no one sees
+	// the process left out with its snapshot. The unwind worker attaches
+	// nothing for an entry no longer current (one it is attaching now
+	// goes on: those tables go when the process does).
+	cur = e.withoutSnapshotLocked()
+	t.entries[pid] = cur
+	t.mu.Unlock()
+	e.close()
+	t.detachFromKernel(pid)
+	return cur, false
+}
+
+// withoutSnapshotLocked is a copy of e as the entry of a process the filters
+// left out at its read: what names and dates it, its filters' verdict and
+// its context's schedule, without what symbolizes its samples. t.mu must be
+// held.
+func (e *processEntry) withoutSnapshotLocked() *processEntry {
+	return &processEntry{
+		resource:           e.resource,
+		keep:               e.keep,
+		startTime:          e.startTime,
+		readAt:             e.readAt,
+		readMono:           e.readMono,
+		exitedAt:           e.exitedAt,
+		execs:              e.execs,
+		sampledAt:          e.sampledAt,
+		mapsReadAt:         e.mapsReadAt,
+		endedEarly:         e.endedEarly,
+		contextService:     e.contextService,
+		contextAddr:        e.contextAddr,
+		contextPublishedAt: e.contextPublishedAt,
+		contextDue:         e.contextDue,
+		contextMisses:      e.contextMisses,
+	}
 }
 
 // applyContext records what a look for e's process context found (r, or

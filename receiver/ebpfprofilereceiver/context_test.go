@@ -192,7 +192,7 @@ func TestIncludeByPublishedService(t *testing.T) {
 }
 
 // A kept process whose SDK then publishes a service the exclude names is
-// left out from that interval on.
+// left out from that interval on, and lets go of its snapshot.
 func TestExcludeByLaterPublishedService(t *testing.T) {
 	bin := processcontexttest.Build(t)
 	cfg := testConfig()
@@ -210,13 +210,25 @@ func TestExcludeByLaterPublishedService(t *testing.T) {
 	waitFor(t, 60*time.Second, "samples of the late publisher as publisher", func() bool {
 		return serviceAttrs(sink, pid)["publisher    "] > 0
 	})
-	late.Say(t, "service.name=billing", "published")
-	waitFor(t, 60*time.Second, "the late publisher left out", func() bool {
+	waitFor(t, 60*time.Second, "the late publisher kept with its snapshot", func() bool {
 		r.procs.mu.Lock()
 		defer r.procs.mu.Unlock()
 		e := r.procs.entries[pid]
-		return e != nil && !e.keep && e.resource.ServiceName == "billing"
+		return e != nil && e.keep && e.snapshot != nil
 	})
+	late.Say(t, "service.name=billing", "published")
+	var leftOut *processEntry
+	waitFor(t, 60*time.Second, "the late publisher left out", func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		leftOut = r.procs.entries[pid]
+		return leftOut != nil && !leftOut.keep && leftOut.resource.ServiceName == "billing"
+	})
+	// As one left out at its read: nothing kept to symbolize samples it
+	// no longer has.
+	if leftOut.snapshot != nil {
+		t.Errorf("the left-out process keeps its snapshot (%d mappings)", len(leftOut.snapshot.Mappings))
+	}
 	// The drain that left it out dropped its samples already: none comes
 	// in the next batches either.
 	before := serviceAttrs(sink, pid)

@@ -562,7 +562,8 @@ func (r *profileReceiver) planOneTimeWorkLocked(samples []sampler.Sample, draine
 	for pid, n := range perPID {
 		e := r.procs.lookup(int(pid))
 		r.procs.markSampled(e, drainedAt)
-		if r.procs.checkContext(e, drainedAt) {
+		e, reread := r.procs.checkContext(e, drainedAt)
+		if reread {
 			// Its SDK published a service the filters keep: read it now,
 			// so that this interval's samples are symbolized.
 			if e = r.procs.refresh(int(pid), drainedAt); e == nil {
