@@ -73,7 +73,14 @@ type churnRun struct {
 	// processes created on the whole machine (/proc/stat "processes").
 	Starts       map[string]int `json:"starts"`
 	MachineForks float64        `json:"machine_forks"`
-	LoadProblems []string       `json:"load_problems,omitempty"`
+	// The CPU time of the churn's own starts in the window (with the
+	// children each waited for; those finished when counted), by kind,
+	// and how many finished: the work the agent profiles, and a measure
+	// of the machine's speed at the time (the same builds cost more CPU
+	// on a slower or busier host).
+	ChurnCPU      map[string]float64 `json:"churn_cpu_seconds,omitempty"`
+	ChurnFinished map[string]int     `json:"churn_finished,omitempty"`
+	LoadProblems  []string           `json:"load_problems,omitempty"`
 	// Receiver self-metrics: per-binary work by outcome and kind (nil:
 	// not reported by this build), samples kept, gauges at the end.
 	BinaryWork     map[string]map[string]float64 `json:"binary_work"`
@@ -338,6 +345,9 @@ func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python st
 	if after > 0 {
 		r.afterChurn(run, a, load, after)
 	}
+	// After the churn stopped (afterChurn), every start of the window has
+	// finished and is counted; without it, the last ones may not be.
+	run.ChurnCPU, run.ChurnFinished = load.cpuIn(run.WindowStart, run.WindowEnd)
 	return run, nil
 }
 

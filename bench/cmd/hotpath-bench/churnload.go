@@ -114,8 +114,12 @@ type churnLoad struct {
 	env    []string // TMPDIR and the Go variables, for every child
 	python string
 
-	mu       sync.Mutex
-	starts   map[string][]time.Time // start times by kind
+	mu     sync.Mutex
+	starts map[string][]time.Time // start times by kind
+	// cpu: each finished start's CPU time by kind (utime+stime from its
+	// wait, which includes the children it waited for: gcc's cc1, as and
+	// ld, go build's compile and link), with its start time.
+	cpu      map[string][]startCPU
 	failures map[string]int
 	lastErr  map[string]string
 
@@ -125,11 +129,17 @@ type churnLoad struct {
 	once     sync.Once
 }
 
+// startCPU is one finished start's CPU time.
+type startCPU struct {
+	at      time.Time
+	seconds float64
+}
+
 // newChurnLoad makes the directories and the process group. goCache is
 // the Go build cache of every go build (inside the phase's directory, so
 // the run leaves nothing outside it).
 func newChurnLoad(dir, goCache, python string) (*churnLoad, error) {
-	l := &churnLoad{dir: dir, python: python, starts: map[string][]time.Time{}, failures: map[string]int{}, lastErr: map[string]string{}, stop: make(chan struct{})}
+	l := &churnLoad{dir: dir, python: python, starts: map[string][]time.Time{}, cpu: map[string][]startCPU{}, failures: map[string]int{}, lastErr: map[string]string{}, stop: make(chan struct{})}
 	for _, d := range []string{"tmp", "c", "gomod", "gotmp", "config"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
@@ -184,10 +194,17 @@ func (l *churnLoad) run(kind string, c *exec.Cmd) ([]byte, error) {
 	c.Stdout, c.Stderr = &out, &out
 	err := c.Start()
 	if err == nil {
+		at := time.Now()
 		l.mu.Lock()
-		l.starts[kind] = append(l.starts[kind], time.Now())
+		l.starts[kind] = append(l.starts[kind], at)
 		l.mu.Unlock()
 		err = c.Wait()
+		if c.ProcessState != nil {
+			cpu := (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
+			l.mu.Lock()
+			l.cpu[kind] = append(l.cpu[kind], startCPU{at: at, seconds: cpu})
+			l.mu.Unlock()
+		}
 	}
 	if err != nil {
 		select {
@@ -294,6 +311,23 @@ func (l *churnLoad) startsIn(from, to time.Time) map[string]int {
 		}
 	}
 	return out
+}
+
+// cpuIn is the CPU time of the finished starts of each kind that began in
+// [from, to), and their count.
+func (l *churnLoad) cpuIn(from, to time.Time) (seconds map[string]float64, finished map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seconds, finished = map[string]float64{}, map[string]int{}
+	for kind, cs := range l.cpu {
+		for _, c := range cs {
+			if !c.at.Before(from) && c.at.Before(to) {
+				seconds[kind] += c.seconds
+				finished[kind]++
+			}
+		}
+	}
+	return seconds, finished
 }
 
 func (l *churnLoad) killGroup() {

@@ -128,6 +128,8 @@ func churnRows(res *churnResult) []row {
 				verdict(anon.Max, churnAnonGoal, true), "RssAnon from /proc/PID/status once a second in the window"},
 			row{tag + ": process starts per second (the churn's own; the workload's definition)", "—", "≥ 5 /s", fmt.Sprintf("%.1f /s (%s); machine: %.1f processes created /s", startsPerSecond(r), startsString(r), r.MachineForks),
 				verdict(-startsPerSecond(r), -5, true), "start times of the churn's children in the window; /proc/stat processes for the machine"},
+			row{tag + ": the churn's own CPU (the work profiled, and the machine's speed)", "—", "—", churnCPUString(r), "info",
+				"utime+stime of each of the churn's starts in the window from its wait (with the children it waited for: gcc's cc1, as and ld, go build's compile and link); the agent's CPU in the window ÷ that. The same builds cost more CPU on a slower or busier host, whose guest may show no steal time"},
 			row{tag + ": per-binary work done / deferred / skipped", "—", "—", binaryWorkString(r), "info", "otelcol_receiver_ebpfprofile_binary_work{outcome,kind} deltas over the window"},
 		)
 		if len(r.AfterRSS) > 0 {
@@ -165,6 +167,27 @@ func startsPerSecond(r *churnRun) float64 {
 }
 
 func startsString(r *churnRun) string { return countsString(r.Starts) }
+
+// churnCPUString is the churn's own CPU in the window, the agent's as a
+// share of it, and the CPU of one start of each kind.
+func churnCPUString(r *churnRun) string {
+	if len(r.ChurnCPU) == 0 {
+		return "not measured"
+	}
+	var total float64
+	var perStart []string
+	for _, kind := range slices.Sorted(maps.Keys(r.ChurnCPU)) {
+		total += r.ChurnCPU[kind]
+		if n := r.ChurnFinished[kind]; n > 0 {
+			perStart = append(perStart, fmt.Sprintf("%s %.0f ms", kind, 1000*r.ChurnCPU[kind]/float64(n)))
+		}
+	}
+	if total <= 0 || r.Seconds <= 0 {
+		return "no CPU measured"
+	}
+	return fmt.Sprintf("%.1f s CPU (%.0f %% of one core); agent ÷ churn %.1f %%; per start: %s",
+		total, 100*total/r.Seconds, 100*r.CPUSeconds/total, strings.Join(perStart, ", "))
+}
 
 func binaryWorkString(r *churnRun) string {
 	if r.BinaryWork == nil {
@@ -254,6 +277,7 @@ func churnSection(res *churnResult) string {
 	line("samples kept, all processes", func(r *churnRun) string { return fmt.Sprintf("%.0f", r.SamplesKept) })
 	line("process starts /s (churn) ", func(r *churnRun) string { return fmt.Sprintf("%.1f (%s)", startsPerSecond(r), startsString(r)) })
 	line("processes created /s (machine)", func(r *churnRun) string { return fmt.Sprintf("%.1f", r.MachineForks) })
+	line("the churn's own CPU; agent ÷ churn; per start", churnCPUString)
 	line("per-binary work (done / deferred / skipped)", binaryWorkString)
 	line("symbol tables / processes tracked / unwind tables (end)", func(r *churnRun) string {
 		return fmt.Sprintf("%.0f / %.0f / %.0f", r.SymbolTables, r.Processes, r.UnwindTables)

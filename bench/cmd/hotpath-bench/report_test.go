@@ -262,8 +262,10 @@ func TestReportChurn(t *testing.T) {
 	run := func(label string, hz []float64, samples float64, hot70 float64) churnRun {
 		r := churnRun{Label: label, Seconds: 120, CPUSeconds: 0.6, RSS: []float64{50, 55, 58}, Anon: []float64{20, 25, 28}, PeakRSSMB: 75,
 			Starts: map[string]int{startTrue: 240, startGCC: 120, startPython: 120, startBuiltC: 120}, MachineForks: 30,
-			Steady: []steadyFigure{{Name: "C", Service: "c", CPUSeconds: 60, Expected: 1140, Samples: samples}},
-			Leaves: []leafShare{{Function: "churn_hot70", Want: 70, Got: hot70, Samples: samples}, {Function: "churn_hot30", Want: 30, Got: 99 - hot70, Samples: samples}}}
+			ChurnCPU:      map[string]float64{startTrue: 0.24, startGCC: 24, startPython: 2.4, startBuiltC: 0.12},
+			ChurnFinished: map[string]int{startTrue: 240, startGCC: 120, startPython: 120, startBuiltC: 120},
+			Steady:        []steadyFigure{{Name: "C", Service: "c", CPUSeconds: 60, Expected: 1140, Samples: samples}},
+			Leaves:        []leafShare{{Function: "churn_hot70", Want: 70, Got: hot70, Samples: samples}, {Function: "churn_hot30", Want: 30, Got: 99 - hot70, Samples: samples}}}
 		for i, h := range hz {
 			r.Timeline = append(r.Timeline, churnPoint{T: float64(10 * i), Hz: h})
 		}
@@ -314,6 +316,7 @@ func TestReportChurn(t *testing.T) {
 		"| churn, guard off: agent CPU, % of one core | < 1 % | ≤ 1 % | 0.50 % (0.60 s CPU in 120 s) | PASS |",
 		"| churn, guard off: process starts per second (the churn's own; the workload's definition) | — | ≥ 5 /s |",
 		"| churn, guard on: per-binary work done / deferred / skipped | — | — | not reported by this build | info |",
+		"| churn, guard off: the churn's own CPU (the work profiled, and the machine's speed) | — | — | 26.8 s CPU (22 % of one core); agent ÷ churn 2.2 %; per start: /bin/true 1 ms, gcc (compile a new C file) 200 ms, python3 -B -c 20 ms, the new C binary 1 ms | info |",
 		"| churn, guard off: per-binary work done / deferred / skipped | — | — | done 12 (symbols 12); deferred 3 (symbols 3); skipped 0 (); 0.25 s CPU | info |",
 		"| churn, guard on: agent RSS / anonymous memory once the churn stopped (the last minute of 180 s) | — | ≤ 60 MB | 53.0 / 23.0 MB (window medians 55.0 / 25.0 MB); symbol tables 60 (14.2 MB) at the window's end, 12 (5.1 MB) after; unwind tables 31 (22.4 MB of kernel memory) at the window's end, 4 (1.3 MB) after | PASS |",
 		"| churn, guard off: agent RSS / anonymous memory once the churn stopped (the last minute of 180 s) | — | ≤ 60 MB | 90.0 / 60.0 MB (window medians 55.0 / 25.0 MB); symbol tables 0 (0.0 MB) at the window's end, 0 (0.0 MB) after; unwind tables 0 (0.0 MB of kernel memory) at the window's end, 0 (0.0 MB) after | FAIL |",
@@ -324,6 +327,10 @@ func TestReportChurn(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+	// Results of a build that did not measure the churn's CPU say so.
+	if got := churnCPUString(&churnRun{Seconds: 120}); got != "not measured" {
+		t.Errorf("churn CPU of a run without it: %q", got)
 	}
 	// 66 % against 70 % is 4 pp off, but 81 samples cannot tell (σ 5 pp).
 	few := run("guard on", nil, 81, 66)
