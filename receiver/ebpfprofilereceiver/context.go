@@ -72,22 +72,37 @@ func (t *processTable) checkContext(e *processEntry, now time.Time) (cur *proces
 		}
 	})
 	t.work.charge(workProcessRead, 0, cpu)
+	cur, reread = t.judgeContext(e, r, err, now)
+	if cur != e {
+		e.close()
+		t.detachFromKernel(pid)
+	}
+	return cur, reread
+}
+
+// judgeContext records what checkContext's look found for e (r, or err) and
+// gives the filters' verdict on the service it names. A kept process they
+// now leave out gets a new entry without a snapshot, cur, in the same
+// critical section as the verdict, so that no one sees it left out with
+// one; the caller releases e's. The unwind worker attaches nothing for an
+// entry no longer current (one it is attaching now goes on: those tables
+// go when the process does).
+func (t *processTable) judgeContext(e *processEntry, r processcontext.Resource, err error, now time.Time) (cur *processEntry, reread bool) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if errors.Is(err, processcontext.ErrUnchanged) {
 		e.contextDue = now.Add(t.cfg.Interval / 2)
-		t.mu.Unlock()
 		return e, false
 	}
 	t.applyContext(e, r, err, now)
 	if e.contextService == "" || e.contextService == e.resource.ServiceName {
-		t.mu.Unlock()
 		return e, false
 	}
 	e.resource.ServiceName = e.contextService
 	if !t.filtersByService() {
-		t.mu.Unlock()
 		return e, false
 	}
+	pid := int(e.resource.PID)
 	kept := e.keep
 	e.keep = t.keeps(pid, e.resource.ExePath, e.resource.ExeName, e.resource.ServiceName)
 	if kept != e.keep {
@@ -95,19 +110,10 @@ func (t *processTable) checkContext(e *processEntry, now time.Time) (cur *proces
 			zap.Int("pid", pid), zap.String("service", e.resource.ServiceName), zap.Bool("kept", e.keep))
 	}
 	if e.keep || e.snapshot == nil || t.closed || t.entries[pid] != e {
-		reread = e.keep && e.snapshot == nil
-		t.mu.Unlock()
-		return e, reread
+		return e, e.keep && e.snapshot == nil
 	}
-	// In the same critical section as the verdict, so that no one sees
-	// the process left out with its snapshot. The unwind worker attaches
-	// nothing for an entry no longer current (one it is attaching now
-	// goes on: those tables go when the process does).
 	cur = e.withoutSnapshotLocked()
 	t.entries[pid] = cur
-	t.mu.Unlock()
-	e.close()
-	t.detachFromKernel(pid)
 	return cur, false
 }
 

@@ -147,8 +147,8 @@ func TestIncludeByPublishedService(t *testing.T) {
 	cfg.Include.Services = []string{"checkout"}
 	// These two publish before the receiver starts, so that their reads
 	// find their contexts: read before, the one whose environment says
-	// checkout would be kept as checkout until its context is looked for
-	// again (a second here), with a snapshot it keeps after that.
+	// checkout would be kept until its context is looked for again (a
+	// second here), and its samples of that second kept as checkout.
 	in := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=from-env"}, "memfd", "service.name=checkout")
 	in.Say(t, "", "published")
 	out := processcontexttest.Start(t, bin, []string{"OTEL_SERVICE_NAME=checkout"}, "anon", "service.name=billing")
