@@ -24,9 +24,9 @@ var DefaultAllow = []string{
 	profileschema.AttrServiceNamespace,
 	profileschema.AttrDeploymentEnv,
 	profileschema.AttrHostName,
-	profileschema.AttrHostID,   // resourcedetection's system detector
-	profileschema.AttrHostArch, // resourcedetection's system detector
-	profileschema.AttrOSType,   // resourcedetection's system detector
+	profileschema.AttrHostID,
+	profileschema.AttrHostArch,
+	profileschema.AttrOSType,
 	profileschema.AttrK8sNamespaceName,
 	profileschema.AttrK8sPodName,
 	profileschema.AttrK8sPodUID,

@@ -90,7 +90,7 @@ type processEntry struct {
 
 type processTable struct {
 	cfg        *Config
-	hostName   string
+	host       *profilebuilder.Host
 	logger     *zap.Logger
 	symbolizer *symbolize.Symbolizer
 	work       *binaryWork
@@ -180,8 +180,8 @@ type leftImage struct {
 // buildIDCacheSize bounds the executables whose build IDs are remembered.
 const buildIDCacheSize = 1024
 
-func newProcessTable(cfg *Config, hostName string, logger *zap.Logger, symbolizer *symbolize.Symbolizer, work *binaryWork) *processTable {
-	t := &processTable{cfg: cfg, hostName: hostName, logger: logger, symbolizer: symbolizer, work: work,
+func newProcessTable(cfg *Config, host *profilebuilder.Host, logger *zap.Logger, symbolizer *symbolize.Symbolizer, work *binaryWork) *processTable {
+	t := &processTable{cfg: cfg, host: host, logger: logger, symbolizer: symbolizer, work: work,
 		procRoot: "/proc", entries: map[int]*processEntry{}, execs: map[int]uint64{}, refreshDue: map[int]struct{}{}, left: map[int]leftImage{}, queued: map[int]queuedName{},
 		buildIDs:    buildid.NewCache(buildIDCacheSize),
 		attachQueue: make(chan *processEntry, attachQueueLen),
@@ -738,7 +738,7 @@ func (t *processTable) filtersByService() bool {
 }
 
 func (t *processTable) readProcess(pid int, start uint64, comm string) *processEntry {
-	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), HostName: t.hostName}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
+	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
 	info, err := procinfo.Read(t.procRoot, pid, start)
 	if err != nil {
 		// Exited before we could look: its frames stay as raw addresses,

@@ -16,6 +16,7 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/unwinder"
 )
@@ -27,7 +28,7 @@ func newTestTable(t *testing.T, work *binaryWork, dwarf bool) (*processTable, *s
 	sym := symbolize.New(symbolize.Options{
 		OnTableLoad: func(cpu time.Duration) { work.charge(workSymbolTable, 1, cpu) },
 	})
-	table := newProcessTable(testConfig(), "test-host", zap.NewNop(), sym, work)
+	table := newProcessTable(testConfig(), &profilebuilder.Host{Name: "test-host"}, zap.NewNop(), sym, work)
 	if dwarf {
 		s, err := sampler.Open(sampler.Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
 		if err != nil {

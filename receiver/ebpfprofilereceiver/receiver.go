@@ -28,10 +28,10 @@ import (
 )
 
 type profileReceiver struct {
-	cfg      *Config
-	set      receiver.Settings
-	next     xconsumer.Profiles
-	hostName string
+	cfg  *Config
+	set  receiver.Settings
+	next xconsumer.Profiles
+	host *profilebuilder.Host // shared by every process's resource
 
 	symbolizer  *symbolize.Symbolizer
 	binaryCache *binarycache.Cache // nil: off, or its directory unusable
@@ -81,14 +81,14 @@ func newReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*
 		return nil, err
 	}
 	return &profileReceiver{
-		cfg:      cfg,
-		set:      set,
-		next:     next,
-		hostName: host,
-		hz:       cfg.FrequencyHz,
-		metrics:  m,
-		guard:    newOverheadGuard(cfg.MaxCPUPercent, cfg.FrequencyHz),
-		work:     newBinaryWork(cfg.MaxCPUPercent, cfg.Interval),
+		cfg:     cfg,
+		set:     set,
+		next:    next,
+		host:    describeHost(host, set.Logger),
+		hz:      cfg.FrequencyHz,
+		metrics: m,
+		guard:   newOverheadGuard(cfg.MaxCPUPercent, cfg.FrequencyHz),
+		work:    newBinaryWork(cfg.MaxCPUPercent, cfg.Interval),
 	}, nil
 }
 
@@ -110,7 +110,7 @@ func (r *profileReceiver) start(ctx context.Context, host component.Host) error 
 	r.symbolizer = symbolize.New(symbolize.Options{
 		OnTableLoad: func(cpu time.Duration) { r.work.charge(workSymbolTable, 1, cpu) },
 	})
-	r.procs = newProcessTable(r.cfg, r.hostName, r.set.Logger, r.symbolizer, r.work)
+	r.procs = newProcessTable(r.cfg, r.host, r.set.Logger, r.symbolizer, r.work)
 	if bc := r.cfg.BinaryCache; bc.Directory != "" {
 		c, err := binarycache.Open(bc.Directory, int64(bc.MaxMiB)<<20, r.set.Logger)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -198,6 +199,54 @@ func TestShortLivedProcessKeepsFrames(t *testing.T) {
 	}
 	if len(st.BuildIDs) != 1 || st.BuildIDs[want.Canonical()] != st.Total {
 		t.Errorf("samples by build ID %v, want all %d under %s", st.BuildIDs, st.Total, want.Canonical())
+	}
+}
+
+// Every resource names the host: host.name as configured, host.id from the
+// machine ID, host.arch and os.type (which the resourcedetection processor
+// added before the receiver did).
+func TestHostAttributes(t *testing.T) {
+	raw, err := os.ReadFile("/etc/machine-id")
+	if err != nil {
+		t.Fatalf("this test reads the machine ID the receiver reads: %v", err)
+	}
+	machineID := strings.TrimSpace(string(raw))
+	wantArch := map[string]string{"amd64": "amd64", "arm64": "arm64"}[runtime.GOARCH]
+	if machineID == "" || wantArch == "" {
+		t.Fatalf("machine ID %q, GOARCH %s: the test expects a machine ID and amd64 or arm64", machineID, runtime.GOARCH)
+	}
+	cBin := testworkload.BuildC(t)
+	cfg := testConfig()
+	cfg.HostName = "test-node-7"
+	r, sink := startReceiver(t, cfg)
+	p := testworkload.Start(t, cBin, "0.5")
+	_ = p.Wait()
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		profileschema.AttrHostName: "test-node-7",
+		profileschema.AttrHostID:   machineID,
+		profileschema.AttrHostArch: wantArch,
+		profileschema.AttrOSType:   "linux",
+	}
+	resources := 0
+	for _, pd := range sink.AllProfiles() {
+		for _, rp := range pd.ResourceProfiles().All() {
+			attrs := rp.Resource().Attributes()
+			if v, _ := attrs.Get(profileschema.AttrProcessPID); v.Int() != int64(p.Process.Pid) {
+				continue
+			}
+			resources++
+			for k, w := range want {
+				if v, ok := attrs.Get(k); !ok || v.Str() != w {
+					t.Errorf("%s = %q (set: %v), want %q", k, v.Str(), ok, w)
+				}
+			}
+		}
+	}
+	if resources == 0 {
+		t.Fatal("no profile of the workload")
 	}
 }
 

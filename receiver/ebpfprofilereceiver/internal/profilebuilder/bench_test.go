@@ -18,6 +18,7 @@ func BenchmarkInterval(b *testing.B) {
 	const procs, stacksPerProc, depth, functions = 4, 100, 15, 400
 	rng := rand.New(rand.NewPCG(1, 2))
 	kernel := &Mapping{File: "[kernel.kallsyms]"}
+	host := &Host{Name: "node-1", ID: "0f3c9a5e2b7d4e81a6c0d9f2e4b1a7c3", Arch: "amd64", OSType: "linux"}
 	type proc struct {
 		Process
 		stacks [][]Frame
@@ -30,7 +31,7 @@ func BenchmarkInterval(b *testing.B) {
 			{Start: 0x400000, Limit: 0x1400000, File: exe, Build: build},
 			{Start: 0x7f0000000000, Limit: 0x7f0000200000, Offset: 0x28000, File: "/usr/lib/x86_64-linux-gnu/libc.so.6"},
 		}
-		pr := proc{Process: Process{PID: uint32(1000 + p), ServiceName: fmt.Sprintf("svc-%d", p), ExeName: exe, ExePath: exe, HostName: "node-1", Build: build}}
+		pr := proc{Process: Process{PID: uint32(1000 + p), ServiceName: fmt.Sprintf("svc-%d", p), ExeName: exe, ExePath: exe, Host: host, Build: build}}
 		for range stacksPerProc {
 			var st []Frame
 			if rng.IntN(5) == 0 {

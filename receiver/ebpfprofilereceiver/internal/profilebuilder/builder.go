@@ -85,11 +85,19 @@ type Process struct {
 	Published ServiceAttributes
 	ExeName   string
 	ExePath   string
-	HostName  string
+	// Host is the machine the process ran on, the same for every process
+	// of one receiver; nil leaves the host attributes out.
+	Host      *Host
 	Container cgroupattr.Container
 	// Build identifies the executable, read when the process was; zero
 	// when it could not be (the buildid processor then tries).
 	Build buildid.Info
+}
+
+// Host is what a profile's resource says about the machine: host.name,
+// host.id, host.arch and os.type, each left out when empty.
+type Host struct {
+	Name, ID, Arch, OSType string
 }
 
 // ServiceAttributes describe a service beyond its name.
@@ -284,8 +292,17 @@ func setResource(attrs pcommon.Map, p Process) {
 	if p.ExePath != "" {
 		attrs.PutStr(profileschema.AttrProcessExePath, p.ExePath)
 	}
-	if p.HostName != "" {
-		attrs.PutStr(profileschema.AttrHostName, p.HostName)
+	if h := p.Host; h != nil {
+		for _, kv := range [...][2]string{
+			{profileschema.AttrHostName, h.Name},
+			{profileschema.AttrHostID, h.ID},
+			{profileschema.AttrHostArch, h.Arch},
+			{profileschema.AttrOSType, h.OSType},
+		} {
+			if kv[1] != "" {
+				attrs.PutStr(kv[0], kv[1])
+			}
+		}
 	}
 	for _, kv := range [...][2]string{
 		{profileschema.AttrContainerID, p.Container.ID},

@@ -18,7 +18,8 @@ func TestBuilderLayout(t *testing.T) {
 	start := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
 	b := New(start, 15*time.Second, time.Second/19)
 	libc := &Mapping{Start: 0x7f0000000000, Limit: 0x7f0000100000, Offset: 0x1000, File: "/lib/libc.so.6"}
-	proc := Process{PID: 42, ServiceName: "api", ExeName: "api", ExePath: "/srv/api", HostName: "h1"}
+	host := &Host{Name: "h1", ID: "4c4c4544004e", Arch: "amd64", OSType: "linux"}
+	proc := Process{PID: 42, ServiceName: "api", ExeName: "api", ExePath: "/srv/api", Host: host}
 	stack := []Frame{
 		{Address: 0xffffffff81000000, Function: "do_syscall_64", Kind: Kernel, Mapping: &Mapping{File: "[kernel.kallsyms]"}},
 		{Address: 0x401000, Function: "main.work", File: "main.go", Line: 12, Kind: Go},
@@ -41,6 +42,14 @@ func TestBuilderLayout(t *testing.T) {
 	}
 	if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() != 42 {
 		t.Errorf("pid = %v", v.AsRaw())
+	}
+	for k, want := range map[string]string{
+		profileschema.AttrHostName: "h1", profileschema.AttrHostID: "4c4c4544004e",
+		profileschema.AttrHostArch: "amd64", profileschema.AttrOSType: "linux",
+	} {
+		if v, ok := res.Attributes().Get(k); !ok || v.Str() != want {
+			t.Errorf("%s = %q (set: %v), want %q", k, v.Str(), ok, want)
+		}
 	}
 	profiles := pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles()
 	if profiles.Len() != 2 {
@@ -192,9 +201,10 @@ func TestMappingIdentity(t *testing.T) {
 // exec and the new one, or a pid reused): each keeps its own resource.
 func TestOnePIDTwoProcesses(t *testing.T) {
 	b := New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), 15*time.Second, time.Second/19)
-	shell := Process{PID: 7, ServiceName: "bash", ExeName: "bash", ExePath: "/usr/bin/bash", HostName: "h1"}
-	ls := Process{PID: 7, ServiceName: "ls", ExeName: "ls", ExePath: "/usr/bin/ls", HostName: "h1"}
-	other := Process{PID: 8, ServiceName: "api", ExeName: "api", ExePath: "/srv/api", HostName: "h1"}
+	host := &Host{Name: "h1"}
+	shell := Process{PID: 7, ServiceName: "bash", ExeName: "bash", ExePath: "/usr/bin/bash", Host: host}
+	ls := Process{PID: 7, ServiceName: "ls", ExeName: "ls", ExePath: "/usr/bin/ls", Host: host}
+	other := Process{PID: 8, ServiceName: "api", ExeName: "api", ExePath: "/srv/api", Host: host}
 	b.Add(ls, []Frame{{Address: 0x1000, Function: "main"}}, [16]byte{}, [8]byte{}, 2)
 	b.Add(other, []Frame{{Address: 0x2000, Function: "serve"}}, [16]byte{}, [8]byte{}, 5)
 	b.Add(shell, []Frame{{Address: 0x3000, Function: "execute_command"}}, [16]byte{}, [8]byte{}, 3)
