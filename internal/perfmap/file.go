@@ -80,6 +80,16 @@ func (m *Map) Refresh() error {
 	return m.lastErr
 }
 
+// Reread makes the next Lookup read the file from the start, whatever its
+// size: a runtime that rewrote it in place (HotSpot's Compiler.perfmap
+// truncates it and writes every entry again) may have left it larger, which
+// would pass for entries appended.
+func (m *Map) Reread() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.file, m.offset, m.refreshed = [2]uint64{}, 0, time.Time{}
+}
+
 // Stats returns what has been read so far and the last refresh's error.
 func (m *Map) Stats() (Stats, error) {
 	m.mu.Lock()
@@ -103,7 +113,7 @@ func (m *Map) Path() string {
 func (m *Map) refreshLocked() error {
 	m.refreshed = time.Now()
 	if m.ids == nil {
-		ids, err := readProcessIDs(filepath.Join(m.procRoot, strconv.Itoa(m.pid), "status"))
+		st, err := procfile.ReadStatus(filepath.Join(m.procRoot, strconv.Itoa(m.pid), "status"))
 		if errors.Is(err, os.ErrNotExist) {
 			// The process exited before its map was first looked for
 			// (a short-lived program of a busy node): there is no map to
@@ -113,7 +123,7 @@ func (m *Map) refreshLocked() error {
 		if err != nil {
 			return fmt.Errorf("perf map of process %d: %w", m.pid, err)
 		}
-		m.ids = &ids
+		m.ids = &processIDs{nspid: st.NSPID, uid: st.UID}
 	}
 	f, err := m.open()
 	if err != nil {
@@ -210,44 +220,4 @@ func (m *Map) readLocked(f *os.File, size int64) error {
 	m.syms, dropped = m.syms.merge(syms, m.limits.MaxSymbols)
 	m.stats.Dropped += uint64(dropped)
 	return nil
-}
-
-// readProcessIDs reads the innermost-namespace pid (last NSpid field: the
-// pid a containerised runtime writes into the file name) and the effective
-// uid from /proc/PID/status.
-func readProcessIDs(path string) (processIDs, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return processIDs{}, err
-	}
-	var ids processIDs
-	var haveUID bool
-	for _, line := range bytes.Split(raw, []byte{'\n'}) {
-		key, val, ok := bytes.Cut(line, []byte{':'})
-		if !ok {
-			continue
-		}
-		fields := bytes.Fields(val)
-		switch string(key) {
-		case "NSpid":
-			if len(fields) > 0 {
-				ids.nspid, err = strconv.Atoi(string(fields[len(fields)-1]))
-				if err != nil {
-					return processIDs{}, fmt.Errorf("%s: NSpid: %w", path, err)
-				}
-			}
-		case "Uid":
-			if len(fields) >= 2 {
-				uid, err := strconv.ParseUint(string(fields[1]), 10, 32)
-				if err != nil {
-					return processIDs{}, fmt.Errorf("%s: Uid: %w", path, err)
-				}
-				ids.uid, haveUID = uint32(uid), true
-			}
-		}
-	}
-	if ids.nspid <= 0 || !haveUID {
-		return processIDs{}, fmt.Errorf("%s: no NSpid or Uid line", path)
-	}
-	return ids, nil
 }

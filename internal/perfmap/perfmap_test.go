@@ -166,6 +166,30 @@ func TestMapGrowsAndUsesNamespacePID(t *testing.T) {
 	}
 }
 
+// A file rewritten in place and left larger (HotSpot's Compiler.perfmap
+// truncates its map and writes every entry again) passes for one that grew:
+// read from where the last read stopped, it loses the new entries before
+// that point. Reread makes the next lookup read it whole.
+func TestMapRereadAfterRewriteInPlace(t *testing.T) {
+	procRoot, tmp := fakeProc(t, 13, 13, os.Getuid())
+	path := filepath.Join(tmp, "perf-13.map")
+	appendFile(t, path, "1000 10 Busy.old\n")
+	m := New(procRoot, 13, DefaultLimits)
+	if name := lookupName(m, 0x1005); name != "Busy.old" {
+		t.Fatalf("before the rewrite: %q", name)
+	}
+	rewrite := "2000 10 Busy.spin\n1000 10 Busy.recompiled\n3000 10 Busy.more\n"
+	if err := os.WriteFile(path, []byte(rewrite), 0o644); err != nil { // same inode, truncated
+		t.Fatal(err)
+	}
+	m.Reread()
+	for addr, want := range map[uint64]string{0x2005: "Busy.spin", 0x1005: "Busy.recompiled", 0x3005: "Busy.more"} {
+		if name := lookupName(m, addr); name != want {
+			t.Errorf("after Reread, %#x named %q, want %q", addr, name, want)
+		}
+	}
+}
+
 // Code memory freed and reused: the runtime appends the new code's entry
 // over the old one's range. A lookup in a later interval reads it although
 // the address was already known, and names the new code; within the

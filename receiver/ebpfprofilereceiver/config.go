@@ -69,11 +69,17 @@ type Config struct {
 	// pointers and are counted.
 	MaxUnwindTableMiB int `mapstructure:"max_unwind_table_mib"`
 	// PythonFrames (unwinding: auto) walks the interpreter frames of
-	// CPython 3.11 and 3.12 processes in the kernel and names them (README:
+	// CPython 3.11, 3.12 and 3.13 processes in the kernel and names them (README:
 	// "CPython frames"). false leaves Python processes native-only, as with
 	// unwinding: frame_pointer: no walk in the kernel, no reads of their
 	// memory.
 	PythonFrames bool `mapstructure:"python_frames"`
+	// JavaPerfMap asks a HotSpot JVM (JDK 17+) whose JIT-compiled frames
+	// its perf map does not name to write the map (Compiler.perfmap, the
+	// request jcmd sends, through the JVM's attach mechanism), at most once
+	// every javaPerfMapEvery per JVM (README: "JIT runtimes"). Off by
+	// default: the JVM writes /tmp/perf-PID.map into its own /tmp.
+	JavaPerfMap bool `mapstructure:"java_perf_map"`
 	// BinaryCache keeps what is derived from each binary (frame-pointer
 	// verdict, unwind rows) on disk, so a restart does not compute it all
 	// again. Off when Directory is empty.

@@ -1,15 +1,31 @@
 package ebpfprofilereceiver
 
 import (
+	"context"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/internal/perfmap"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/hotspot"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 )
+
+// javaPerfMapEvery is the least time between two requests to one JVM
+// (java_perf_map): HotSpot writes its whole code cache each time (a large
+// service's map is megabytes), and code compiled since the last request
+// stays unnamed until the next. A service's code settles in its first
+// minutes; a request an interval later names what the warm-up compiled.
+const javaPerfMapEvery = 2 * time.Minute
+
+// javaPerfMapTimeout bounds one request: the listener's start and the
+// JVM's writing of its map.
+const javaPerfMapTimeout = 30 * time.Second
 
 // jitSymbols is a process's perf map (JIT runtimes: Node.js, Java, .NET,
 // Python -X perf), opened the first time one of its stacks has a frame in
@@ -18,6 +34,12 @@ import (
 type jitSymbols struct {
 	m        *perfmap.Map
 	reported atomic.Bool // its problems were logged once
+
+	// The requests to a HotSpot JVM to write its map (java_perf_map).
+	askMu     sync.Mutex
+	askedAt   time.Time // the last request's start
+	asking    bool      // a request is under way
+	askFailed bool      // a failure was logged (once per program)
 }
 
 // jitFor returns e's perf map, creating it on first use.
@@ -43,6 +65,7 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 		return
 	}
 	var j *jitSymbols
+	unnamed := 0
 	for i := range frames {
 		f := &frames[i]
 		if f.Kind == profilebuilder.Kernel || f.Function != "" || !anonymousCode(f.Mapping) {
@@ -58,6 +81,7 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 		}
 		sym, ok := j.m.Lookup(addr, readBefore)
 		if !ok {
+			unnamed++
 			continue
 		}
 		d := perfmap.Describe(sym.Name)
@@ -66,6 +90,75 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	if j != nil && !j.reported.Load() {
 		r.reportPerfMap(proc, j)
 	}
+	if unnamed > 0 && r.cfg.JavaPerfMap && isHotSpot(proc.snapshot) {
+		r.askJVMForPerfMap(proc, j)
+	}
+}
+
+// isHotSpot reports whether the process maps HotSpot's libjvm.so.
+func isHotSpot(p *symbolize.Process) bool {
+	for i := range p.Mappings {
+		if filepath.Base(p.Mappings[i].Path) == "libjvm.so" {
+			return true
+		}
+	}
+	return false
+}
+
+// askJVMForPerfMap asks the JVM to write its perf map, on a goroutine of
+// its own (the attach handshake takes milliseconds to seconds, the drain
+// must not wait), unless a request is under way or the last one is less
+// than javaPerfMapEvery old. Once the JVM has written it, the next
+// interval reads the map from the start. A failure is logged once per
+// program, and that program is not asked again; the frames stay
+// addresses, as without the option.
+func (r *profileReceiver) askJVMForPerfMap(proc *processEntry, j *jitSymbols) {
+	ctx := r.ctx
+	if ctx == nil || ctx.Err() != nil {
+		return // shutting down: the final drain asks nothing
+	}
+	now := time.Now()
+	j.askMu.Lock()
+	// A JVM that did not answer is not asked again: each signal to one
+	// that does not start its listener writes a thread dump to its output.
+	if j.asking || j.askFailed || (!j.askedAt.IsZero() && now.Sub(j.askedAt) < javaPerfMapEvery) {
+		j.askMu.Unlock()
+		return
+	}
+	j.asking, j.askedAt = true, now
+	j.askMu.Unlock()
+	pid := proc.snapshot.PID
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		err := r.requestJavaPerfMap(ctx, pid)
+		if err == nil {
+			j.m.Reread()
+		}
+		j.askMu.Lock()
+		j.asking = false
+		logFailure := err != nil && !j.askFailed
+		j.askFailed = j.askFailed || err != nil
+		j.askMu.Unlock()
+		switch {
+		case err == nil:
+			r.set.Logger.Debug("perf map: the JVM wrote it on request", zap.Int("pid", pid))
+		case logFailure && ctx.Err() == nil:
+			r.set.Logger.Info("perf map: could not ask the JVM to write it; its JIT-compiled frames stay unnamed",
+				zap.Int("pid", pid), zap.Error(err))
+		}
+	}()
+}
+
+// requestJavaPerfMap is one request to the JVM pid (hotspot.RequestPerfMap).
+func (r *profileReceiver) requestJavaPerfMap(ctx context.Context, pid int) error {
+	jvm, err := hotspot.ReadJVM("/proc", pid)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, javaPerfMapTimeout)
+	defer cancel()
+	return hotspot.RequestPerfMap(ctx, "/proc", jvm)
 }
 
 // reportPerfMap logs, once per program, a perf map that could not be read

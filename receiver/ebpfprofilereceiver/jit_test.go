@@ -400,23 +400,11 @@ func runSplit(t *testing.T, cfg *Config, name, source string, argv ...string) sp
 // request (jcmd PID Compiler.perfmap, JDK 17); JIT-compiled methods are
 // named from it.
 func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
-	java, err := exec.LookPath("java")
-	if err != nil {
-		t.Fatalf("java is needed (make deps installs openjdk-17-jdk-headless): %v", err)
-	}
 	jcmd, err := exec.LookPath("jcmd")
 	if err != nil {
 		t.Fatalf("jcmd is needed (make deps installs openjdk-17-jdk-headless): %v", err)
 	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "Split.java")
-	if err := os.WriteFile(src, []byte(splitJava), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("javac", "-d", dir, src).CombinedOutput(); err != nil {
-		t.Fatalf("javac: %v\n%s", err, out)
-	}
-	run := startRuntime(t, java, "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Split::hot*", "-cp", dir, "Split", "6")
+	run := startSplitJava(t)
 	if out, err := exec.Command(jcmd, itoa(run.cmd.Process.Pid), "Compiler.perfmap").CombinedOutput(); err != nil {
 		t.Fatalf("jcmd Compiler.perfmap: %v\n%s", err, out)
 	}
@@ -437,6 +425,64 @@ func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
 	if tl.Service != "Split" {
 		t.Errorf("service %q, want Split (java -cp DIR Split)", tl.Service)
 	}
+}
+
+// startSplitJava compiles splitJava and starts it, warmed up.
+func startSplitJava(t *testing.T) *runtimeRun {
+	t.Helper()
+	java, err := exec.LookPath("java")
+	if err != nil {
+		t.Fatalf("java is needed (make deps installs openjdk-17-jdk-headless): %v", err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "Split.java")
+	if err := os.WriteFile(src, []byte(splitJava), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("javac", "-d", dir, src).CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, out)
+	}
+	return startRuntime(t, java, "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Split::hot*", "-cp", dir, "Split", "6")
+}
+
+// TestJavaJITFramesNamedOnRequest: with java_perf_map and no jcmd, the
+// receiver asks the JVM for its perf map once its JIT-compiled frames come
+// up unnamed (the waiting loop runs the same methods), and the measured
+// phase's methods are named from the map the JVM wrote.
+func TestJavaJITFramesNamedOnRequest(t *testing.T) {
+	run := startSplitJava(t)
+	pid := run.cmd.Process.Pid
+	mapPath := fmt.Sprintf("/tmp/perf-%d.map", pid)
+	if _, err := os.Stat(mapPath); err == nil {
+		t.Fatalf("%s exists before the receiver started", mapPath)
+	}
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	cfg.JavaPerfMap = true
+	r, sink := startReceiver(t, cfg)
+	waitFor(t, 60*time.Second, "the receiver to read the perf map the JVM wrote on its request", func() bool {
+		r.procs.mu.Lock()
+		e := r.procs.entries[pid]
+		r.procs.mu.Unlock()
+		if e == nil {
+			return false
+		}
+		j := e.jit.Load()
+		if j == nil {
+			return false
+		}
+		st, _ := j.m.Stats()
+		return st.Symbols > 0
+	})
+	run.runGated(t, r)
+	measured := run.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The samples from before the map was read are the waiting loop's,
+	// unnamed: the split counts those after the gate.
+	tl := testworkload.TallyProcessSince(sink.AllProfiles(), pid, run.gatedAt)
+	tallyJITSplit(tl).check(t, measured, 100, tl)
 }
 
 // TestPythonPerfTrampolinesNamed: CPython ≥ 3.12 with -X perf names each
