@@ -40,6 +40,23 @@ type jitSymbols struct {
 	askedAt   time.Time // the last request's start
 	asking    bool      // a request is under way
 	askFailed bool      // a failure was logged (once per program)
+	// written: the map file a request created, removed when the program
+	// is over (close); closed: it is over.
+	written *hotspot.PerfMapFile
+	closed  bool
+}
+
+// close ends the program's perf map: the file a request made the JVM
+// create is removed (HotSpot leaves it behind when it exits, and JVMs that
+// come and go, a CI runner's builds, would leave one each in their /tmp).
+func (j *jitSymbols) close() {
+	j.askMu.Lock()
+	f := j.written
+	j.written, j.closed = nil, true
+	j.askMu.Unlock()
+	if f != nil {
+		_ = f.Remove() // a file that cannot be removed stays, as without the option
+	}
 }
 
 // jitFor returns e's perf map, creating it on first use.
@@ -109,7 +126,8 @@ func isHotSpot(p *symbolize.Process) bool {
 // its own (the attach handshake takes milliseconds to seconds, the drain
 // must not wait), unless a request is under way or the last one is less
 // than javaPerfMapEvery old. Once the JVM has written it, the next
-// interval reads the map from the start. A failure is logged once per
+// interval reads the map from the start; a map file the request created is
+// removed when the program is over (jitSymbols.close). A failure is logged once per
 // program, and that program is not asked again; the frames stay
 // addresses, as without the option.
 func (r *profileReceiver) askJVMForPerfMap(proc *processEntry, j *jitSymbols) {
@@ -131,7 +149,7 @@ func (r *profileReceiver) askJVMForPerfMap(proc *processEntry, j *jitSymbols) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		err := r.requestJavaPerfMap(ctx, pid)
+		created, err := r.requestJavaPerfMap(ctx, pid)
 		if err == nil {
 			j.m.Reread()
 		}
@@ -139,7 +157,21 @@ func (r *profileReceiver) askJVMForPerfMap(proc *processEntry, j *jitSymbols) {
 		j.asking = false
 		logFailure := err != nil && !j.askFailed
 		j.askFailed = j.askFailed || err != nil
+		var remove *hotspot.PerfMapFile
+		switch {
+		case created == nil:
+		case j.closed: // the program ended while the JVM wrote it
+			remove = created
+		case j.written == nil:
+			j.written = created
+		default: // removed by someone since the first, and created again
+			j.written.Close()
+			j.written = created
+		}
 		j.askMu.Unlock()
+		if remove != nil {
+			_ = remove.Remove()
+		}
 		switch {
 		case err == nil:
 			r.set.Logger.Debug("perf map: the JVM wrote it on request", zap.Int("pid", pid))
@@ -151,10 +183,10 @@ func (r *profileReceiver) askJVMForPerfMap(proc *processEntry, j *jitSymbols) {
 }
 
 // requestJavaPerfMap is one request to the JVM pid (hotspot.RequestPerfMap).
-func (r *profileReceiver) requestJavaPerfMap(ctx context.Context, pid int) error {
+func (r *profileReceiver) requestJavaPerfMap(ctx context.Context, pid int) (*hotspot.PerfMapFile, error) {
 	jvm, err := hotspot.ReadJVM("/proc", pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, javaPerfMapTimeout)
 	defer cancel()

@@ -474,8 +474,17 @@ func TestJavaJITFramesNamedOnRequest(t *testing.T) {
 		st, _ := j.m.Stats()
 		return st.Symbols > 0
 	})
+	if _, err := os.Stat(mapPath); err != nil {
+		t.Fatalf("the map the receiver read: %v", err)
+	}
 	run.runGated(t, r)
-	measured := run.measured(t)
+	measured := run.measured(t) // the program has exited
+	// The map the request created goes once the receiver forgets the
+	// exited JVM (HotSpot leaves it behind).
+	waitFor(t, 30*time.Second, "the receiver to remove the perf map of the JVM that exited", func() bool {
+		_, err := os.Stat(mapPath)
+		return os.IsNotExist(err)
+	})
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

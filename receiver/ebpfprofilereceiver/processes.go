@@ -268,6 +268,11 @@ func (t *processTable) store(pid int, e *processEntry, execs uint64) {
 		return
 	}
 	prev := t.entries[pid]
+	if prev != nil && prev != e && prev.unsettled && prev.startTime == e.startTime {
+		// Read again after its exec (execed kept it): the same program,
+		// whose perf map goes with it.
+		e.jit.Store(prev.jit.Swap(nil))
+	}
 	t.installLocked(pid, e)
 	t.mu.Unlock()
 	if prev != nil && prev != e {
@@ -451,9 +456,6 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 		e.close()
 		return old // gone meanwhile (or the pid is another process's now): keep what we had
 	}
-	if old != nil {
-		e.jit.Store(old.jit.Load()) // same program: its perf map read so far
-	}
 	t.mu.Lock()
 	if t.closed || t.entries[pid] != old || t.execs[pid] != execs {
 		t.mu.Unlock()
@@ -463,6 +465,9 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	if old != nil {
 		e.sampledAt, e.mapsReadAt = old.sampledAt, old.mapsReadAt
 		e.endedEarly = old.endedEarly
+		// Same program: its perf map read so far, and the map file it
+		// may own, go with it; closing old must not end them.
+		e.jit.Store(old.jit.Swap(nil))
 	}
 	t.installLocked(pid, e)
 	t.mu.Unlock()
@@ -680,9 +685,18 @@ func (t *processTable) target(pid int, e *processEntry) controlapi.Target {
 	return tg
 }
 
+// close releases what was read of the process when its program is over
+// (exit, exec, a new process with its pid, the receiver's end); a refresh
+// hands its perf map to the new entry first.
 func (e *processEntry) close() {
-	if e != nil && e.snapshot != nil {
+	if e == nil {
+		return
+	}
+	if e.snapshot != nil {
 		_ = e.snapshot.Close()
+	}
+	if j := e.jit.Swap(nil); j != nil {
+		j.close()
 	}
 }
 

@@ -58,35 +58,103 @@ func ReadJVM(procRoot string, pid int) (JVM, error) {
 	return JVM{PID: pid, NSPID: st.NSPID, UID: st.UID, CatchesSIGQUIT: st.Handles(int(unix.SIGQUIT))}, nil
 }
 
+// PerfMapFile is a perf map that a JVM wrote on request into a file that
+// did not exist before: the requester's to remove once the JVM is gone.
+// HotSpot leaves its map behind when it exits, so JVMs that come and go (a
+// CI runner's builds) would leave one file each in their /tmp.
+type PerfMapFile struct {
+	dir  int // the JVM's /tmp
+	name string
+	id   fileIdentity
+}
+
+// fileIdentity tells a file from another of the same name: a file system
+// hands a freed inode number to the next file created, so the number alone
+// does not; its birth time does, where the file system records one.
+type fileIdentity struct {
+	dev, ino uint64
+	born     unix.StatxTimestamp // zero where not recorded
+}
+
+// identify returns the identity of dir/name, which must be a regular file.
+func identify(dir int, name string) (fileIdentity, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(dir, name, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_BTIME, &stx); err != nil {
+		return fileIdentity{}, err
+	}
+	if stx.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fileIdentity{}, fmt.Errorf("/tmp/%s is not a regular file", name)
+	}
+	id := fileIdentity{dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor), ino: stx.Ino}
+	if stx.Mask&unix.STATX_BTIME != 0 {
+		id.born = stx.Btime
+	}
+	return id, nil
+}
+
+// Remove deletes the map if the file is still the one the JVM wrote (not
+// replaced since), and releases f.
+func (f *PerfMapFile) Remove() error {
+	defer unix.Close(f.dir)
+	id, err := identify(f.dir, f.name)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil || id != f.id {
+		return nil // another file by that name now: not the one requested
+	}
+	if err := unix.Unlinkat(f.dir, f.name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("perf map /tmp/%s: %w", f.name, err)
+	}
+	return nil
+}
+
+// Close releases f and leaves the file.
+func (f *PerfMapFile) Close() { unix.Close(f.dir) }
+
 // RequestPerfMap asks the JVM to write its perf map (Compiler.perfmap) and
 // returns once it has, or with the reason it did not. The JVM writes the
 // code that exists at that moment; code compiled later needs another request.
-// procRoot is "/proc" outside tests.
-func RequestPerfMap(ctx context.Context, procRoot string, j JVM) error {
+// When the request created the file (none was there before), it returns it
+// (see PerfMapFile); nil otherwise. procRoot is "/proc" outside tests.
+func RequestPerfMap(ctx context.Context, procRoot string, j JVM) (*PerfMapFile, error) {
 	// The JVM's /tmp, reached through its root without following a symlink
 	// out of it: a container's /tmp, not the node's.
 	tmp, err := procfile.OpenInRoot(filepath.Join(procRoot, strconv.Itoa(j.PID)), "tmp")
 	if err != nil {
-		return fmt.Errorf("JVM %d: its /tmp: %w", j.PID, err)
+		return nil, fmt.Errorf("JVM %d: its /tmp: %w", j.PID, err)
 	}
 	defer tmp.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(int(tmp.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("JVM %d: its /tmp is not a directory", j.PID)
+		return nil, fmt.Errorf("JVM %d: its /tmp is not a directory", j.PID)
 	}
 	socket := fmt.Sprintf(".java_pid%d", j.NSPID)
 	if !isListener(tmp, socket, j.UID) {
 		if opt, disabled := attachDisabled(procRoot, j.PID); disabled {
-			return fmt.Errorf("JVM %d: attach disabled (%s): not signalled", j.PID, opt)
+			return nil, fmt.Errorf("JVM %d: attach disabled (%s): not signalled", j.PID, opt)
 		}
 		if err := startListener(ctx, tmp, socket, j); err != nil {
-			return fmt.Errorf("JVM %d: %w", j.PID, err)
+			return nil, fmt.Errorf("JVM %d: %w", j.PID, err)
 		}
 	}
+	name := fmt.Sprintf("perf-%d.map", j.NSPID)
+	existed := unix.Fstatat(int(tmp.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
 	if _, err := command(ctx, tmp, socket, j.PID, "jcmd", "Compiler.perfmap"); err != nil {
-		return fmt.Errorf("JVM %d: Compiler.perfmap: %w", j.PID, err)
+		return nil, fmt.Errorf("JVM %d: Compiler.perfmap: %w", j.PID, err)
 	}
-	return nil
+	if existed {
+		return nil, nil
+	}
+	id, err := identify(int(tmp.Fd()), name)
+	if err != nil {
+		return nil, nil // the JVM wrote no map there: nothing to remove
+	}
+	dir, err := unix.FcntlInt(tmp.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil // the map is written; only its removal is given up
+	}
+	return &PerfMapFile{dir: dir, name: name, id: id}, nil
 }
 
 // disableAttach is the option that turns HotSpot's attach mechanism off. A

@@ -121,12 +121,21 @@ func TestRequestPerfMapNamesCompiledMethods(t *testing.T) {
 		t.Fatalf("the JVM does not catch SIGQUIT: %+v", j)
 	}
 	mapPath := fmt.Sprintf("/tmp/perf-%d.map", j.NSPID)
+	os.Remove(mapPath) // an earlier process's with this pid
+	var created *PerfMapFile
 	for round := 1; round <= 2; round++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := RequestPerfMap(ctx, "/proc", j)
+		f, err := RequestPerfMap(ctx, "/proc", j)
 		cancel()
 		if err != nil {
 			t.Fatalf("request %d: %v", round, err)
+		}
+		// The first request created the file; the second rewrote it.
+		if (f != nil) != (round == 1) {
+			t.Errorf("request %d: created the file: %v", round, f != nil)
+		}
+		if f != nil {
+			created = f
 		}
 		raw, err := os.ReadFile(mapPath)
 		if err != nil {
@@ -138,6 +147,45 @@ func TestRequestPerfMapNamesCompiledMethods(t *testing.T) {
 	}
 	if !alive(pid) {
 		t.Fatal("the JVM exited")
+	}
+	// The requester removes the file it had written, once the JVM is gone
+	// (here: before), and only that file.
+	if created == nil {
+		t.Fatal("no request created the file")
+	}
+	if err := created.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mapPath); !os.IsNotExist(err) {
+		t.Errorf("%s after Remove: %v", mapPath, err)
+	}
+}
+
+// TestPerfMapFileRemovesOnlyItsFile: a map replaced by another file of the
+// same name (a new JVM with the pid, a user's copy) is not removed.
+func TestPerfMapFileRemovesOnlyItsFile(t *testing.T) {
+	cmd := startJava(t)
+	j, err := ReadJVM("/proc", cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapPath := fmt.Sprintf("/tmp/perf-%d.map", j.NSPID)
+	os.Remove(mapPath)
+	f, err := RequestPerfMap(context.Background(), "/proc", j)
+	if err != nil || f == nil {
+		t.Fatalf("RequestPerfMap = %v, %v; want the file it created", f, err)
+	}
+	if err := os.Remove(mapPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mapPath, []byte("1000 10 someone else's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(mapPath); err != nil || string(raw) != "1000 10 someone else's\n" {
+		t.Errorf("the replacing file: %q, %v; want it left alone", raw, err)
 	}
 }
 
@@ -153,7 +201,7 @@ func TestRequestPerfMapOtherUsersJVM(t *testing.T) {
 	if j.UID != 65534 {
 		t.Fatalf("the JVM runs as uid %d, want 65534", j.UID)
 	}
-	if err := RequestPerfMap(context.Background(), "/proc", j); err != nil {
+	if _, err := RequestPerfMap(context.Background(), "/proc", j); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(fmt.Sprintf("/tmp/perf-%d.map", j.NSPID))
@@ -182,7 +230,7 @@ func TestRequestPerfMapWithReducedSignals(t *testing.T) {
 	if j.CatchesSIGQUIT {
 		t.Fatalf("a JVM with -Xrs catches SIGQUIT: %+v", j)
 	}
-	if err := RequestPerfMap(context.Background(), "/proc", j); err != nil {
+	if _, err := RequestPerfMap(context.Background(), "/proc", j); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(fmt.Sprintf("/tmp/perf-%d.map", j.NSPID))
@@ -217,7 +265,7 @@ func TestRequestPerfMapAttachDisabled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = RequestPerfMap(context.Background(), "/proc", j)
+			_, err = RequestPerfMap(context.Background(), "/proc", j)
 			if err == nil || !strings.Contains(err.Error(), "attach disabled") || !strings.Contains(err.Error(), tc.name) {
 				t.Fatalf("RequestPerfMap = %v, want attach disabled (%s)", err, tc.name)
 			}
@@ -244,7 +292,7 @@ func TestRequestPerfMapRefusesWithoutSIGQUITHandler(t *testing.T) {
 	if j.CatchesSIGQUIT {
 		t.Fatalf("sleep catches SIGQUIT: %+v", j)
 	}
-	err = RequestPerfMap(context.Background(), "/proc", j)
+	_, err = RequestPerfMap(context.Background(), "/proc", j)
 	if err == nil || !strings.Contains(err.Error(), "does not handle SIGQUIT") {
 		t.Fatalf("RequestPerfMap = %v, want the SIGQUIT refusal", err)
 	}
@@ -276,7 +324,7 @@ func TestRequestPerfMapNotAJVM(t *testing.T) {
 	if !j.CatchesSIGQUIT {
 		t.Fatalf("bash with a QUIT trap does not catch SIGQUIT: %+v", j)
 	}
-	err = RequestPerfMap(context.Background(), "/proc", j)
+	_, err = RequestPerfMap(context.Background(), "/proc", j)
 	if err == nil || !strings.Contains(err.Error(), "no attach listener") {
 		t.Fatalf("RequestPerfMap = %v, want no attach listener", err)
 	}
