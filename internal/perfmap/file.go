@@ -25,9 +25,9 @@ type Map struct {
 	limits   Limits
 
 	mu        sync.Mutex
-	ids       *processIDs // read once: the pid the process sees, its uid
-	file      [2]uint64   // device and inode of the file read so far
-	offset    int64       // bytes of it consumed (complete lines only)
+	ids       *procfile.Status // read once: the pid the process sees, its uid
+	file      [2]uint64        // device and inode of the file read so far
+	offset    int64            // bytes of it consumed (complete lines only)
 	syms      table
 	refreshed time.Time
 	stats     Stats
@@ -42,11 +42,6 @@ type Stats struct {
 	Rejected uint64 // lines refused (malformed, too long)
 	Dropped  uint64 // entries dropped past Limits.MaxSymbols
 	Skipped  int64  // bytes never read because the file grew past Limits.MaxReadBytes in one step
-}
-
-type processIDs struct {
-	nspid int    // the pid as the process sees it (innermost PID namespace)
-	uid   uint32 // effective uid
 }
 
 // New returns the perf map of process pid (as the agent sees it) below
@@ -107,7 +102,7 @@ func (m *Map) Path() string {
 	if m.ids == nil {
 		return ""
 	}
-	return fmt.Sprintf("/tmp/perf-%d.map", m.ids.nspid)
+	return fmt.Sprintf("/tmp/perf-%d.map", m.ids.NSPID)
 }
 
 func (m *Map) refreshLocked() error {
@@ -123,7 +118,7 @@ func (m *Map) refreshLocked() error {
 		if err != nil {
 			return fmt.Errorf("perf map of process %d: %w", m.pid, err)
 		}
-		m.ids = &processIDs{nspid: st.NSPID, uid: st.UID}
+		m.ids = &st
 	}
 	f, err := m.open()
 	if err != nil {
@@ -140,12 +135,12 @@ func (m *Map) refreshLocked() error {
 		return fmt.Errorf("perf map of process %d: %w", m.pid, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is not a regular file (mode %#o): refused", m.pid, m.ids.nspid, st.Mode)
+		return fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is not a regular file (mode %#o): refused", m.pid, m.ids.NSPID, st.Mode)
 	}
 	// Only the process itself (or root) may speak for it: another user
 	// of a shared /tmp must not name a process's code.
-	if st.Uid != 0 && st.Uid != m.ids.uid {
-		return fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is owned by uid %d, the process runs as uid %d: refused", m.pid, m.ids.nspid, st.Uid, m.ids.uid)
+	if st.Uid != 0 && st.Uid != m.ids.UID {
+		return fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is owned by uid %d, the process runs as uid %d: refused", m.pid, m.ids.NSPID, st.Uid, m.ids.UID)
 	}
 	id := [2]uint64{st.Dev, st.Ino}
 	if id != m.file || st.Size < m.offset {
@@ -162,7 +157,7 @@ func (m *Map) refreshLocked() error {
 // open opens tmp/perf-NSPID.map inside the process's root, refusing
 // symlinks and paths out of it (procfile.OpenInRoot).
 func (m *Map) open() (*os.File, error) {
-	return procfile.OpenInRoot(filepath.Join(m.procRoot, strconv.Itoa(m.pid)), fmt.Sprintf("tmp/perf-%d.map", m.ids.nspid))
+	return procfile.OpenInRoot(filepath.Join(m.procRoot, strconv.Itoa(m.pid)), fmt.Sprintf("tmp/perf-%d.map", m.ids.NSPID))
 }
 
 // readLocked parses the file from m.offset to size, at most

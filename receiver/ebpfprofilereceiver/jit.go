@@ -34,6 +34,12 @@ const javaPerfMapTimeout = 30 * time.Second
 type jitSymbols struct {
 	m        *perfmap.Map
 	reported atomic.Bool // its problems were logged once
+	// hotSpot: the program maps libjvm.so; notHotSpot: the snapshot found
+	// without it (a later read may find it: the java launcher loads it
+	// after its start). Its samples are named on the drain's path, so the
+	// mappings are looked at once per snapshot, not per sample.
+	hotSpot    atomic.Bool
+	notHotSpot atomic.Pointer[symbolize.Process]
 
 	// The requests to a HotSpot JVM to write its map (java_perf_map).
 	askMu     sync.Mutex
@@ -107,18 +113,26 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	if j != nil && !j.reported.Load() {
 		r.reportPerfMap(proc, j)
 	}
-	if unnamed > 0 && r.cfg.JavaPerfMap && isHotSpot(proc.snapshot) {
+	if unnamed > 0 && r.cfg.JavaPerfMap && j.isHotSpot(proc.snapshot) {
 		r.askJVMForPerfMap(proc, j)
 	}
 }
 
-// isHotSpot reports whether the process maps HotSpot's libjvm.so.
-func isHotSpot(p *symbolize.Process) bool {
+// isHotSpot reports whether the program maps HotSpot's libjvm.so.
+func (j *jitSymbols) isHotSpot(p *symbolize.Process) bool {
+	if j.hotSpot.Load() {
+		return true
+	}
+	if j.notHotSpot.Load() == p {
+		return false
+	}
 	for i := range p.Mappings {
 		if filepath.Base(p.Mappings[i].Path) == "libjvm.so" {
+			j.hotSpot.Store(true)
 			return true
 		}
 	}
+	j.notHotSpot.Store(p)
 	return false
 }
 
