@@ -136,6 +136,9 @@ enum event_kind {
 	EVENT_EXEC = 2,
 	EVENT_EXIT = 3,
 	EVENT_MAPS_CHANGED = 4,
+	// A code object on a walked CPython process's stack for the first
+	// time (python_walk.h): user space reads it while the process lives.
+	EVENT_PY_CODE = 5,
 };
 
 struct lifecycle_event {
@@ -149,6 +152,8 @@ struct lifecycle_event {
 	// The process's command name (its thread-group leader's comm), so a
 	// process that exits before user space reads /proc still gets a name.
 	char comm[16];
+	// EVENT_PY_CODE: the code object's address; 0 for the other kinds.
+	__u64 code;
 };
 
 // Sizes below are placeholders: the loader sets max_entries from the config
@@ -362,9 +367,10 @@ static __always_inline struct lifecycle_event *reserve_event(struct sample_stats
 	return ev;
 }
 
-static __always_inline void submit_event(struct lifecycle_event *ev, __u32 kind, struct task_struct *task)
+static __always_inline void submit_event(struct lifecycle_event *ev, __u32 kind, struct task_struct *task, __u64 code)
 {
 	ev->kind = kind;
+	ev->code = code;
 	ev->pid = task->tgid;
 	ev->start_ns = task->group_leader->start_boottime;
 	__builtin_memset(ev->comm, 0, sizeof(ev->comm));
@@ -377,7 +383,7 @@ static __always_inline void emit(struct sample_stats *st, __u32 kind, struct tas
 	struct lifecycle_event *ev = reserve_event(st);
 
 	if (ev)
-		submit_event(ev, kind, task);
+		submit_event(ev, kind, task, 0);
 }
 
 // stack_hash mixes a stack's frames into 64 bits (FNV-1a over words, then a
@@ -802,7 +808,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 			bpf_ringbuf_discard(ev, 0);
 			return 0;
 		}
-		submit_event(ev, EVENT_SEEN, task);
+		submit_event(ev, EVENT_SEEN, task, 0);
 	} else if (*known_vm != exec_vm &&
 		   __sync_lock_test_and_set(known_vm, exec_vm) != exec_vm) {
 		// Only the CPU that stores the new size reports it.

@@ -19,6 +19,11 @@
 // User space resolves code objects (name, file, line) and splices each
 // run of Python frames in at the matching _PyEval_EvalFrameDefault native
 // frame. Nothing is resolved here: the walk reads a handful of pointers.
+// Names are read from the process's memory, which is gone once it exits,
+// and samples reach user space only at the interval's drain: a script that
+// runs a few seconds and exits would lose every Python frame. So the first
+// time a code object is on a process's stack, the walk reports it
+// (EVENT_PY_CODE) and user space reads it within milliseconds.
 //
 // Which thread state: CPython keeps one PyThreadState per thread in a list
 // per interpreter; its thread_id is pthread_self(), which on x86-64 glibc
@@ -68,6 +73,52 @@ struct {
 volatile const __u32 python_walk = 0;
 
 const struct py_proc *unused_py_proc __attribute__((unused));
+
+struct py_code_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 code;
+};
+
+// Code objects already reported with EVENT_PY_CODE, with the start time of
+// the process they were reported for (a reused pid is another process).
+// LRU: a forgotten one is reported again, which user space answers from
+// its cache.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct py_code_key);
+	__type(value, __u64);
+} py_codes_reported SEC(".maps");
+
+// report_py_code sends code to user space unless it was sent for this
+// process before. The entry is made only once the record is taken: with the
+// ring full the next sample tries again.
+static __always_inline void report_py_code(__u64 code)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct py_code_key k = {};
+	struct lifecycle_event *ev;
+	struct sample_stats *st;
+	__u64 start, *reported;
+
+	if (!task)
+		return;
+	k.tgid = task->tgid;
+	k.code = code;
+	start = task->group_leader->start_boottime;
+	reported = bpf_map_lookup_elem(&py_codes_reported, &k);
+	if (reported && *reported == start)
+		return;
+	st = stats_for(active_set & 1);
+	if (!st)
+		return;
+	ev = reserve_event(st);
+	if (!ev)
+		return;
+	submit_event(ev, EVENT_PY_CODE, task, code);
+	bpf_map_update_elem(&py_codes_reported, &k, &start, BPF_ANY);
+}
 
 struct py_walk {
 	struct stack_trace *t;
@@ -134,6 +185,8 @@ static long py_frame_step(__u64 i, void *ctx)
 		flags |= 2;
 	t->ips[n] = win[0] | flags; // win[0]: f_code
 	t->ips[n + 1] = win[instr_at];
+	if (!(flags & 2)) // a shim frame is never shown
+		report_py_code(win[0]);
 	w->frames = i + 1;
 	w->frame = win[prev_at];
 	return 0;

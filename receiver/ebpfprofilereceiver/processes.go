@@ -733,7 +733,7 @@ func (t *processTable) read(pid int, start uint64, comm string) *processEntry {
 		t.onRead(pid, e.snapshot)
 	}
 	if py := t.python.Load(); py != nil && e.snapshot != nil {
-		py.attach(e.snapshot)
+		py.attach(e.snapshot, e.startTime)
 	}
 	return e
 }

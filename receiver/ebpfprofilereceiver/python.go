@@ -30,7 +30,17 @@ type pythonFrames struct {
 
 	mu       sync.Mutex
 	binaries map[fileid.ID]pythonBinary
-	procs    map[int]*python.Process
+	procs    map[int]*pythonProcess
+}
+
+// pythonProcess is a walked process's code objects, and what they were
+// read for: a read of the same process again (its mappings changed: an
+// extension module loaded) keeps them.
+type pythonProcess struct {
+	*python.Process
+	in    *python.Interpreter
+	bias  uint64
+	start uint64 // the process's start time: a reused pid is another process
 }
 
 // pythonBinary is what a mapped file turned out to be.
@@ -50,13 +60,14 @@ const maxPythonBinaries = 256
 
 func newPythonFrames(s *sampler.Sampler, sym *symbolize.Symbolizer, logger *zap.Logger, processes metric.Int64Counter) *pythonFrames {
 	return &pythonFrames{sampler: s, symbolizer: sym, logger: logger, processes: processes,
-		binaries: map[fileid.ID]pythonBinary{}, procs: map[int]*python.Process{}}
+		binaries: map[fileid.ID]pythonBinary{}, procs: map[int]*pythonProcess{}}
 }
 
 // attach looks for a CPython interpreter among snap's mappings and turns
 // the kernel's frame walk on for the process, or off when there is none
-// (an exec may have replaced a Python program).
-func (p *pythonFrames) attach(snap *symbolize.Process) {
+// (an exec may have replaced a Python program). start is the process's
+// start time.
+func (p *pythonFrames) attach(snap *symbolize.Process, start uint64) {
 	pid := snap.PID
 	for i, m := range snap.Mappings {
 		if m.OpenErr != "" || !python.MaybeInterpreter(m.Path) {
@@ -74,21 +85,41 @@ func (p *pythonFrames) attach(snap *symbolize.Process) {
 		if !ok {
 			continue
 		}
+		// The process is known before the kernel walks it: the walk's
+		// first samples report their code objects (readCode) at once.
+		p.mu.Lock()
+		if old := p.procs[pid]; old == nil || old.in != b.in || old.bias != bias || old.start != start {
+			if old != nil {
+				_ = old.Close()
+			}
+			p.procs[pid] = &pythonProcess{Process: python.NewProcess("/proc", pid, b.in, bias), in: b.in, bias: bias, start: start}
+		}
+		p.mu.Unlock()
 		err := p.sampler.SetPythonProcess(uint32(pid), sampler.NewPythonProcess(b.in.RuntimeVA+bias, b.in.Offsets))
 		if err != nil {
 			p.logger.Info("python: cannot walk this process's frames", zap.Int("pid", pid), zap.Error(err))
 			break
 		}
 		p.count("walked")
-		p.mu.Lock()
-		if old := p.procs[pid]; old != nil {
-			_ = old.Close()
-		}
-		p.procs[pid] = python.NewProcess("/proc", pid, b.in, bias)
-		p.mu.Unlock()
 		return
 	}
 	p.detach(pid)
+}
+
+// readCode reads code object code of process pid into its cache when the
+// kernel first finds it on one of the process's stacks
+// (sampler.EventPythonCode). Frames are named at the interval's drain,
+// from the process's memory: a process that exited by then (a script that
+// ran a few seconds, a test run) has none left to read, and its cached
+// code objects are what names its frames.
+func (p *pythonFrames) readCode(pid int, code uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if proc := p.procs[pid]; proc != nil {
+		// An error (not a code object, the process just exited) leaves the
+		// drain to try, as without this read.
+		_, _ = proc.Resolve(code, 0, time.Time{})
+	}
 }
 
 func (p *pythonFrames) count(outcome string) {
@@ -211,15 +242,15 @@ func (t *processTable) setPython(p *pythonFrames) {
 		return
 	}
 	t.mu.Lock()
-	live := make([]*symbolize.Process, 0, len(t.entries))
+	live := make([]*processEntry, 0, len(t.entries))
 	for _, e := range t.entries {
 		if e.exitedAt.IsZero() && e.snapshot != nil {
-			live = append(live, e.snapshot)
+			live = append(live, e)
 		}
 	}
 	t.mu.Unlock()
-	for _, snap := range live {
-		p.attach(snap)
+	for _, e := range live {
+		p.attach(e.snapshot, e.startTime)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
@@ -107,12 +108,76 @@ func TestPython313FramesWithoutHelp(t *testing.T) {
 	checkPythonFrames(t, pythonVersion(t, 3, 13))
 }
 
+// TestPythonFramesOfAnExitedProcess: a Python program that exits before
+// the interval ends (a script, a test run on a CI runner) keeps its Python
+// frames. They are named at the drain, from the process's memory, which is
+// gone by then: the code objects were read when the kernel first found
+// them on a stack. The interval is longer than the test, so the only
+// drain is the receiver's last, after the program exited. The receiver
+// reads the process again while it runs, as a library it loads (a C
+// extension module) makes it do: the code objects read before are kept.
+func TestPythonFramesOfAnExitedProcess(t *testing.T) {
+	py, err := exec.LookPath("/usr/bin/python3.11")
+	if err != nil {
+		t.Fatalf("Debian's python3.11 is needed: %v", err)
+	}
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	cfg.Interval = time.Hour
+	script := filepath.Join(t.TempDir(), "split.py")
+	if err := os.WriteFile(script, []byte(splitPyZlib), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, sink := startReceiver(t, cfg)
+	run := startRuntime(t, py, script, "8")
+	run.runGated(t, r)
+	pid := run.cmd.Process.Pid
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	rereads := 0
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		var last *processEntry
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				// A new entry: the process was read again.
+				if e := r.procs.refresh(pid, time.Now()); e != nil && e != last {
+					rereads++
+					last = e
+				}
+			}
+		}
+	}()
+	measured := run.measured(t)
+	close(stop)
+	<-stopped
+	if rereads < 2 {
+		t.Fatalf("the process was read again %d times while it ran, want ≥ 2", rereads)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := sink.AllProfiles()
+	t.Logf("read again %d times while it ran", rereads)
+	checkPythonSplit(t, cfg, splitRun{cmd: run.cmd, script: script, measured: measured, profiles: all, tally: testworkload.TallyProcess(all, pid)})
+}
+
 // checkPythonFrames runs splitPyZlib on the interpreter py and checks the
 // targets.
 func checkPythonFrames(t *testing.T, py string) {
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
-	res := runSplit(t, cfg, "split.py", splitPyZlib, py)
+	checkPythonSplit(t, cfg, runSplit(t, cfg, "split.py", splitPyZlib, py))
+}
+
+// checkPythonSplit checks what a receiver configured with cfg saw of a run
+// of splitPyZlib.
+func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
+	t.Helper()
 	tl := res.tally
 	// Python frames are named like any other function (no suffix).
 	inFunc := map[string]int64{}

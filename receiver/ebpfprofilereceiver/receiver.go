@@ -374,6 +374,10 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 		case sampler.EventExit:
 			r.procs.exited(pid, time.Now())
 			r.traceCtx.event(ev)
+		case sampler.EventPythonCode:
+			if py := r.procs.python.Load(); py != nil {
+				py.readCode(pid, ev.Code)
+			}
 		}
 		r.procs.eventHandled(ev)
 	}

@@ -40,6 +40,7 @@ type cpuProfileLifecycleEvent struct {
 	Pid     uint32
 	StartNs uint64
 	Comm    [16]int8
+	Code    uint64
 }
 
 type cpuProfileProcUnwind struct {
@@ -47,6 +48,13 @@ type cpuProfileProcUnwind struct {
 	N   uint32
 	Pad uint32
 	M   [64]cpuProfileUnwindMapping
+}
+
+type cpuProfilePyCodeKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Code uint64
 }
 
 type cpuProfilePyProc struct {
@@ -140,6 +148,7 @@ const (
 	cpuProfileMapInExec               = "in_exec"
 	cpuProfileMapProcUnwindScratch    = "proc_unwind_scratch"
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
+	cpuProfileMapPyCodesReported      = "py_codes_reported"
 	cpuProfileMapPyProcs              = "py_procs"
 	cpuProfileMapSeenPids             = "seen_pids"
 	cpuProfileMapStackScratch         = "stack_scratch"
@@ -233,6 +242,7 @@ type cpuProfileMapSpecs struct {
 	InExec            *ebpf.MapSpec `ebpf:"in_exec"`
 	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.MapSpec `ebpf:"proc_unwinds"`
+	PyCodesReported   *ebpf.MapSpec `ebpf:"py_codes_reported"`
 	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
 	SeenPids          *ebpf.MapSpec `ebpf:"seen_pids"`
 	StackScratch      *ebpf.MapSpec `ebpf:"stack_scratch"`
@@ -296,6 +306,7 @@ type cpuProfileMaps struct {
 	InExec            *ebpf.Map `ebpf:"in_exec"`
 	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.Map `ebpf:"proc_unwinds"`
+	PyCodesReported   *ebpf.Map `ebpf:"py_codes_reported"`
 	PyProcs           *ebpf.Map `ebpf:"py_procs"`
 	SeenPids          *ebpf.Map `ebpf:"seen_pids"`
 	StackScratch      *ebpf.Map `ebpf:"stack_scratch"`
@@ -321,6 +332,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.InExec,
 		m.ProcUnwindScratch,
 		m.ProcUnwinds,
+		m.PyCodesReported,
 		m.PyProcs,
 		m.SeenPids,
 		m.StackScratch,

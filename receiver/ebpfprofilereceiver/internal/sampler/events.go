@@ -33,6 +33,10 @@ const (
 	// since its last sample (the dynamic loader at start, dlopen, unloaded
 	// code); its mappings are worth reading again.
 	EventMapsChanged EventKind = 4
+	// EventPythonCode: a code object (Code) was on a walked CPython
+	// process's stack for the first time: read it now, while the process
+	// lives, since its samples are symbolized only at the interval's end.
+	EventPythonCode EventKind = 5
 )
 
 func (k EventKind) String() string {
@@ -45,6 +49,8 @@ func (k EventKind) String() string {
 		return "exit"
 	case EventMapsChanged:
 		return "maps_changed"
+	case EventPythonCode:
+		return "python_code"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -61,6 +67,8 @@ type ProcEvent struct {
 	// event (at most 15 bytes): the name of a process that exits before
 	// its /proc files can be read.
 	Comm string
+	// Code is the code object's address (EventPythonCode).
+	Code uint64
 }
 
 // lifecycleEventSize is sizeof(struct lifecycle_event), and commOffset
@@ -69,6 +77,8 @@ type ProcEvent struct {
 const (
 	lifecycleEventSize = int(unsafe.Sizeof(cpuProfileLifecycleEvent{}))
 	commOffset         = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.Comm))
+	commEnd            = commOffset + len(cpuProfileLifecycleEvent{}.Comm)
+	codeOffset         = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.Code))
 )
 
 // nsPerClockTick converts the kernel's start_boottime to /proc's clock
@@ -157,7 +167,8 @@ func (s *Sampler) forward(raw []byte) bool {
 		Kind:      EventKind(binary.NativeEndian.Uint32(raw[0:4])),
 		PID:       binary.NativeEndian.Uint32(raw[4:8]),
 		StartTime: binary.NativeEndian.Uint64(raw[8:16]) / nsPerClockTick,
-		Comm:      unix.ByteSliceToString(raw[commOffset:lifecycleEventSize]),
+		Comm:      unix.ByteSliceToString(raw[commOffset:commEnd]),
+		Code:      binary.NativeEndian.Uint64(raw[codeOffset : codeOffset+8]),
 	}
 	select {
 	case s.events <- ev:
