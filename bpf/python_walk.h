@@ -83,10 +83,11 @@ struct py_code_key {
 // Code objects already reported with EVENT_PY_CODE, with the start time of
 // the process they were reported for (a reused pid is another process).
 // LRU: a forgotten one is reported again, which user space answers from
-// its cache.
+// its cache. 4,096 entries are about 360 KB of kernel memory, charged to
+// the agent's cgroup.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, 4096);
 	__type(key, struct py_code_key);
 	__type(value, __u64);
 } py_codes_reported SEC(".maps");

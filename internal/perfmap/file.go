@@ -32,6 +32,11 @@ type Map struct {
 	refreshed time.Time
 	stats     Stats
 	lastErr   error
+	// held is the map file last opened, kept open until Close: once the
+	// process exits, /proc no longer leads to it, and what the runtime
+	// wrote since the last read is read from it. closed: Close ran.
+	held   *os.File
+	closed bool
 }
 
 // Stats says what a Map has read and refused.
@@ -105,42 +110,123 @@ func (m *Map) Path() string {
 	return fmt.Sprintf("/tmp/perf-%d.map", m.ids.NSPID)
 }
 
-func (m *Map) refreshLocked() error {
-	m.refreshed = time.Now()
-	if m.ids == nil {
-		st, err := procfile.ReadStatus(filepath.Join(m.procRoot, strconv.Itoa(m.pid), "status"))
-		if errors.Is(err, os.ErrNotExist) {
-			// The process exited before its map was first looked for
-			// (a short-lived program of a busy node): there is no map to
-			// read and nothing to report.
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("perf map of process %d: %w", m.pid, err)
-		}
-		m.ids = &st
+// Hold opens the process's perf map now, while the process runs, if it
+// has one and none is open yet. The map is read when samples are named, at
+// the end of an interval: a program that exited by then (a script or a
+// test run of a few seconds) can no longer be reached through /proc, and
+// is read from the file held. Without a map yet, a later Hold tries again.
+func (m *Map) Hold() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held != nil || m.closed {
+		return nil
+	}
+	if found, err := m.readIDsLocked(); !found || err != nil {
+		return err
 	}
 	f, err := m.open()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
-		m.stats.Present = false
-		if errors.Is(err, os.ErrNotExist) {
-			return nil // no JIT runtime writing one (yet): not an error
-		}
 		return fmt.Errorf("perf map of process %d: %w", m.pid, err)
 	}
-	defer f.Close()
-	m.stats.Present = true
+	if _, err := m.checkLocked(f); err != nil {
+		f.Close()
+		return err
+	}
+	m.held = f
+	return nil
+}
+
+// Held reports whether the map file is open (Hold, or a read).
+func (m *Map) Held() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held != nil
+}
+
+// Close releases the map file. The entries read stay.
+func (m *Map) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	if m.held == nil {
+		return nil
+	}
+	err := m.held.Close()
+	m.held = nil
+	return err
+}
+
+// readIDsLocked reads the process's own pid and uid once; found is false
+// when the process is gone.
+func (m *Map) readIDsLocked() (found bool, err error) {
+	if m.ids != nil {
+		return true, nil
+	}
+	st, err := procfile.ReadStatus(filepath.Join(m.procRoot, strconv.Itoa(m.pid), "status"))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("perf map of process %d: %w", m.pid, err)
+	}
+	m.ids = &st
+	return true, nil
+}
+
+// checkLocked refuses a map file that is not a regular file or that neither
+// the process's user nor root owns.
+func (m *Map) checkLocked(f *os.File) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return fmt.Errorf("perf map of process %d: %w", m.pid, err)
+		return st, fmt.Errorf("perf map of process %d: %w", m.pid, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is not a regular file (mode %#o): refused", m.pid, m.ids.NSPID, st.Mode)
+		return st, fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is not a regular file (mode %#o): refused", m.pid, m.ids.NSPID, st.Mode)
 	}
 	// Only the process itself (or root) may speak for it: another user
 	// of a shared /tmp must not name a process's code.
 	if st.Uid != 0 && st.Uid != m.ids.UID {
-		return fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is owned by uid %d, the process runs as uid %d: refused", m.pid, m.ids.NSPID, st.Uid, m.ids.UID)
+		return st, fmt.Errorf("perf map of process %d: /tmp/perf-%d.map is owned by uid %d, the process runs as uid %d: refused", m.pid, m.ids.NSPID, st.Uid, m.ids.UID)
+	}
+	return st, nil
+}
+
+func (m *Map) refreshLocked() error {
+	m.refreshed = time.Now()
+	if found, err := m.readIDsLocked(); !found || err != nil {
+		// Not found: the process exited before its map was first looked
+		// for (a short-lived program of a busy node) and none was held:
+		// there is no map to read and nothing to report.
+		return err
+	}
+	f, err := m.open()
+	switch {
+	case err == nil && m.closed:
+		defer f.Close()
+	case err == nil:
+		// The file the path names now is the one to keep.
+		if m.held != nil {
+			m.held.Close()
+		}
+		m.held = f
+	case m.held != nil && errors.Is(err, os.ErrNotExist):
+		// The process exited (or removed its map): what it wrote is in
+		// the file held.
+		f = m.held
+	case errors.Is(err, os.ErrNotExist):
+		m.stats.Present = false
+		return nil // no JIT runtime writing one (yet): not an error
+	default:
+		m.stats.Present = false
+		return fmt.Errorf("perf map of process %d: %w", m.pid, err)
+	}
+	m.stats.Present = true
+	st, err := m.checkLocked(f)
+	if err != nil {
+		return err
 	}
 	id := [2]uint64{st.Dev, st.Ino}
 	if id != m.file || st.Size < m.offset {

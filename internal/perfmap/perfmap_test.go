@@ -352,3 +352,59 @@ func TestMapOfExitedProcess(t *testing.T) {
 		t.Fatalf("exited process: %+v %v", st, err)
 	}
 }
+
+// A process that exits before its map is first read (a script of a few
+// seconds; the agent reads maps at the end of an interval): what it wrote
+// until its end is read from the file Hold opened while it ran, which /proc
+// no longer leads to. Close releases the file and ends holding.
+func TestMapHeldAfterProcessExit(t *testing.T) {
+	procRoot, tmp := fakeProc(t, 21, 21, os.Getuid())
+	path := filepath.Join(tmp, "perf-21.map")
+	m := New(procRoot, 21, DefaultLimits)
+	if err := m.Hold(); err != nil || m.Held() {
+		t.Fatalf("no map yet: held %v, error %v", m.Held(), err)
+	}
+	appendFile(t, path, "100 10 early\n")
+	if err := m.Hold(); err != nil || !m.Held() {
+		t.Fatalf("map written: held %v, error %v", m.Held(), err)
+	}
+	appendFile(t, path, "200 10 late\n")
+	// The process exits: its /proc directory goes, and the way to its /tmp.
+	if err := os.RemoveAll(filepath.Join(procRoot, "21")); err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[uint64]string{0x105: "early", 0x205: "late"} {
+		if name := lookupName(m, addr); name != want {
+			t.Errorf("after the exit, %#x named %q, want %q", addr, name, want)
+		}
+	}
+	if st, err := m.Stats(); !st.Present || st.Symbols != 2 || err != nil {
+		t.Errorf("after the exit: %+v %v", st, err)
+	}
+	if err := m.Close(); err != nil || m.Held() {
+		t.Fatalf("Close: held %v, error %v", m.Held(), err)
+	}
+	if name := lookupName(m, 0x105); name != "early" {
+		t.Errorf("entries read before Close: %#x named %q", 0x105, name)
+	}
+}
+
+// A map read once (at an interval's end) stays open: what the runtime
+// appends in its last interval is read after it exited.
+func TestMapReadStaysOpenForTheLastInterval(t *testing.T) {
+	procRoot, tmp := fakeProc(t, 22, 22, os.Getuid())
+	path := filepath.Join(tmp, "perf-22.map")
+	appendFile(t, path, "100 10 first\n")
+	m := New(procRoot, 22, DefaultLimits)
+	defer m.Close()
+	if name := lookupName(m, 0x105); name != "first" {
+		t.Fatalf("first read: %q", name)
+	}
+	appendFile(t, path, "200 10 last\n")
+	if err := os.RemoveAll(filepath.Join(procRoot, "22")); err != nil {
+		t.Fatal(err)
+	}
+	if name := lookupName(m, 0x205); name != "last" {
+		t.Errorf("entry written in the last interval: %q", name)
+	}
+}

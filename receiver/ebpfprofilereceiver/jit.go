@@ -27,6 +27,16 @@ const javaPerfMapEvery = 2 * time.Minute
 // JVM's writing of its map.
 const javaPerfMapTimeout = 30 * time.Second
 
+// perfMapLookWaits are the waits before each look for a process's perf map
+// after its first read (holdPerfMap), the last about 5 s after it, each
+// look up to perfMapLookEvery late. Node.js wrote its map 70 ms after its
+// start here, later on a loaded machine; most processes of a busy node are
+// gone before the first look.
+var perfMapLookWaits = []time.Duration{250 * time.Millisecond, 750 * time.Millisecond, 4 * time.Second}
+
+// perfMapLookEvery is how often the looks that are due are taken.
+const perfMapLookEvery = 250 * time.Millisecond
+
 // jitSymbols is a process's perf map (JIT runtimes: Node.js, Java, .NET,
 // Python -X perf), opened the first time one of its stacks has a frame in
 // memory no file backs. It lives as long as the program: a refreshed
@@ -56,6 +66,7 @@ type jitSymbols struct {
 // create is removed (HotSpot leaves it behind when it exits, and JVMs that
 // come and go, a CI runner's builds, would leave one each in their /tmp).
 func (j *jitSymbols) close() {
+	_ = j.m.Close()
 	j.askMu.Lock()
 	f := j.written
 	j.written, j.closed = nil, true
@@ -70,11 +81,15 @@ func (e *processEntry) jitFor(pid int) *jitSymbols {
 	if j := e.jit.Load(); j != nil {
 		return j
 	}
-	j := &jitSymbols{m: perfmap.New("/proc", pid, perfmap.DefaultLimits)}
+	j := newJITSymbols(pid)
 	if e.jit.CompareAndSwap(nil, j) {
 		return j
 	}
 	return e.jit.Load()
+}
+
+func newJITSymbols(pid int) *jitSymbols {
+	return &jitSymbols{m: perfmap.New("/proc", pid, perfmap.DefaultLimits)}
 }
 
 // nameJITFrames names the user frames the symbolizer could not resolve in
@@ -228,8 +243,133 @@ func (r *profileReceiver) reportPerfMap(proc *processEntry, j *jitSymbols) {
 // backs (where JIT runtimes put generated code), or unknown (mapped after
 // the process was last read).
 func anonymousCode(m *profilebuilder.Mapping) bool {
-	if m == nil {
+	return m == nil || anonymousPath(m.File)
+}
+
+// anonymousPath reports whether a mapping's path is memory no file backs.
+func anonymousPath(path string) bool {
+	return path == "" || strings.HasPrefix(path, "[anon") || strings.HasPrefix(path, "//anon")
+}
+
+// holdPerfMap opens pid's perf map, if it writes one, while the process
+// runs (perfmap.Map.Hold): its samples are named at the interval's drain,
+// and a program that exited by then (a Node.js script or test run of a few
+// seconds) can no longer be reached through /proc. It is called after each
+// read of the process, for a process with executable memory no file backs
+// (a JIT runtime's code), and a few times in the seconds after the process
+// was first read (lookAgain: started is its start time), whatever its
+// memory: a runtime writes its map and maps its code after its start
+// (Node.js here: 70 and 100 ms), and a code mapping that is writable too
+// (V8's) is not a change of executable memory the kernel reports. done is
+// true when there is nothing more to look for: the map is open, or the
+// process is gone.
+func (t *processTable) holdPerfMap(pid int, lookAgain bool, started uint64) (done bool) {
+	t.mu.Lock()
+	e := t.entries[pid]
+	if e == nil || (lookAgain && e.startTime != started) || !e.exitedAt.IsZero() || e.snapshot == nil {
+		t.mu.Unlock()
 		return true
 	}
-	return m.File == "" || strings.HasPrefix(m.File, "[anon") || strings.HasPrefix(m.File, "//anon")
+	// Made while the entry is in the table: an entry closed after this
+	// closes its perf map too, and Hold on a closed map does nothing.
+	j := e.jit.Load()
+	if j == nil && hasAnonymousCode(e.snapshot) {
+		j = e.jitFor(pid)
+	}
+	t.mu.Unlock()
+	if j == nil && !lookAgain {
+		return false
+	}
+	if j == nil {
+		// Kept only when there is a map to hold: most processes have none.
+		j = newJITSymbols(pid)
+		if err := j.m.Hold(); err != nil || !j.m.Held() {
+			j.close()
+			return false
+		}
+		t.mu.Lock()
+		e = t.entries[pid] // a re-read meanwhile replaced the entry
+		kept := e != nil && e.startTime == started && e.jit.CompareAndSwap(nil, j)
+		t.mu.Unlock()
+		if !kept {
+			j.close()
+		}
+		return true
+	}
+	if err := j.m.Hold(); err != nil {
+		t.logger.Debug("hold perf map", zap.Int("pid", pid), zap.Error(err))
+	}
+	return j.m.Held()
+}
+
+// perfMapLook is a look for a process's perf map to come (holdPerfMap).
+type perfMapLook struct {
+	pid   int
+	start uint64 // the process's start time
+	at    time.Time
+	n     int // index into perfMapLookWaits
+}
+
+// maxPerfMapLooks bounds the looks waiting: a look goes at its first turn
+// when the process is gone, as most on a busy node are.
+const maxPerfMapLooks = 4096
+
+// lookForPerfMapLater has holdPerfMap look for pid's perf map at each of
+// perfMapLookWaits after now, until it is done. One timer serves every
+// process, every perfMapLookEvery while looks wait: a timer per process
+// would wake the agent for each of the processes a busy node starts.
+func (t *processTable) lookForPerfMapLater(pid int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.entries[pid]
+	if e == nil || t.closed || len(t.perfMapLooks) >= maxPerfMapLooks {
+		return
+	}
+	t.perfMapLooks = append(t.perfMapLooks, perfMapLook{pid: pid, start: e.startTime, at: time.Now().Add(perfMapLookWaits[0])})
+	if t.perfMapTimer == nil {
+		t.perfMapTimer = time.AfterFunc(perfMapLookEvery, t.lookForPerfMaps)
+	}
+}
+
+// lookForPerfMaps takes the looks that are due.
+func (t *processTable) lookForPerfMaps() {
+	now := time.Now()
+	t.mu.Lock()
+	var due []perfMapLook
+	waiting := t.perfMapLooks[:0]
+	for _, l := range t.perfMapLooks {
+		if l.at.After(now) {
+			waiting = append(waiting, l)
+		} else {
+			due = append(due, l)
+		}
+	}
+	t.perfMapLooks = waiting
+	t.mu.Unlock()
+	var again []perfMapLook
+	for _, l := range due {
+		if !t.holdPerfMap(l.pid, true, l.start) && l.n+1 < len(perfMapLookWaits) {
+			l.n++
+			l.at = now.Add(perfMapLookWaits[l.n])
+			again = append(again, l)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.perfMapLooks = append(t.perfMapLooks, again...)
+	if len(t.perfMapLooks) == 0 || t.closed {
+		t.perfMapLooks, t.perfMapTimer = nil, nil
+		return
+	}
+	t.perfMapTimer = time.AfterFunc(perfMapLookEvery, t.lookForPerfMaps)
+}
+
+// hasAnonymousCode reports whether p maps executable memory no file backs.
+func hasAnonymousCode(p *symbolize.Process) bool {
+	for i := range p.Mappings {
+		if anonymousPath(p.Mappings[i].Path) {
+			return true
+		}
+	}
+	return false
 }

@@ -353,10 +353,31 @@ func TestNodeJITFramesNamedFromPerfMap(t *testing.T) {
 	checkScriptSplit(t, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
 }
 
+// TestNodeJITFramesOfAnExitedProcess: a Node.js program that exits before
+// the interval ends (a script, a test run on a CI runner) keeps its JIT
+// frames' names. The drain reads the perf map after the program exited,
+// when /proc no longer leads to the file: it reads the file the receiver
+// opened while the program ran. The interval is longer than the test, so
+// the only drain is the receiver's last.
+func TestNodeJITFramesOfAnExitedProcess(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
+	}
+	cfg := testConfig()
+	cfg.Interval = time.Hour
+	checkScriptSplitWith(t, cfg, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
+}
+
 // checkScriptSplit runs a designed-split script (runSplit) and checks
 // the split and hotA's source file.
 func checkScriptSplit(t *testing.T, name, source string, argv ...string) {
-	cfg := testConfig()
+	checkScriptSplitWith(t, testConfig(), name, source, argv...)
+}
+
+// checkScriptSplitWith is checkScriptSplit with the receiver's
+// configuration cfg.
+func checkScriptSplitWith(t *testing.T, cfg *Config, name, source string, argv ...string) {
 	cfg.TraceContext.Enabled = false
 	res := runSplit(t, cfg, name, source, argv...)
 	minSamples := int64(0.25 * testworkload.ExpectedSamples(res.cmd, cfg.FrequencyHz))

@@ -133,6 +133,9 @@ type processTable struct {
 	// together once the burst (a dynamic loader at work) settles.
 	refreshDue   map[int]struct{}
 	refreshTimer *time.Timer
+	// perfMapLooks wait for perfMapTimer (lookForPerfMapLater).
+	perfMapLooks []perfMapLook
+	perfMapTimer *time.Timer
 	// lastDrain is when the previous drain began: an exited process is
 	// dropped only once a whole drain began after its exit was reported.
 	lastDrain time.Time
@@ -432,6 +435,7 @@ func (t *processTable) refreshChanged() {
 		t.mu.Unlock()
 		if due {
 			t.refresh(pid, now)
+			t.holdPerfMap(pid, false, 0)
 		}
 	}
 }

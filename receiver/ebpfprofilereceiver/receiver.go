@@ -363,6 +363,8 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 		switch ev.Kind {
 		case sampler.EventSeen:
 			r.procs.seen(pid, ev.StartTime, ev.Comm)
+			r.procs.holdPerfMap(pid, false, 0)
+			r.procs.lookForPerfMapLater(pid)
 		case sampler.EventExec:
 			// A process read after its exec keeps what was read, trace
 			// context markers included.

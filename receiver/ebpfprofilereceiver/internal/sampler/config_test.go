@@ -40,7 +40,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestEventKindString(t *testing.T) {
-	for k, want := range map[EventKind]string{EventSeen: "seen", EventExec: "exec", EventExit: "exit", EventMapsChanged: "maps_changed", 9: "EventKind(9)"} {
+	for k, want := range map[EventKind]string{EventSeen: "seen", EventExec: "exec", EventExit: "exit", EventMapsChanged: "maps_changed", EventPythonCode: "python_code", 9: "EventKind(9)"} {
 		if got := k.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", k, got, want)
 		}
