@@ -121,22 +121,9 @@ func (m *Map) Hold() error {
 	if m.held != nil || m.closed {
 		return nil
 	}
-	if found, err := m.readIDsLocked(); !found || err != nil {
-		return err
-	}
-	f, err := m.open()
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("perf map of process %d: %w", m.pid, err)
-	}
-	if _, err := m.checkLocked(f); err != nil {
-		f.Close()
-		return err
-	}
-	m.held = f
-	return nil
+	// A read keeps the file it opens.
+	m.lastErr = m.refreshLocked()
+	return m.lastErr
 }
 
 // Held reports whether the map file is open (Hold, or a read).

@@ -81,15 +81,11 @@ func (e *processEntry) jitFor(pid int) *jitSymbols {
 	if j := e.jit.Load(); j != nil {
 		return j
 	}
-	j := newJITSymbols(pid)
+	j := &jitSymbols{m: perfmap.New("/proc", pid, perfmap.DefaultLimits)}
 	if e.jit.CompareAndSwap(nil, j) {
 		return j
 	}
 	return e.jit.Load()
-}
-
-func newJITSymbols(pid int) *jitSymbols {
-	return &jitSymbols{m: perfmap.New("/proc", pid, perfmap.DefaultLimits)}
 }
 
 // nameJITFrames names the user frames the symbolizer could not resolve in
@@ -273,28 +269,12 @@ func (t *processTable) holdPerfMap(pid int, lookAgain bool, started uint64) (don
 	// Made while the entry is in the table: an entry closed after this
 	// closes its perf map too, and Hold on a closed map does nothing.
 	j := e.jit.Load()
-	if j == nil && hasAnonymousCode(e.snapshot) {
+	if j == nil && (lookAgain || hasAnonymousCode(e.snapshot)) {
 		j = e.jitFor(pid)
 	}
 	t.mu.Unlock()
-	if j == nil && !lookAgain {
-		return false
-	}
 	if j == nil {
-		// Kept only when there is a map to hold: most processes have none.
-		j = newJITSymbols(pid)
-		if err := j.m.Hold(); err != nil || !j.m.Held() {
-			j.close()
-			return false
-		}
-		t.mu.Lock()
-		e = t.entries[pid] // a re-read meanwhile replaced the entry
-		kept := e != nil && e.startTime == started && e.jit.CompareAndSwap(nil, j)
-		t.mu.Unlock()
-		if !kept {
-			j.close()
-		}
-		return true
+		return false
 	}
 	if err := j.m.Hold(); err != nil {
 		t.logger.Debug("hold perf map", zap.Int("pid", pid), zap.Error(err))
