@@ -67,6 +67,9 @@ type Table struct {
 type fdeRef struct {
 	lo, hi uint64
 	off    uint64 // offset of the FDE in data
+	// before is the start of the FDE emitted just before this one in the
+	// section, when both share a CIE (0: none), for Fragment.
+	before uint64
 }
 
 type cie struct {
@@ -82,6 +85,10 @@ var errTruncated = errors.New("truncated .eh_frame")
 // New indexes section, the contents of .eh_frame loaded at address addr.
 func New(section []byte, addr uint64) (*Table, error) {
 	t := &Table{data: section, addr: addr, cies: map[uint64]*cie{}}
+	// The last FDE's start and CIE, in section order: the compiler emits a
+	// function's split-off part right after it, under the same CIE (one
+	// per compilation unit); the linker's entries (.plt) have their own.
+	var before, beforeCIE uint64
 	for off := uint64(0); off < uint64(len(section)); {
 		length, hdr, err := t.entryLength(off)
 		if err != nil {
@@ -124,7 +131,12 @@ func New(section []byte, addr uint64) (*Table, error) {
 			// rows out of order, gap rows below earlier ones. Such an FDE
 			// is skipped; the rest of the section stays usable.
 			if n > 0 && lo+n > lo {
-				t.fdes = append(t.fdes, fdeRef{lo: lo, hi: lo + n, off: off})
+				f := fdeRef{lo: lo, hi: lo + n, off: off}
+				if cieOff == beforeCIE {
+					f.before = before
+				}
+				t.fdes = append(t.fdes, f)
+				before, beforeCIE = lo, cieOff
 			}
 		}
 		off = end
@@ -137,7 +149,7 @@ func New(section []byte, addr uint64) (*Table, error) {
 func (t *Table) FDEs() int { return len(t.fdes) }
 
 // Size is the index's heap footprint in bytes (the section is not counted).
-func (t *Table) Size() int { return len(t.fdes)*24 + len(t.cies)*64 + 64 }
+func (t *Table) Size() int { return len(t.fdes)*32 + len(t.cies)*64 + 64 }
 
 // entryLength reads the length field at off: the length of the rest of the
 // entry and the size of the length field itself.
@@ -332,6 +344,32 @@ func (t *Table) CFA(pc uint64) (rule Rule, ok bool, err error) {
 func (t *Table) FunctionStart(pc uint64) (start uint64, ok bool) {
 	f, ok := t.fde(pc)
 	return f.lo, ok
+}
+
+// Fragment reports whether the FDE covering pc describes a piece of a
+// function that does not begin there, and returns the start of the FDE
+// emitted just before it. A function's own entry has its return address
+// on top of the stack (the CFA is rsp+8 at its first instruction); a piece
+// split off a function starts in the middle of its frame. GCC splits the
+// rarely run blocks of a function into a separate part (name.cold, in
+// .text.unlikely, with an FDE of its own emitted right after the
+// function's), and a profile-guided build can put most of a function
+// there: Debian's CPython 3.14 runs its eval loop in
+// _PyEval_EvalFrameDefault.cold. Only an FDE under the same CIE as the one
+// before it counts.
+func (t *Table) Fragment(pc uint64) (before uint64, ok bool, err error) {
+	f, ok := t.fde(pc)
+	if !ok || f.before == 0 {
+		return 0, false, nil
+	}
+	st, err := t.eval(f, f.lo, nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("FDE at %#x: %w", f.off, err)
+	}
+	if entry := !st.CFA.Expr && st.CFA.Register == RegRSP && st.CFA.Offset == 8; entry {
+		return 0, false, nil
+	}
+	return f.before, true, nil
 }
 
 // fde returns the FDE whose range covers pc.

@@ -69,6 +69,9 @@ type SymbolTable struct {
 	ehOnce  sync.Once
 	eh      *ehframe.Table
 	ehBytes atomic.Int64 // heap of eh once built, for Size
+	// textLo and textHi bound .text: a function's cold part is there
+	// (the compiler's .text.unlikely goes into it), never in .plt.
+	textLo, textHi uint64
 
 	// debugFile is the separate debug file whose symbols were merged in
 	// ("" when none was used).
@@ -232,6 +235,9 @@ func parseImage(data []byte) (t *SymbolTable, err error) {
 	t.amd64 = ef.Machine == elf.EM_X86_64
 	if sec := ef.Section(".eh_frame"); t.amd64 && sec != nil && sec.Type != elf.SHT_NOBITS && sec.Offset+sec.Size <= uint64(len(data)) {
 		t.ehFrame, t.ehAddr = data[sec.Offset:sec.Offset+sec.Size], sec.Addr
+	}
+	if sec := ef.Section(".text"); sec != nil {
+		t.textLo, t.textHi = sec.Addr, sec.Addr+sec.Size
 	}
 	return t, nil
 }
@@ -630,7 +636,9 @@ func (t *SymbolTable) Lookup(addr uint64) (Symbol, bool) {
 // that one for native code). The Go pclntab wins inside Go text; elsewhere
 // the nearest function symbol below addr that contains it (symbols of
 // unknown size extend to the next symbol). Nothing is appended when addr
-// does not resolve.
+// does not resolve. Code that no symbol covers but that a named function
+// split off (its cold part, see coldPart) is that function's, named
+// function.cold as GCC names it.
 func (t *SymbolTable) LookupInline(addr uint64, out []Symbol) []Symbol {
 	if t.gopc != nil {
 		if lo, hi := t.gopc.Range(); addr >= lo && addr < hi {
@@ -641,8 +649,42 @@ func (t *SymbolTable) LookupInline(addr uint64, out []Symbol) []Symbol {
 	}
 	if sym, ok := t.lookupELF(addr); ok {
 		out = append(out, sym)
+	} else if sym, ok := t.coldPart(addr); ok {
+		out = append(out, sym)
 	}
 	return out
+}
+
+// coldPart names addr when no symbol does and its unwind entry describes
+// the split-off part of the function whose entry GCC emitted just before
+// it (ehframe.Table.Fragment) and a symbol names, in .text: the symbol table of a
+// stripped binary lists the function, never its .cold part, whose frames
+// would otherwise be an address.
+func (t *SymbolTable) coldPart(addr uint64) (sym Symbol, ok bool) {
+	if addr < t.textLo || addr >= t.textHi {
+		return Symbol{}, false
+	}
+	var parent uint64
+	if t.guard(func() {
+		if eh := t.ehTable(); eh != nil {
+			parent, ok, _ = eh.Fragment(addr)
+		}
+	}) != nil || !ok {
+		return Symbol{}, false
+	}
+	i, found := slices.BinarySearch(t.addrs, parent)
+	if !found {
+		return Symbol{}, false // the part before it is no named function's entry
+	}
+	if sym, ok = t.lookupELF(parent); !ok || t.isPLT(i) {
+		return Symbol{}, false
+	}
+	sym.Function += ".cold"
+	sym.File, sym.Line = "", 0
+	if t.lines != nil {
+		sym.File, sym.Line = t.lineOf(addr)
+	}
+	return sym, true
 }
 
 func (t *SymbolTable) lookupELF(addr uint64) (sym Symbol, ok bool) {
