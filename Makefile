@@ -23,7 +23,10 @@ COLLECTOR := $(BIN)/otelcol-hotpath
 RUN_DIR ?= var/run
 DEPS_STAMP := .deps-installed
 
-APT_PACKAGES := bash-completion clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless
+APT_PACKAGES := bash-completion clang llvm libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless curl gpgv xz-utils debian-archive-keyring
+# CPYTHON_ROOTS holds Debian's CPython 3.14 and 3.15, each in a root of its
+# own (scripts/cpython-roots.sh), whose frames the receiver's tests walk.
+CPYTHON_ROOTS ?= $(HOME)/.cache/hotpath/cpython
 
 .PHONY: all deps build collector generate check-generated run stop test test-unit test-race test-deploy lint bench soak clean
 
@@ -151,7 +154,8 @@ test-race: deps
 # end.
 test: check-generated lint build test-race test-deploy
 	@[ "$$(id -u)" = 0 ] || { echo "make test must run as root: the eBPF tests load real BPF programs"; exit 1; }
-	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath $(GO) test -tags privileged -count=1 -timeout 30m ./...
+	./scripts/cpython-roots.sh $(CPYTHON_ROOTS)
+	HOTPATH_COLLECTOR=$(CURDIR)/$(COLLECTOR) HOTPATH_CLI=$(CURDIR)/$(BIN)/hotpath HOTPATH_CPYTHON_ROOTS=$(CPYTHON_ROOTS) $(GO) test -tags privileged -count=1 -timeout 30m ./...
 	@for m in $(SDK_MODULES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
 	BENCH_SMOKE=1 ./scripts/bench.sh
 

@@ -13,7 +13,7 @@
 //                   when the frame is the entry frame of its
 //                   _PyEval_EvalFrameDefault call (3.11: the first Python
 //                   frame of the next native eval frame follows it); bit 1
-//                   set for the shim frame (3.12, 3.13) between two eval calls
+//                   set for the shim frame (3.12 on) between two eval calls
 //   ips[n+2+2k]     the frame's last executed instruction (prev_instr; 3.13: instr_ptr)
 //
 // User space resolves code objects (name, file, line) and splices each
@@ -56,9 +56,17 @@ struct py_proc {
 
 #define PY_NO_FIELD 0xffff
 // _PyInterpreterFrame.owner of the shim frame CPython 3.12 pushes at each
-// _PyEval_EvalFrameDefault entry (FRAME_OWNED_BY_CSTACK); 3.11 has no such
-// owner value and marks the entry frame itself (is_entry).
-#define PY_OWNED_BY_CSTACK 3
+// _PyEval_EvalFrameDefault entry (FRAME_OWNED_BY_CSTACK in 3.12 and 3.13,
+// FRAME_OWNED_BY_INTERPRETER from 3.14 on, both 3); 3.11 has no such owner
+// value and marks the entry frame itself (is_entry). An owner above it
+// (3.14's FRAME_OWNED_BY_CSTACK) is no Python function either.
+#define PY_OWNED_BY_SHIM 3
+
+// PY_TAG_BITS: from 3.14 on f_executable is a _PyStackRef, a pointer whose
+// low bits tag how it is counted (Py_TAG_BITS, 3 in a build with the GIL);
+// before, a plain pointer. An object is aligned to at least 8 bytes, so
+// the bits are never part of the address.
+#define PY_TAG_BITS 3ULL
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -133,7 +141,7 @@ struct py_walk {
 // read at once, from f_code on (py_proc.frame_window: user space checks the
 // fields it needs lie in it). One read per frame instead of four: each
 // bpf_probe_read_user costs more than the rest of the step.
-#define PY_FRAME_WINDOW 72
+#define PY_FRAME_WINDOW 80
 
 // py_frame_step records one interpreter frame and moves to its caller.
 static long py_frame_step(__u64 i, void *ctx)
@@ -142,11 +150,11 @@ static long py_frame_step(__u64 i, void *ctx)
 	struct stack_trace *t = w->t;
 	struct py_proc *pp = w->pp;
 	// One word more than is read: the verifier bounds a computed index by
-	// its maximum (71 for a byte index), not by the word it rounds to.
+	// its maximum (79 for a byte index), not by the word it rounds to.
 	__u64 win[PY_FRAME_WINDOW / 8 + 1] = {};
 	__u32 prev_at, instr_at, at;
 	__u64 size; // 64-bit: a 32-bit one is checked on a zero-extended copy
-	__u64 flags = 0;
+	__u64 flags = 0, code;
 	// The slot comes from the loop index, never from a count kept in w:
 	// a value stored there is tracked exactly and the verifier would
 	// re-check this callback for every frame (see unwind_step).
@@ -182,12 +190,13 @@ static long py_frame_step(__u64 i, void *ctx)
 	at = (__u32)(pp->frame_owner - pp->frame_code);
 	if (at >= PY_FRAME_WINDOW)
 		return 1;
-	if (((win[at / 8] >> (8 * (at % 8))) & 0xff) == PY_OWNED_BY_CSTACK)
+	if (((win[at / 8] >> (8 * (at % 8))) & 0xff) >= PY_OWNED_BY_SHIM)
 		flags |= 2;
-	t->ips[n] = win[0] | flags; // win[0]: f_code
+	code = win[0] & ~PY_TAG_BITS; // win[0]: f_code (f_executable)
+	t->ips[n] = code | flags;
 	t->ips[n + 1] = win[instr_at];
 	if (!(flags & 2)) // a shim frame is never shown
-		report_py_code(win[0]);
+		report_py_code(code);
 	w->frames = i + 1;
 	w->frame = win[prev_at];
 	return 0;

@@ -69,7 +69,7 @@ type Config struct {
 	// pointers and are counted.
 	MaxUnwindTableMiB int `mapstructure:"max_unwind_table_mib"`
 	// PythonFrames (unwinding: auto) walks the interpreter frames of
-	// CPython 3.11, 3.12 and 3.13 processes in the kernel and names them (README:
+	// CPython 3.11 to 3.15 processes in the kernel and names them (README:
 	// "CPython frames"). false leaves Python processes native-only, as with
 	// unwinding: frame_pointer: no walk in the kernel, no reads of their
 	// memory.

@@ -403,18 +403,26 @@ type splitRun struct {
 func runSplit(t *testing.T, cfg *Config, name, source string, argv ...string) splitRun {
 	t.Helper()
 	script := filepath.Join(t.TempDir(), name)
+	return runSplitIn(t, cfg, script, script, source, argv...)
+}
+
+// runSplitIn is runSplit for a program that sees its files under another
+// root (chroot): source is written at the host's path script and given to
+// the interpreter as shown.
+func runSplitIn(t *testing.T, cfg *Config, script, shown, source string, argv ...string) splitRun {
+	t.Helper()
 	if err := os.WriteFile(script, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r, sink := startReceiver(t, cfg)
-	run := startRuntime(t, append(argv, script, "8")...)
+	run := startRuntime(t, append(argv, shown, "8")...)
 	run.runGated(t, r)
 	measured := run.measured(t)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	all := sink.AllProfiles()
-	return splitRun{cmd: run.cmd, script: script, measured: measured, profiles: all, tally: testworkload.TallyProcess(all, run.cmd.Process.Pid)}
+	return splitRun{cmd: run.cmd, script: shown, measured: measured, profiles: all, tally: testworkload.TallyProcess(all, run.cmd.Process.Pid)}
 }
 
 // TestJavaJITFramesNamedFromPerfMap: HotSpot writes its perf map on

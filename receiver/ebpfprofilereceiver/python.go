@@ -192,7 +192,9 @@ func (p *pythonFrames) close() {
 // first, kernel frames, then user frames) where they ran: each run of
 // Python frames up to an entry frame (3.11) or a shim frame (3.12, not
 // shown) goes just leafward of the matching
-// _PyEval_EvalFrameDefault native frame, innermost first. Runs the native
+// _PyEval_EvalFrameDefault native frame, innermost first (or its .cold
+// part, where Debian's CPython 3.14 and 3.15, built with profile guidance,
+// run the loop). Runs the native
 // stack has no eval frame for (it ended early) go at the root end. A frame
 // whose code object cannot be read stays out: no frame rather than a wrong
 // one.
@@ -210,7 +212,7 @@ func (p *pythonFrames) interleave(pid int, frames []profilebuilder.Frame, py []s
 			f := py[next]
 			next++
 			if f.Shim {
-				return // 3.12: the frames before it were this eval call's
+				return // 3.12 on: the frames before it were this eval call's
 			}
 			if pf, err := proc.Resolve(f.Code, f.Instr, notBefore); err == nil {
 				out = append(out, profilebuilder.Frame{Function: pf.Function, File: pf.File, Line: int64(pf.Line), Kind: profilebuilder.Python})
@@ -221,7 +223,7 @@ func (p *pythonFrames) interleave(pid int, frames []profilebuilder.Frame, py []s
 		}
 	}
 	for _, f := range frames {
-		if f.Kind != profilebuilder.Kernel && f.Function == "_PyEval_EvalFrameDefault" {
+		if f.Kind != profilebuilder.Kernel && (f.Function == "_PyEval_EvalFrameDefault" || f.Function == "_PyEval_EvalFrameDefault.cold") {
 			run()
 		}
 		out = append(out, f)

@@ -108,6 +108,44 @@ func TestPython313FramesWithoutHelp(t *testing.T) {
 	checkPythonFrames(t, pythonVersion(t, 3, 13))
 }
 
+// TestPython314FramesWithoutHelp: the same with Debian's CPython 3.14
+// (f_executable a tagged _PyStackRef, the shim frame owned by the
+// interpreter, another _Py_DebugOffsets layout), run in a root of its own
+// as a container's process is: the binary and its libraries are read
+// through /proc/PID/root.
+func TestPython314FramesWithoutHelp(t *testing.T) {
+	checkRootPythonFrames(t, "3.14")
+}
+
+// TestPython315FramesWithoutHelp: the same with Debian's CPython 3.15.
+func TestPython315FramesWithoutHelp(t *testing.T) {
+	checkRootPythonFrames(t, "3.15")
+}
+
+// checkRootPythonFrames runs the split under CPython version (a root that
+// scripts/cpython-roots.sh made, under $HOTPATH_CPYTHON_ROOTS) with chroot.
+func checkRootPythonFrames(t *testing.T, version string) {
+	dir := os.Getenv("HOTPATH_CPYTHON_ROOTS")
+	if dir == "" {
+		t.Skip("HOTPATH_CPYTHON_ROOTS is not set: make test installs Debian's CPython 3.14 and 3.15 there (scripts/cpython-roots.sh)")
+	}
+	root := filepath.Join(dir, version)
+	py := "/usr/bin/python" + version
+	if _, err := os.Stat(filepath.Join(root, py)); err != nil {
+		t.Fatalf("no CPython %s in %s (scripts/cpython-roots.sh %s installs it): %v", version, root, dir, err)
+	}
+	scripts, err := os.MkdirTemp(filepath.Join(root, "tmp"), "split-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(scripts) })
+	shown := filepath.Join("/tmp", filepath.Base(scripts), "split.py")
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	res := runSplitIn(t, cfg, filepath.Join(scripts, "split.py"), shown, splitPyZlib, "chroot", root, py)
+	checkPythonSplit(t, cfg, res)
+}
+
 // TestPythonFramesOfAnExitedProcess: a Python program that exits before
 // the interval ends (a script, a test run on a CI runner) keeps its Python
 // frames. They are named at the drain, from the process's memory, which is
@@ -181,7 +219,7 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 	tl := res.tally
 	// Python frames are named like any other function (no suffix).
 	inFunc := map[string]int64{}
-	var inPython, withZlib, total int64
+	var inPython, withZlib, total, outsideEval int64
 	for stack, n := range tl.Folded {
 		frames := testworkload.UserFrames(stack)
 		total += n
@@ -195,6 +233,11 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 		}
 		if found != "" {
 			inFunc[found] += n
+			// Python frames go in at the native eval frame that ran
+			// them; without one they would end up at the root.
+			if !strings.Contains(stack, "_PyEval_EvalFrameDefault") {
+				outsideEval += n
+			}
 		}
 		// The interpreter's samples after the gate opened (wait_for_go
 		// spins before it).
@@ -212,6 +255,10 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 	minSamples := int64(0.25 * testworkload.ExpectedSamples(res.cmd, cfg.FrequencyHz))
 	if named < minSamples {
 		t.Fatalf("only %d samples in dispatch → timed → hotA/hotB/hotC (want ≥ %d); top:%s", named, minSamples, tl.Top(8))
+	}
+	// A native stack the unwinder cut short (rare) has no eval frame.
+	if outsideEval*50 > named {
+		t.Errorf("%d of the %d samples in dispatch → timed → hot function have no _PyEval_EvalFrameDefault native frame (want ≤ 2 %%); top:%s", outsideEval, named, tl.Top(8))
 	}
 	share := float64(named) / float64(inPython)
 	t.Logf("dispatch → timed → hot function in %.3f of the interpreter's samples (%d of %d); hotC reaches deflate in %d of %d; top:%s", share, named, inPython, withZlib, inFunc["hotC"], tl.Top(3))

@@ -3,6 +3,7 @@ package python
 import (
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -82,8 +83,8 @@ func TestDebugOffsetsMatchDWARF(t *testing.T) {
 		}
 	}
 	// The layout read is 3.13's: its size is the struct's.
-	if st, err := dwarfStruct(d, "_Py_DebugOffsets"); err != nil || st.ByteSize != int64(debugOffsets313.size) {
-		t.Errorf("sizeof(_Py_DebugOffsets) = %v (%v), the reader assumes %d", st, err, debugOffsets313.size)
+	if st, err := dwarfStruct(d, "_Py_DebugOffsets"); err != nil || st.ByteSize != int64(debugOffsetsLayouts[13].size) {
+		t.Errorf("sizeof(_Py_DebugOffsets) = %v (%v), the reader assumes %d", st, err, debugOffsetsLayouts[13].size)
 	}
 	// 3.13 removed _PyCFrame: the thread state points at the frame.
 	if _, err := dwarfOffset(d, []string{"_PyCFrame", "current_frame"}); err == nil {
@@ -118,8 +119,8 @@ func TestDebugOffsetsRefused(t *testing.T) {
 	if _, err := debugOffsets(f, in.RuntimeVA+8, version); err == nil {
 		t.Error("data without the cookie was accepted")
 	}
-	if _, err := debugOffsets(f, in.RuntimeVA, version&^0xff0000|14<<16); err == nil {
-		t.Error("3.14 was read with 3.13's layout")
+	if _, err := debugOffsets(f, in.RuntimeVA, version&^0xff0000|16<<16); err == nil {
+		t.Error("3.16, whose layout is not known, was read")
 	}
 	saved := knownOffsets
 	knownOffsets = nil
@@ -143,4 +144,56 @@ func findSymbol(t *testing.T, f *elf.File, name string) uint64 {
 		t.Fatalf("no symbol %s", name)
 	}
 	return want[name]
+}
+
+// TestDebugOffsetsOfLaterVersions: Debian's CPython 3.14 and 3.15 (the
+// roots scripts/cpython-roots.sh makes under $HOTPATH_CPYTHON_ROOTS; make
+// test sets it) are read with their versions' layouts, and the offsets
+// read are those of the structures as each version's headers define them
+// (pycore_interpframe_structs.h, cpython/unicodeobject.h, bytesobject.h,
+// worked out by hand): a field of the layout at a wrong place would read
+// another field's value.
+func TestDebugOffsetsOfLaterVersions(t *testing.T) {
+	dir := os.Getenv("HOTPATH_CPYTHON_ROOTS")
+	if dir == "" {
+		t.Skip("HOTPATH_CPYTHON_ROOTS is not set: make test installs Debian's CPython 3.14 and 3.15 there (scripts/cpython-roots.sh)")
+	}
+	for _, minor := range []int{14, 15} {
+		path := filepath.Join(dir, fmt.Sprintf("3.%d/usr/bin/python3.%d", minor, minor))
+		f, err := elf.Open(path)
+		if err != nil {
+			t.Fatalf("scripts/cpython-roots.sh %s installs it: %v", dir, err)
+		}
+		in, err := Inspect(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		o := in.Offsets
+		if in.Minor != minor || !o.NoCFrame {
+			t.Errorf("%s: %s, NoCFrame %v", path, in, o.NoCFrame)
+		}
+		// _PyInterpreterFrame: f_executable, previous, f_funcobj,
+		// f_globals, f_builtins, f_locals, frame_obj, instr_ptr,
+		// stackpointer (8 bytes each), return_offset (2), owner (1).
+		// PyObject: ob_refcnt, ob_type; PyVarObject adds ob_size;
+		// PyBytesObject ob_shash then ob_sval; PyASCIIObject: the
+		// object header, length, hash, state (4, padded to 8).
+		for name, got := range map[string][2]uint16{
+			"f_executable": {o.FrameCode, 0}, "previous": {o.FramePrevious, 8},
+			"instr_ptr": {o.FramePrevInstr, 56}, "owner": {o.FrameOwner, 74},
+			"ob_type": {o.ObjectType, 8}, "ob_size": {o.VarObjectSize, 16}, "ob_sval": {o.BytesData, 32},
+			"length": {o.UnicodeLength, 16}, "state": {o.UnicodeState, 32},
+			"sizeof(PyASCIIObject)": {o.UnicodeASCIIData, 40}, "sizeof(PyCompactUnicodeObject)": {o.UnicodeData, 56},
+		} {
+			if got[0] != got[1] {
+				t.Errorf("3.%d: %s at %d, the headers put it at %d", minor, name, got[0], got[1])
+			}
+		}
+		// The thread state's and code object's layouts are long; their
+		// fields must at least be distinct and inside the structures.
+		if o.TStateNext == o.TStateThreadID || o.TStateThreadID == o.TStateCFrame || o.CodeQualName <= o.CodeFilename || o.CodeAdaptive <= o.CodeLineTable {
+			t.Errorf("3.%d: implausible offsets %+v", minor, o)
+		}
+	}
 }

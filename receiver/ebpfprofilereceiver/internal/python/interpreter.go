@@ -6,7 +6,7 @@
 //
 // Offsets come from a table keyed by minor version (3.11, 3.12), checked
 // against the DWARF of a real build of that version in the tests, or, for
-// 3.13, from the _Py_DebugOffsets the build wrote into its own _PyRuntime
+// 3.13 and later, from the _Py_DebugOffsets the build wrote into its own _PyRuntime
 // (debugoffsets.go). A CPython with neither is reported (ErrUnknownVersion)
 // and stays native-only: wrong offsets would give wrong frames.
 package python

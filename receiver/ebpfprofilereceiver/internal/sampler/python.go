@@ -38,7 +38,7 @@ const NoField = 0xffff
 
 // frameWindow is the most of a frame the kernel reads at once, from
 // f_code on (PY_FRAME_WINDOW in bpf/python_walk.h).
-const frameWindow = 72
+const frameWindow = 80
 
 // PythonMarker separates a user stack's native frames from the Python
 // frames the kernel appended (code object | entry bit, last instruction
@@ -135,7 +135,7 @@ func (s *Sampler) DeletePythonProcess(pid uint32) error {
 type PythonFrame struct {
 	Code, Instr uint64
 	Entry       bool
-	// Shim is CPython 3.12's placeholder frame at each eval entry: not a
+	// Shim is the placeholder frame CPython 3.12 and later push at each eval entry: not a
 	// Python function; the frames after it belong to the next eval frame.
 	Shim bool
 }
