@@ -14,7 +14,7 @@
 //                   _PyEval_EvalFrameDefault call (3.11: the first Python
 //                   frame of the next native eval frame follows it); bit 1
 //                   set for the shim frame (3.12 on) between two eval calls
-//   ips[n+2+2k]     the frame's last executed instruction (prev_instr; 3.13: instr_ptr)
+//   ips[n+2+2k]     the frame's last executed instruction (prev_instr; 3.13 on: instr_ptr)
 //
 // User space resolves code objects (name, file, line) and splices each
 // run of Python frames in at the matching _PyEval_EvalFrameDefault native

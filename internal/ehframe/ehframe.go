@@ -87,7 +87,7 @@ func New(section []byte, addr uint64) (*Table, error) {
 	t := &Table{data: section, addr: addr, cies: map[uint64]*cie{}}
 	// The last FDE's start and CIE, in section order: the compiler emits a
 	// function's split-off part right after it, under the same CIE (one
-	// per compilation unit); the linker's entries (.plt) have their own.
+	// per compilation unit, or one the linker merged identical ones into).
 	var before, beforeCIE uint64
 	for off := uint64(0); off < uint64(len(section)); {
 		length, hdr, err := t.entryLength(off)

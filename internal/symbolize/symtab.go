@@ -655,11 +655,12 @@ func (t *SymbolTable) LookupInline(addr uint64, out []Symbol) []Symbol {
 	return out
 }
 
-// coldPart names addr when no symbol does and its unwind entry describes
-// the split-off part of the function whose entry GCC emitted just before
-// it (ehframe.Table.Fragment) and a symbol names, in .text: the symbol table of a
-// stripped binary lists the function, never its .cold part, whose frames
-// would otherwise be an address.
+// coldPart names addr when no symbol does, it is in .text (a function's
+// parts are; the linker's .plt, with unwind entries of its own, is not),
+// and its unwind entry describes the split-off part of the function whose
+// entry GCC emitted just before it (ehframe.Table.Fragment) and a symbol
+// names: the symbol table of a stripped binary lists the function, never
+// its .cold part, whose frames would otherwise be an address.
 func (t *SymbolTable) coldPart(addr uint64) (sym Symbol, ok bool) {
 	if addr < t.textLo || addr >= t.textHi {
 		return Symbol{}, false
