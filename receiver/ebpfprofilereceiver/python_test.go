@@ -256,9 +256,12 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 	if named < minSamples {
 		t.Fatalf("only %d samples in dispatch → timed → hotA/hotB/hotC (want ≥ %d); top:%s", named, minSamples, tl.Top(8))
 	}
-	// A native stack the unwinder cut short (rare) has no eval frame.
-	if outsideEval*50 > named {
-		t.Errorf("%d of the %d samples in dispatch → timed → hot function have no _PyEval_EvalFrameDefault native frame (want ≤ 2 %%); top:%s", outsideEval, named, tl.Top(8))
+	// A native stack the unwinder cut short has no eval frame: 3.12 had
+	// 3.8 % such samples in one CI run under make run's load. Without the
+	// eval frame found at all (3.14 before its .cold part was named) it
+	// was every one.
+	if outsideEval*10 > named {
+		t.Errorf("%d of the %d samples in dispatch → timed → hot function have no _PyEval_EvalFrameDefault native frame (want ≤ 10 %%); top:%s", outsideEval, named, tl.Top(8))
 	}
 	share := float64(named) / float64(inPython)
 	t.Logf("dispatch → timed → hot function in %.3f of the interpreter's samples (%d of %d); hotC reaches deflate in %d of %d; top:%s", share, named, inPython, withZlib, inFunc["hotC"], tl.Top(3))
