@@ -88,6 +88,11 @@ struct sample_stats {
 	__u64 events_lost;
 	__u64 traced; // samples that found a trace context
 	__u64 dwarf;  // user stacks unwound with unwind tables
+	// Frames outside the mappings user space gave a process, looked up
+	// in its memory map (find_vma_row), and how many of those found a
+	// loaded table.
+	__u64 vma_lookups;
+	__u64 vma_tables;
 };
 
 // Unwind rows, computed in user space from .eh_frame (internal/unwindtable):
@@ -125,10 +130,33 @@ struct unwind_mapping {
 	__u32 rows;
 };
 
+// Mappings the kernel found itself (find_vma_row): a frame outside every
+// mapping user space gave is looked up in the process's memory map, and
+// the answer is kept here. Room for a few: past that each such frame is
+// looked up again.
+#define MAX_FOUND_MAPPINGS 16
+
+// A mapping the kernel found. Walks on several CPUs may write one slot at
+// once (a process's threads, sampled together): check, a hash of the other
+// fields, tells a whole entry from one that mixes two writes or is being
+// written, which is ignored.
+struct found_mapping {
+	__u64 start;
+	__u64 end;
+	__u64 bias;
+	__u32 table;
+	__u32 rows; // 0: no table (anonymous memory, a file built with frame pointers or not analysed): frame pointers there
+	__u32 check;
+	__u32 _pad;
+};
+
 struct proc_unwind {
 	__u32 n;
-	__u32 _pad;
+	// How many found[] slots are taken. User space writes 0: a new set of
+	// mappings starts with nothing found.
+	__u32 found_n;
 	struct unwind_mapping m[MAX_UNWIND_MAPPINGS];
+	struct found_mapping found[MAX_FOUND_MAPPINGS];
 };
 
 enum event_kind {
@@ -249,9 +277,11 @@ struct {
 
 // Binaries whose unwind table user space has loaded, by file (the kernel's
 // device number, inode and modification time: an inode number is reused once
-// a deleted binary's file is gone, the time tells the new file apart): a process that execs one gets the table for its
-// own code at exec, so its stacks are whole from its first sample on, before
-// user space has read the process (the libraries come when it does).
+// a deleted binary's file is gone, the time tells the new file apart): a
+// process that execs one gets the table for its own code at exec, and its
+// frames in a library whose table is loaded find it through the process's
+// memory map (find_vma_row), so its stacks are whole from its first sample
+// on, before user space has read the process.
 struct exe_key {
 	__u64 dev;
 	__u64 ino;
@@ -260,9 +290,15 @@ struct exe_key {
 
 struct exe_unwind {
 	__u64 text_vaddr; // lowest ELF address of the executable segments
+	// The file offset at text_vaddr: a mapping of the file at offset o
+	// holds ELF address o - text_off + text_vaddr. NO_TEXT_OFF when the
+	// executable segments do not share one (such a file is found only at
+	// exec, from start_code).
+	__u64 text_off;
 	__u32 table;
 	__u32 rows;
 };
+#define NO_TEXT_OFF (~0ULL)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -438,12 +474,97 @@ struct user_unwind {
 	__u8 bp_lost; // a frame's rule said its caller's rbp is not recoverable
 };
 
+#define VM_EXEC 0x00000004
+#define PAGE_SHIFT 12
+
+// vma_find is what find_vma_row learns of the mapping that holds pc.
+struct vma_find {
+	struct unwind_mapping m;
+};
+
+// vma_found fills f with pc's mapping: its bounds always, its table when
+// its file has one loaded (exe_unwinds holds every loaded table's files,
+// libraries too).
+static long vma_found(struct task_struct *task, struct vm_area_struct *vma, struct vma_find *f)
+{
+	struct exe_key key = {};
+	struct exe_unwind *eu;
+	struct inode *inode;
+	struct file *file;
+
+	f->m.start = vma->vm_start;
+	f->m.end = vma->vm_end;
+	if (!(vma->vm_flags & VM_EXEC))
+		return 0;
+	file = vma->vm_file;
+	if (!file)
+		return 0;
+	// An overlayfs file's mapping holds the layer's file, whose inode is
+	// not the one /proc/PID/maps shows and user space keys by: such
+	// libraries are found when user space reads the process.
+	inode = file->f_inode;
+	key.dev = inode->i_sb->s_dev;
+	key.ino = inode->i_ino;
+	key.mtime_ns = inode->i_mtime_sec * 1000000000LL + inode->i_mtime_nsec;
+	eu = bpf_map_lookup_elem(&exe_unwinds, &key);
+	if (!eu || eu->text_off == NO_TEXT_OFF)
+		return 0;
+	// The ELF address at vm_start is its file offset's.
+	f->m.bias = vma->vm_start - ((vma->vm_pgoff << PAGE_SHIFT) - eu->text_off + eu->text_vaddr);
+	f->m.table = eu->table;
+	f->m.rows = eu->rows;
+	return 0;
+}
+
+static __always_inline __u32 found_check(__u64 start, __u64 end, __u64 bias, __u32 table, __u32 rows)
+{
+	__u64 h = (start ^ (end << 7) ^ (bias << 13) ^ ((__u64)table << 29) ^ rows) * 0x9e3779b97f4a7c15ULL;
+
+	return (__u32)(h >> 32) | 1; // never 0, an empty slot's
+}
+
+// find_vma_row finds the mapping of pc, outside every mapping user space
+// gave the process, in the process's memory map, and keeps it in pu's
+// found mappings. A library the process mapped since user space last read
+// it (a short-lived program's, all of them: it exits before it is read)
+// then unwinds with its table whenever another process loaded it. Returns
+// 0 when pc is not mapped or the map is busy (nothing kept). The lookups
+// are counted in the sampler's stats (a capture's too).
+static __always_inline int find_vma_row(struct proc_unwind *pu, __u64 pc, struct unwind_mapping *out)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct sample_stats *st = stats_for(active_set & 1);
+	struct vma_find f = {};
+	__u32 slot;
+
+	if (st)
+		__sync_fetch_and_add(&st->vma_lookups, 1);
+	if (bpf_find_vma(task, pc, vma_found, &f, 0) != 0 || !f.m.end)
+		return 0;
+	if (f.m.rows && st)
+		__sync_fetch_and_add(&st->vma_tables, 1);
+	*out = f.m;
+	slot = pu->found_n;
+	if (slot < MAX_FOUND_MAPPINGS) {
+		pu->found_n = slot + 1;
+		pu->found[slot].check = 0;
+		pu->found[slot].start = f.m.start;
+		pu->found[slot].end = f.m.end;
+		pu->found[slot].bias = f.m.bias;
+		pu->found[slot].table = f.m.table;
+		pu->found[slot].rows = f.m.rows;
+		pu->found[slot].check = found_check(f.m.start, f.m.end, f.m.bias, f.m.table, f.m.rows);
+	}
+	return 1;
+}
+
 // find_row returns the unwind row for the ELF address of pc in pu's
 // mappings, or NULL when none of them has one.
 static __always_inline struct unwind_row *find_row(struct proc_unwind *pu, __u64 pc)
 {
-	__u32 lo, hi, mid, idx, table = 0, nrows = 0, n = pu->n;
+	__u32 lo, hi, mid, idx, table = 0, nrows = 0, n = pu->n, found = 0;
 	__u64 bias = 0, va;
+	struct unwind_mapping vm;
 	void *rows;
 
 	// A linear scan: the verifier knows k exactly in each iteration. A
@@ -458,8 +579,31 @@ static __always_inline struct unwind_row *find_row(struct proc_unwind *pu, __u64
 			table = pu->m[k].table;
 			nrows = pu->m[k].rows;
 			bias = pu->m[k].bias;
+			found = 1;
 			break;
 		}
+	}
+	if (!found) {
+		n = pu->found_n;
+		for (int k = 0; k < MAX_FOUND_MAPPINGS; k++) {
+			if (k >= n)
+				break;
+			struct found_mapping fm = pu->found[k];
+
+			if (pc >= fm.start && pc < fm.end &&
+			    fm.check == found_check(fm.start, fm.end, fm.bias, fm.table, fm.rows)) {
+				table = fm.table;
+				nrows = fm.rows;
+				bias = fm.bias;
+				found = 1;
+				break;
+			}
+		}
+	}
+	if (!found && find_vma_row(pu, pc, &vm)) {
+		table = vm.table;
+		nrows = vm.rows;
+		bias = vm.bias;
 	}
 	if (!nrows)
 		return 0;

@@ -43,6 +43,10 @@ type SymbolTable struct {
 	// textVaddr is the lowest ELF address of the executable segments (0
 	// with none): where the kernel's ELF loader puts start_code.
 	textVaddr uint64
+	// textOff is the file offset at textVaddr, noTextOff when the
+	// executable segments lie at different distances from their file
+	// offsets (or there are none): see TextOffset.
+	textOff uint64
 
 	addrs    []uint64 // sorted symbol start addresses
 	sizes    []uint32 // 0: size unknown, the symbol extends to the next one (endAtSection)
@@ -188,6 +192,7 @@ func parseImage(data []byte) (t *SymbolTable, err error) {
 			other = append(other, seg)
 		}
 	}
+	t.textOff = textOffset(t.loads, t.textVaddr)
 	t.loads = append(t.loads, other...)
 
 	syms := &symbolCollector{ef: ef, data: data}
@@ -618,6 +623,35 @@ func (t *SymbolTable) FileOffset(vaddr uint64) (uint64, bool) {
 
 // TextVaddr is the lowest ELF address of the binary's executable segments.
 func (t *SymbolTable) TextVaddr() uint64 { return t.textVaddr }
+
+// noTextOff marks a SymbolTable without one text offset.
+const noTextOff = ^uint64(0)
+
+// TextOffset is the file offset at TextVaddr, when every executable segment
+// lies at the same distance from its file offsets, so that any offset a
+// mapping of the binary's code starts at turns into its ELF address the
+// same way: o - TextOffset + TextVaddr (the kernel's unwinder does this for
+// a mapping it finds itself). false when they do not, or there is none.
+func (t *SymbolTable) TextOffset() (uint64, bool) {
+	return t.textOff, t.textOff != noTextOff
+}
+
+// textOffset is TextOffset of exec, the executable segments, whose lowest
+// address is vaddr.
+func textOffset(exec []loadSegment, vaddr uint64) uint64 {
+	off := noTextOff
+	for _, l := range exec {
+		if l.vaddr == vaddr {
+			off = l.off
+		}
+	}
+	for _, l := range exec {
+		if off == noTextOff || l.vaddr-l.off != vaddr-off {
+			return noTextOff
+		}
+	}
+	return off
+}
 
 // Lookup resolves an ELF virtual address (as nm prints it) to the innermost
 // function there (for Go code inlined at addr, the inlined function; see

@@ -23,8 +23,20 @@ type cpuProfileExeKey struct {
 type cpuProfileExeUnwind struct {
 	_         structs.HostLayout
 	TextVaddr uint64
+	TextOff   uint64
 	Table     uint32
 	Rows      uint32
+}
+
+type cpuProfileFoundMapping struct {
+	_     structs.HostLayout
+	Start uint64
+	End   uint64
+	Bias  uint64
+	Table uint32
+	Rows  uint32
+	Check uint32
+	Pad   uint32
 }
 
 type cpuProfileGoTraceKey struct {
@@ -44,10 +56,11 @@ type cpuProfileLifecycleEvent struct {
 }
 
 type cpuProfileProcUnwind struct {
-	_   structs.HostLayout
-	N   uint32
-	Pad uint32
-	M   [64]cpuProfileUnwindMapping
+	_      structs.HostLayout
+	N      uint32
+	FoundN uint32
+	M      [64]cpuProfileUnwindMapping
+	Found  [16]cpuProfileFoundMapping
 }
 
 type cpuProfilePyCodeKey struct {
@@ -96,6 +109,8 @@ type cpuProfileSampleStats struct {
 	EventsLost         uint64
 	Traced             uint64
 	Dwarf              uint64
+	VmaLookups         uint64
+	VmaTables          uint64
 }
 
 type cpuProfileStackTrace struct {

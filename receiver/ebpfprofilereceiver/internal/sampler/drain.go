@@ -61,6 +61,11 @@ type Stats struct {
 	Traced uint64
 	// DWARF user stacks were unwound with unwind tables.
 	DWARF uint64
+	// VMALookups frames of such stacks lay outside the mappings user
+	// space gave their process and were looked up in its memory map;
+	// VMATables of them found a loaded table (a library the process
+	// mapped since it was read, or before: a short-lived program's).
+	VMALookups, VMATables uint64
 }
 
 func (s *Stats) add(o cpuProfileSampleStats) {
@@ -74,6 +79,8 @@ func (s *Stats) add(o cpuProfileSampleStats) {
 	s.LostEvents += o.EventsLost
 	s.Traced += o.Traced
 	s.DWARF += o.Dwarf
+	s.VMALookups += o.VmaLookups
+	s.VMATables += o.VmaTables
 }
 
 // drainScratch holds buffers reused across drains; only the returned

@@ -9,7 +9,7 @@
 // caller can read /proc/PID/maps while a process is still alive.
 package sampler
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind -type exe_key -type exe_unwind -type py_proc cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind -type found_mapping -type exe_key -type exe_unwind -type py_proc cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
 
 import (
 	"errors"

@@ -294,10 +294,21 @@ func (s *Sampler) DeleteProcessUnwindIfSet(pid uint32, ms []UnwindMapping) error
 	return nil
 }
 
-// SetExeUnwind makes every process that execs the file id unwind its own
-// code with table t from its first sample on; textVaddr is the lowest ELF
-// address of the file's executable segments.
-func (s *Sampler) SetExeUnwind(id fileid.ID, textVaddr uint64, t UnwindTable) error {
+// FileText is where a binary's code lies: Vaddr, the lowest ELF address of
+// its executable segments, and Offset, the file offset at Vaddr (valid when
+// OffsetKnown: every executable segment lies at the same distance from its
+// file offsets).
+type FileText struct {
+	Vaddr, Offset uint64
+	OffsetKnown   bool
+}
+
+// SetExeUnwind makes table t the file id's in the kernel: a process that
+// execs the file unwinds its own code with it from its first sample on, and
+// a process unwound with tables that maps the file (a library) finds it
+// through its memory map before user space has given it the process (with
+// text.OffsetKnown).
+func (s *Sampler) SetExeUnwind(id fileid.ID, text FileText, t UnwindTable) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -307,12 +318,18 @@ func (s *Sampler) SetExeUnwind(id fileid.ID, textVaddr uint64, t UnwindTable) er
 		return errNoDWARF
 	}
 	k := exeKey(id)
-	v := cpuProfileExeUnwind{TextVaddr: textVaddr, Table: t.ID, Rows: t.Rows}
+	v := cpuProfileExeUnwind{TextVaddr: text.Vaddr, TextOff: noTextOff, Table: t.ID, Rows: t.Rows}
+	if text.OffsetKnown {
+		v.TextOff = text.Offset
+	}
 	if err := s.objs.ExeUnwinds.Update(&k, &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("exec-time unwind table of %s: %w", id, err)
 	}
 	return nil
 }
+
+// noTextOff is NO_TEXT_OFF in cpu_profile.bpf.c.
+const noTextOff = ^uint64(0)
 
 // DeleteExeUnwind undoes SetExeUnwind (the table is being unloaded).
 func (s *Sampler) DeleteExeUnwind(id fileid.ID) error {

@@ -298,12 +298,12 @@ func TestExeUnwindAtExec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetExeUnwind(id, textVaddr, tab); err != nil {
+	if err := s.SetExeUnwind(id, FileText{Vaddr: textVaddr}, tab); err != nil {
 		t.Fatal(err)
 	}
 	stale := id
 	stale.Mtime++
-	if err := s.SetExeUnwind(stale, textVaddr, tab); err != nil {
+	if err := s.SetExeUnwind(stale, FileText{Vaddr: textVaddr}, tab); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteExeUnwind(stale); err != nil {

@@ -39,7 +39,7 @@ import (
 type Kernel interface {
 	LoadUnwindTable(rows []unwindtable.Row) (sampler.UnwindTable, error)
 	DeleteUnwindTable(id uint32) error
-	SetExeUnwind(id fileid.ID, textVaddr uint64, t sampler.UnwindTable) error
+	SetExeUnwind(id fileid.ID, text sampler.FileText, t sampler.UnwindTable) error
 	DeleteExeUnwind(id fileid.ID) error
 	SetProcessUnwind(pid uint32, ms []sampler.UnwindMapping) error
 	DeleteProcessUnwindIfSet(pid uint32, ms []sampler.UnwindMapping) error
@@ -107,19 +107,20 @@ type Unwinder struct {
 type binary struct {
 	path       string
 	contentKey string // its build, "" when unknown (SymbolTable.ContentKey)
-	// ids (the identities of its files, in binaries) and textVaddr let
-	// the kernel give a process that execs one of them the table at exec
-	// (Kernel.SetExeUnwind). Changed holding mu and binMu.
-	ids       []fileid.ID
-	textVaddr uint64
-	needs     bool                // built without frame pointers: needs a table; set before b is in binaries
-	table     sampler.UnwindTable // ID 0 while not loaded
-	inKernel  atomic.Bool         // table is loaded; readable holding binMu alone
-	users     int
-	lruElem   *list.Element
-	unused    time.Time         // when users last went to 0 (or the table was loaded), while in lru
-	seen      time.Time         // when a process's Attach last looked it up; guarded by binMu
-	pending   []unwindtable.Row // compiled while analysing, until loaded
+	// ids (the identities of its files, in binaries) and text let the
+	// kernel give a process that execs one of them the table at exec, and
+	// find it for one that maps one (Kernel.SetExeUnwind). Changed
+	// holding mu and binMu.
+	ids      []fileid.ID
+	text     sampler.FileText
+	needs    bool                // built without frame pointers: needs a table; set before b is in binaries
+	table    sampler.UnwindTable // ID 0 while not loaded
+	inKernel atomic.Bool         // table is loaded; readable holding binMu alone
+	users    int
+	lruElem  *list.Element
+	unused   time.Time         // when users last went to 0 (or the table was loaded), while in lru
+	seen     time.Time         // when a process's Attach last looked it up; guarded by binMu
+	pending  []unwindtable.Row // compiled while analysing, until loaded
 	// loading, while an Attach loads the table (without mu), is closed
 	// when it is done, loaded or not. Changed holding mu and binMu.
 	loading chan struct{}
@@ -570,7 +571,7 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, 
 		// Expire forgot it since: its rows are compiled again (loadTable).
 		v = &analysis{needs: true}
 	}
-	b := &binary{path: m.Path, contentKey: t.ContentKey(), ids: []fileid.ID{m.ID}, textVaddr: t.TextVaddr(), needs: v.needs, seen: time.Now()}
+	b := &binary{path: m.Path, contentKey: t.ContentKey(), ids: []fileid.ID{m.ID}, text: fileText(t), needs: v.needs, seen: time.Now()}
 	if b.needs {
 		b.pending = v.rows
 	}
@@ -584,13 +585,19 @@ func (u *Unwinder) binaryLocked(m *symbolize.Mapping, t *symbolize.SymbolTable, 
 	return b
 }
 
+// fileText is where t's code lies in its file.
+func fileText(t *symbolize.SymbolTable) sampler.FileText {
+	off, ok := t.TextOffset()
+	return sampler.FileText{Vaddr: t.TextVaddr(), Offset: off, OffsetKnown: ok}
+}
+
 // setExeUnwindLocked gives b's loaded table to the processes that exec its
 // file id from now on.
 func (u *Unwinder) setExeUnwindLocked(b *binary, id fileid.ID) {
 	if id.Inode == 0 {
 		return
 	}
-	if err := u.kernel.SetExeUnwind(id, b.textVaddr, b.table); err != nil {
+	if err := u.kernel.SetExeUnwind(id, b.text, b.table); err != nil {
 		u.log.Debug("exec-time unwind table", zap.String("binary", b.path), zap.Error(err))
 	}
 }

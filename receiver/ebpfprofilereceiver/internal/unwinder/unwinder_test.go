@@ -441,9 +441,9 @@ type recordingKernel struct {
 	errs           []error
 }
 
-func (k *recordingKernel) SetExeUnwind(id fileid.ID, textVaddr uint64, t sampler.UnwindTable) error {
+func (k *recordingKernel) SetExeUnwind(id fileid.ID, text sampler.FileText, t sampler.UnwindTable) error {
 	k.exeSet = append(k.exeSet, id)
-	return k.Sampler.SetExeUnwind(id, textVaddr, t)
+	return k.Sampler.SetExeUnwind(id, text, t)
 }
 
 func (k *recordingKernel) DeleteUnwindTable(id uint32) error {

@@ -1,0 +1,180 @@
+//go:build linux && privileged
+
+package sampler
+
+import (
+	"bufio"
+	"debug/elf"
+
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/ehframe/ehframetest"
+	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/unwindtable"
+)
+
+// libSpinSource is a library built without frame pointers whose hot
+// function is called through another that keeps a frame: a walk by frame
+// pointer cannot get from the leaf back to the program.
+const libSpinSource = `
+__attribute__((noinline)) long spin_inner(long n) {
+	volatile long s = 0;
+	for (long i = 0; i < n; i++) s += i * i;
+	return s;
+}
+__attribute__((noinline)) long spin_outer(long n) {
+	volatile long pad[4] = {n, n, n, n};
+	return spin_inner(pad[0]) + pad[3];
+}
+`
+
+// spinMainSource calls the library until it is killed.
+const spinMainSource = `
+#include <stdio.h>
+long spin_outer(long);
+int main(void) {
+	long s = 0;
+	puts("up");
+	fflush(stdout);
+	for (;;) s += spin_outer(100000 + (s & 1));
+	return (int)s;
+}
+`
+
+// TestLibraryTableFoundThroughTheMemoryMap: a process that execs a program
+// with a loaded table unwinds its frames in a library through that
+// library's table as soon as the table is loaded for any process, before
+// user space has read the process and given it its mappings (a short-lived
+// compiler or linker is never read): the kernel finds the library in the
+// process's memory map. Without the library's table the walk cannot get
+// back to the program, so the same check fails.
+func TestLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+	dir := t.TempDir()
+	lib, err := gcc(dir, "libspin.so", libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "spinmain.c")
+	if err := os.WriteFile(src, []byte(spinMainSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "spinmain")
+	// The library after the source, which needs it.
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-o", bin, src, lib, "-Wl,-rpath,"+dir).CombinedOutput(); err != nil {
+		t.Fatalf("gcc spinmain: %v\n%s", err, out)
+	}
+	binText := loadTable(t, s, bin)
+	libText := loadTable(t, s, lib)
+
+	// The program's own table at exec (TestExeUnwindAtExec), and nothing
+	// for the library: its frames are walked by frame pointer.
+	set := func(path string, ft FileText, tab UnwindTable) {
+		id, err := fileid.Of(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetExeUnwind(id, ft, tab); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(bin, binText.text, binText.tab)
+	without := runSpin(t, s, bin, lib)
+	if without.whole*10 > without.inLib {
+		t.Fatalf("without the library's table, %d of %d stacks in the library reached the program: the library is walked by frame pointer and should not", without.whole, without.inLib)
+	}
+
+	set(lib, libText.text, libText.tab)
+	before := drain(t, s).Stats
+	with := runSpin(t, s, bin, lib)
+	if with.whole*10 < with.inLib*9 {
+		t.Errorf("with the library's table loaded, %d of %d stacks in the library reached the program through it", with.whole, with.inLib)
+	}
+	if with.stats.VMATables == 0 || with.stats.VMALookups < with.stats.VMATables {
+		t.Errorf("memory map lookups %d, with a table %d (before: %+v)", with.stats.VMALookups, with.stats.VMATables, before)
+	}
+	t.Logf("stacks in the library reaching the program: %d of %d without its table, %d of %d with it; lookups %d, with a table %d",
+		without.whole, without.inLib, with.whole, with.inLib, with.stats.VMALookups, with.stats.VMATables)
+}
+
+type loadedText struct {
+	text FileText
+	tab  UnwindTable
+}
+
+// loadTable compiles path's .eh_frame into a table in the kernel.
+func loadTable(t *testing.T, s *Sampler, path string) loadedText {
+	t.Helper()
+	data, addr := ehframetest.Section(t, path)
+	ut, err := unwindtable.Build(data, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := s.LoadUnwindTable(ut.Rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			return loadedText{FileText{Vaddr: p.Vaddr, Offset: p.Off, OffsetKnown: true}, tab}
+		}
+	}
+	t.Fatalf("%s has no executable segment", path)
+	return loadedText{}
+}
+
+type spinRun struct {
+	inLib, whole uint64 // stacks with the leaf in the library; of them, those whose next frames are the library's and then the program's
+	stats        Stats
+}
+
+// runSpin runs bin until 200 of its samples are in and tallies them.
+func runSpin(t *testing.T, s *Sampler, bin, lib string) spinRun {
+	t.Helper()
+	drain(t, s)
+	cmd := exec.Command(bin)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	binLo, binHi := execText(t, pid, bin)
+	libLo, libHi := execText(t, pid, lib)
+	in := func(pc, lo, hi uint64) bool { return pc >= lo && pc < hi }
+	var r spinRun
+	for deadline := time.Now().Add(60 * time.Second); r.inLib < 200; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d samples of %s in %s after 60 s", r.inLib, filepath.Base(bin), filepath.Base(lib))
+		}
+		b := drain(t, s)
+		r.stats.VMALookups += b.Stats.VMALookups
+		r.stats.VMATables += b.Stats.VMATables
+		for _, smp := range b.Samples {
+			st := smp.UserStack
+			if smp.PID != uint32(pid) || len(st) == 0 || !in(st[0], libLo, libHi) {
+				continue
+			}
+			r.inLib += smp.Count
+			if len(st) >= 3 && in(st[1], libLo, libHi) && in(st[2], binLo, binHi) {
+				r.whole += smp.Count
+			}
+		}
+	}
+	return r
+}
