@@ -69,6 +69,10 @@ type churnRun struct {
 	// local DuckDB, against the configured rate × its CPU time.
 	Steady []steadyFigure `json:"steady"`
 	Leaves []leafShare    `json:"c_leaf_shares"`
+	// Stacks of the churn's short-lived tools (gcc's cc1, as and ld,
+	// python3 -c) in the window, by service: how many reach the
+	// program's entry.
+	ToolStacks []toolStacks `json:"tool_stacks"`
 	// Process starts in the window (the churn's own children, by kind) and
 	// processes created on the whole machine (/proc/stat "processes").
 	Starts       map[string]int `json:"starts"`
@@ -124,6 +128,49 @@ type steadyFigure struct {
 	Samples    float64 `json:"samples"`     // stored in the window's intervals
 	NoBuildID  float64 `json:"samples_without_build_id"`
 	Intervals  int     `json:"intervals"` // distinct interval timestamps holding them
+}
+
+// toolStacks are the samples of one of the churn's tools in the window.
+// Unread: taken in processes the agent never read (no build ID, frames as
+// raw addresses; whether they reach the entry is not known). Of the others
+// (with a user frame), Whole reach the program's entry: the root is
+// _start, glibc's __libc_start_main or __libc_start_call_main, the
+// loader's _dl_start_user, or an unnamed function that calls
+// __libc_start_main (a stripped _start). A stack cut short by a walk that
+// lost its way has some other root.
+type toolStacks struct {
+	Service string  `json:"service"`
+	Unread  float64 `json:"unread"`
+	User    float64 `json:"with_user_frames"`
+	Whole   float64 `json:"reaching_entry"`
+}
+
+// churnToolServices matches the services of the churn's tools: gcc's cc1,
+// as and ld (Debian's x86_64-linux-gnu-as and -ld.bfd) and python3. They
+// are built without frame pointers and exit within a second, often before
+// the agent reads them.
+const churnToolServices = `^(cc1|([a-z0-9_]+-)*as|([a-z0-9_]+-)*ld(\.bfd)?|python3(\.[0-9]+)?)$`
+
+// countToolStacks asks the agent's SQL endpoint how many of the churn's
+// tools' stacks in the window reach their program's entry.
+func countToolStacks(run *churnRun, client sqlquery.Client, ts func(time.Time) string) error {
+	user := `NOT stack_frames[1] LIKE '%\_[k]' ESCAPE '\'`
+	stmt := fmt.Sprintf(`SELECT service_id, (sum(sample_count) FILTER (WHERE build_id = ''))::BIGINT,
+       (sum(sample_count) FILTER (WHERE build_id <> '' AND %[1]s))::BIGINT,
+       (sum(sample_count) FILTER (WHERE build_id <> '' AND %[1]s AND (stack_frames[1] IN ('_start', '__libc_start_main', '__libc_start_call_main', '_dl_start_user') OR stack_frames[2] = '__libc_start_main')))::BIGINT
+FROM cpu_profile_samples_local_decoded
+WHERE timestamp >= %[2]s AND timestamp < %[3]s AND regexp_matches(service_id, '%[4]s')
+GROUP BY service_id ORDER BY service_id`, user, ts(run.WindowStart), ts(run.WindowEnd), churnToolServices)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := client.Query(ctx, stmt)
+	if err != nil {
+		return fmt.Errorf("query the churn's tools' stacks: %w", err)
+	}
+	for _, row := range rows.Rows {
+		run.ToolStacks = append(run.ToolStacks, toolStacks{Service: fmt.Sprint(row[0]), Unread: number(row[1]), User: number(row[2]), Whole: number(row[3])})
+	}
+	return nil
 }
 
 // leafShare is a function's share of a workload's samples as the leaf.
@@ -577,6 +624,9 @@ GROUP BY service_id`, ts(run.WindowEnd.Add(-interval)), ts(run.WindowStart), ts(
 			break
 		}
 		time.Sleep(2 * time.Second)
+	}
+	if err := countToolStacks(run, client, ts); err != nil {
+		return err
 	}
 	leaves := fmt.Sprintf(`SELECT function, samples FROM top_functions('%s', %s, %s, 50)`, run.Steady[0].Service, ts(run.WindowStart), ts(run.WindowEnd))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -118,6 +118,8 @@ func churnRows(res *churnResult) []row {
 		leaves = append(leaves, leafNoise(r))
 		rows = append(rows, row{tag + ": C leaf shares", "—", fmt.Sprintf("within %.0f pp of the design", churnLeafPP), strings.Join(leaves, ", "),
 			leavesVerdict(r), "top_functions(service, window) of the agent's local DuckDB; NOISY: off by more than 3 pp but within 2 binomial σ of its samples"})
+		rows = append(rows, row{tag + ": stacks of the churn's tools reaching their program's entry", "—", "—", toolStacksString(r), "info",
+			"samples of services " + churnToolServices + " in the window's intervals of the agent's local DuckDB whose root frame is _start, __libc_start_main, __libc_start_call_main or _dl_start_user, or calls __libc_start_main; of those with a build ID (the process was read) and a user frame"})
 		rss, anon := benchfmt.Summarize(r.RSS), benchfmt.Summarize(r.Anon)
 		rows = append(rows,
 			row{tag + ": agent RSS, median / max", "—", "≤ 60 MB", fmt.Sprintf("%.1f / %.1f MB", rss.Median, rss.Max),
@@ -140,6 +142,27 @@ func churnRows(res *churnResult) []row {
 		}
 	}
 	return rows
+}
+
+// toolStacksString is the share of each tool's stacks (of processes the
+// agent read) that reach the program's entry, and all of them together.
+func toolStacksString(r *churnRun) string {
+	if len(r.ToolStacks) == 0 {
+		return "not measured"
+	}
+	var parts []string
+	var user, whole, unread float64
+	for _, t := range r.ToolStacks {
+		user, whole, unread = user+t.User, whole+t.Whole, unread+t.Unread
+		if t.User > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f %% of %.0f", t.Service, 100*t.Whole/t.User, t.User))
+		}
+	}
+	all := "none read"
+	if user > 0 {
+		all = fmt.Sprintf("%.1f %% of %.0f", 100*whole/user, user)
+	}
+	return fmt.Sprintf("%s (%s; %.0f more in processes never read)", all, strings.Join(parts, ", "), unread)
 }
 
 // lastMinute summarizes the last 60 of once-a-second samples.
@@ -274,6 +297,7 @@ func churnSection(res *churnResult) string {
 		}
 		return strings.Join(parts, " / ") + "; " + leafNoise(r)
 	})
+	line("stacks of the churn's tools reaching their entry", toolStacksString)
 	line("samples kept, all processes", func(r *churnRun) string { return fmt.Sprintf("%.0f", r.SamplesKept) })
 	line("process starts /s (churn) ", func(r *churnRun) string { return fmt.Sprintf("%.1f (%s)", startsPerSecond(r), startsString(r)) })
 	line("processes created /s (machine)", func(r *churnRun) string { return fmt.Sprintf("%.1f", r.MachineForks) })
