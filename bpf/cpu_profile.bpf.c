@@ -300,6 +300,14 @@ struct exe_unwind {
 };
 #define NO_TEXT_OFF (~0ULL)
 
+// file_key is the exe_unwinds key of the file whose inode this is.
+static __always_inline void file_key(struct inode *inode, struct exe_key *key)
+{
+	key->dev = inode->i_sb->s_dev;
+	key->ino = inode->i_ino;
+	key->mtime_ns = inode->i_mtime_sec * 1000000000LL + inode->i_mtime_nsec;
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
@@ -477,42 +485,29 @@ struct user_unwind {
 #define VM_EXEC 0x00000004
 #define PAGE_SHIFT 12
 
-// vma_find is what find_vma_row learns of the mapping that holds pc.
-struct vma_find {
-	struct unwind_mapping m;
-};
-
-// vma_found fills f with pc's mapping: its bounds always, its table when
+// vma_found fills m with pc's mapping: its bounds always, its table when
 // its file has one loaded (exe_unwinds holds every loaded table's files,
 // libraries too).
-static long vma_found(struct task_struct *task, struct vm_area_struct *vma, struct vma_find *f)
+static long vma_found(struct task_struct *task, struct vm_area_struct *vma, struct unwind_mapping *m)
 {
-	struct exe_key key = {};
 	struct exe_unwind *eu;
-	struct inode *inode;
-	struct file *file;
+	struct exe_key key;
 
-	f->m.start = vma->vm_start;
-	f->m.end = vma->vm_end;
-	if (!(vma->vm_flags & VM_EXEC))
-		return 0;
-	file = vma->vm_file;
-	if (!file)
+	m->start = vma->vm_start;
+	m->end = vma->vm_end;
+	if (!(vma->vm_flags & VM_EXEC) || !vma->vm_file)
 		return 0;
 	// An overlayfs file's mapping holds the layer's file, whose inode is
 	// not the one /proc/PID/maps shows and user space keys by: such
 	// libraries are found when user space reads the process.
-	inode = file->f_inode;
-	key.dev = inode->i_sb->s_dev;
-	key.ino = inode->i_ino;
-	key.mtime_ns = inode->i_mtime_sec * 1000000000LL + inode->i_mtime_nsec;
+	file_key(vma->vm_file->f_inode, &key);
 	eu = bpf_map_lookup_elem(&exe_unwinds, &key);
 	if (!eu || eu->text_off == NO_TEXT_OFF)
 		return 0;
 	// The ELF address at vm_start is its file offset's.
-	f->m.bias = vma->vm_start - ((vma->vm_pgoff << PAGE_SHIFT) - eu->text_off + eu->text_vaddr);
-	f->m.table = eu->table;
-	f->m.rows = eu->rows;
+	m->bias = vma->vm_start - ((vma->vm_pgoff << PAGE_SHIFT) - eu->text_off + eu->text_vaddr);
+	m->table = eu->table;
+	m->rows = eu->rows;
 	return 0;
 }
 
@@ -534,26 +529,26 @@ static __always_inline int find_vma_row(struct proc_unwind *pu, __u64 pc, struct
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct sample_stats *st = stats_for(active_set & 1);
-	struct vma_find f = {};
+	struct unwind_mapping m = {};
 	__u32 slot;
 
 	if (st)
 		__sync_fetch_and_add(&st->vma_lookups, 1);
-	if (bpf_find_vma(task, pc, vma_found, &f, 0) != 0 || !f.m.end)
+	if (bpf_find_vma(task, pc, vma_found, &m, 0) != 0 || !m.end)
 		return 0;
-	if (f.m.rows && st)
+	if (m.rows && st)
 		__sync_fetch_and_add(&st->vma_tables, 1);
-	*out = f.m;
+	*out = m;
 	slot = pu->found_n;
 	if (slot < MAX_FOUND_MAPPINGS) {
 		pu->found_n = slot + 1;
 		pu->found[slot].check = 0;
-		pu->found[slot].start = f.m.start;
-		pu->found[slot].end = f.m.end;
-		pu->found[slot].bias = f.m.bias;
-		pu->found[slot].table = f.m.table;
-		pu->found[slot].rows = f.m.rows;
-		pu->found[slot].check = found_check(f.m.start, f.m.end, f.m.bias, f.m.table, f.m.rows);
+		pu->found[slot].start = m.start;
+		pu->found[slot].end = m.end;
+		pu->found[slot].bias = m.bias;
+		pu->found[slot].table = m.table;
+		pu->found[slot].rows = m.rows;
+		pu->found[slot].check = found_check(m.start, m.end, m.bias, m.table, m.rows);
 	}
 	return 1;
 }
@@ -1004,9 +999,7 @@ static __always_inline void exe_unwind_at_exec(struct task_struct *p, __u32 pid)
 	exe = mm->exe_file;
 	if (!exe)
 		return;
-	key.dev = exe->f_inode->i_sb->s_dev;
-	key.ino = exe->f_inode->i_ino;
-	key.mtime_ns = exe->f_inode->i_mtime_sec * 1000000000LL + exe->f_inode->i_mtime_nsec;
+	file_key(exe->f_inode, &key);
 	eu = bpf_map_lookup_elem(&exe_unwinds, &key);
 	if (!eu)
 		return;

@@ -4,7 +4,6 @@ package sampler
 
 import (
 	"bufio"
-	"debug/elf"
 
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/ehframe/ehframetest"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 )
 
@@ -118,18 +118,15 @@ func loadTable(t *testing.T, s *Sampler, path string) loadedText {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := elf.Open(path)
+	st, err := symbolize.OpenSymbolTable(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
-			return loadedText{FileText{Vaddr: p.Vaddr, Offset: p.Off, OffsetKnown: true}, tab}
-		}
+	off, ok := st.TextOffset()
+	if !ok {
+		t.Fatalf("%s has no one text offset", path)
 	}
-	t.Fatalf("%s has no executable segment", path)
-	return loadedText{}
+	return loadedText{FileText{Vaddr: st.TextVaddr(), Offset: off, OffsetKnown: true}, tab}
 }
 
 type spinRun struct {
