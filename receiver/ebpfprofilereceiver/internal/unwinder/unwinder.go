@@ -255,10 +255,6 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		if !ok {
 			continue
 		}
-		if len(uses) == sampler.MaxUnwindMappings {
-			errs = append(errs, fmt.Errorf("pid %d: more than %d binaries without frame pointers; %s unwinds with frame pointers", pid, sampler.MaxUnwindMappings, c.m.Path))
-			continue
-		}
 		u.useLocked(b)
 		uses = append(uses, use{b, c.m, c.m.Start - va})
 		switch {
@@ -300,7 +296,15 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 			continue
 		}
 		users = append(users, x.b)
-		ms = append(ms, sampler.UnwindMapping{Start: x.m.Start, End: x.m.Limit, Bias: x.bias, Table: x.b.table})
+		// The process's entry holds the first MaxUnwindMappings; the
+		// kernel finds the others' tables through the process's memory
+		// map (exe_unwinds holds every loaded table's files), so a program
+		// with a hundred libraries (a browser, a desktop toolkit) unwinds
+		// through all of them. The process holds those tables too, so that
+		// they stay loaded while it lives.
+		if len(ms) < sampler.MaxUnwindMappings {
+			ms = append(ms, sampler.UnwindMapping{Start: x.m.Start, End: x.m.Limit, Bias: x.bias, Table: x.b.table})
+		}
 	}
 	if current != nil && !current() {
 		u.releaseLocked(users)

@@ -698,3 +698,133 @@ func TestOverlayMountsShareATable(t *testing.T) {
 		t.Errorf("containers: tables %d and %d, %d loaded; want one table for both and glibc's and ld.so's", orig.ms[0].Table, dup.ms[0].Table, u.Stats().Tables)
 	}
 }
+
+// chainLibs is how many libraries without frame pointers the chain in
+// TestMoreLibrariesThanTheProcessEntryHolds calls through: more than a
+// process's kernel entry holds, with glibc and the loader besides.
+const chainLibs = sampler.MaxUnwindMappings + 6
+
+// TestMoreLibrariesThanTheProcessEntryHolds: a program whose stack runs
+// through more libraries without frame pointers than the process's kernel
+// entry has mappings for (a browser or a desktop program maps a hundred)
+// unwinds through all of them: the tables of the libraries past the entry's
+// MaxUnwindMappings are loaded and held for the process too, and the kernel
+// finds them through the process's memory map. Before, those libraries were
+// left to frame pointers and every stack through one of them stopped there.
+func TestMoreLibrariesThanTheProcessEntryHolds(t *testing.T) {
+	s, err := sampler.Open(sampler.Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+	if err != nil {
+		t.Fatalf("open sampler (needs root): %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	sym := symbolize.New(symbolize.Options{})
+	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
+
+	// link_i calls link_{i+1} from a frame with locals and no frame
+	// pointer; the last spins. Built from the last, which the others need.
+	dir := t.TempDir()
+	gcc := func(out, src string, args ...string) {
+		t.Helper()
+		file := filepath.Join(dir, out+".c")
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append([]string{"-O2", "-fomit-frame-pointer", "-o", filepath.Join(dir, out), file}, args...)
+		if msg, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %s: %v\n%s", out, err, msg)
+		}
+	}
+	for i := chainLibs - 1; i >= 0; i-- {
+		src := fmt.Sprintf(`__attribute__((noinline)) long link_%d(long n) {
+	volatile long s = 0;
+	for (long i = 0; i < n; i++) s += i * i;
+	return s;
+}
+`, i)
+		args := []string{"-shared", "-fPIC"}
+		if i < chainLibs-1 {
+			src = fmt.Sprintf(`long link_%d(long);
+__attribute__((noinline)) long link_%d(long n) {
+	volatile long pad[4] = {n, n, n, n};
+	return link_%d(pad[0]) + pad[3];
+}
+`, i+1, i, i+1)
+			args = append(args, "-L"+dir, fmt.Sprintf("-llink%d", i+1), "-Wl,-rpath,"+dir)
+		}
+		gcc(fmt.Sprintf("liblink%d.so", i), src, args...)
+	}
+	gcc("chain", `#include <stdio.h>
+long link_0(long);
+int main(void) {
+	long s = 0;
+	puts("up");
+	fflush(stdout);
+	for (;;) s += link_0(100000 + (s & 1));
+	return (int)s;
+}
+`, "-L"+dir, "-llink0", "-Wl,-rpath,"+dir)
+	bin := filepath.Join(dir, "chain")
+
+	p := startMapping(t, sym, exec.Command(bin), fmt.Sprintf("liblink%d.so", chainLibs-1), "libc.so")
+	if dwarf, err := u.Attach(p, nil); err != nil || !dwarf {
+		t.Fatalf("Attach = %v, %v; want tables and no error", dwarf, err)
+	}
+	var mainLo, mainHi, leafLo, leafHi uint64
+	for _, m := range p.Mappings {
+		switch filepath.Base(m.Path) {
+		case "chain":
+			mainLo, mainHi = m.Start, m.Limit
+		case fmt.Sprintf("liblink%d.so", chainLibs-1):
+			leafLo, leafHi = m.Start, m.Limit
+		}
+	}
+	if mainHi == 0 || leafHi == 0 {
+		t.Fatalf("no text mapping of the program or the last library in %+v", p.Mappings)
+	}
+	if st := u.Stats(); st.Tables < chainLibs {
+		t.Fatalf("%d tables loaded, want at least %d (every library of the chain): %+v", st.Tables, chainLibs, st)
+	}
+
+	var inLeaf, whole uint64
+	var stats sampler.Stats
+	if _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); inLeaf < 200; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d samples in the chain's last library after 60 s", inLeaf)
+		}
+		b, err := s.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats.VMALookups += b.Stats.VMALookups
+		stats.VMATables += b.Stats.VMATables
+		for _, smp := range b.Samples {
+			st := smp.UserStack
+			if smp.PID != uint32(p.PID) || len(st) == 0 || st[0] < leafLo || st[0] >= leafHi {
+				continue
+			}
+			inLeaf += smp.Count
+			if slices.ContainsFunc(st, func(pc uint64) bool { return pc >= mainLo && pc < mainHi }) {
+				whole += smp.Count
+			}
+		}
+	}
+	t.Logf("%d of %d stacks in link_%d reach main through %d libraries; memory map lookups %d, with a table %d",
+		whole, inLeaf, chainLibs-1, chainLibs, stats.VMALookups, stats.VMATables)
+	if whole*10 < inLeaf*9 {
+		t.Errorf("%d of %d stacks in link_%d reached main", whole, inLeaf, chainLibs-1)
+	}
+	if stats.VMATables == 0 {
+		t.Errorf("no frame was unwound with a table found through the memory map (lookups %d)", stats.VMALookups)
+	}
+	if err := u.Detach(p.PID); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range u.binaries {
+		if b.users != 0 {
+			t.Errorf("%s still has %d users after the process was detached", b.path, b.users)
+		}
+	}
+}
