@@ -68,6 +68,9 @@ func (m *selfMetrics) recordUnwind(ctx context.Context, st sampler.Stats, e ende
 	m.tb.ReceiverEbpfprofileStacksEndedEarly.Add(ctx, int64(e.Unreadable), reason(sampler.StackUnreadable.String()))
 	m.tb.ReceiverEbpfprofileStacksEndedEarly.Add(ctx, int64(e.NoRule), reason(sampler.StackInvalidRule.String()))
 	m.tb.ReceiverEbpfprofileDwarfUnwound.Add(ctx, int64(st.DWARF))
+	outcome := func(v string) metric.AddOption { return metric.WithAttributes(attribute.String("outcome", v)) }
+	m.tb.ReceiverEbpfprofileMemoryMapLookups.Add(ctx, int64(st.VMATables), outcome("table"))
+	m.tb.ReceiverEbpfprofileMemoryMapLookups.Add(ctx, int64(st.VMALookups-st.VMATables), outcome("no_table"))
 	if u == nil {
 		return
 	}

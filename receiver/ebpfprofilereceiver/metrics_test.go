@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 
@@ -15,15 +16,35 @@ import (
 // The process events the kernel dropped in each drain add up in the
 // collector's own telemetry, beside the lost samples.
 func TestLostProcessEventsAreCounted(t *testing.T) {
-	tt := componenttest.NewTelemetry()
-	t.Cleanup(func() { tt.Shutdown(context.Background()) })
-	m, err := newSelfMetrics(tt.NewTelemetrySettings())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, tt := testSelfMetrics(t)
 	ctx := context.Background()
 	m.record(ctx, sampler.Stats{LostEvents: 3, LostMapFull: 1}, 10, 0, 0, 1, 0)
 	m.record(ctx, sampler.Stats{LostEvents: 4}, 10, 0, 0, 1, 0)
 	metadatatest.AssertEqualReceiverEbpfprofileProcessEventsLost(t, tt,
 		[]metricdata.DataPoint[int64]{{Value: 7}}, metricdatatest.IgnoreTimestamp())
+}
+
+// The kernel's memory-map lookups (frames outside the mappings a process
+// was given) add up by outcome: a loaded table found, or none.
+func TestMemoryMapLookupsAreCounted(t *testing.T) {
+	m, tt := testSelfMetrics(t)
+	ctx := context.Background()
+	m.recordUnwind(ctx, sampler.Stats{VMALookups: 5, VMATables: 2}, endedEarlyStats{}, nil)
+	m.recordUnwind(ctx, sampler.Stats{VMALookups: 3, VMATables: 3}, endedEarlyStats{}, nil)
+	metadatatest.AssertEqualReceiverEbpfprofileMemoryMapLookups(t, tt, []metricdata.DataPoint[int64]{
+		{Value: 5, Attributes: attribute.NewSet(attribute.String("outcome", "table"))},
+		{Value: 3, Attributes: attribute.NewSet(attribute.String("outcome", "no_table"))},
+	}, metricdatatest.IgnoreTimestamp())
+}
+
+// testSelfMetrics is the receiver's self-metrics on a test telemetry.
+func testSelfMetrics(t *testing.T) (*selfMetrics, *componenttest.Telemetry) {
+	t.Helper()
+	tt := componenttest.NewTelemetry()
+	t.Cleanup(func() { _ = tt.Shutdown(context.Background()) })
+	m, err := newSelfMetrics(tt.NewTelemetrySettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, tt
 }

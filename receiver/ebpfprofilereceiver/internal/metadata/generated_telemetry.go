@@ -33,6 +33,7 @@ type TelemetryBuilder struct {
 	ReceiverEbpfprofileDwarfUnwound           metric.Int64Counter
 	ReceiverEbpfprofileFrequency              metric.Int64Gauge
 	ReceiverEbpfprofileLeafCaller             metric.Int64Counter
+	ReceiverEbpfprofileMemoryMapLookups       metric.Int64Counter
 	ReceiverEbpfprofileProcessEventsLost      metric.Int64Counter
 	ReceiverEbpfprofileProcesses              metric.Int64Gauge
 	ReceiverEbpfprofilePythonProcesses        metric.Int64Counter
@@ -118,6 +119,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_ebpfprofile_leaf_caller",
 		metric.WithDescription("User stacks (weighted by samples) by leaf-caller recovery outcome (unwinding auto): recovered, no_unwind_info (the leaf's binary has no unwind info at its PC), bad_return (the word at SP points into no executable mapping), unwind_table. [Alpha]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverEbpfprofileMemoryMapLookups, err = builder.meter.Int64Counter(
+		"otelcol_receiver_ebpfprofile_memory_map_lookups",
+		metric.WithDescription("Frames outside every mapping the receiver gave a process (a library of a program not read yet, or past the 64 mappings a process's entry holds) that the kernel looked up in the process's memory map (unwinding auto), by outcome: table (the mapping's file has a loaded unwind table, which unwinds the frame), no_table (frame pointers for it). What a lookup finds is kept for the process: 16 mappings, then each such frame is looked up again. [Alpha]"),
+		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileProcessEventsLost, err = builder.meter.Int64Counter(

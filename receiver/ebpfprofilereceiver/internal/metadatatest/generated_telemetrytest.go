@@ -127,6 +127,22 @@ func AssertEqualReceiverEbpfprofileLeafCaller(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverEbpfprofileMemoryMapLookups(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_ebpfprofile_memory_map_lookups",
+		Description: "Frames outside every mapping the receiver gave a process (a library of a program not read yet, or past the 64 mappings a process's entry holds) that the kernel looked up in the process's memory map (unwinding auto), by outcome: table (the mapping's file has a loaded unwind table, which unwinds the frame), no_table (frame pointers for it). What a lookup finds is kept for the process: 16 mappings, then each such frame is looked up again. [Alpha]",
+		Unit:        "{frame}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_ebpfprofile_memory_map_lookups")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverEbpfprofileProcessEventsLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_process_events_lost",

@@ -26,6 +26,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverEbpfprofileDwarfUnwound.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileFrequency.Record(context.Background(), 1)
 	tb.ReceiverEbpfprofileLeafCaller.Add(context.Background(), 1)
+	tb.ReceiverEbpfprofileMemoryMapLookups.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileProcessEventsLost.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileProcesses.Record(context.Background(), 1)
 	tb.ReceiverEbpfprofilePythonProcesses.Add(context.Background(), 1)
@@ -59,6 +60,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverEbpfprofileLeafCaller(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverEbpfprofileMemoryMapLookups(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverEbpfprofileProcessEventsLost(t, testTel,
