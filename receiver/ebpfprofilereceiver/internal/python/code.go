@@ -104,6 +104,32 @@ func (p *Process) Resolve(code, instr uint64, notBefore time.Time) (Frame, error
 	return ci.frameAt(code, instr, &p.in.Offsets), nil
 }
 
+// Recheck checks again every cached code object last checked before
+// before, as Resolve does at a drain: one freed and replaced by another at
+// the same address is read again, one whose memory now holds something else
+// is dropped. Each address is reported by the kernel once per process, so
+// without this a code object created where a freed one was (a module's
+// top-level code runs once and is freed; the functions compiled next often
+// take its memory) keeps the freed one's name, and for a process that exits
+// before the drain that name is what its samples get. It returns how many
+// entries were checked; once the process is gone, what was read stays
+// (Resolve's rule).
+func (p *Process) Recheck(before time.Time) int {
+	var stale []uint64
+	for code, ci := range p.codes {
+		if ci.checked.Before(before) {
+			stale = append(stale, code)
+		}
+	}
+	for _, code := range stale {
+		_, _ = p.Resolve(code, 0, before) // an error drops the entry, unless the process is gone
+	}
+	return len(stale)
+}
+
+// Len is how many code objects are cached.
+func (p *Process) Len() int { return len(p.codes) }
+
 // forget drops code's cache entry.
 func (p *Process) forget(code uint64) {
 	if ci := p.codes[code]; ci != nil {
