@@ -25,6 +25,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "trace_ctx.h"
 
 #define MAX_STACK_DEPTH 127
@@ -308,6 +309,40 @@ static __always_inline void file_key(struct inode *inode, struct exe_key *key)
 	key->mtime_ns = inode->i_mtime_sec * 1000000000LL + inode->i_mtime_nsec;
 }
 
+#define OVERLAYFS_SUPER_MAGIC 0x794c7630
+// FMODE_BACKING (include/linux/fs.h) is bit 25 from 6.6 and bit 24 from
+// 6.14, where bit 25 became FMODE_NONOTIFY: either bit is only a hint, the
+// overlay's superblock decides.
+#define FMODE_BACKING_BITS ((1U << 24) | (1U << 25))
+
+// mapped_file_key is the exe_unwinds key of the file a mapping holds, as
+// user space keys it. A mapping of a file on an overlay mount (a
+// container's image) holds the layer's file, whose device is the layer's
+// file system; /proc/PID/maps, stat and the exec'd program's mm->exe_file
+// show the overlay mount's device, with the layer file's inode number and
+// mtime. Since 6.6 the layer's file is a backing_file that keeps the
+// overlay's path beside it; before, its f_path was the overlay's.
+static __always_inline void mapped_file_key(struct file *f, struct exe_key *key)
+{
+	struct dentry *user = NULL;
+	struct super_block *sb;
+
+	file_key(f->f_inode, key);
+	if (bpf_core_type_exists(struct backing_file)) {
+		if (!(f->f_mode & FMODE_BACKING_BITS))
+			return;
+		// struct file is backing_file's first member.
+		user = BPF_CORE_READ((struct backing_file *)f, user_path.dentry);
+	} else {
+		user = f->f_path.dentry;
+	}
+	if (!user)
+		return;
+	sb = BPF_CORE_READ(user, d_sb);
+	if (sb && BPF_CORE_READ(sb, s_magic) == OVERLAYFS_SUPER_MAGIC)
+		key->dev = BPF_CORE_READ(sb, s_dev);
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
@@ -497,10 +532,7 @@ static long vma_found(struct task_struct *task, struct vm_area_struct *vma, stru
 	m->end = vma->vm_end;
 	if (!(vma->vm_flags & VM_EXEC) || !vma->vm_file)
 		return 0;
-	// An overlayfs file's mapping holds the layer's file, whose inode is
-	// not the one /proc/PID/maps shows and user space keys by: such
-	// libraries are found when user space reads the process.
-	file_key(vma->vm_file->f_inode, &key);
+	mapped_file_key(vma->vm_file, &key);
 	eu = bpf_map_lookup_elem(&exe_unwinds, &key);
 	if (!eu || eu->text_off == NO_TEXT_OFF)
 		return 0;

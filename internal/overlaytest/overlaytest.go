@@ -39,6 +39,25 @@ func NewImage(tb testing.TB, src, name string) *Image {
 	return im
 }
 
+// Add copies the file at src into the lower layer as name, beside the
+// first (a program's library).
+func (im *Image) Add(tb testing.TB, src, name string) {
+	tb.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(im.lower, name), data, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Rootfs is where container i's process sees the image's files, in its
+// own mount namespace (from outside, under /proc/PID/root).
+func (im *Image) Rootfs(i int) string {
+	return filepath.Join(im.root, fmt.Sprintf("container%d", i), "rootfs")
+}
+
 // Command is container i's run of the image's file name with args: it
 // mounts the container's overlay (upper and work directories of its own)
 // in a private mount namespace and execs the file from it, so the process

@@ -4,7 +4,8 @@ package sampler
 
 import (
 	"bufio"
-
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/ehframe/ehframetest"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/overlaytest"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 )
@@ -150,7 +152,13 @@ func runSpin(t *testing.T, s *Sampler, bin, lib string) spinRun {
 	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	pid := cmd.Process.Pid
+	return countSpin(t, s, cmd.Process.Pid, bin, lib)
+}
+
+// countSpin tallies pid's samples until 200 are in lib; bin and lib are
+// the paths its memory map shows.
+func countSpin(t *testing.T, s *Sampler, pid int, bin, lib string) spinRun {
+	t.Helper()
 	binLo, binHi := execText(t, pid, bin)
 	libLo, libHi := execText(t, pid, lib)
 	in := func(pc, lo, hi uint64) bool { return pc >= lo && pc < hi }
@@ -174,4 +182,113 @@ func runSpin(t *testing.T, s *Sampler, bin, lib string) spinRun {
 		}
 	}
 	return r
+}
+
+// containerSpinMainSource is spinMainSource for a container: it waits for a
+// line on stdin and then execs itself, so the test can load its tables
+// under the identities its container's overlay mount gives its files
+// before the exec, at which the kernel gives the process its program's
+// table.
+const containerSpinMainSource = `
+#include <stdio.h>
+#include <unistd.h>
+long spin_outer(long);
+int main(int argc, char **argv) {
+	long s = 0;
+	if (argc < 2) {
+		char line[8];
+		puts("mounted");
+		fflush(stdout);
+		if (!fgets(line, sizeof line, stdin))
+			return 1;
+		execl("/proc/self/exe", argv[0], "spin", (char *)0);
+		return 2;
+	}
+	puts("up");
+	fflush(stdout);
+	for (;;) s += spin_outer(100000 + (s & 1));
+	return (int)s;
+}
+`
+
+// TestOverlayLibraryTableFoundThroughTheMemoryMap is
+// TestLibraryTableFoundThroughTheMemoryMap in a container: the program and
+// its library come from an overlay mount, and user space keys their tables
+// by the identities the mount shows (its own device number). The library's
+// mapping holds the layer's file, on another device; the kernel's lookup
+// keys it by the mount's, and finds the table.
+func TestOverlayLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+	dir := t.TempDir()
+	lib, err := gcc(dir, "libspin.so", libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,libspin.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "spinmain.c")
+	if err := os.WriteFile(src, []byte(containerSpinMainSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "spinmain")
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-o", bin, src, lib, "-Wl,-rpath,$ORIGIN").CombinedOutput(); err != nil {
+		t.Fatalf("gcc spinmain: %v\n%s", err, out)
+	}
+	im := overlaytest.NewImage(t, bin, "spinmain")
+	im.Add(t, lib, "libspin.so")
+
+	cmd := im.Command(t, 0, "spinmain")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	out := bufio.NewReader(stdout)
+	if line, err := out.ReadString('\n'); err != nil || line != "mounted\n" {
+		t.Fatalf("container: %q, %v", line, err)
+	}
+	pid := cmd.Process.Pid
+	rootfs := im.Rootfs(0)
+	for _, name := range []string{"spinmain", "libspin.so"} {
+		inside := fmt.Sprintf("/proc/%d/root%s/%s", pid, rootfs, name)
+		id, err := fileid.Of(inside)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer, err := fileid.Of(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id.Dev == layer.Dev {
+			t.Fatalf("%s: the overlay mount shows the device of the file it was copied from (%d)", name, id.Dev)
+		}
+		lt := loadTable(t, s, inside)
+		if err := s.SetExeUnwind(id, lt.text, lt.tab); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The kernel looks the library up once and keeps what it found: its
+	// lookups are counted from the exec on.
+	drain(t, s)
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := out.ReadString('\n'); err != nil || line != "up\n" {
+		t.Fatalf("container after its exec: %q, %v", line, err)
+	}
+	got := countSpin(t, s, pid, filepath.Join(rootfs, "spinmain"), filepath.Join(rootfs, "libspin.so"))
+	if got.whole*10 < got.inLib*9 {
+		t.Errorf("%d of %d stacks in the container's library reached its program (memory map lookups %d, with a table %d)", got.whole, got.inLib, got.stats.VMALookups, got.stats.VMATables)
+	}
+	if got.stats.VMATables == 0 {
+		t.Errorf("memory map lookups %d, none with a table", got.stats.VMALookups)
+	}
+	t.Logf("stacks in the container's library reaching its program: %d of %d; lookups %d, with a table %d",
+		got.whole, got.inLib, got.stats.VMALookups, got.stats.VMATables)
 }
