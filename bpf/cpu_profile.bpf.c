@@ -183,6 +183,12 @@ struct lifecycle_event {
 	char comm[16];
 	// EVENT_PY_CODE: the code object's address; 0 for the other kinds.
 	__u64 code;
+	// The process's cgroup on the cgroup v2 hierarchy at the event (the
+	// kernfs id: the inode number of its directory; the root's on a host
+	// with cgroup v1 alone), so user space can tell the container of a
+	// process that is gone before its /proc/PID/cgroup is read: at an exec,
+	// the one the new image runs in.
+	__u64 cgroup_id;
 };
 
 // Sizes below are placeholders: the loader sets max_entries from the config
@@ -452,6 +458,7 @@ static __always_inline void submit_event(struct lifecycle_event *ev, __u32 kind,
 	ev->code = code;
 	ev->pid = task->tgid;
 	ev->start_ns = task->group_leader->start_boottime;
+	ev->cgroup_id = task->cgroups->dfl_cgrp->kn->id;
 	__builtin_memset(ev->comm, 0, sizeof(ev->comm));
 	bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), task->group_leader->comm);
 	bpf_ringbuf_submit(ev, 0);

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
+	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
@@ -293,5 +295,79 @@ func TestSamplesBeforeAnExecHaveTheCgroupOfTheExec(t *testing.T) {
 	t.Logf("%d samples in after_join, %d in the container's program", afterJoin, program)
 	if afterJoin < 5 || program < 5 {
 		t.Fatalf("%d samples in after_join and %d in the container's program, want at least 5 of each", afterJoin, program)
+	}
+}
+
+// containerCgroupV2 creates the cgroup of a containerd container of a
+// burstable pod as the kubelet's cgroupfs driver lays it out, in the cgroup
+// v2 hierarchy (cgroupattr.IDs finds it), removes it after the test, and
+// returns its id: the inode number of its directory, which the kernel's
+// lifecycle events carry (sampler.TestEventsCarryTheProcessCgroup).
+func containerCgroupV2(t *testing.T, podUID, containerID string) uint64 {
+	t.Helper()
+	ids, err := cgroupattr.NewIDs("/proc")
+	if err != nil {
+		t.Fatalf("this test needs a cgroup v2 hierarchy: %v", err)
+	}
+	root := ids.Root()
+	dir := filepath.Join(root, "kubepods", "burstable", "pod"+podUID, containerID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("create the container's cgroup (needs root): %v", err)
+	}
+	t.Cleanup(func() {
+		for d := dir; d != root; d = filepath.Dir(d) {
+			_ = os.Remove(d)
+		}
+	})
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// A process gone before the receiver could read it (a short-lived command
+// in a container on a busy node) takes the container of the cgroup its
+// first-sample event named, and so does the image a process left at an
+// exec whose event was handled after the process was gone. Without a
+// cgroup in the event both have none, as before.
+func TestGoneBeforeItsReadTakesTheContainerOfItsCgroup(t *testing.T) {
+	const (
+		podUID      = "7f2c1d9e-4b6a-4f0e-9d3c-2a1b0c9d8e7f"
+		containerID = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	)
+	cgroup := containerCgroupV2(t, podUID, containerID)
+	want := cgroupattr.Container{ID: containerID, PodUID: podUID}
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := gone.Process.Pid
+	e := table.read(pid, 0, eventView{comm: "true", cgroup: cgroup})
+	if e.snapshot != nil || e.resource.ServiceName != "true" || e.resource.Container != want {
+		t.Errorf("gone before its read: service %q, container %+v; want true, %+v", e.resource.ServiceName, e.resource.Container, want)
+	}
+	if e := table.read(pid, 0, eventView{comm: "true"}); e.resource.Container != (cgroupattr.Container{}) {
+		t.Errorf("gone before its read, no cgroup in the event: container %+v", e.resource.Container)
+	}
+
+	// Read while it ran (outside the container), gone when its exec event
+	// is handled.
+	left := exec.Command("sleep", "30")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = left.Process.Kill(); _ = left.Wait() })
+	table.seen(left.Process.Pid, 0, eventView{})
+	if e := table.lookup(left.Process.Pid); e.snapshot == nil || e.resource.Container != (cgroupattr.Container{}) {
+		t.Fatalf("sleep read: %+v", e.resource)
+	}
+	_ = left.Process.Kill()
+	_ = left.Wait()
+	table.execed(left.Process.Pid, eventView{comm: "program", cgroup: cgroup})
+	if _, res := table.leftImageOf(left.Process.Pid); res.Container != want {
+		t.Errorf("the image left at an exec handled after the process was gone: container %+v, want %+v", res.Container, want)
 	}
 }

@@ -148,12 +148,32 @@ type processTable struct {
 	// slow read) and after the process is gone from /proc: its samples
 	// are named after the event's comm instead of the unknown service.
 	queued map[int]queuedName
+
+	// cgroupIDs finds the container of a cgroup by the id the kernel's
+	// events carry (eventView), for processes gone before they are read;
+	// nil where the node has no cgroup v2 hierarchy. Made at first use.
+	cgroupIDs     *cgroupattr.IDs
+	cgroupIDsOnce sync.Once
 }
 
-// queuedName is the comm of the latest queued first-sample or exec event
-// of a pid and how many of those events wait.
-type queuedName struct {
+// eventView is what the kernel's latest first-sample or exec event said of
+// a process: its command name ("": not known) and its cgroup (the cgroup v2
+// id, 0: not known). They name and place a process that is gone before
+// /proc/PID can be read: a short-lived command, in a container or not.
+type eventView struct {
 	comm   string
+	cgroup uint64
+}
+
+// viewOf is what ev says of its process.
+func viewOf(ev sampler.ProcEvent) eventView {
+	return eventView{comm: ev.Comm, cgroup: ev.CgroupID}
+}
+
+// queuedName is what the latest queued first-sample or exec event of a pid
+// said of it and how many of those events wait.
+type queuedName struct {
+	view   eventView
 	events int
 }
 
@@ -175,9 +195,10 @@ type leftImage struct {
 	// given the container too: nothing in a sample tells them apart.
 	resource profilebuilder.Process
 	at       time.Time // when the exec event was handled
-	// comm is the new image's command name (the exec event's): the
-	// service of a new image that exits before it can be read.
-	comm string
+	// view is the new image's command name and cgroup (the exec event's):
+	// the service and container of a new image that exits before it can
+	// be read.
+	view eventView
 }
 
 // buildIDCacheSize bounds the executables whose build IDs are remembered.
@@ -235,9 +256,9 @@ func (t *processTable) attachWorker() {
 // kernel forgot it (LRU), an idle process woke up, or it was sampled on its
 // way out after its exit event — rather than a new process that reused the
 // pid. start is the process's start time as the kernel sent it with the
-// event (clock ticks after boot; 0: not known, /proc tells), comm its
-// command name ("": not known).
-func (t *processTable) seen(pid int, start uint64, comm string) {
+// event (clock ticks after boot; 0: not known, /proc tells), view what
+// the event said of it.
+func (t *processTable) seen(pid int, start uint64, view eventView) {
 	t.mu.Lock()
 	known, ok := t.entries[pid]
 	execs := t.execs[pid]
@@ -258,7 +279,7 @@ func (t *processTable) seen(pid int, start uint64, comm string) {
 			return
 		}
 	}
-	t.store(pid, t.read(pid, start, comm), execs)
+	t.store(pid, t.read(pid, start, view), execs)
 }
 
 // store makes e the entry of pid, releasing the one it replaces — unless
@@ -284,16 +305,17 @@ func (t *processTable) store(pid int, e *processEntry, execs uint64) {
 }
 
 // execed puts what was read of pid's old image aside (leftImage): the
-// kernel announces the new one with its next sample, and comm, the new
-// image's command name, names it if it is gone before it can be read. It
-// returns false, and keeps the entry, when the entry was read after the exec
-// (the first sample's event came before the exec, the read after it): that
-// entry is the new image, and the kernel may unwind with the tables it gave
-// it. Dropping it would take them away until the next read. The kept entry
-// is read again all the same when the new image's first sample is announced:
-// it may predate the libraries the dynamic loader maps, and a change of
-// executable memory is only reported against what that sample found.
-func (t *processTable) execed(pid int, comm string) bool {
+// kernel announces the new one with its next sample, and view, the new
+// image's command name and cgroup, names and places it if it is gone before
+// it can be read. It returns false, and keeps the entry, when the entry was
+// read after the exec (the first sample's event came before the exec, the
+// read after it): that entry is the new image, and the kernel may unwind
+// with the tables it gave it. Dropping it would take them away until the
+// next read. The kept entry is read again all the same when the new image's
+// first sample is announced: it may predate the libraries the dynamic
+// loader maps, and a change of executable memory is only reported against
+// what that sample found.
+func (t *processTable) execed(pid int, view eventView) bool {
 	t.mu.Lock()
 	t.execs[pid]++
 	e := t.entries[pid]
@@ -310,15 +332,15 @@ func (t *processTable) execed(pid int, comm string) bool {
 			return false
 		}
 	}
-	t.leave(pid, comm)
+	t.leave(pid, view)
 	return true
 }
 
 // leave moves pid's entry aside as the image it left at an exec, replacing
 // the one an earlier exec left; the entry's unwind tables go (the kernel
 // dropped them at the exec), its snapshot stays open to name the samples
-// taken before the exec.
-func (t *processTable) leave(pid int, comm string) {
+// taken before the exec. view is the exec event's.
+func (t *processTable) leave(pid int, view eventView) {
 	// The cgroup is read only for a process that was read: most exec'ing
 	// processes (a shell's children) never were.
 	t.mu.Lock()
@@ -329,7 +351,12 @@ func (t *processTable) leave(pid int, comm string) {
 	if wasRead {
 		var err error
 		cgroup, err = cgroupattr.Read(t.procRoot, pid)
-		cgroupRead = err == nil // gone: the cgroup of its read stays
+		cgroupRead = err == nil
+		if !cgroupRead {
+			// Gone: the cgroup the exec event names, where the node has
+			// cgroup v2; else the cgroup of its read stays.
+			cgroup, cgroupRead = t.containerOfCgroup(view.cgroup)
+		}
 	}
 	t.mu.Lock()
 	if t.closed {
@@ -339,7 +366,7 @@ func (t *processTable) leave(pid int, comm string) {
 	e := t.entries[pid]
 	delete(t.entries, pid)
 	prev := t.left[pid]
-	left := leftImage{entry: e, at: time.Now(), comm: comm}
+	left := leftImage{entry: e, at: time.Now(), view: view}
 	if e != nil {
 		left.resource = e.resource
 		if cgroupRead {
@@ -455,7 +482,7 @@ func (t *processTable) refresh(pid int, readBefore time.Time) *processEntry {
 	if current {
 		return old
 	}
-	e := t.read(pid, 0, "")
+	e := t.read(pid, 0, eventView{})
 	if e.snapshot == nil || (old != nil && e.startTime != old.startTime) {
 		e.close()
 		return old // gone meanwhile (or the pid is another process's now): keep what we had
@@ -487,15 +514,15 @@ func (t *processTable) lookup(pid int) *processEntry {
 	t.mu.Lock()
 	e, ok := t.entries[pid]
 	execs := t.execs[pid]
-	comm := t.left[pid].comm // the program it exec'd, if it did lately
+	view := t.left[pid].view // the program it exec'd, if it did lately
 	if q, queued := t.queued[pid]; queued {
-		comm = q.comm // the latest name the kernel sent, not handled yet
+		view = q.view // the latest the kernel sent, not handled yet
 	}
 	t.mu.Unlock()
 	if ok {
 		return e
 	}
-	e = t.read(pid, 0, comm)
+	e = t.read(pid, 0, view)
 	t.mu.Lock()
 	if prev, ok := t.entries[pid]; ok {
 		// Read concurrently by the lifecycle watcher; keep one.
@@ -521,7 +548,7 @@ func (t *processTable) eventQueued(ev sampler.ProcEvent) {
 	}
 	t.mu.Lock()
 	q := t.queued[int(ev.PID)]
-	t.queued[int(ev.PID)] = queuedName{comm: ev.Comm, events: q.events + 1}
+	t.queued[int(ev.PID)] = queuedName{view: viewOf(ev), events: q.events + 1}
 	t.mu.Unlock()
 }
 
@@ -711,13 +738,13 @@ func (t *processTable) len() int {
 }
 
 // read reads pid from /proc; start is its start time if the kernel sent it
-// (0: read from /proc too), comm its command name if the kernel sent it.
-func (t *processTable) read(pid int, start uint64, comm string) *processEntry {
+// (0: read from /proc too), view what its latest event said of it.
+func (t *processTable) read(pid int, start uint64, view eventView) *processEntry {
 	t.mu.Lock()
 	execs := t.execs[pid]
 	t.mu.Unlock()
 	var e *processEntry
-	cpu := cputime.Measure(func() { e = t.readProcess(pid, start, comm) })
+	cpu := cputime.Measure(func() { e = t.readProcess(pid, start, view) })
 	t.work.charge(workProcessRead, 1, cpu)
 	e.execs = execs
 	// At first sight too, not only when a stack needs it: a short
@@ -742,6 +769,24 @@ func (t *processTable) read(pid int, start uint64, comm string) *processEntry {
 	return e
 }
 
+// containerOfCgroup is the container of the cgroup with the cgroup v2 id
+// an event sent (cgroupattr.IDs), and false when it is not known: id 0, no
+// cgroup v2 hierarchy, or no such cgroup.
+func (t *processTable) containerOfCgroup(id uint64) (cgroupattr.Container, bool) {
+	if id == 0 {
+		return cgroupattr.Container{}, false
+	}
+	t.cgroupIDsOnce.Do(func() {
+		ids, err := cgroupattr.NewIDs(t.procRoot)
+		if err != nil {
+			t.logger.Debug("the containers of processes gone before they are read are not known", zap.Error(err))
+			return
+		}
+		t.cgroupIDs = ids
+	})
+	return t.cgroupIDs.Container(id)
+}
+
 // keeps is the include and exclude filters' verdict on a process read
 // from /proc.
 func (t *processTable) keeps(pid int, exePath, exeName, service string) bool {
@@ -755,14 +800,16 @@ func (t *processTable) filtersByService() bool {
 	return len(t.cfg.Include.Services) > 0 || len(t.cfg.Exclude.Services) > 0
 }
 
-func (t *processTable) readProcess(pid int, start uint64, comm string) *processEntry {
+func (t *processTable) readProcess(pid int, start uint64, view eventView) *processEntry {
 	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
 	info, err := procinfo.Read(t.procRoot, pid, start)
 	if err != nil {
 		// Exited before we could look: its frames stay as raw addresses,
-		// and its service is the command name the kernel sent, if any
-		// (a short-lived compiler or shell command on a busy node).
-		e.resource.ServiceName = profileschema.ProcessService("", "", comm)
+		// its service is the command name the kernel sent, if any (a
+		// short-lived compiler or shell command on a busy node), and its
+		// container the one of the cgroup the kernel sent.
+		e.resource.ServiceName = profileschema.ProcessService("", "", view.comm)
+		e.resource.Container, _ = t.containerOfCgroup(view.cgroup)
 		e.keep = t.cfg.Include.empty() && !t.cfg.Exclude.matches(pid, "", "", e.resource.ServiceName)
 		return e
 	}

@@ -30,7 +30,7 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	cmd := testworkload.Start(t, bin, "5")
 	pid := cmd.Process.Pid
 
-	table.seen(pid, 0, "")
+	table.seen(pid, 0, eventView{})
 	e := table.lookup(pid)
 	if e.snapshot == nil {
 		t.Fatalf("pid %d not read", pid)
@@ -101,7 +101,7 @@ func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 	pid := cmd.Process.Pid
 	waitKernelExec(t, table, pid, "sleep", 0)
 
-	table.seen(pid, 0, "") // read after the exec
+	table.seen(pid, 0, eventView{}) // read after the exec
 	table.mu.Lock()
 	e := table.entries[pid]
 	table.mu.Unlock()
@@ -115,7 +115,7 @@ func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 	if !e.dwarf.Load() || u.Stats().Processes != 1 {
 		t.Fatalf("sleep not unwound with tables: dwarf %v, %+v", e.dwarf.Load(), u.Stats())
 	}
-	if dropped := table.execed(pid, ""); dropped {
+	if dropped := table.execed(pid, eventView{}); dropped {
 		t.Fatal("the exec event dropped a read of the image the process exec'd")
 	}
 	table.mu.Lock()
@@ -128,7 +128,7 @@ func TestExecEventKeepsAReadOfTheNewImage(t *testing.T) {
 		t.Fatalf("the exec event took the kept read's tables away: %+v", u.Stats())
 	}
 
-	table.seen(pid, 0, "") // the new image's first sample
+	table.seen(pid, 0, eventView{}) // the new image's first sample
 	table.mu.Lock()
 	reread := table.entries[pid]
 	table.mu.Unlock()
@@ -161,7 +161,7 @@ func TestAttachOfAReadFromBeforeTheExecIsRefused(t *testing.T) {
 
 	// sh's libc has no frame pointers and was never analysed here, so the
 	// read leaves the attach to later (the worker).
-	e := table.read(pid, 0, "")
+	e := table.read(pid, 0, eventView{})
 	if e.snapshot == nil || !strings.HasSuffix(e.resource.ExePath, "/sh") && !strings.HasSuffix(e.resource.ExePath, "/dash") {
 		t.Fatalf("read of sh: %+v", e.resource)
 	}
@@ -175,7 +175,7 @@ func TestAttachOfAReadFromBeforeTheExecIsRefused(t *testing.T) {
 		t.Fatalf("the old image's tables were given to the kernel after the exec (dwarf %v, %+v)", e.dwarf.Load(), u.Stats())
 	}
 	table.store(pid, e, e.execs)
-	if dropped := table.execed(pid, ""); !dropped || table.tracked(pid) {
+	if dropped := table.execed(pid, eventView{}); !dropped || table.tracked(pid) {
 		t.Fatalf("a read from before the exec survived the exec event (dropped %v)", dropped)
 	}
 }

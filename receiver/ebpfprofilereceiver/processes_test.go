@@ -113,12 +113,12 @@ func TestSeenTellsReusedPIDApart(t *testing.T) {
 	// table reads /proc/PID/stat. Both tell the same.
 	for _, sent := range []uint64{start, 0} {
 		table.drop(pid)
-		table.seen(pid, sent, "")
+		table.seen(pid, sent, eventView{})
 		first := table.lookup(pid)
 		if first.startTime != start || first.resource.ExeName != "sleep" {
 			t.Fatalf("start time sent %d: entry %+v with start time %d, want %d", sent, first.resource, first.startTime, start)
 		}
-		table.seen(pid, sent, "")
+		table.seen(pid, sent, eventView{})
 		if table.lookup(pid) != first {
 			t.Errorf("start time sent %d: the same process announced again was read again", sent)
 		}
@@ -126,7 +126,7 @@ func TestSeenTellsReusedPIDApart(t *testing.T) {
 		table.mu.Lock()
 		first.startTime--
 		table.mu.Unlock()
-		table.seen(pid, sent, "")
+		table.seen(pid, sent, eventView{})
 		if again := table.lookup(pid); again == first || again.startTime != start {
 			t.Errorf("start time sent %d: a reused pid kept the previous process's entry", sent)
 		}
@@ -152,7 +152,7 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 		return err == nil && strings.Contains(string(env), "OTEL_SERVICE_NAME=leaving")
 	})
-	table.seen(pid, 0, "")
+	table.seen(pid, 0, eventView{})
 	lived := table.lookup(pid)
 	if lived.snapshot == nil || lived.resource.ServiceName != "leaving" {
 		t.Fatalf("live process read as %+v (snapshot %v)", lived.resource, lived.snapshot != nil)
@@ -171,12 +171,12 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		return err == nil && strings.Contains(string(stat), ") Z ")
 	})
-	table.seen(pid, 0, "")
+	table.seen(pid, 0, eventView{})
 	if got := current(); got != lived {
 		t.Fatalf("announced again as a zombie, the entry became %+v (snapshot %v)", got.resource, got.snapshot != nil)
 	}
 	_ = cmd.Wait() // reaped: /proc/PID is gone
-	table.seen(pid, 0, "")
+	table.seen(pid, 0, eventView{})
 	if got := current(); got != lived {
 		t.Fatalf("announced again once reaped, the entry became %+v (snapshot %v)", got.resource, got.snapshot != nil)
 	}
@@ -203,7 +203,7 @@ func TestExitedProcessesAreHandled(t *testing.T) {
 	}
 	// The kernel's event named it: its samples keep that name as their
 	// service. Without a name they go to the unknown service.
-	table.seen(gone.Process.Pid, 0, "true")
+	table.seen(gone.Process.Pid, 0, eventView{comm: "true"})
 	e := table.lookup(gone.Process.Pid)
 	if e.snapshot != nil || e.resource.ServiceName != "true" {
 		t.Fatalf("exited process named true by its event: snapshot %v, service %q", e.snapshot, e.resource.ServiceName)
@@ -212,7 +212,7 @@ func TestExitedProcessesAreHandled(t *testing.T) {
 	if err := unnamed.Run(); err != nil {
 		t.Fatal(err)
 	}
-	table.seen(unnamed.Process.Pid, 0, "")
+	table.seen(unnamed.Process.Pid, 0, eventView{})
 	if got := table.lookup(unnamed.Process.Pid).resource.ServiceName; got != profileschema.UnknownService {
 		t.Fatalf("exited process with no name from its event: service %q, want %q", got, profileschema.UnknownService)
 	}
@@ -228,7 +228,7 @@ func TestExitedProcessesAreHandled(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	table.seen(pid, 0, "")
+	table.seen(pid, 0, eventView{})
 	if !table.tracked(pid) {
 		t.Fatal("live process not tracked")
 	}
@@ -265,13 +265,13 @@ func TestReadAcrossExecIsNotInstalled(t *testing.T) {
 	table.mu.Lock()
 	before := table.execs[pid]
 	table.mu.Unlock()
-	e := table.read(pid, 0, "") // the read in flight
-	table.execed(pid, "")       // the exec event arrives meanwhile
+	e := table.read(pid, 0, eventView{}) // the read in flight
+	table.execed(pid, eventView{})       // the exec event arrives meanwhile
 	table.store(pid, e, before)
 	if table.tracked(pid) {
 		t.Fatal("a read from before the exec was installed after it")
 	}
-	table.seen(pid, 0, "") // the new image's first sample
+	table.seen(pid, 0, eventView{}) // the new image's first sample
 	if !table.tracked(pid) {
 		t.Fatal("the new image was not read")
 	}

@@ -362,13 +362,13 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 		pid := int(ev.PID)
 		switch ev.Kind {
 		case sampler.EventSeen:
-			r.procs.seen(pid, ev.StartTime, ev.Comm)
+			r.procs.seen(pid, ev.StartTime, viewOf(ev))
 			r.procs.holdPerfMap(pid, false, 0)
 			r.procs.lookForPerfMapLater(pid)
 		case sampler.EventExec:
 			// A process read after its exec keeps what was read, trace
 			// context markers included.
-			if r.procs.execed(pid, ev.Comm) {
+			if r.procs.execed(pid, viewOf(ev)) {
 				r.traceCtx.event(ev)
 			}
 		case sampler.EventMapsChanged:

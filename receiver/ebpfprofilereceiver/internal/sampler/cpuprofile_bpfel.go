@@ -47,12 +47,13 @@ type cpuProfileGoTraceKey struct {
 }
 
 type cpuProfileLifecycleEvent struct {
-	_       structs.HostLayout
-	Kind    uint32
-	Pid     uint32
-	StartNs uint64
-	Comm    [16]int8
-	Code    uint64
+	_        structs.HostLayout
+	Kind     uint32
+	Pid      uint32
+	StartNs  uint64
+	Comm     [16]int8
+	Code     uint64
+	CgroupId uint64
 }
 
 type cpuProfileProcUnwind struct {

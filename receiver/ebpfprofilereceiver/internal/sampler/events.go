@@ -69,6 +69,12 @@ type ProcEvent struct {
 	Comm string
 	// Code is the code object's address (EventPythonCode).
 	Code uint64
+	// CgroupID is the process's cgroup on the cgroup v2 hierarchy at the
+	// event (the inode number of its directory; at an exec, the cgroup the
+	// new image runs in): the container of a process that exits before
+	// /proc/PID/cgroup can be read (cgroupattr.IDs). On a host with cgroup
+	// v1 alone it is the root's.
+	CgroupID uint64
 }
 
 // lifecycleEventSize is sizeof(struct lifecycle_event), and commOffset
@@ -79,6 +85,7 @@ const (
 	commOffset         = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.Comm))
 	commEnd            = commOffset + len(cpuProfileLifecycleEvent{}.Comm)
 	codeOffset         = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.Code))
+	cgroupOffset       = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.CgroupId))
 )
 
 // nsPerClockTick converts the kernel's start_boottime to /proc's clock
@@ -169,6 +176,7 @@ func (s *Sampler) forward(raw []byte) bool {
 		StartTime: binary.NativeEndian.Uint64(raw[8:16]) / nsPerClockTick,
 		Comm:      unix.ByteSliceToString(raw[commOffset:commEnd]),
 		Code:      binary.NativeEndian.Uint64(raw[codeOffset : codeOffset+8]),
+		CgroupID:  binary.NativeEndian.Uint64(raw[cgroupOffset : cgroupOffset+8]),
 	}
 	select {
 	case s.events <- ev:

@@ -16,10 +16,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
 
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
 )
@@ -1025,4 +1028,68 @@ func goroutineState(t *testing.T, fn string) string {
 		return state
 	}
 	return ""
+}
+
+// Every lifecycle event carries the cgroup v2 id of the process's cgroup,
+// which is the inode number of the cgroup's directory (what
+// cgroupattr.IDs looks up): a process born into a cgroup of its own is
+// seen, execs and exits with that cgroup's id.
+func TestEventsCarryTheProcessCgroup(t *testing.T) {
+	ids, err := cgroupattr.NewIDs("/proc")
+	if err != nil {
+		t.Fatalf("this test needs a cgroup v2 hierarchy: %v", err)
+	}
+	dir, err := os.MkdirTemp(ids.Root(), "hotpath-sampler-test-")
+	if err != nil {
+		t.Fatalf("create a cgroup (needs root): %v", err)
+	}
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+
+	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second})
+	if err := s.LifecycleErr(); err != nil {
+		t.Fatalf("lifecycle programs not attached: %v", err)
+	}
+	script := `import os, sys, time
+end = time.process_time() + 0.3
+while time.process_time() < end: pass
+os.execv(sys.argv[1], [sys.argv[1], "300", "1"])`
+	py := exec.Command("python3", "-c", script, burner(t))
+	// Born in the cgroup (clone3 with CLONE_INTO_CGROUP): every sample and
+	// event of the process is the cgroup's.
+	py.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	var out strings.Builder
+	py.Stdout, py.Stderr = &out, &out
+	if err := py.Run(); err != nil {
+		t.Fatalf("python3, then the burner: %v: %s", err, out.String())
+	}
+	pid := uint32(py.Process.Pid)
+	got := map[EventKind]int{}
+	timeout := time.After(10 * time.Second)
+	for got[EventExec] == 0 || got[EventExit] == 0 {
+		select {
+		case ev := <-s.Events():
+			if ev.PID != pid {
+				continue
+			}
+			got[ev.Kind]++
+			if ev.CgroupID != st.Ino {
+				t.Errorf("%s event: cgroup id %d, want %d (%s)", ev.Kind, ev.CgroupID, st.Ino, dir)
+			}
+		case <-timeout:
+			t.Fatalf("events of pid %d: %v, want exec and exit", pid, got)
+		}
+	}
+	if got[EventSeen] == 0 {
+		t.Errorf("events of pid %d: %v, want seen", pid, got)
+	}
+	t.Logf("events of the process in cgroup %d: %v", st.Ino, got)
 }
