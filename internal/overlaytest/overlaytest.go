@@ -26,21 +26,15 @@ func NewImage(tb testing.TB, src, name string) *Image {
 	tb.Helper()
 	root := tb.TempDir()
 	im := &Image{root: root, lower: filepath.Join(root, "lower")}
-	data, err := os.ReadFile(src)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	if err := os.Mkdir(im.lower, 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(im.lower, name), data, 0o755); err != nil {
-		tb.Fatal(err)
-	}
+	im.Add(tb, src, name)
 	return im
 }
 
-// Add copies the file at src into the lower layer as name, beside the
-// first (a program's library).
+// Add copies the file at src into the lower layer as name (a program's
+// library beside it).
 func (im *Image) Add(tb testing.TB, src, name string) {
 	tb.Helper()
 	data, err := os.ReadFile(src)
@@ -52,10 +46,16 @@ func (im *Image) Add(tb testing.TB, src, name string) {
 	}
 }
 
+// container is container i's directory: its upper and work directories
+// and the mount point of its overlay.
+func (im *Image) container(i int) string {
+	return filepath.Join(im.root, fmt.Sprintf("container%d", i))
+}
+
 // Rootfs is where container i's process sees the image's files, in its
 // own mount namespace (from outside, under /proc/PID/root).
 func (im *Image) Rootfs(i int) string {
-	return filepath.Join(im.root, fmt.Sprintf("container%d", i), "rootfs")
+	return filepath.Join(im.container(i), "rootfs")
 }
 
 // Command is container i's run of the image's file name with args: it
@@ -64,7 +64,7 @@ func (im *Image) Rootfs(i int) string {
 // is the program once it has exec'd.
 func (im *Image) Command(tb testing.TB, i int, name string, args ...string) *exec.Cmd {
 	tb.Helper()
-	dir := filepath.Join(im.root, fmt.Sprintf("container%d", i))
+	dir := im.container(i)
 	for _, d := range []string{"upper", "work", "rootfs"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			tb.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/exporter/duckdbprofileexporter"
 	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
+	"github.com/hotpath-dev/hotpath/internal/cgroupattr/cgrouptest"
 	"github.com/hotpath-dev/hotpath/internal/profilequery"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
@@ -298,34 +298,6 @@ func TestSamplesBeforeAnExecHaveTheCgroupOfTheExec(t *testing.T) {
 	}
 }
 
-// containerCgroupV2 creates the cgroup of a containerd container of a
-// burstable pod as the kubelet's cgroupfs driver lays it out, in the cgroup
-// v2 hierarchy (cgroupattr.IDs finds it), removes it after the test, and
-// returns its id: the inode number of its directory, which the kernel's
-// lifecycle events carry (sampler.TestEventsCarryTheProcessCgroup).
-func containerCgroupV2(t *testing.T, podUID, containerID string) uint64 {
-	t.Helper()
-	ids, err := cgroupattr.NewIDs("/proc")
-	if err != nil {
-		t.Fatalf("this test needs a cgroup v2 hierarchy: %v", err)
-	}
-	root := ids.Root()
-	dir := filepath.Join(root, "kubepods", "burstable", "pod"+podUID, containerID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("create the container's cgroup (needs root): %v", err)
-	}
-	t.Cleanup(func() {
-		for d := dir; d != root; d = filepath.Dir(d) {
-			_ = os.Remove(d)
-		}
-	})
-	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
-}
-
 // A process gone before the receiver could read it (a short-lived command
 // in a container on a busy node) takes the container of the cgroup its
 // first-sample event named, and so does the image a process left at an
@@ -336,7 +308,10 @@ func TestGoneBeforeItsReadTakesTheContainerOfItsCgroup(t *testing.T) {
 		podUID      = "7f2c1d9e-4b6a-4f0e-9d3c-2a1b0c9d8e7f"
 		containerID = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
 	)
-	cgroup := containerCgroupV2(t, podUID, containerID)
+	// As the kubelet's cgroupfs driver lays out a containerd container of
+	// a burstable pod; the id is what the kernel's lifecycle events carry
+	// (sampler.TestEventsCarryTheProcessCgroup).
+	_, cgroup := cgrouptest.Make(t, "kubepods/burstable/pod"+podUID+"/"+containerID)
 	want := cgroupattr.Container{ID: containerID, PodUID: podUID}
 	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
 

@@ -56,20 +56,7 @@ int main(void) {
 // back to the program, so the same check fails.
 func TestLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
 	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
-	dir := t.TempDir()
-	lib, err := gcc(dir, "libspin.so", libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(dir, "spinmain.c")
-	if err := os.WriteFile(src, []byte(spinMainSource), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "spinmain")
-	// The library after the source, which needs it.
-	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-o", bin, src, lib, "-Wl,-rpath,"+dir).CombinedOutput(); err != nil {
-		t.Fatalf("gcc spinmain: %v\n%s", err, out)
-	}
+	bin, lib := buildSpin(t, spinMainSource)
 	binText := loadTable(t, s, bin)
 	libText := loadTable(t, s, lib)
 
@@ -101,6 +88,29 @@ func TestLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
 	}
 	t.Logf("stacks in the library reaching the program: %d of %d without its table, %d of %d with it; lookups %d, with a table %d",
 		without.whole, without.inLib, with.whole, with.inLib, with.stats.VMALookups, with.stats.VMATables)
+}
+
+// buildSpin compiles libSpinSource into libspin.so and mainSource, which
+// calls it, into spinmain beside it: both without frame pointers, the
+// program finding the library in its own directory (a copy of the two
+// elsewhere, an image's layer, runs as well).
+func buildSpin(t *testing.T, mainSource string) (bin, lib string) {
+	t.Helper()
+	dir := t.TempDir()
+	lib, err := gcc(dir, "libspin.so", libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,libspin.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "spinmain.c")
+	if err := os.WriteFile(src, []byte(mainSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(dir, "spinmain")
+	// The library after the source, which needs it.
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-o", bin, src, lib, "-Wl,-rpath,$ORIGIN").CombinedOutput(); err != nil {
+		t.Fatalf("gcc spinmain: %v\n%s", err, out)
+	}
+	return bin, lib
 }
 
 type loadedText struct {
@@ -219,19 +229,8 @@ int main(int argc, char **argv) {
 // keys it by the mount's, and finds the table.
 func TestOverlayLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
 	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
-	dir := t.TempDir()
-	lib, err := gcc(dir, "libspin.so", libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,libspin.so")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(dir, "spinmain.c")
-	if err := os.WriteFile(src, []byte(containerSpinMainSource), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "spinmain")
-	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-o", bin, src, lib, "-Wl,-rpath,$ORIGIN").CombinedOutput(); err != nil {
-		t.Fatalf("gcc spinmain: %v\n%s", err, out)
-	}
+	bin, lib := buildSpin(t, containerSpinMainSource)
+	dir := filepath.Dir(bin)
 	im := overlaytest.NewImage(t, bin, "spinmain")
 	im.Add(t, lib, "libspin.so")
 

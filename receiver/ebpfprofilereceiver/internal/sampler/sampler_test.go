@@ -22,7 +22,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/hotpath-dev/hotpath/internal/cgroupattr"
+	"github.com/hotpath-dev/hotpath/internal/cgroupattr/cgrouptest"
 
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
 )
@@ -1035,19 +1035,7 @@ func goroutineState(t *testing.T, fn string) string {
 // cgroupattr.IDs looks up): a process born into a cgroup of its own is
 // seen, execs and exits with that cgroup's id.
 func TestEventsCarryTheProcessCgroup(t *testing.T) {
-	ids, err := cgroupattr.NewIDs("/proc")
-	if err != nil {
-		t.Fatalf("this test needs a cgroup v2 hierarchy: %v", err)
-	}
-	dir, err := os.MkdirTemp(ids.Root(), "hotpath-sampler-test-")
-	if err != nil {
-		t.Fatalf("create a cgroup (needs root): %v", err)
-	}
-	t.Cleanup(func() { _ = os.Remove(dir) })
-	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
-		t.Fatal(err)
-	}
+	dir, id := cgrouptest.Make(t, fmt.Sprintf("hotpath-sampler-test-%d", os.Getpid()))
 	cg, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -1081,8 +1069,8 @@ os.execv(sys.argv[1], [sys.argv[1], "300", "1"])`
 				continue
 			}
 			got[ev.Kind]++
-			if ev.CgroupID != st.Ino {
-				t.Errorf("%s event: cgroup id %d, want %d (%s)", ev.Kind, ev.CgroupID, st.Ino, dir)
+			if ev.CgroupID != id {
+				t.Errorf("%s event: cgroup id %d, want %d (%s)", ev.Kind, ev.CgroupID, id, dir)
 			}
 		case <-timeout:
 			t.Fatalf("events of pid %d: %v, want exec and exit", pid, got)
@@ -1091,5 +1079,5 @@ os.execv(sys.argv[1], [sys.argv[1], "300", "1"])`
 	if got[EventSeen] == 0 {
 		t.Errorf("events of pid %d: %v, want seen", pid, got)
 	}
-	t.Logf("events of the process in cgroup %d: %v", st.Ino, got)
+	t.Logf("events of the process in cgroup %d: %v", id, got)
 }
