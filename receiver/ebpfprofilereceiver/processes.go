@@ -57,10 +57,12 @@ type processEntry struct {
 	// Guarded by processTable.mu.
 	sampledAt, mapsReadAt time.Time
 	// unwindDeferred: attaching unwind tables would have needed one-time
-	// work while the budget was spent; retried when the process has many
-	// samples. attachQueued: that work goes to the worker once the entry is
-	// installed. Guarded by processTable.mu.
-	unwindDeferred, attachQueued bool
+	// work while the budget was spent; retried at once when the process has
+	// many samples, else by the worker as the next budget interval begins
+	// (retryDeferred; retryQueued while it waits there). attachQueued: that
+	// work goes to the worker once the entry is installed. Guarded by
+	// processTable.mu.
+	unwindDeferred, attachQueued, retryQueued bool
 	// unsettled: read while the process was exec'ing (its executable was
 	// not mapped yet), or kept across its exec event (the dynamic loader
 	// may not have mapped its libraries yet): read again at the next
@@ -244,9 +246,38 @@ func (t *processTable) attachWorker() {
 		pid := int(e.resource.PID)
 		t.mu.Lock()
 		current := t.entries[pid] == e && e.exitedAt.IsZero()
+		e.retryQueued = false
 		t.mu.Unlock()
 		if current {
 			t.attachUnwind(e, false)
+		}
+	}
+}
+
+// retryDeferred hands the processes of es whose unwind tables were
+// deferred, and that are still current, to the unwind worker; the worker
+// attaches them while the budget lasts and defers them again past it. A
+// full queue leaves the rest for the next call.
+func (t *processTable) retryDeferred(es []*processEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	for _, e := range es {
+		if !e.unwindDeferred || e.retryQueued || e.snapshot == nil || t.entries[int(e.resource.PID)] != e || !e.exitedAt.IsZero() {
+			continue
+		}
+		// The last drain's plan may have deferred its symbol tables'
+		// loads, which the unwinder reads the binaries through: the new
+		// interval's budget allows them (the next drain's plan decides
+		// again).
+		e.snapshot.DeferLoads.Store(false)
+		select {
+		case t.attachQueue <- e:
+			e.retryQueued = true
+		default:
+			return
 		}
 	}
 }
@@ -433,7 +464,8 @@ func (t *processTable) detachFromKernel(pid int) {
 
 // mapsChanged notes that pid's executable memory changed since its last
 // sample; it is re-read once the burst settles (a dynamic loader maps several
-// libraries in a row), and at most once per mapsRereadEvery.
+// libraries in a row), and at most once per mapsRereadEvery: a change within
+// that time of the last re-read is read when the time is up.
 func (t *processTable) mapsChanged(pid int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -448,22 +480,49 @@ func (t *processTable) mapsChanged(pid int) {
 
 func (t *processTable) refreshChanged() {
 	t.mu.Lock()
-	due := t.refreshDue
+	changed := t.refreshDue
 	t.refreshDue, t.refreshTimer = map[int]struct{}{}, nil
 	t.mu.Unlock()
 	now := time.Now()
-	for pid := range due {
+	// later: how soon the first of the processes read again too recently
+	// to be read now may be read. Dropping its change instead would leave a
+	// library it loaded soon after another (a Python program importing one
+	// C extension after another) unread until the interval's end, and
+	// unread for good in a process that exits before that: no unwind
+	// table for the library, and its frames cut the process's stacks.
+	var later time.Duration
+	for pid := range changed {
 		t.mu.Lock()
 		e := t.entries[pid]
-		due := e != nil && now.Sub(e.mapsReadAt) >= mapsRereadEvery
-		if due {
+		if e != nil && !e.exitedAt.IsZero() {
+			e = nil // gone: what was read of it stays
+		}
+		wait := time.Duration(0)
+		if e != nil {
+			wait = mapsRereadEvery - now.Sub(e.mapsReadAt)
+		}
+		switch {
+		case e == nil:
+		case wait <= 0:
 			e.mapsReadAt = now
+		default:
+			t.refreshDue[pid] = struct{}{}
+			if later == 0 || wait < later {
+				later = wait
+			}
 		}
 		t.mu.Unlock()
-		if due {
+		if e != nil && wait <= 0 {
 			t.refresh(pid, now)
 			t.holdPerfMap(pid, false, 0)
 		}
+	}
+	if later > 0 {
+		t.mu.Lock()
+		if t.refreshTimer == nil && !t.closed {
+			t.refreshTimer = time.AfterFunc(later, t.refreshChanged)
+		}
+		t.mu.Unlock()
 	}
 }
 

@@ -5,6 +5,7 @@
 package ebpfprofilereceiver
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 )
 
 // With the one-time budget spent, a small process's new binaries wait: no
@@ -70,6 +74,47 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	counts, _ := work.endInterval()
 	if counts[workCount{workUnwindTable, workDeferred}] == 0 || counts[workCount{workProcessRead, workDone}] != 1 {
 		t.Errorf("work counts %v: want a deferred unwind table and one process read", counts)
+	}
+}
+
+// A small process read while the budget was spent, and sampled since, gets
+// its unwind tables as the next budget interval begins, not only once it has
+// many samples: until then its stacks through binaries without frame
+// pointers are cut, and a long-lived service with little CPU (most of a
+// node's) never becomes heavy.
+func TestDeferredTablesAttachedInTheNextBudgetInterval(t *testing.T) {
+	bin := buildNoFP(t, "chain", chainC, "main", "level1", "level2", "level3", "level4", "level5", "level6")
+	work := spentBudget()
+	table, _ := newTestTable(t, work, true)
+	pid := testworkload.Start(t, bin, "60").Process.Pid
+	table.seen(pid, 0, eventView{})
+	e := table.lookup(pid)
+	if e.snapshot == nil {
+		t.Fatalf("pid %d not read", pid)
+	}
+	waitFor(t, 10*time.Second, "the unwind worker to defer the process", func() bool { return table.isUnwindDeferred(e) })
+
+	metrics, _ := testSelfMetrics(t)
+	r := &profileReceiver{procs: table, work: work, metrics: metrics}
+	r.set.Logger = zap.NewNop()
+	// The interval's drain met one sample of it, with the budget spent:
+	// it waits. Then the next budget interval begins.
+	r.mu.Lock()
+	r.planOneTimeWorkLocked([]sampler.Sample{{PID: uint32(pid), Count: 1}}, time.Now())
+	waited := table.isUnwindDeferred(e) && !e.dwarf.Load()
+	r.recordWorkLocked(context.Background())
+	r.mu.Unlock()
+	if !waited {
+		t.Fatal("a small process got its tables while the budget was spent")
+	}
+	waitFor(t, 30*time.Second, "the deferred process's tables in the next budget interval", func() bool {
+		return !table.isUnwindDeferred(e) && e.dwarf.Load()
+	})
+	if tg := targetOf(t, table, pid); tg.Unwinding != "dwarf" || tg.UnwindPending {
+		t.Errorf("served process in /v1/targets: %+v, want dwarf, not pending", tg)
+	}
+	if counts, _ := work.endInterval(); counts[workCount{workUnwindTable, workDone}] != 1 {
+		t.Errorf("work counts %v: want the unwind table's work done once, in the new interval", counts)
 	}
 }
 

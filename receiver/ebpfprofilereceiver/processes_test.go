@@ -1,10 +1,12 @@
 package ebpfprofilereceiver
 
 import (
+	"bufio"
 	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/procinfo"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
@@ -372,5 +375,100 @@ func TestDrainBeforeTheEventNamesTheProcess(t *testing.T) {
 	table.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d pids still have queued names after every event was handled", left)
+	}
+}
+
+// mapperC maps each file named on its command line into its memory as code,
+// one per byte read from stdin, saying "mapped" after each; then waits for
+// stdin to close.
+const mapperC = `#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	char c;
+	struct stat st;
+	printf("ready\n");
+	fflush(stdout);
+	for (int i = 1; i < argc; i++) {
+		if (read(0, &c, 1) != 1) return 1;
+		int fd = open(argv[i], O_RDONLY);
+		if (fd < 0 || fstat(fd, &st) != 0) return 2;
+		if (mmap(0, st.st_size, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0) == MAP_FAILED) return 3;
+		printf("mapped\n");
+		fflush(stdout);
+	}
+	while (read(0, &c, 1) == 1) {
+	}
+	return 0;
+}
+`
+
+// A process whose executable memory changes again soon after a re-read (a
+// Python program importing one C extension after another, each its own
+// library) is read again once mapsRereadEvery has passed since that re-read:
+// the change is not dropped, and the library gets its symbols and unwind
+// table while the process lives.
+func TestMapsChangedSoonAfterARereadIsReadLater(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	bin := testworkload.CompileC(t, "mapper", []byte(mapperC), "-O2")
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	libs := []string{filepath.Join(dir, "first.so"), filepath.Join(dir, "second.so")}
+	for _, l := range libs {
+		if err := os.WriteFile(l, self, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, libs...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	expect := func(want string) {
+		t.Helper()
+		if !lines.Scan() || lines.Text() != want {
+			t.Fatalf("mapper said %q (%v), want %q", lines.Text(), lines.Err(), want)
+		}
+	}
+	expect("ready")
+	pid := cmd.Process.Pid
+	table.seen(pid, 0, eventView{})
+	maps := func(path string) bool {
+		e := table.lookup(pid)
+		return e.snapshot != nil && slices.ContainsFunc(e.snapshot.Mappings, func(m symbolize.Mapping) bool { return m.Path == path })
+	}
+	readAt := func() time.Time {
+		table.mu.Lock()
+		defer table.mu.Unlock()
+		return table.entries[pid].mapsReadAt
+	}
+	if maps(libs[0]) {
+		t.Fatal("read before it mapped the library")
+	}
+	for i, lib := range libs {
+		before := readAt()
+		if _, err := stdin.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		expect("mapped")
+		table.mapsChanged(pid) // the kernel's event
+		waitFor(t, 30*time.Second, "the re-read that finds "+filepath.Base(lib), func() bool { return maps(lib) })
+		if i > 0 && readAt().Sub(before) < mapsRereadEvery {
+			t.Errorf("re-read %v after the one before, want at least %v", readAt().Sub(before), mapsRereadEvery)
+		}
 	}
 }

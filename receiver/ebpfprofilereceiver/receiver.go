@@ -61,6 +61,10 @@ type profileReceiver struct {
 	// endedEarly counts samples whose user stack ended early, by reason,
 	// since Start.
 	endedEarly endedEarlyStats
+	// waitingForTables: processes with few samples in the last drain whose
+	// unwind tables were deferred, handed to the unwind worker when the
+	// next budget interval begins (recordWorkLocked).
+	waitingForTables []*processEntry
 
 	ctx    context.Context // lives from Start to Shutdown
 	cancel context.CancelFunc
@@ -477,6 +481,16 @@ func (r *profileReceiver) recordWorkLocked(ctx context.Context) {
 		r.set.Logger.Info("one-time work deferred: the budget for reading new binaries was spent; small processes keep raw addresses (with build IDs) until it frees up",
 			zap.Uint64("deferred", deferred), zap.Duration("work_cpu", cpu), zap.Duration("budget", r.work.budget))
 	}
+	// A stack walked without the tables a binary needs is cut short for
+	// good (symbols, unlike unwinding, can be resolved later): a process
+	// read while the budget was spent (at the agent's start, in a burst of
+	// new processes) and sampled since gets the new interval's budget
+	// first, before the processes that start during it, rather than only
+	// once it has many samples. A process with few samples is most
+	// services on a node.
+	r.procs.retryDeferred(r.waitingForTables)
+	clear(r.waitingForTables)
+	r.waitingForTables = r.waitingForTables[:0]
 }
 
 // processCPU is the CPU time this process (the whole collector) has used.
@@ -555,7 +569,8 @@ func (r *profileReceiver) drainLocked(ctx context.Context, start time.Time) (ppr
 // budget lasts; once it is spent, only heavy ones (at least heavySamples
 // samples, or a hundredth of the interval's), whose deferred unwind tables
 // are attached now. The others' frames in binaries not read yet keep their
-// addresses. r.mu must be held.
+// addresses, and those still waiting for their unwind tables are noted for
+// the next budget interval (recordWorkLocked). r.mu must be held.
 func (r *profileReceiver) planOneTimeWorkLocked(samples []sampler.Sample, drainedAt time.Time) {
 	perPID := map[uint32]uint64{}
 	var total uint64
@@ -580,8 +595,13 @@ func (r *profileReceiver) planOneTimeWorkLocked(samples []sampler.Sample, draine
 			continue
 		}
 		e.snapshot.DeferLoads.Store(over && n < heavy)
-		if n >= heavy && r.procs.isUnwindDeferred(e) {
+		if !r.procs.isUnwindDeferred(e) {
+			continue
+		}
+		if n >= heavy {
 			r.procs.attachUnwind(e, true)
+		} else {
+			r.waitingForTables = append(r.waitingForTables, e)
 		}
 	}
 }
