@@ -494,25 +494,20 @@ func (t *processTable) refreshChanged() {
 	for pid := range changed {
 		t.mu.Lock()
 		e := t.entries[pid]
-		if e != nil && !e.exitedAt.IsZero() {
-			e = nil // gone: what was read of it stays
-		}
-		wait := time.Duration(0)
-		if e != nil {
-			wait = mapsRereadEvery - now.Sub(e.mapsReadAt)
-		}
-		switch {
-		case e == nil:
-		case wait <= 0:
-			e.mapsReadAt = now
-		default:
-			t.refreshDue[pid] = struct{}{}
-			if later == 0 || wait < later {
-				later = wait
+		readNow := false
+		if e != nil && e.exitedAt.IsZero() { // a gone one keeps what was read of it
+			if wait := mapsRereadEvery - now.Sub(e.mapsReadAt); wait > 0 {
+				t.refreshDue[pid] = struct{}{}
+				if later == 0 || wait < later {
+					later = wait
+				}
+			} else {
+				e.mapsReadAt = now
+				readNow = true
 			}
 		}
 		t.mu.Unlock()
-		if e != nil && wait <= 0 {
+		if readNow {
 			t.refresh(pid, now)
 			t.holdPerfMap(pid, false, 0)
 		}

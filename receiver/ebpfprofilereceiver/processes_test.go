@@ -413,14 +413,15 @@ int main(int argc, char **argv) {
 func TestMapsChangedSoonAfterARereadIsReadLater(t *testing.T) {
 	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
 	bin := testworkload.CompileC(t, "mapper", []byte(mapperC), "-O2")
-	self, err := os.ReadFile("/proc/self/exe")
+	// Two copies of the small program itself: two files of code.
+	code, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	libs := []string{filepath.Join(dir, "first.so"), filepath.Join(dir, "second.so")}
 	for _, l := range libs {
-		if err := os.WriteFile(l, self, 0o755); err != nil {
+		if err := os.WriteFile(l, code, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
