@@ -9,12 +9,12 @@
 #   BENCH_PAIRS=4        A/B pairs for the workload slowdown
 #   BENCH_ARM=15s        workload run per arm (covers one 15 s interval)
 #   BENCH_UNWIND_STEADY=45s  steady window per agent run of the unwinding phase (4 runs)
-#   BENCH_CHURN_SECONDS=120  window per agent run of the churn phase (2 runs: guard on, guard off)
+#   BENCH_CHURN_SECONDS=120  window per agent run of the churn phase (2 runs: guard on, guard off) and the container phase (1 run)
 #   BENCH_CHURN_AFTER=180    then the churn stops and the agent's memory is measured this long
 #   BENCH_SPAN=24h       simulated time written to the gateway's summary tier
 #   BENCH_LOCAL_SPAN=3h  the last part of it also written to the agent's local tier
 #   BENCH_DAYS=30        days stored for the long query
-#   BENCH_ONLY="agent unwinding churn symbolize micro storage"  phases to run (a subset
+#   BENCH_ONLY="agent unwinding churn container symbolize micro storage"  phases to run (a subset
 #                        writes bench/results/<date>-<host>-<phases>.md)
 #   BENCH_KEEP=1         keep the work directory (JSON, logs, DuckDB files)
 #   BENCH_SMOKE=1        run each micro-benchmark once and nothing else (make test)
@@ -33,7 +33,7 @@ BENCH_CHURN_AFTER=${BENCH_CHURN_AFTER:-180}
 BENCH_SPAN=${BENCH_SPAN:-24h}
 BENCH_LOCAL_SPAN=${BENCH_LOCAL_SPAN:-3h}
 BENCH_DAYS=${BENCH_DAYS:-30}
-all_phases="agent unwinding churn symbolize micro storage"
+all_phases="agent unwinding churn container symbolize micro storage"
 BENCH_ONLY=${BENCH_ONLY:-$all_phases}
 
 # The micro phase's Go benchmarks: package, -bench regexp, -benchtime, and
@@ -122,6 +122,12 @@ if wants churn; then
 	echo "== churn: the agent on a CI node (steady C and Go, >= 5 process starts/s, a new binary every second), guard on and off"
 	run ./bin/hotpath-bench churn -out "$work/churn.json" -dir "$work/churn" \
 		-window "${BENCH_CHURN_SECONDS}s" -after "${BENCH_CHURN_AFTER}s"
+fi
+
+if wants container; then
+	echo "== container: the churn's workload in a container (overlay root, kubepods cgroup), guard on"
+	run ./bin/hotpath-bench churn -container -out "$work/container.json" -dir "$work/container" \
+		-window "${BENCH_CHURN_SECONDS}s" -after 0s
 fi
 
 if wants symbolize; then

@@ -26,8 +26,12 @@ import (
 
 // churnResult is the agent on a node that keeps starting processes and
 // building new binaries (a CI runner), with the overhead guard on (the
-// shipped config as is) and off.
+// shipped config as is) and off; or, in the container phase, that
+// workload in a container with the guard on.
 type churnResult struct {
+	// Phase is "churn" or "container" ("" in results written before the
+	// container phase: churn).
+	Phase         string      `json:"phase,omitempty"`
 	CPUs          int         `json:"cpus"`
 	AgentConfig   string      `json:"agent_config"`
 	GatewayConfig string      `json:"gateway_config"`
@@ -73,6 +77,11 @@ type churnRun struct {
 	// python3 -c) in the window, by service: how many reach the
 	// program's entry.
 	ToolStacks []toolStacks `json:"tool_stacks"`
+	// The container phase: the id of the workload's container, and by
+	// service the workload's samples in the window with that container id
+	// and without it.
+	ContainerID string                      `json:"container_id,omitempty"`
+	Containers  map[string]containerSamples `json:"container_samples,omitempty"`
 	// Process starts in the window (the churn's own children, by kind) and
 	// processes created on the whole machine (/proc/stat "processes").
 	Starts       map[string]int `json:"starts"`
@@ -145,6 +154,42 @@ type toolStacks struct {
 	Whole   float64 `json:"reaching_entry"`
 }
 
+// containerSamples are one service's samples in the window by whether
+// they carry the workload's container id.
+type containerSamples struct {
+	With    float64 `json:"with_container_id"`
+	Without float64 `json:"without"`
+}
+
+// churnLoadServices matches the services of every program the churn's
+// workload starts: the steady programs (churn-steady-…), the new C and Go
+// binaries (churn-N, churn-go-N), gcc and what it runs, go build and what
+// it runs, python3 and /bin/true, and the group's sleeping leader.
+const churnLoadServices = `^(churn-.+|([a-z0-9_]+-)*gcc(-[0-9]+)?|cc1|collect2|([a-z0-9_]+-)*as|([a-z0-9_]+-)*ld(\.bfd)?|go|compile|link|python3(\.[0-9]+)?|true|sleep)$`
+
+// countContainerSamples asks the agent's SQL endpoint for the workload's
+// samples in the window, by service, with the container's id and without:
+// from stack_samples_local, the local tier's rows with their series'
+// columns (trace-tagged samples included), which samples_in() reads too.
+func countContainerSamples(run *churnRun, client sqlquery.Client, ts func(time.Time) string) error {
+	stmt := fmt.Sprintf(`SELECT service_id, (sum(sample_count) FILTER (WHERE container_id = '%[1]s'))::BIGINT,
+       (sum(sample_count) FILTER (WHERE container_id <> '%[1]s'))::BIGINT
+FROM stack_samples_local
+WHERE timestamp >= %[2]s AND timestamp < %[3]s AND regexp_matches(service_id, '%[4]s')
+GROUP BY service_id ORDER BY service_id`, run.ContainerID, ts(run.WindowStart), ts(run.WindowEnd), churnLoadServices)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := client.Query(ctx, stmt)
+	if err != nil {
+		return fmt.Errorf("query the container's samples: %w", err)
+	}
+	run.Containers = map[string]containerSamples{}
+	for _, row := range rows.Rows {
+		run.Containers[fmt.Sprint(row[0])] = containerSamples{With: number(row[1]), Without: number(row[2])}
+	}
+	return nil
+}
+
 // churnToolServices matches the services of the churn's tools: gcc's cc1,
 // as and ld (Debian's x86_64-linux-gnu-as and -ld.bfd) and python3. They
 // are built without frame pointers and exit within a second, often before
@@ -200,12 +245,17 @@ func churnCmd(args []string) error {
 	goEvery := fs.Duration("go-every", 6*time.Second, "a go build of a new module version this often")
 	after := fs.Duration("after", 180*time.Second, "after the window, the churn stops and the agent's memory is measured this long with the steady workloads alone (0: not)")
 	python := fs.String("python", "", "python3 for the churn (default /usr/bin/python3, else python3 from PATH)")
+	inContainer := fs.Bool("container", false, "the container phase: the workload in a container (an overlay over / entered with chroot, a kubepods cgroup), one run with the guard on")
 	_ = fs.Parse(args)
 	if *window < *align {
 		return fmt.Errorf("-window must be at least one interval (%s)", *align)
 	}
 	*window = (*window + *align - 1).Truncate(*align)
-	r, err := af.newRun("churn")
+	phase := "churn"
+	if *inContainer {
+		phase = "container"
+	}
+	r, err := af.newRun(phase)
 	if err != nil {
 		return err
 	}
@@ -246,12 +296,15 @@ func churnCmd(args []string) error {
 		label string
 		args  []string
 	}{{"guard on", append(slices.Clone(base), cacheArg(0))}, {"guard off", append(slices.Clone(base), guardOff, cacheArg(1))}}
+	if *inContainer {
+		runs = runs[:1]
+	}
 
-	steadyC, err := buildC(r.dir, "churn-steady-c", steadyCSource, nil)
+	steadyC, err := buildC(r.dir, "churn-steady-c", steadyCSource, nil, nil)
 	if err != nil {
 		return err
 	}
-	res := &churnResult{CPUs: runtime.NumCPU(), AgentConfig: r.agentCfg, GatewayConfig: r.gatewayCfg, ConfiguredHz: hz,
+	res := &churnResult{Phase: phase, CPUs: runtime.NumCPU(), AgentConfig: r.agentCfg, GatewayConfig: r.gatewayCfg, ConfiguredHz: hz,
 		WindowSeconds: window.Seconds(), WarmupSeconds: warmup.Seconds(), AfterSeconds: after.Seconds(), AlignSeconds: align.Seconds(), GoEvery: goEvery.Seconds(),
 		BinaryCache: "each run's agent starts with an empty binary cache of its own (receivers.ebpfprofile.binary_cache.directory)",
 		GoCache:     "GOCACHE inside the phase's work directory, warmed by one build before the first agent starts (the standard library is compiled then; each churn build compiles one package and links)"}
@@ -273,7 +326,7 @@ func churnCmd(args []string) error {
 	defer signal.Stop(sigs)
 	go func() {
 		if s, ok := <-sigs; ok {
-			logf("churn: %v: stopping the workload and the collectors", s)
+			logf("%s: %v: stopping the workload and the collectors", phase, s)
 			mu.Lock()
 			for i := len(cleanups) - 1; i >= 0; i-- {
 				if cleanups[i] != nil {
@@ -285,7 +338,7 @@ func churnCmd(args []string) error {
 		}
 	}()
 
-	logf("churn: state and logs in %s; runs: guard on (shipped config), guard off; %s window each", r.dir, *window)
+	logf("%s: state and logs in %s; runs: %d (guard on: the shipped config; guard off); %s window each", phase, r.dir, len(runs), *window)
 	gw, err := r.startGateway()
 	if err != nil {
 		return err
@@ -300,27 +353,39 @@ func churnCmd(args []string) error {
 			return fmt.Errorf("run %q: %w", run.label, err)
 		}
 		res.Runs = append(res.Runs, *cr)
-		logf("churn: %s: agent %.2f %% of a core, RSS median %.1f MB, peak %.1f MB, frequency %s, steady samples %s",
-			run.label, 100*cr.CPUSeconds/cr.Seconds, benchfmt.Summarize(cr.RSS).Median, cr.PeakRSSMB, hzRange(cr), steadyString(cr))
+		logf("%s: %s: agent %.2f %% of a core, RSS median %.1f MB, peak %.1f MB, frequency %s, steady samples %s",
+			phase, run.label, 100*cr.CPUSeconds/cr.Seconds, benchfmt.Summarize(cr.RSS).Median, cr.PeakRSSMB, hzRange(cr), steadyString(cr))
 		time.Sleep(3 * time.Second) // the gateway writes the agent's last interval
 	}
 	res.LoadAvg = append(res.LoadAvg, loadAvg())
 	return writeJSON(*out, res)
 }
 
-// churnRun starts the workload, then the agent with r.agentArgs, measures
-// one window and counts what the agent stored for it.
+// churnRun starts the workload (in a container in the container phase),
+// then the agent with r.agentArgs, measures one window and counts what the
+// agent stored for it.
 func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python string, window, warmup, align, goEvery, after time.Duration, queryEndpoint string, onInterrupt func(func()) func()) (*churnRun, error) {
 	run := &churnRun{Label: label, AgentArgs: r.agentArgs, LoadAvg: loadAvg()}
 	tag := strings.ReplaceAll(label, " ", "-")
 	goCache := filepath.Join(filepath.Dir(loadDir), "gocache")
-	load, err := newChurnLoad(loadDir, goCache, python)
+	var ctr *benchContainer
+	if res.Phase == "container" {
+		var err error
+		if ctr, err = newBenchContainer(filepath.Join(r.dir, "container")); err != nil {
+			return nil, err
+		}
+		// Registered first, so undone last: after the load is killed.
+		undo := onInterrupt(ctr.close)
+		defer func() { undo(); ctr.close() }()
+		run.ContainerID = ctr.ID
+	}
+	load, err := newChurnLoad(loadDir, goCache, python, ctr)
 	if err != nil {
 		return nil, err
 	}
 	undo := onInterrupt(load.kill)
 	defer func() { undo(); load.kill() }()
-	logf("churn: %s: warming the Go build cache %s", label, goCache)
+	logf("%s: warming the Go build cache %s", label, goCache)
 	if err := load.warmGo(); err != nil {
 		return nil, err
 	}
@@ -334,7 +399,11 @@ func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python st
 		if s.bin == r.burn {
 			args = []string{"-threads", "1", "-duration", "2h"}
 		}
-		c, err := load.startSteady(s.service, s.bin, args...)
+		bin, err := load.program(s.bin)
+		if err != nil {
+			return nil, err
+		}
+		c, err := load.startSteady(s.service, bin, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -356,7 +425,7 @@ func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python st
 	undoAgent := onInterrupt(func() { _ = a.Stop(5 * time.Second) })
 	defer func() { undoAgent(); _ = a.Stop(30 * time.Second) }()
 	run.TTFSMillis = millis(ttfs)
-	logf("churn: %s: agent ready after %.0f ms; warm-up, then a %s window from the next %s boundary", label, run.TTFSMillis, window, align)
+	logf("%s: agent ready after %.0f ms; warm-up, then a %s window from the next %s boundary", label, run.TTFSMillis, window, align)
 
 	tl := r.startTimeline(a)
 	sw, err := r.measureSteady(a, window, warmup, steadyOptions{Watch: pids, Align: align})
@@ -389,6 +458,11 @@ func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python st
 	if err := countSteadySamples(run, queryEndpoint, align); err != nil {
 		return nil, err
 	}
+	if ctr != nil {
+		if err := countContainerSamples(run, sqlquery.Client{Endpoint: queryEndpoint}, sqlTimestamp); err != nil {
+			return nil, err
+		}
+	}
 	if after > 0 {
 		r.afterChurn(run, a, load, after)
 	}
@@ -403,7 +477,7 @@ func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python st
 // what a node gets back once a CI job is over.
 func (r *agentRun) afterChurn(run *churnRun, a *collectorproc.Process, load *churnLoad, d time.Duration) {
 	load.stopChurn()
-	logf("churn: %s: churn stopped; the agent's memory for %s with the steady workloads alone", run.Label, d)
+	logf("%s: churn stopped; the agent's memory for %s with the steady workloads alone", run.Label, d)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for end := time.Now().Add(d); time.Now().Before(end); <-t.C {
@@ -582,12 +656,17 @@ func churnSelfMetrics(run *churnRun, m0, m1 selfmetrics.Metrics) {
 	run.MetricNames = append(run.MetricNames, readGauges(m1, gs)...)
 }
 
+// sqlTimestamp is t as a DuckDB TIMESTAMP literal (UTC).
+func sqlTimestamp(t time.Time) string {
+	return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05") + "'"
+}
+
 // countSteadySamples asks the agent's SQL endpoint (what `hotpath sql
 // --endpoint` uses) for the samples of each steady workload's service in
 // the window's intervals, and the C workload's leaf functions. It waits
 // until the window's last interval is stored (at most a minute).
 func countSteadySamples(run *churnRun, endpoint string, interval time.Duration) error {
-	ts := func(t time.Time) string { return "TIMESTAMP '" + t.UTC().Format("2006-01-02 15:04:05") + "'" }
+	ts := sqlTimestamp
 	var services []string
 	for _, s := range run.Steady {
 		services = append(services, "'"+s.Service+"'")

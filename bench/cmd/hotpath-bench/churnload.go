@@ -113,6 +113,9 @@ type churnLoad struct {
 	steady []*exec.Cmd
 	env    []string // TMPDIR and the Go variables, for every child
 	python string
+	// ctr, when not nil, is the container every process starts in; the
+	// load's paths are the container's then.
+	ctr *benchContainer
 
 	mu     sync.Mutex
 	starts map[string][]time.Time // start times by kind
@@ -137,11 +140,12 @@ type startCPU struct {
 
 // newChurnLoad makes the directories and the process group. goCache is
 // the Go build cache of every go build (inside the phase's directory, so
-// the run leaves nothing outside it).
-func newChurnLoad(dir, goCache, python string) (*churnLoad, error) {
-	l := &churnLoad{dir: dir, python: python, starts: map[string][]time.Time{}, cpu: map[string][]startCPU{}, failures: map[string]int{}, lastErr: map[string]string{}, stop: make(chan struct{})}
+// the run leaves nothing outside it). With ctr, every process runs in that
+// container, and dir and goCache are paths in it.
+func newChurnLoad(dir, goCache, python string, ctr *benchContainer) (*churnLoad, error) {
+	l := &churnLoad{dir: dir, python: python, ctr: ctr, starts: map[string][]time.Time{}, cpu: map[string][]startCPU{}, failures: map[string]int{}, lastErr: map[string]string{}, stop: make(chan struct{})}
 	for _, d := range []string{"tmp", "c", "gomod", "gotmp", "config"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+		if err := os.MkdirAll(l.host(filepath.Join(dir, d)), 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -153,11 +157,15 @@ func newChurnLoad(dir, goCache, python string) (*churnLoad, error) {
 		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"), // go's telemetry and env file
 		"GOENV=off", "GOTOOLCHAIN=local", "GOFLAGS=-buildvcs=false", "GO111MODULE=on",
 	)
-	if err := os.WriteFile(filepath.Join(dir, "gomod", "go.mod"), []byte("module churn\n\ngo 1.21\n"), 0o644); err != nil {
+	if err := l.writeFile(filepath.Join(dir, "gomod", "go.mod"), []byte("module churn\n\ngo 1.21\n")); err != nil {
 		return nil, err
 	}
 	l.leader = exec.Command("sleep", "infinity")
 	l.leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if ctr != nil {
+		ctr.enter(l.leader.SysProcAttr)
+		l.leader.Dir = "/"
+	}
 	if err := l.leader.Start(); err != nil {
 		return nil, fmt.Errorf("start the workload's process group: %w", err)
 	}
@@ -175,12 +183,46 @@ func (l *churnLoad) warmGo() error {
 	return err
 }
 
-// command is cmd in the load's process group with its environment.
+// command is cmd in the load's process group (and container) with its
+// environment.
 func (l *churnLoad) command(env []string, name string, args ...string) *exec.Cmd {
 	c := exec.Command(name, args...)
 	c.Env = append(append([]string(nil), l.env...), env...)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: l.leader.Process.Pid, Pdeathsig: syscall.SIGKILL}
+	if l.ctr != nil {
+		l.ctr.enter(c.SysProcAttr)
+		// Its working directory in the container too (a caller may set
+		// another): a chroot alone leaves it on the host's file system.
+		c.Dir = "/"
+	}
 	return c
+}
+
+// host is where the bench reads or writes the load's path p: in its
+// container's file system, or p itself.
+func (l *churnLoad) host(p string) string {
+	if l.ctr == nil {
+		return p
+	}
+	return l.ctr.host(p)
+}
+
+// writeFile writes the load's file p.
+func (l *churnLoad) writeFile(p string, data []byte) error {
+	return os.WriteFile(l.host(p), data, 0o644)
+}
+
+// program is the path the load runs the host's program p by: p, or the
+// path of its copy in the container (a program of the image).
+func (l *churnLoad) program(p string) (string, error) {
+	if l.ctr == nil {
+		return p, nil
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	return abs, l.ctr.install(abs)
 }
 
 // run starts c, counts it as a start of kind, and waits for it.
@@ -244,7 +286,7 @@ func (l *churnLoad) startChurn(goEvery time.Duration) {
 	l.every(goEvery, func(n int) {
 		if bin, err := l.goBuild(startGoBuild, n); err == nil {
 			_, _ = l.run(startBuiltGo, l.command(nil, bin))
-			_ = os.Remove(bin)
+			_ = os.Remove(l.host(bin))
 		}
 	})
 }
@@ -271,22 +313,22 @@ func (l *churnLoad) every(period time.Duration, f func(n int)) {
 func (l *churnLoad) cTick(n int) {
 	dir := filepath.Join(l.dir, "c")
 	name := "churn-" + strconv.Itoa(n)
-	bin, err := buildC(dir, name, fmt.Sprintf(churnCSource, n), func(c *exec.Cmd) ([]byte, error) {
+	bin, err := buildC(dir, name, fmt.Sprintf(churnCSource, n), l.writeFile, func(c *exec.Cmd) ([]byte, error) {
 		gc := l.command(nil, c.Path, c.Args[1:]...)
 		return l.run(startGCC, gc)
 	})
-	_ = os.Remove(filepath.Join(dir, name+".c"))
+	_ = os.Remove(l.host(filepath.Join(dir, name+".c")))
 	if err != nil {
 		return
 	}
 	_, _ = l.run(startBuiltC, l.command(nil, bin))
-	_ = os.Remove(bin)
+	_ = os.Remove(l.host(bin))
 }
 
 // goBuild writes version n of the module and builds it into a new binary.
 func (l *churnLoad) goBuild(kind string, n int) (string, error) {
 	mod := filepath.Join(l.dir, "gomod")
-	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(fmt.Sprintf(churnGoSource, n)), 0o644); err != nil {
+	if err := l.writeFile(filepath.Join(mod, "main.go"), []byte(fmt.Sprintf(churnGoSource, n))); err != nil {
 		return "", err
 	}
 	bin := filepath.Join(l.dir, "gomod", "churn-go-"+strconv.Itoa(n))

@@ -36,7 +36,7 @@ func verdict(v, bound float64, haveBound bool) string {
 
 func reportCmd(args []string) error {
 	fset := flag.NewFlagSet("report", flag.ExitOnError)
-	dir := fset.String("dir", "", "directory with agent.json, unwinding.json, churn.json, symbolize.json, storage.json, micro.txt, benchstat.txt")
+	dir := fset.String("dir", "", "directory with agent.json, unwinding.json, churn.json, container.json, symbolize.json, storage.json, micro.txt, benchstat.txt")
 	results := fset.String("results", "", "markdown file to write (bench/results/<date>-<host>.md)")
 	phases := fset.String("phases", "", "phases that were run (BENCH_ONLY, space or comma separated); the results of the others are not looked for (default: all of "+strings.Join(allPhases, " ")+")")
 	_ = fset.Parse(args)
@@ -85,6 +85,14 @@ func reportCmd(args []string) error {
 			rows = append(rows, churnRows(&churn)...)
 		}
 	}
+	var ctr churnResult
+	if wanted("container") {
+		if err := readJSON(filepath.Join(*dir, "container.json"), &ctr); err != nil {
+			missing("container: the churn's workload in a container", err)
+		} else {
+			rows = append(rows, churnRows(&ctr)...)
+		}
+	}
 	var sym symbolizeResult
 	if wanted("symbolize") {
 		if err := readJSON(filepath.Join(*dir, "symbolize.json"), &sym); err != nil {
@@ -124,6 +132,9 @@ func reportCmd(args []string) error {
 	}
 	if len(churn.Runs) > 0 {
 		sections = append(sections, churnSection(&churn))
+	}
+	if len(ctr.Runs) > 0 {
+		sections = append(sections, churnSection(&ctr))
 	}
 	for _, s := range sections {
 		fmt.Printf("\n%s", s)
@@ -401,7 +412,7 @@ func printTable(w *os.File, rows []row) {
 }
 
 // allPhases are the phases of scripts/bench.sh whose results report reads.
-var allPhases = []string{"agent", "unwinding", "churn", "symbolize", "micro", "storage"}
+var allPhases = []string{"agent", "unwinding", "churn", "container", "symbolize", "micro", "storage"}
 
 // markdown is the results file; sections are the unwinding and churn
 // phases' sections ("" when neither ran).

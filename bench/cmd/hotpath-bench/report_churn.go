@@ -18,7 +18,21 @@ const (
 	churnRSSGoal     = 60.0 // MB, median and max over the window
 	churnPeakGoal    = 80.0 // MB, VmHWM (start-up included)
 	churnAnonGoal    = 30.0 // MB, max RssAnon over the window
+	// The container phase: the share of the workload's samples that carry
+	// its container's id. Every process is created in the container's
+	// cgroup; the 1 % allows for samples of processes the agent neither
+	// read nor could match to a cgroup it had found yet (it walks the
+	// hierarchy for an unknown cgroup at most once a second).
+	containerSamplesGoal = 99.0
 )
+
+// phaseName is the results' phase: churn, or container.
+func (res *churnResult) phaseName() string {
+	if res.Phase == "" {
+		return "churn"
+	}
+	return res.Phase
+}
 
 func churnAgentCPU(r *churnRun) float64 { return 100 * r.CPUSeconds / r.Seconds }
 
@@ -95,8 +109,8 @@ func churnRows(res *churnResult) []row {
 	var rows []row
 	for i := range res.Runs {
 		r := &res.Runs[i]
-		tag := "churn, " + r.Label
-		how := fmt.Sprintf("agent %s %s over a %.0f s window aligned to its %.0f s intervals, %.0f s after its ready line; see the churn section", res.AgentConfig, strings.Join(r.AgentArgs, " "), r.Seconds, res.AlignSeconds, res.WarmupSeconds)
+		tag := res.phaseName() + ", " + r.Label
+		how := fmt.Sprintf("agent %s %s over a %.0f s window aligned to its %.0f s intervals, %.0f s after its ready line; see the %s section", res.AgentConfig, strings.Join(r.AgentArgs, " "), r.Seconds, res.AlignSeconds, res.WarmupSeconds, res.phaseName())
 		cpu := churnAgentCPU(r)
 		rows = append(rows,
 			row{tag + ": sampling rate held", "—", fmt.Sprintf("%.0f Hz throughout", res.ConfiguredHz), hzRange(r) + fmt.Sprintf("; %d overhead-guard lines", len(r.GuardLines)),
@@ -120,6 +134,12 @@ func churnRows(res *churnResult) []row {
 			leavesVerdict(r), "top_functions(service, window) of the agent's local DuckDB; NOISY: off by more than 3 pp but within 2 binomial σ of its samples"})
 		rows = append(rows, row{tag + ": stacks of the churn's tools reaching their program's entry", "—", "—", toolStacksString(r), "info",
 			"samples of services " + churnToolServices + " in the window's intervals of the agent's local DuckDB whose root frame is _start, __libc_start_main, __libc_start_call_main or _dl_start_user, or calls __libc_start_main; of those with a build ID (the process was read) and a user frame"})
+		if r.ContainerID != "" {
+			share, s := containerSamplesString(r)
+			rows = append(rows, row{tag + ": the workload's samples with its container's id", "—", fmt.Sprintf("≥ %.0f %%", containerSamplesGoal), s,
+				verdict(-share, -containerSamplesGoal, true),
+				"samples of services " + churnLoadServices + " in the window's intervals of the agent's local DuckDB (stack_samples_local) with container_id = the container's id (from its cgroup kubepods/burstable/pod<uid>/<id>), of all of them"})
+		}
 		rss, anon := benchfmt.Summarize(r.RSS), benchfmt.Summarize(r.Anon)
 		rows = append(rows,
 			row{tag + ": agent RSS, median / max", "—", "≤ 60 MB", fmt.Sprintf("%.1f / %.1f MB", rss.Median, rss.Max),
@@ -142,6 +162,29 @@ func churnRows(res *churnResult) []row {
 		}
 	}
 	return rows
+}
+
+// containerSamplesString is the share of the workload's samples that
+// carry its container's id, and the services of those that do not.
+func containerSamplesString(r *churnRun) (float64, string) {
+	var with, all float64
+	var without []string
+	for _, svc := range slices.Sorted(maps.Keys(r.Containers)) {
+		c := r.Containers[svc]
+		with, all = with+c.With, all+c.With+c.Without
+		if c.Without > 0 {
+			without = append(without, fmt.Sprintf("%s %.0f", svc, c.Without))
+		}
+	}
+	if all == 0 {
+		return 0, "no samples"
+	}
+	share := 100 * with / all
+	s := fmt.Sprintf("%.1f %% (%.0f of %.0f)", share, with, all)
+	if len(without) > 0 {
+		s += "; without: " + strings.Join(without, ", ")
+	}
+	return share, s
 }
 
 // toolStacksString is the share of each tool's stacks (of processes the
@@ -241,7 +284,12 @@ func binaryWorkString(r *churnRun) string {
 // figure per run side by side, and the time series.
 func churnSection(res *churnResult) string {
 	var b strings.Builder
-	b.WriteString("## Churn: a CI node (guard on and off)\n\n")
+	if res.phaseName() == "container" {
+		b.WriteString("## Container: the churn's workload in a container (guard on)\n\n")
+		b.WriteString("Every process of the workload is created in the cgroup v2 directory kubepods/burstable/pod" + benchPodUID + "/" + res.Runs[0].ContainerID + " (as the kubelet's cgroupfs driver lays out a containerd container) and runs chrooted in an overlay mount whose lower layer is the host's root file system; the steady programs are copied into it. ")
+	} else {
+		b.WriteString("## Churn: a CI node (guard on and off)\n\n")
+	}
 	fmt.Fprintf(&b, "Steady workload: `%s`. Churn: %s. Go builds: %s. Binary cache: %s. Each run starts its own workload (one process group, killed at the run's end), then the agent; the window starts on the first %.0f s boundary %.0f s after the agent's ready line and its first interval. Load average (1/5/15 min) at the phase's start and end: %v.\n\n",
 		strings.Join(res.Steady, "`, `"), strings.Join(res.Churn, "; "), res.GoCache, res.BinaryCache, res.AlignSeconds, res.WarmupSeconds, res.LoadAvg)
 	b.WriteString("| figure |")
@@ -298,6 +346,9 @@ func churnSection(res *churnResult) string {
 		return strings.Join(parts, " / ") + "; " + leafNoise(r)
 	})
 	line("stacks of the churn's tools reaching their entry", toolStacksString)
+	if res.Runs[0].ContainerID != "" {
+		line("the workload's samples with its container's id", func(r *churnRun) string { _, s := containerSamplesString(r); return s })
+	}
 	line("samples kept, all processes", func(r *churnRun) string { return fmt.Sprintf("%.0f", r.SamplesKept) })
 	line("process starts /s (churn) ", func(r *churnRun) string { return fmt.Sprintf("%.1f (%s)", startsPerSecond(r), startsString(r)) })
 	line("processes created /s (machine)", func(r *churnRun) string { return fmt.Sprintf("%.1f", r.MachineForks) })

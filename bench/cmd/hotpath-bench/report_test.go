@@ -338,3 +338,54 @@ func TestReportChurn(t *testing.T) {
 		t.Errorf("4 pp off on 81 samples: %s, want NOISY", v)
 	}
 }
+
+// TestReportContainer reports the container phase apart from the churn's:
+// its rows say "container", the share of the workload's samples with the
+// container's id is judged against 99 % and names the services of those
+// without it, and a results directory with both phases has both sections.
+func TestReportContainer(t *testing.T) {
+	run := func(containers map[string]containerSamples) churnRun {
+		return churnRun{Label: "guard on", Seconds: 120, CPUSeconds: 1.2, RSS: []float64{50}, Anon: []float64{20}, PeakRSSMB: 75,
+			Steady:      []steadyFigure{{Name: "C", Service: "c", CPUSeconds: 60, Expected: 1140, Samples: 1130}},
+			ContainerID: benchContainerID, Containers: containers}
+	}
+	in := run(map[string]containerSamples{"cc1": {With: 400, Without: 0}, "churn-steady-c-guard-on": {With: 1130}, "python3.11": {With: 95, Without: 5}})
+	dir := t.TempDir()
+	if err := writeJSON(filepath.Join(dir, "container.json"), churnResult{Phase: "container", ConfiguredHz: 19, AgentConfig: "agent.yaml", Runs: []churnRun{in}}); err != nil {
+		t.Fatal(err)
+	}
+	onHost := run(nil)
+	onHost.ContainerID = ""
+	if err := writeJSON(filepath.Join(dir, "churn.json"), churnResult{ConfiguredHz: 19, AgentConfig: "agent.yaml", Runs: []churnRun{onHost}}); err != nil {
+		t.Fatal(err)
+	}
+	results := filepath.Join(dir, "r.md")
+	if err := reportCmd([]string{"-dir", dir, "-results", results, "-phases", "churn container"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(raw)
+	for _, want := range []string{
+		"| container, guard on: the workload's samples with its container's id | — | ≥ 99 % | 99.7 % (1625 of 1630); without: python3.11 5 | PASS |",
+		"| container, guard on: samples of the steady C | — | ≥ 97 % of expected | 99.1 % (1130 of 1140",
+		"| churn, guard on: agent CPU, % of one core |",
+		"## Churn: a CI node (guard on and off)",
+		"## Container: the churn's workload in a container (guard on)",
+		"| the workload's samples with its container's id | 99.7 % (1625 of 1630); without: python3.11 5 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "churn, guard on: the workload's samples with its container's id") {
+		t.Error("the churn phase's run (not in a container) has a container row")
+	}
+	// 97 of 100: below the goal.
+	few := run(map[string]containerSamples{"cc1": {With: 97, Without: 3}})
+	if share, s := containerSamplesString(&few); share >= containerSamplesGoal || !strings.Contains(s, "without: cc1 3") {
+		t.Errorf("97 of 100: %.1f %%, %q", share, s)
+	}
+}

@@ -172,7 +172,7 @@ func unwindingCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	native, err := buildC(r.dir, "unwind-native", nativeSource, nil)
+	native, err := buildC(r.dir, "unwind-native", nativeSource, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -473,12 +473,15 @@ func findPython(flagged string) (string, error) {
 }
 
 // buildC writes source to dir/name.c and compiles it with nativeCFlags
-// (no frame pointers) into dir/name; run runs the compiler (nil:
-// CombinedOutput).
-func buildC(dir, name, source string, run func(*exec.Cmd) ([]byte, error)) (string, error) {
+// (no frame pointers) into dir/name; write writes the source (nil:
+// os.WriteFile), run runs the compiler (nil: CombinedOutput).
+func buildC(dir, name, source string, write func(path string, data []byte) error, run func(*exec.Cmd) ([]byte, error)) (string, error) {
 	src := filepath.Join(dir, name+".c")
 	bin := filepath.Join(dir, name)
-	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
+	if write == nil {
+		write = func(p string, data []byte) error { return os.WriteFile(p, data, 0o644) }
+	}
+	if err := write(src, []byte(source)); err != nil {
 		return "", err
 	}
 	args := append(strings.Fields(nativeCFlags), "-o", bin, src)
