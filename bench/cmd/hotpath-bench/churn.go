@@ -412,8 +412,8 @@ func (r *agentRun) churnRun(res *churnResult, label, loadDir, steadyC, python st
 	}
 	res.Steady = []string{steadyC + "  (OTEL_SERVICE_NAME=churn-steady-c-<run>)", r.burn + " -threads 1  (OTEL_SERVICE_NAME=churn-steady-go-<run>)"}
 	res.Churn = []string{
-		"every second: gcc " + nativeCFlags + " of a new tiny C file (a new binary each time), then that binary; " + python + " -B -c '" + churnPython + "'; /bin/true twice",
-		fmt.Sprintf("every %s: go build of a small module with a changed constant (a new binary each time), then that binary", goEvery),
+		"once a second on average (gaps drawn evenly from 0.5-1.5 s): gcc " + nativeCFlags + " of a new tiny C file (a new binary each time), then that binary; " + python + " -B -c '" + churnPython + "'; /bin/true twice",
+		fmt.Sprintf("every %s on average (gaps from half to one and a half of it): go build of a small module with a changed constant (a new binary each time), then that binary", goEvery),
 	}
 	load.startChurn(goEvery)
 	time.Sleep(2 * time.Second) // a busy node before the agent starts

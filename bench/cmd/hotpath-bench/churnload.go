@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +16,9 @@ import (
 )
 
 // The churn phase's workload: what a CI node runs. Two steady CPU-bound
-// programs, and every second a new C binary compiled and run, python3, two
-// /bin/true; every few seconds a `go build` of a small module into a new
-// binary, which is run too. Every process is in one process group (a
+// programs, and about once a second a new C binary compiled and run,
+// python3, two /bin/true; every few seconds a `go build` of a small module
+// into a new binary, which is run too (each at random gaps: every). Every process is in one process group (a
 // sleeping leader keeps it alive), killed as a whole when the run ends or
 // the bench is interrupted. Every file is under the load's directory.
 
@@ -272,10 +273,11 @@ func (l *churnLoad) startSteady(service, name string, args ...string) (*exec.Cmd
 }
 
 // startChurn starts the short-lived processes, in three loops so a slow
-// build does not hold up the others: every second a gcc build of a new C
-// file and its run; every second python3 and /bin/true twice; every
-// goEvery a go build and its run. A tick that comes while the loop is
-// still busy is dropped, not queued.
+// build does not hold up the others: once a second a gcc build of a new C
+// file and its run; once a second python3 and /bin/true twice; every
+// goEvery a go build and its run; each on average, at random gaps
+// (every). A start due while its loop is still busy comes once the loop is
+// free; the ones missed meanwhile are dropped, not queued.
 func (l *churnLoad) startChurn(goEvery time.Duration) {
 	l.every(time.Second, l.cTick)
 	l.every(time.Second, func(int) {
@@ -291,15 +293,30 @@ func (l *churnLoad) startChurn(goEvery time.Duration) {
 	})
 }
 
-// every runs f(1), f(2) ... once per period until the load stops.
+// every runs f(1), f(2) ... until the load stops, one start per period on
+// average: each start is scheduled a random time after the last one's
+// schedule, drawn evenly from [period/2, 3·period/2), and comes at once
+// when f ran past it. Not on a fixed period: the agent samples every CPU
+// at 19 Hz, 19 sampling periods a second, so starts on whole seconds fall
+// at one phase of its sampling for a whole run, and a process of a few
+// tens of ms takes too many samples or too few, by run (2026-12-03, the
+// churn and container phases at 57c3369: 120 starts of python3 -B -c of
+// 19-20 ms CPU each took 59 samples in one run and 25 in the other, where
+// 19 Hz gives 45; a loop of the same runs back to back took 19 Hz).
 func (l *churnLoad) every(period time.Duration, f func(n int)) {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		t := time.NewTicker(period)
+		next := time.Now()
+		t := time.NewTimer(0)
 		defer t.Stop()
 		for n := 1; ; n++ {
 			f(n)
+			next = next.Add(period/2 + rand.N(period))
+			if now := time.Now(); next.Before(now) {
+				next = now
+			}
+			t.Reset(time.Until(next))
 			select {
 			case <-l.stop:
 				return
