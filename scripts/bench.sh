@@ -90,6 +90,15 @@ run() { # echo a command, then run it; a failure is recorded, not fatal
 }
 wants() { [[ " $BENCH_ONLY " == *" $1 "* ]]; }
 
+# The collector phases run the collector `make build` wrote; a missing binary
+# would fail each phase with a bare "no such file" after the tools were built.
+for phase in agent unwinding churn container symbolize; do
+	if wants "$phase" && [ ! -x bin/otelcol-hotpath ]; then
+		echo "bench.sh: the $phase phase runs bin/otelcol-hotpath, which is missing: run make build first (make bench does)" >&2
+		exit 2
+	fi
+done
+
 echo "== building the bench tools"
 go build -o bin/hotpath-bench ./bench/cmd/hotpath-bench
 go build -o bin/hotpath-burn ./bench/cmd/hotpath-burn
