@@ -47,7 +47,7 @@ struct sample_key {
 };
 
 // stack_trace.flags
-#define STACK_DWARF 1    // unwound by the DWARF unwinder
+#define STACK_DWARF 1    // unwound with the process's own proc_unwind (not FOUND_ONLY_KEY's)
 #define STACK_LEAF_CFI 2 // frame 0's caller came from unwind rows: no leaf-caller recovery
 
 // stack_trace.end: why a DWARF-unwound stack ended. Frame-pointer stacks
@@ -88,7 +88,7 @@ struct sample_stats {
 	__u64 kernel_stack_missing; // no kernel stack (sampled in user mode)
 	__u64 events_lost;
 	__u64 traced; // samples that found a trace context
-	__u64 dwarf;  // user stacks unwound with unwind tables
+	__u64 dwarf;  // user stacks unwound with the process's own proc_unwind
 	// Frames outside the mappings user space gave a process, looked up
 	// in its memory map (find_vma_row), and how many of those found a
 	// loaded table.
@@ -378,6 +378,27 @@ struct {
 	__type(key, __u32);
 	__type(value, struct proc_unwind);
 } proc_unwind_scratch SEC(".maps");
+
+// proc_unwinds' key of this CPU's found-only entry: the proc_unwind a
+// sampled process that has none is walked with, holding no mappings from
+// user space, only what the walk finds in the process's memory map. A
+// process gets a proc_unwind of its own when user space attaches its tables
+// or when it execs a program whose table is loaded; one that execs a
+// program built with frame pointers (or not analysed yet) has none until it
+// is read, and a short-lived one never is. Walked by frame pointer alone,
+// its stacks are cut at the first frame in a library built without them
+// (Debian's ld.so and libc: a dlopen's, a qsort callback's callers), though
+// the library's table is loaded for other processes. An entry of the same
+// map, not a map of its own: the walk's callback is verified once per map
+// its proc_unwind pointer may come from (55 k instructions against 32 k).
+// Thread group ids are below 2^22; user space sizes the map for these too.
+#define FOUND_ONLY_KEY 0x80000000U
+// Only for this long after the process's exec (exec_times): by then the
+// receiver has read it and attached tables when it needs them (a process
+// deferred under load: the next interval, 15 s by default). One that still
+// has none needs none (Go, frame pointers throughout) and keeps
+// bpf_get_stack, which walks a 30-frame Go stack in half the time.
+#define FOUND_ONLY_NS (15ULL * 1000000000ULL)
 
 // Processes already announced with EVENT_SEEN. LRU: a forgotten pid only
 // costs a second EVENT_SEEN, which user space ignores. Only processes in
@@ -770,8 +791,10 @@ static long unwind_step(__u64 i, void *ctx)
 }
 
 // dwarf_stack unwinds the current task's user stack into the per-CPU
-// scratch stack with the process's unwind tables. Returns the number of
-// frames, 0 when there is no user stack. A global function: the verifier
+// scratch stack with the process's unwind tables, or, when it has none,
+// with the tables of what the walk finds in its memory map (FOUND_ONLY_KEY).
+// Returns the number of frames, 0 when there is no user stack, -1 when it
+// could not walk (the caller takes the stack by frame pointer). A global function: the verifier
 // checks it once, not once per call site (the map-set branches), which
 // halves the load time of the program.
 __attribute__((noinline)) int dwarf_stack(__u32 pid)
@@ -790,8 +813,33 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 		return 0;
 	s.t = t;
 	s.pu = bpf_map_lookup_elem(&proc_unwinds, &pid);
-	if (!s.pu)
-		return 0;
+	if (!s.pu) {
+		__u32 key = FOUND_ONLY_KEY | bpf_get_smp_processor_id();
+		__u64 *exec_at = bpf_map_lookup_elem(&exec_times, &pid);
+
+		if (!exec_at || bpf_ktime_get_ns() - *exec_at > FOUND_ONLY_NS)
+			return -1;
+		s.pu = bpf_map_lookup_elem(&proc_unwinds, &key);
+		if (!s.pu) {
+			// The first on this CPU. Any proc_unwind will do as the
+			// value: n and found_n are reset below, and they bound
+			// what is read.
+			struct proc_unwind *any = bpf_map_lookup_elem(&proc_unwind_scratch, &zero);
+
+			if (!any)
+				return -1;
+			bpf_map_update_elem(&proc_unwinds, &key, any, BPF_NOEXIST);
+			s.pu = bpf_map_lookup_elem(&proc_unwinds, &key);
+			if (!s.pu)
+				return -1; // the map is full: frame pointers
+		}
+		// Found mappings are kept for this walk only: the next sample
+		// on this CPU may be another process's. Samples on one CPU do
+		// not nest (perf_event programs do not), so nothing else
+		// writes this entry meanwhile.
+		s.pu->n = 0;
+		s.pu->found_n = 0;
+	}
 	s.pc = regs->ip;
 	s.sp = regs->sp;
 	s.bp = regs->bp;
@@ -799,7 +847,9 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 		return 0;
 	bpf_loop(MAX_STACK_DEPTH + 1, unwind_step, &s, 0);
 	t->len = s.n;
-	t->flags = STACK_DWARF | (s.leaf_cfi ? STACK_LEAF_CFI : 0);
+	// Looked up again rather than remembered: a flag set before the walk
+	// makes the verifier check the walk's callback once for each value.
+	t->flags = (bpf_map_lookup_elem(&proc_unwinds, &pid) ? STACK_DWARF : 0) | (s.leaf_cfi ? STACK_LEAF_CFI : 0);
 	t->end = s.end;
 	return s.n;
 }
@@ -822,9 +872,9 @@ static __always_inline __u64 take_stack(void *ctx, void *stacks, __u64 flags, __
 	t->flags = 0;
 	t->end = END_OK;
 	t->_pad = 0;
-	if ((flags & BPF_F_USER_STACK) && dwarf_unwind && bpf_map_lookup_elem(&proc_unwinds, &pid)) {
-		n = dwarf_stack(pid) * sizeof(__u64);
-		if (n > 0)
+	if ((flags & BPF_F_USER_STACK) && dwarf_unwind && (n = dwarf_stack(pid)) >= 0) {
+		n *= sizeof(__u64);
+		if (n > 0 && (t->flags & STACK_DWARF))
 			__sync_fetch_and_add(dwarf, 1);
 	} else {
 		n = bpf_get_stack(ctx, t->ips, sizeof(t->ips), flags);

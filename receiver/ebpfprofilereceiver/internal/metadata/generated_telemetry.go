@@ -105,7 +105,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileDwarfUnwound, err = builder.meter.Int64Counter(
 		"otelcol_receiver_ebpfprofile_dwarf_unwound",
-		metric.WithDescription("User stacks the kernel unwound with unwind tables (unwinding auto; processes with binaries built without frame pointers). [Alpha]"),
+		metric.WithDescription("User stacks the kernel unwound with the processs own unwind tables (unwinding auto; processes with binaries built without frame pointers). Not counted: the walks of a process in its first 15 s after exec that has no tables of its own yet. [Alpha]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
@@ -123,7 +123,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileMemoryMapLookups, err = builder.meter.Int64Counter(
 		"otelcol_receiver_ebpfprofile_memory_map_lookups",
-		metric.WithDescription("Frames outside every mapping the receiver gave a process (a library of a program not read yet, or past the 64 mappings a process's entry holds) that the kernel looked up in the process's memory map (unwinding auto), by outcome: table (the mapping's file has a loaded unwind table, which unwinds the frame), no_table (frame pointers for it). What a lookup finds is kept for the process: 16 mappings, then each such frame is looked up again. [Alpha]"),
+		metric.WithDescription("Frames outside every mapping the receiver gave a process (a library of a program not read yet, or past the 64 mappings a process's entry holds) that the kernel looked up in the process's memory map (unwinding auto), by outcome: table (the mapping's file has a loaded unwind table, which unwinds the frame), no_table (frame pointers for it). What a lookup finds is kept for the process: 16 mappings, then each such frame is looked up again. A process with no tables of its own, in its first 15 s after exec, has every frame looked up, once per mapping and sample. [Alpha]"),
 		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)

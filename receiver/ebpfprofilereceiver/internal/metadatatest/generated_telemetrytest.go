@@ -84,7 +84,7 @@ func AssertEqualReceiverEbpfprofileCPUPercent(t *testing.T, tt *componenttest.Te
 func AssertEqualReceiverEbpfprofileDwarfUnwound(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_dwarf_unwound",
-		Description: "User stacks the kernel unwound with unwind tables (unwinding auto; processes with binaries built without frame pointers). [Alpha]",
+		Description: "User stacks the kernel unwound with the processs own unwind tables (unwinding auto; processes with binaries built without frame pointers). Not counted: the walks of a process in its first 15 s after exec that has no tables of its own yet. [Alpha]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -130,7 +130,7 @@ func AssertEqualReceiverEbpfprofileLeafCaller(t *testing.T, tt *componenttest.Te
 func AssertEqualReceiverEbpfprofileMemoryMapLookups(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_memory_map_lookups",
-		Description: "Frames outside every mapping the receiver gave a process (a library of a program not read yet, or past the 64 mappings a process's entry holds) that the kernel looked up in the process's memory map (unwinding auto), by outcome: table (the mapping's file has a loaded unwind table, which unwinds the frame), no_table (frame pointers for it). What a lookup finds is kept for the process: 16 mappings, then each such frame is looked up again. [Alpha]",
+		Description: "Frames outside every mapping the receiver gave a process (a library of a program not read yet, or past the 64 mappings a process's entry holds) that the kernel looked up in the process's memory map (unwinding auto), by outcome: table (the mapping's file has a loaded unwind table, which unwinds the frame), no_table (frame pointers for it). What a lookup finds is kept for the process: 16 mappings, then each such frame is looked up again. A process with no tables of its own, in its first 15 s after exec, has every frame looked up, once per mapping and sample. [Alpha]",
 		Unit:        "{frame}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

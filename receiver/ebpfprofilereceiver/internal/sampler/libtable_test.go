@@ -62,22 +62,13 @@ func TestLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
 
 	// The program's own table at exec (TestExeUnwindAtExec), and nothing
 	// for the library: its frames are walked by frame pointer.
-	set := func(path string, ft FileText, tab UnwindTable) {
-		id, err := fileid.Of(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.SetExeUnwind(id, ft, tab); err != nil {
-			t.Fatal(err)
-		}
-	}
-	set(bin, binText.text, binText.tab)
+	setExeUnwind(t, s, bin, binText)
 	without := runSpin(t, s, bin, lib)
 	if without.whole*10 > without.inLib {
 		t.Fatalf("without the library's table, %d of %d stacks in the library reached the program: the library is walked by frame pointer and should not", without.whole, without.inLib)
 	}
 
-	set(lib, libText.text, libText.tab)
+	setExeUnwind(t, s, lib, libText)
 	before := drain(t, s).Stats
 	with := runSpin(t, s, bin, lib)
 	if with.whole*10 < with.inLib*9 {
@@ -90,11 +81,55 @@ func TestLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
 		without.whole, without.inLib, with.whole, with.inLib, with.stats.VMALookups, with.stats.VMATables)
 }
 
+// TestLibraryTableFoundForAProgramWithoutATable: a process whose program
+// has no table (built with frame pointers, so none is loaded for it) has no
+// unwind entry until user space reads it, and a short-lived one never is
+// read. Its frames in a library without frame pointers still unwind with
+// the library's table, found in its memory map: a walk by frame pointer
+// alone would skip from the library's leaf past the frames that called it
+// (glibc's ld.so and libc lose a dlopen's or a qsort's callers that way).
+func TestLibraryTableFoundForAProgramWithoutATable(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+	bin, lib := buildSpin(t, spinMainSource, "-fno-omit-frame-pointer")
+	setExeUnwind(t, s, lib, loadTable(t, s, lib))
+	run := runSpin(t, s, bin, lib)
+	if run.whole*10 < run.inLib*9 {
+		t.Errorf("%d of %d stacks in the library reached the program", run.whole, run.inLib)
+	}
+	if run.stats.VMATables == 0 {
+		t.Errorf("memory map lookups %d, none with a table", run.stats.VMALookups)
+	}
+	t.Logf("stacks in the library reaching the program: %d of %d; lookups %d, with a table %d",
+		run.whole, run.inLib, run.stats.VMALookups, run.stats.VMATables)
+}
+
+// TestProgramRunningBeforeTheSamplerKeepsFramePointers: the walk through
+// the memory map is for processes in the first seconds after their exec,
+// before the receiver has attached their tables. A process without tables
+// that exec'd before that (a Go service, or anything running when the agent
+// started: the kernel has no exec time for it) keeps the frame-pointer walk,
+// which is cheaper; so the library's frames here are not unwound with its
+// table.
+func TestProgramRunningBeforeTheSamplerKeepsFramePointers(t *testing.T) {
+	bin, lib := buildSpin(t, spinMainSource, "-fno-omit-frame-pointer")
+	pid := startSpin(t, bin)
+	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+	setExeUnwind(t, s, lib, loadTable(t, s, lib))
+	drain(t, s)
+	run := countSpin(t, s, pid, bin, lib)
+	// Not the lookups: they are counted for every process, and the
+	// machine's others may be in their first seconds.
+	if run.whole*10 > run.inLib {
+		t.Errorf("%d of %d stacks in the library reached the program: want the frame-pointer walk", run.whole, run.inLib)
+	}
+}
+
 // buildSpin compiles libSpinSource into libspin.so and mainSource, which
-// calls it, into spinmain beside it: both without frame pointers, the
-// program finding the library in its own directory (a copy of the two
-// elsewhere, an image's layer, runs as well).
-func buildSpin(t *testing.T, mainSource string) (bin, lib string) {
+// calls it, into spinmain beside it: both without frame pointers unless
+// mainFlags says otherwise for the program, the program finding the
+// library in its own directory (a copy of the two elsewhere, an image's
+// layer, runs as well).
+func buildSpin(t *testing.T, mainSource string, mainFlags ...string) (bin, lib string) {
 	t.Helper()
 	dir := t.TempDir()
 	lib, err := gcc(dir, "libspin.so", libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,libspin.so")
@@ -107,7 +142,8 @@ func buildSpin(t *testing.T, mainSource string) (bin, lib string) {
 	}
 	bin = filepath.Join(dir, "spinmain")
 	// The library after the source, which needs it.
-	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-o", bin, src, lib, "-Wl,-rpath,$ORIGIN").CombinedOutput(); err != nil {
+	args := append(append([]string{"-O2", "-fomit-frame-pointer"}, mainFlags...), "-o", bin, src, lib, "-Wl,-rpath,$ORIGIN")
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc spinmain: %v\n%s", err, out)
 	}
 	return bin, lib
@@ -146,10 +182,39 @@ type spinRun struct {
 	stats        Stats
 }
 
+// setExeUnwind registers lt as the table of path's file (exe_unwinds).
+func setExeUnwind(t *testing.T, s *Sampler, path string, lt loadedText) {
+	t.Helper()
+	id, err := fileid.Of(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetExeUnwind(id, lt.text, lt.tab); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // runSpin runs bin until 200 of its samples are in and tallies them.
 func runSpin(t *testing.T, s *Sampler, bin, lib string) spinRun {
 	t.Helper()
 	drain(t, s)
+	cmd, pid := startSpinCmd(t, bin)
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	return countSpin(t, s, pid, bin, lib)
+}
+
+// startSpin starts bin, which runs until the test's end, and returns its
+// pid once it is up.
+func startSpin(t *testing.T, bin string) int {
+	t.Helper()
+	cmd, pid := startSpinCmd(t, bin)
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return pid
+}
+
+// startSpinCmd starts bin and waits for its "up" line.
+func startSpinCmd(t *testing.T, bin string) (*exec.Cmd, int) {
+	t.Helper()
 	cmd := exec.Command(bin)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -158,11 +223,12 @@ func runSpin(t *testing.T, s *Sampler, bin, lib string) spinRun {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		t.Fatal(err)
 	}
-	return countSpin(t, s, cmd.Process.Pid, bin, lib)
+	return cmd, cmd.Process.Pid
 }
 
 // countSpin tallies pid's samples until 200 are in lib; bin and lib are

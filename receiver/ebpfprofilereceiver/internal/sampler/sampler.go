@@ -63,8 +63,11 @@ type Sampler struct {
 
 	mapBytes uint64
 
-	dwarf     bool   // DWARF unwinding loaded (Config.DWARFUnwind)
-	nextTable uint32 // last unwind table id handed out
+	dwarf bool // DWARF unwinding loaded (Config.DWARFUnwind)
+	// maxUnwindProcesses: how many processes may have tables
+	// (Config.MaxUnwindProcesses; the map holds one entry per CPU more).
+	maxUnwindProcesses int
+	nextTable          uint32 // last unwind table id handed out
 	// testHookRows, when set (tests), is called as LoadUnwindTable begins
 	// writing a table's rows.
 	testHookRows func()
@@ -142,7 +145,14 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		if err := spec.Variables[cpuProfileVarDwarfUnwind].Set(uint32(1)); err != nil {
 			return nil, fmt.Errorf("enable DWARF unwinding: %w", err)
 		}
-		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses)
+		// One more entry per CPU: the kernel walks a process without
+		// tables of its own with its CPU's entry (FOUND_ONLY_KEY).
+		ncpu, err := ebpf.PossibleCPU()
+		if err != nil {
+			return nil, fmt.Errorf("enable DWARF unwinding: %w", err)
+		}
+		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses + ncpu)
+		s.maxUnwindProcesses = cfg.MaxUnwindProcesses
 		spec.Maps[cpuProfileMapUnwindTables].MaxEntries = uint32(cfg.MaxUnwindTables)
 		spec.Maps[cpuProfileMapExeUnwinds].MaxEntries = uint32(cfg.MaxUnwindTables)
 		spec.Maps[cpuProfileMapExecTimes].MaxEntries = uint32(cfg.MaxUnwindProcesses)

@@ -208,7 +208,7 @@ func (s *Sampler) SetProcessUnwind(pid uint32, ms []UnwindMapping) error {
 	}
 	if err := s.objs.ProcUnwinds.Update(pid, &v, ebpf.UpdateAny); err != nil {
 		if errors.Is(err, unix.E2BIG) {
-			return fmt.Errorf("unwind tables of pid %d: %d processes have tables already (the limit)", pid, s.objs.ProcUnwinds.MaxEntries())
+			return fmt.Errorf("unwind tables of pid %d: %d processes have tables already (the limit)", pid, s.maxUnwindProcesses)
 		}
 		return fmt.Errorf("unwind tables of pid %d: %w", pid, err)
 	}
