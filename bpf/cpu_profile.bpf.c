@@ -397,7 +397,8 @@ struct {
 // receiver has read it and attached tables when it needs them (a process
 // deferred under load: the next interval, 15 s by default). One that still
 // has none needs none (Go, frame pointers throughout) and keeps
-// bpf_get_stack, which walks a 30-frame Go stack in half the time.
+// bpf_get_stack, which takes a Go program's samples in about half the time
+// (4.8 against 8.8 us a sample, receiver README).
 #define FOUND_ONLY_NS (15ULL * 1000000000ULL)
 
 // Processes already announced with EVENT_SEEN. LRU: a forgotten pid only
@@ -794,9 +795,9 @@ static long unwind_step(__u64 i, void *ctx)
 // scratch stack with the process's unwind tables, or, when it has none,
 // with the tables of what the walk finds in its memory map (FOUND_ONLY_KEY).
 // Returns the number of frames, 0 when there is no user stack, -1 when it
-// could not walk (the caller takes the stack by frame pointer). A global function: the verifier
-// checks it once, not once per call site (the map-set branches), which
-// halves the load time of the program.
+// did not walk (the caller takes the stack by frame pointer). A global
+// function: the verifier checks it once, not once per call site (the
+// map-set branches), which halves the load time of the program.
 __attribute__((noinline)) int dwarf_stack(__u32 pid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();

@@ -112,7 +112,7 @@ func TestLibraryTableFoundForAProgramWithoutATable(t *testing.T) {
 // table.
 func TestProgramRunningBeforeTheSamplerKeepsFramePointers(t *testing.T) {
 	bin, lib := buildSpin(t, spinMainSource, "-fno-omit-frame-pointer")
-	pid := startSpin(t, bin)
+	pid := startSpin(t, bin).Process.Pid
 	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
 	setExeUnwind(t, s, lib, loadTable(t, s, lib))
 	drain(t, s)
@@ -198,22 +198,16 @@ func setExeUnwind(t *testing.T, s *Sampler, path string, lt loadedText) {
 func runSpin(t *testing.T, s *Sampler, bin, lib string) spinRun {
 	t.Helper()
 	drain(t, s)
-	cmd, pid := startSpinCmd(t, bin)
+	cmd := startSpin(t, bin)
+	// Stopped here, not only at the test's end: a test's next run should
+	// not share the CPUs with this one.
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	return countSpin(t, s, pid, bin, lib)
+	return countSpin(t, s, cmd.Process.Pid, bin, lib)
 }
 
-// startSpin starts bin, which runs until the test's end, and returns its
-// pid once it is up.
-func startSpin(t *testing.T, bin string) int {
-	t.Helper()
-	cmd, pid := startSpinCmd(t, bin)
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return pid
-}
-
-// startSpinCmd starts bin and waits for its "up" line.
-func startSpinCmd(t *testing.T, bin string) (*exec.Cmd, int) {
+// startSpin starts bin, stopped at the test's end at the latest, and
+// returns it once it is up.
+func startSpin(t *testing.T, bin string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin)
 	stdout, err := cmd.StdoutPipe()
@@ -223,12 +217,11 @@ func startSpinCmd(t *testing.T, bin string) (*exec.Cmd, int) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
 		t.Fatal(err)
 	}
-	return cmd, cmd.Process.Pid
+	return cmd
 }
 
 // countSpin tallies pid's samples until 200 are in lib; bin and lib are
