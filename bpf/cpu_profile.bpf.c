@@ -156,6 +156,12 @@ struct proc_unwind {
 	// How many found[] slots are taken. User space writes 0: a new set of
 	// mappings starts with nothing found.
 	__u32 found_n;
+	// A found-only entry (FOUND_ONLY_KEY): the process whose mappings
+	// found[] holds, by thread group id and exec time. User space writes
+	// 0 (its entries are a process's own, keyed by it).
+	__u32 found_pid;
+	__u32 _pad;
+	__u64 found_exec_ns;
 	struct unwind_mapping m[MAX_UNWIND_MAPPINGS];
 	struct found_mapping found[MAX_FOUND_MAPPINGS];
 };
@@ -393,6 +399,12 @@ struct {
 // its proc_unwind pointer may come from (55 k instructions against 32 k).
 // Thread group ids are below 2^22; user space sizes the map for these too.
 #define FOUND_ONLY_KEY 0x80000000U
+// Each CPU has this many found-only entries, a process taking the one of
+// its thread group id modulo the count (key FOUND_ONLY_KEY | cpu *
+// found_only_slots + slot): processes that take turns on a CPU (a build's
+// compilers, a shell loop) keep what their walks found. User space sizes
+// proc_unwinds with it.
+volatile const __u32 found_only_slots = 4;
 // Only for this long after the process's exec (exec_times): by then the
 // receiver has read it and attached tables when it needs them (a process
 // deferred under load: the next interval, 15 s by default). One that still
@@ -593,6 +605,13 @@ static __always_inline int find_vma_row(struct proc_unwind *pu, __u64 pc, struct
 	struct unwind_mapping m = {};
 	__u32 slot;
 
+	// The program's own text: a process walked this way has no entry of
+	// its own, so its program had no table at its exec. Not looked up:
+	// a sample gets one bpf_find_vma (in the timer's interrupt the
+	// second finds the first's mmap unlock still queued and fails with
+	// EBUSY), which the next library the walk meets needs.
+	if (task && task->mm && pc >= task->mm->start_code && pc < task->mm->end_code)
+		return 0;
 	if (st)
 		__sync_fetch_and_add(&st->vma_lookups, 1);
 	if (bpf_find_vma(task, pc, vma_found, &m, 0) != 0 || !m.end)
@@ -695,6 +714,40 @@ static __always_inline int read_word(__u64 addr, __u64 *out)
 	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
 }
 
+// row_of copies the unwind row of pc (find_row) into out and returns 1, or
+// returns 0 when there is none. A global function: the verifier checks it
+// once, however many places of the walk look a row up.
+__noinline int row_of(struct proc_unwind *pu, __u64 pc, struct unwind_row *out)
+{
+	struct unwind_row *r;
+
+	if (!pu || !out)
+		return 0;
+	r = find_row(pu, pc);
+	if (!r)
+		return 0;
+	*out = *r;
+	return 1;
+}
+
+// after_call says whether ra follows a call instruction: E8 rel32, or FF /2
+// (an indirect call through a register or memory, with or without a REX
+// prefix, 2 to 7 bytes long). Code pointers that a frame keeps on its
+// stack (a callback, a saved register) rarely do.
+static __always_inline int after_call(__u64 ra)
+{
+	__u64 w;
+
+	if (ra < 8 || read_word(ra - 8, &w) != 0)
+		return 0;
+	// Byte i of w is the one at ra - 8 + i.
+#define CODE_BYTE(i) ((w >> (8 * (i))) & 0xff)
+#define CALL_FF(k) (CODE_BYTE(8 - (k)) == 0xff && ((CODE_BYTE(9 - (k)) >> 3) & 7) == 2)
+	return CODE_BYTE(3) == 0xe8 || CALL_FF(2) || CALL_FF(3) || CALL_FF(4) || CALL_FF(6) || CALL_FF(7);
+#undef CALL_FF
+#undef CODE_BYTE
+}
+
 // unwind_step records the current frame and moves the state to its caller.
 // Returns 1 (stop) at the end of the stack.
 static long unwind_step(__u64 i, void *ctx)
@@ -706,7 +759,7 @@ static long unwind_step(__u64 i, void *ctx)
 	__u32 n = i;
 	struct stack_trace *t = s->t;
 	struct proc_unwind *pu = s->pu;
-	struct unwind_row *r;
+	struct unwind_row row = {};
 	__u64 cfa, ra = 0, bp = s->bp;
 	__u8 kind = CFA_NONE;
 
@@ -722,24 +775,23 @@ static long unwind_step(__u64 i, void *ctx)
 	s->n = n + 1;
 
 	// Return addresses point after the call: look up the call itself.
-	r = find_row(pu, n == 0 ? s->pc : s->pc - 1);
-	if (r)
-		kind = r->kind & CFA_KIND_MASK;
+	if (row_of(pu, n == 0 ? s->pc : s->pc - 1, &row))
+		kind = row.kind & CFA_KIND_MASK;
 	switch (kind) {
 	case CFA_END:
 		return 1;
 	case CFA_RSP:
-		cfa = s->sp + r->cfa_off;
+		cfa = s->sp + row.cfa_off;
 		break;
 	case CFA_RBP:
 		if (!s->bp || s->bp_lost) {
 			s->end = END_INVALID;
 			return 1;
 		}
-		cfa = s->bp + r->cfa_off;
+		cfa = s->bp + row.cfa_off;
 		break;
 	case CFA_PLT:
-		cfa = s->sp + 8 + ((s->pc & 15) >= r->cfa_off ? 8 : 0);
+		cfa = s->sp + 8 + ((s->pc & 15) >= row.cfa_off ? 8 : 0);
 		break;
 	default:
 		// No rule: the frame pointer. rbp 0 is where frame-pointer code
@@ -748,6 +800,19 @@ static long unwind_step(__u64 i, void *ctx)
 		if (s->bp_lost) {
 			s->end = END_INVALID;
 			return 1;
+		}
+		// A leaf without rows whose caller has them: a function built
+		// with frame pointers that GCC gave no frame (a comparator or a
+		// callback that calls nothing), called from a library without
+		// frame pointers (glibc's qsort). rbp is then the library's, and
+		// a frame-pointer step would end the stack or skip to a frame
+		// far above. The word at the stack pointer is its return address
+		// when it points just after a call into code with rows; the
+		// walk goes on there with the caller's rows.
+		if (n == 0 && read_word(s->sp, &ra) == 0 && after_call(ra) && row_of(pu, ra - 1, &row)) {
+			cfa = s->sp + 8;
+			s->leaf_cfi = 1;
+			break;
 		}
 		if (!s->bp)
 			return 1;
@@ -772,11 +837,11 @@ static long unwind_step(__u64 i, void *ctx)
 	if (kind != CFA_NONE) {
 		if (n == 0)
 			s->leaf_cfi = 1;
-		if (r->kind & RBP_LOST) {
+		if (row.kind & RBP_LOST) {
 			bp = 0;
 			s->bp_lost = 1;
-		} else if (r->rbp_off8 != 0) {
-			if (read_word(cfa + (__s64)r->rbp_off8 * 8, &bp) != 0) {
+		} else if (row.rbp_off8 != 0) {
+			if (read_word(cfa + (__s64)row.rbp_off8 * 8, &bp) != 0) {
 				s->end = END_UNREADABLE;
 				return 1;
 			}
@@ -815,7 +880,8 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 	s.t = t;
 	s.pu = bpf_map_lookup_elem(&proc_unwinds, &pid);
 	if (!s.pu) {
-		__u32 key = FOUND_ONLY_KEY | bpf_get_smp_processor_id();
+		__u32 slots = found_only_slots ? found_only_slots : 1;
+		__u32 key = FOUND_ONLY_KEY | (bpf_get_smp_processor_id() * slots + pid % slots);
 		__u64 *exec_at = bpf_map_lookup_elem(&exec_times, &pid);
 
 		if (!exec_at || bpf_ktime_get_ns() - *exec_at > FOUND_ONLY_NS)
@@ -834,12 +900,19 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 			if (!s.pu)
 				return -1; // the map is full: frame pointers
 		}
-		// Found mappings are kept for this walk only: the next sample
-		// on this CPU may be another process's. Samples on one CPU do
-		// not nest (perf_event programs do not), so nothing else
-		// writes this entry meanwhile.
+		// Found mappings are kept while the entry's samples are the
+		// same process's (the same program image: its exec time): a
+		// walk gets one bpf_find_vma (find_vma_row), so a stack through
+		// two libraries not found yet is whole from the second sample
+		// on. Another process's sample starts the entry afresh. Samples on
+		// one CPU do not nest (perf_event programs do not), so nothing
+		// else writes this entry meanwhile.
 		s.pu->n = 0;
-		s.pu->found_n = 0;
+		if (s.pu->found_pid != pid || s.pu->found_exec_ns != *exec_at) {
+			s.pu->found_n = 0;
+			s.pu->found_pid = pid;
+			s.pu->found_exec_ns = *exec_at;
+		}
 	}
 	s.pc = regs->ip;
 	s.sp = regs->sp;

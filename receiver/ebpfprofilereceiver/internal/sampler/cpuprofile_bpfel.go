@@ -57,11 +57,14 @@ type cpuProfileLifecycleEvent struct {
 }
 
 type cpuProfileProcUnwind struct {
-	_      structs.HostLayout
-	N      uint32
-	FoundN uint32
-	M      [64]cpuProfileUnwindMapping
-	Found  [16]cpuProfileFoundMapping
+	_           structs.HostLayout
+	N           uint32
+	FoundN      uint32
+	FoundPid    uint32
+	Pad         uint32
+	FoundExecNs uint64
+	M           [64]cpuProfileUnwindMapping
+	Found       [16]cpuProfileFoundMapping
 }
 
 type cpuProfilePyCodeKey struct {
@@ -179,6 +182,7 @@ const (
 	cpuProfileProgProcExit            = "proc_exit"
 	cpuProfileVarActiveSet            = "active_set"
 	cpuProfileVarDwarfUnwind          = "dwarf_unwind"
+	cpuProfileVarFoundOnlySlots       = "found_only_slots"
 	cpuProfileVarPythonWalk           = "python_walk"
 	cpuProfileVarTraceLookup          = "trace_lookup"
 	cpuProfileVarUnusedExeKey         = "unused_exe_key"
@@ -275,6 +279,7 @@ type cpuProfileMapSpecs struct {
 type cpuProfileVariableSpecs struct {
 	ActiveSet            *ebpf.VariableSpec `ebpf:"active_set"`
 	DwarfUnwind          *ebpf.VariableSpec `ebpf:"dwarf_unwind"`
+	FoundOnlySlots       *ebpf.VariableSpec `ebpf:"found_only_slots"`
 	PythonWalk           *ebpf.VariableSpec `ebpf:"python_walk"`
 	TraceLookup          *ebpf.VariableSpec `ebpf:"trace_lookup"`
 	UnusedExeKey         *ebpf.VariableSpec `ebpf:"unused_exe_key"`
@@ -366,6 +371,7 @@ func (m *cpuProfileMaps) Close() error {
 type cpuProfileVariables struct {
 	ActiveSet            *ebpf.Variable `ebpf:"active_set"`
 	DwarfUnwind          *ebpf.Variable `ebpf:"dwarf_unwind"`
+	FoundOnlySlots       *ebpf.Variable `ebpf:"found_only_slots"`
 	PythonWalk           *ebpf.Variable `ebpf:"python_walk"`
 	TraceLookup          *ebpf.Variable `ebpf:"trace_lookup"`
 	UnusedExeKey         *ebpf.Variable `ebpf:"unused_exe_key"`

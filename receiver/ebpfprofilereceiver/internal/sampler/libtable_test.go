@@ -4,6 +4,7 @@ package sampler
 
 import (
 	"bufio"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -31,6 +32,15 @@ __attribute__((noinline)) long spin_inner(long n) {
 __attribute__((noinline)) long spin_outer(long n) {
 	volatile long pad[4] = {n, n, n, n};
 	return spin_inner(pad[0]) + pad[3];
+}
+__attribute__((noinline)) long spin_each(long n, long (*f)(long)) {
+	long s = 0;
+	for (long i = 0; i < n; i++) s += f(i);
+	return s;
+}
+__attribute__((noinline)) long spin_calls(long n, long (*f)(long)) {
+	volatile long pad[4] = {n, n, n, n};
+	return spin_each(pad[0], f) + pad[3];
 }
 `
 
@@ -122,6 +132,219 @@ func TestProgramRunningBeforeTheSamplerKeepsFramePointers(t *testing.T) {
 	if run.whole*10 > run.inLib {
 		t.Errorf("%d of %d stacks in the library reached the program: want the frame-pointer walk", run.whole, run.inLib)
 	}
+}
+
+// callbackMainSource passes a callback to the library, which calls it in a
+// loop (as glibc's qsort calls a comparator). Built with frame pointers,
+// the callback still gets no frame of its own: GCC sets none up in a
+// function that calls nothing and keeps nothing on the stack.
+const callbackMainSource = `
+#include <stdio.h>
+long spin_calls(long, long (*)(long));
+__attribute__((noinline)) static long mix(long i) {
+	long x = i;
+	for (int k = 0; k < 64; k++) x = x * 6364136223846793005L + k;
+	return x;
+}
+int main(void) {
+	long s = 0;
+	puts("up");
+	fflush(stdout);
+	for (;;) s += spin_calls(1000 + (s & 1), mix);
+	return (int)s;
+}
+`
+
+// TestFramelessCallbackCalledFromALibraryWithATable: a program built with
+// frame pointers whose callback has no frame, called from a library without
+// frame pointers whose table is loaded. At the callback, rbp is the
+// library's (or a frame far above), so a frame-pointer step loses the
+// library's frames and the program's that called it; the walk takes the
+// word at the stack pointer as the callback's return address instead,
+// since it points just after a call in the library, and goes on with the
+// library's table. Stacks in the callback reach main through both library
+// frames. With the walk as it was (frame pointer at the leaf), none did.
+func TestFramelessCallbackCalledFromALibraryWithATable(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+	// Not a position-independent executable: the callback's addresses at
+	// run time are its symbol's.
+	bin, lib := buildSpin(t, callbackMainSource, "-fno-omit-frame-pointer", "-no-pie")
+	mixLo, mixHi := functionRange(t, bin, "mix")
+	if frameless, err := startsWithoutFrame(bin, mixLo); err != nil || !frameless {
+		t.Fatalf("mix in %s sets up a frame (%v): the test needs a callback without one", bin, err)
+	}
+	setExeUnwind(t, s, lib, loadTable(t, s, lib))
+	drain(t, s)
+	cmd := startSpin(t, bin)
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	binLo, binHi := execText(t, pid, bin)
+	libLo, libHi := execText(t, pid, lib)
+	in := func(pc, lo, hi uint64) bool { return pc >= lo && pc < hi }
+	var inMix, whole uint64
+	for deadline := time.Now().Add(60 * time.Second); inMix < 200; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d samples in the callback after 60 s", inMix)
+		}
+		for _, smp := range drain(t, s).Samples {
+			st := smp.UserStack
+			if smp.PID != uint32(pid) || len(st) == 0 || !in(st[0], mixLo, mixHi) {
+				continue
+			}
+			inMix += smp.Count
+			// mix <- spin_each <- spin_calls <- main
+			if len(st) >= 4 && in(st[1], libLo, libHi) && in(st[2], libLo, libHi) && in(st[3], binLo, binHi) {
+				whole += smp.Count
+			}
+		}
+	}
+	if whole*10 < inMix*9 {
+		t.Errorf("%d of %d stacks in the callback reached the program through the library", whole, inMix)
+	}
+	t.Logf("stacks in the callback reaching main through the library: %d of %d", whole, inMix)
+}
+
+// relaySource is a second library without frame pointers between the
+// program and libspin.so.
+const relaySource = `
+long spin_outer(long);
+__attribute__((noinline)) long relay_inner(long n) {
+	volatile long pad[2] = {n, n};
+	return spin_outer(pad[0]) + pad[1];
+}
+__attribute__((noinline)) long relay_outer(long n) {
+	volatile long pad[4] = {n, n, n, n};
+	return relay_inner(pad[0]) + pad[3];
+}
+`
+
+const relayMainSource = `
+#include <stdio.h>
+long relay_outer(long);
+int main(void) {
+	long s = 0;
+	puts("up");
+	fflush(stdout);
+	for (;;) s += relay_outer(100000 + (s & 1));
+	return (int)s;
+}
+`
+
+// TestTwoLibrariesFoundForAProgramWithoutATable: a program built with frame
+// pointers calls a library that calls another, both without frame pointers
+// and with their tables loaded. A sample can look one mapping up in the
+// process's memory map (a second bpf_find_vma in the same timer interrupt
+// fails), so one walk finds libspin.so, where the leaf is, and not
+// librelay.so above it; the CPU's found-only entry keeps what the walks of
+// the same process found, and from the next sample on both are known.
+// Before, the entry started empty at every walk and no stack got past
+// librelay.so.
+func TestTwoLibrariesFoundForAProgramWithoutATable(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+	dir := t.TempDir()
+	spin, err := gcc(dir, "libspin.so", libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,libspin.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := filepath.Join(dir, "librelay.so")
+	link := func(out, src string, flags ...string) {
+		t.Helper()
+		file := filepath.Join(dir, filepath.Base(out)+".c")
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Libraries after the source, which needs them.
+		args := append(append([]string{"-O2"}, flags...), "-o", out, file, "-Wl,-rpath,$ORIGIN")
+		args = append(args, spin)
+		if out == filepath.Join(dir, "relaymain") {
+			args = append(args, relay)
+		}
+		if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %s: %v\n%s", filepath.Base(out), err, b)
+		}
+	}
+	link(relay, relaySource, "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,librelay.so")
+	bin := filepath.Join(dir, "relaymain")
+	link(bin, relayMainSource, "-fno-omit-frame-pointer")
+	setExeUnwind(t, s, spin, loadTable(t, s, spin))
+	setExeUnwind(t, s, relay, loadTable(t, s, relay))
+	drain(t, s)
+	cmd := startSpin(t, bin)
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	binLo, binHi := execText(t, pid, bin)
+	spinLo, spinHi := execText(t, pid, spin)
+	relayLo, relayHi := execText(t, pid, relay)
+	in := func(pc, lo, hi uint64) bool { return pc >= lo && pc < hi }
+	var inSpin, whole uint64
+	for deadline := time.Now().Add(60 * time.Second); inSpin < 200; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d samples in libspin.so after 60 s", inSpin)
+		}
+		for _, smp := range drain(t, s).Samples {
+			st := smp.UserStack
+			if smp.PID != uint32(pid) || len(st) == 0 || !in(st[0], spinLo, spinHi) {
+				continue
+			}
+			inSpin += smp.Count
+			// spin_inner <- spin_outer <- relay_inner <- relay_outer <- main
+			if len(st) >= 5 && in(st[1], spinLo, spinHi) && in(st[2], relayLo, relayHi) &&
+				in(st[3], relayLo, relayHi) && in(st[4], binLo, binHi) {
+				whole += smp.Count
+			}
+		}
+	}
+	if whole*10 < inSpin*9 {
+		t.Errorf("%d of %d stacks in libspin.so reached the program through librelay.so", whole, inSpin)
+	}
+	t.Logf("stacks in libspin.so reaching the program through librelay.so: %d of %d", whole, inSpin)
+}
+
+// functionRange is the address range of the function symbol name in the
+// ELF file at path.
+func functionRange(t *testing.T, path, name string) (lo, hi uint64) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sym := range syms {
+		if sym.Name == name && elf.ST_TYPE(sym.Info) == elf.STT_FUNC && sym.Size > 0 {
+			return sym.Value, sym.Value + sym.Size
+		}
+	}
+	t.Fatalf("no function %s in %s", name, path)
+	return 0, 0
+}
+
+// startsWithoutFrame says whether the function at addr in the x86-64 ELF
+// file at path begins with something else than push %rbp (0x55), with or
+// without an endbr64 before it.
+func startsWithoutFrame(path string, addr uint64) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	for _, sec := range f.Sections {
+		if sec.Flags&elf.SHF_EXECINSTR == 0 || addr < sec.Addr || addr >= sec.Addr+sec.Size {
+			continue
+		}
+		code := make([]byte, 5)
+		if _, err := sec.ReadAt(code, int64(addr-sec.Addr)); err != nil {
+			return false, err
+		}
+		if code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && code[3] == 0xfa {
+			code = code[4:]
+		}
+		return code[0] != 0x55, nil
+	}
+	return false, fmt.Errorf("%#x is in no executable section of %s", addr, path)
 }
 
 // buildSpin compiles libSpinSource into libspin.so and mainSource, which

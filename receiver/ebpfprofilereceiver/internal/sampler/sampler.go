@@ -145,13 +145,18 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		if err := spec.Variables[cpuProfileVarDwarfUnwind].Set(uint32(1)); err != nil {
 			return nil, fmt.Errorf("enable DWARF unwinding: %w", err)
 		}
-		// One more entry per CPU: the kernel walks a process without
-		// tables of its own with its CPU's entry (FOUND_ONLY_KEY).
+		// found_only_slots more entries per CPU: the kernel walks a
+		// process without tables of its own with one of its CPU's
+		// (FOUND_ONLY_KEY).
 		ncpu, err := ebpf.PossibleCPU()
 		if err != nil {
 			return nil, fmt.Errorf("enable DWARF unwinding: %w", err)
 		}
-		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses + ncpu)
+		var slots uint32
+		if err := spec.Variables[cpuProfileVarFoundOnlySlots].Get(&slots); err != nil {
+			return nil, fmt.Errorf("enable DWARF unwinding: %w", err)
+		}
+		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses + ncpu*int(max(slots, 1)))
 		s.maxUnwindProcesses = cfg.MaxUnwindProcesses
 		spec.Maps[cpuProfileMapUnwindTables].MaxEntries = uint32(cfg.MaxUnwindTables)
 		spec.Maps[cpuProfileMapExeUnwinds].MaxEntries = uint32(cfg.MaxUnwindTables)
