@@ -605,11 +605,13 @@ static __always_inline int find_vma_row(struct proc_unwind *pu, __u64 pc, struct
 	struct unwind_mapping m = {};
 	__u32 slot;
 
-	// The program's own text: a process walked this way has no entry of
-	// its own, so its program had no table at its exec. Not looked up:
-	// a sample gets one bpf_find_vma (in the timer's interrupt the
-	// second finds the first's mmap unlock still queued and fails with
-	// EBUSY), which the next library the walk meets needs.
+	// The program's own text is not looked up. Its table, when it had
+	// one at the exec or user space has read the process, is in the
+	// entry's mappings; a pc in it that gets here has none (or one
+	// loaded since the exec, which the receiver's read attaches). A
+	// sample gets one bpf_find_vma (in the timer's interrupt the second
+	// finds the first's mmap unlock still queued and fails with EBUSY),
+	// which the next library the walk meets needs.
 	if (task && task->mm && pc >= task->mm->start_code && pc < task->mm->end_code)
 		return 0;
 	if (st)
