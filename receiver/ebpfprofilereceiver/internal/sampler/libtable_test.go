@@ -74,21 +74,21 @@ func TestLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
 	// for the library: its frames are walked by frame pointer.
 	setExeUnwind(t, s, bin, binText)
 	without := runSpin(t, s, bin, lib)
-	if without.whole*10 > without.inLib {
-		t.Fatalf("without the library's table, %d of %d stacks in the library reached the program: the library is walked by frame pointer and should not", without.whole, without.inLib)
+	if without.whole*10 > without.inLeaf {
+		t.Fatalf("without the library's table, %d of %d stacks in the library reached the program: the library is walked by frame pointer and should not", without.whole, without.inLeaf)
 	}
 
 	setExeUnwind(t, s, lib, libText)
 	before := drain(t, s).Stats
 	with := runSpin(t, s, bin, lib)
-	if with.whole*10 < with.inLib*9 {
-		t.Errorf("with the library's table loaded, %d of %d stacks in the library reached the program through it", with.whole, with.inLib)
+	if with.whole*10 < with.inLeaf*9 {
+		t.Errorf("with the library's table loaded, %d of %d stacks in the library reached the program through it", with.whole, with.inLeaf)
 	}
 	if with.stats.VMATables == 0 || with.stats.VMALookups < with.stats.VMATables {
 		t.Errorf("memory map lookups %d, with a table %d (before: %+v)", with.stats.VMALookups, with.stats.VMATables, before)
 	}
 	t.Logf("stacks in the library reaching the program: %d of %d without its table, %d of %d with it; lookups %d, with a table %d",
-		without.whole, without.inLib, with.whole, with.inLib, with.stats.VMALookups, with.stats.VMATables)
+		without.whole, without.inLeaf, with.whole, with.inLeaf, with.stats.VMALookups, with.stats.VMATables)
 }
 
 // TestLibraryTableFoundForAProgramWithoutATable: a process whose program
@@ -103,14 +103,14 @@ func TestLibraryTableFoundForAProgramWithoutATable(t *testing.T) {
 	bin, lib := buildSpin(t, spinMainSource, "-fno-omit-frame-pointer")
 	setExeUnwind(t, s, lib, loadTable(t, s, lib))
 	run := runSpin(t, s, bin, lib)
-	if run.whole*10 < run.inLib*9 {
-		t.Errorf("%d of %d stacks in the library reached the program", run.whole, run.inLib)
+	if run.whole*10 < run.inLeaf*9 {
+		t.Errorf("%d of %d stacks in the library reached the program", run.whole, run.inLeaf)
 	}
 	if run.stats.VMATables == 0 {
 		t.Errorf("memory map lookups %d, none with a table", run.stats.VMALookups)
 	}
 	t.Logf("stacks in the library reaching the program: %d of %d; lookups %d, with a table %d",
-		run.whole, run.inLib, run.stats.VMALookups, run.stats.VMATables)
+		run.whole, run.inLeaf, run.stats.VMALookups, run.stats.VMATables)
 }
 
 // TestProgramRunningBeforeTheSamplerKeepsFramePointers: the walk through
@@ -129,8 +129,8 @@ func TestProgramRunningBeforeTheSamplerKeepsFramePointers(t *testing.T) {
 	run := countSpin(t, s, pid, bin, lib)
 	// Not the lookups: they are counted for every process, and the
 	// machine's others may be in their first seconds.
-	if run.whole*10 > run.inLib {
-		t.Errorf("%d of %d stacks in the library reached the program: want the frame-pointer walk", run.whole, run.inLib)
+	if run.whole*10 > run.inLeaf {
+		t.Errorf("%d of %d stacks in the library reached the program: want the frame-pointer walk", run.whole, run.inLeaf)
 	}
 }
 
@@ -178,30 +178,15 @@ func TestFramelessCallbackCalledFromALibraryWithATable(t *testing.T) {
 	cmd := startSpin(t, bin)
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	pid := cmd.Process.Pid
-	binLo, binHi := execText(t, pid, bin)
-	libLo, libHi := execText(t, pid, lib)
-	in := func(pc, lo, hi uint64) bool { return pc >= lo && pc < hi }
-	var inMix, whole uint64
-	for deadline := time.Now().Add(60 * time.Second); inMix < 200; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d samples in the callback after 60 s", inMix)
-		}
-		for _, smp := range drain(t, s).Samples {
-			st := smp.UserStack
-			if smp.PID != uint32(pid) || len(st) == 0 || !in(st[0], mixLo, mixHi) {
-				continue
-			}
-			inMix += smp.Count
-			// mix <- spin_each <- spin_calls <- main
-			if len(st) >= 4 && in(st[1], libLo, libHi) && in(st[2], libLo, libHi) && in(st[3], binLo, binHi) {
-				whole += smp.Count
-			}
-		}
+	inBin, inLib := inText(t, pid, bin), inText(t, pid, lib)
+	run := countStacks(t, s, pid, "the callback",
+		func(pc uint64) bool { return pc >= mixLo && pc < mixHi },
+		// mix <- spin_each <- spin_calls <- main
+		func(st []uint64) bool { return len(st) >= 4 && inLib(st[1]) && inLib(st[2]) && inBin(st[3]) })
+	if run.whole*10 < run.inLeaf*9 {
+		t.Errorf("%d of %d stacks in the callback reached the program through the library", run.whole, run.inLeaf)
 	}
-	if whole*10 < inMix*9 {
-		t.Errorf("%d of %d stacks in the callback reached the program through the library", whole, inMix)
-	}
-	t.Logf("stacks in the callback reaching main through the library: %d of %d", whole, inMix)
+	t.Logf("stacks in the callback reaching main through the library: %d of %d", run.whole, run.inLeaf)
 }
 
 // relaySource is a second library without frame pointers between the
@@ -246,58 +231,39 @@ func TestTwoLibrariesFoundForAProgramWithoutATable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay := filepath.Join(dir, "librelay.so")
-	link := func(out, src string, flags ...string) {
+	// link compiles src into out against libs, which come after the
+	// source that needs them.
+	link := func(out, src string, libs []string, flags ...string) {
 		t.Helper()
-		file := filepath.Join(dir, filepath.Base(out)+".c")
+		file := out + ".c"
 		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// Libraries after the source, which needs them.
 		args := append(append([]string{"-O2"}, flags...), "-o", out, file, "-Wl,-rpath,$ORIGIN")
-		args = append(args, spin)
-		if out == filepath.Join(dir, "relaymain") {
-			args = append(args, relay)
-		}
-		if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		if b, err := exec.Command("gcc", append(args, libs...)...).CombinedOutput(); err != nil {
 			t.Fatalf("gcc %s: %v\n%s", filepath.Base(out), err, b)
 		}
 	}
-	link(relay, relaySource, "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,librelay.so")
+	relay := filepath.Join(dir, "librelay.so")
+	link(relay, relaySource, []string{spin}, "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,librelay.so")
 	bin := filepath.Join(dir, "relaymain")
-	link(bin, relayMainSource, "-fno-omit-frame-pointer")
+	link(bin, relayMainSource, []string{relay, spin}, "-fno-omit-frame-pointer")
 	setExeUnwind(t, s, spin, loadTable(t, s, spin))
 	setExeUnwind(t, s, relay, loadTable(t, s, relay))
 	drain(t, s)
 	cmd := startSpin(t, bin)
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	pid := cmd.Process.Pid
-	binLo, binHi := execText(t, pid, bin)
-	spinLo, spinHi := execText(t, pid, spin)
-	relayLo, relayHi := execText(t, pid, relay)
-	in := func(pc, lo, hi uint64) bool { return pc >= lo && pc < hi }
-	var inSpin, whole uint64
-	for deadline := time.Now().Add(60 * time.Second); inSpin < 200; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d samples in libspin.so after 60 s", inSpin)
-		}
-		for _, smp := range drain(t, s).Samples {
-			st := smp.UserStack
-			if smp.PID != uint32(pid) || len(st) == 0 || !in(st[0], spinLo, spinHi) {
-				continue
-			}
-			inSpin += smp.Count
-			// spin_inner <- spin_outer <- relay_inner <- relay_outer <- main
-			if len(st) >= 5 && in(st[1], spinLo, spinHi) && in(st[2], relayLo, relayHi) &&
-				in(st[3], relayLo, relayHi) && in(st[4], binLo, binHi) {
-				whole += smp.Count
-			}
-		}
+	inBin, inSpin, inRelay := inText(t, pid, bin), inText(t, pid, spin), inText(t, pid, relay)
+	run := countStacks(t, s, pid, "libspin.so", inSpin,
+		// spin_inner <- spin_outer <- relay_inner <- relay_outer <- main
+		func(st []uint64) bool {
+			return len(st) >= 5 && inSpin(st[1]) && inRelay(st[2]) && inRelay(st[3]) && inBin(st[4])
+		})
+	if run.whole*10 < run.inLeaf*9 {
+		t.Errorf("%d of %d stacks in libspin.so reached the program through librelay.so", run.whole, run.inLeaf)
 	}
-	if whole*10 < inSpin*9 {
-		t.Errorf("%d of %d stacks in libspin.so reached the program through librelay.so", whole, inSpin)
-	}
-	t.Logf("stacks in libspin.so reaching the program through librelay.so: %d of %d", whole, inSpin)
+	t.Logf("stacks in libspin.so reaching the program through librelay.so: %d of %d", run.whole, run.inLeaf)
 }
 
 // functionRange is the address range of the function symbol name in the
@@ -401,8 +367,8 @@ func loadTable(t *testing.T, s *Sampler, path string) loadedText {
 }
 
 type spinRun struct {
-	inLib, whole uint64 // stacks with the leaf in the library; of them, those whose next frames are the library's and then the program's
-	stats        Stats
+	inLeaf, whole uint64 // stacks with the leaf where the count looked; of them, the whole ones
+	stats         Stats
 }
 
 // setExeUnwind registers lt as the table of path's file (exe_unwinds).
@@ -448,27 +414,42 @@ func startSpin(t *testing.T, bin string) *exec.Cmd {
 }
 
 // countSpin tallies pid's samples until 200 are in lib; bin and lib are
-// the paths its memory map shows.
+// the paths its memory map shows. Whole: the next frames are the library's
+// and then the program's.
 func countSpin(t *testing.T, s *Sampler, pid int, bin, lib string) spinRun {
 	t.Helper()
-	binLo, binHi := execText(t, pid, bin)
-	libLo, libHi := execText(t, pid, lib)
-	in := func(pc, lo, hi uint64) bool { return pc >= lo && pc < hi }
+	inBin, inLib := inText(t, pid, bin), inText(t, pid, lib)
+	return countStacks(t, s, pid, filepath.Base(lib), inLib,
+		func(st []uint64) bool { return len(st) >= 3 && inLib(st[1]) && inBin(st[2]) })
+}
+
+// inText says whether an address is in the executable mapping of path in
+// pid.
+func inText(t *testing.T, pid int, path string) func(uint64) bool {
+	t.Helper()
+	lo, hi := execText(t, pid, path)
+	return func(pc uint64) bool { return pc >= lo && pc < hi }
+}
+
+// countStacks tallies pid's user stacks whose leaf is where leaf says until
+// 200 are in, and of them those whole says are whole.
+func countStacks(t *testing.T, s *Sampler, pid int, where string, leaf func(uint64) bool, whole func([]uint64) bool) spinRun {
+	t.Helper()
 	var r spinRun
-	for deadline := time.Now().Add(60 * time.Second); r.inLib < 200; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); r.inLeaf < 200; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d samples of %s in %s after 60 s", r.inLib, filepath.Base(bin), filepath.Base(lib))
+			t.Fatalf("%d samples of pid %d in %s after 60 s", r.inLeaf, pid, where)
 		}
 		b := drain(t, s)
 		r.stats.VMALookups += b.Stats.VMALookups
 		r.stats.VMATables += b.Stats.VMATables
 		for _, smp := range b.Samples {
 			st := smp.UserStack
-			if smp.PID != uint32(pid) || len(st) == 0 || !in(st[0], libLo, libHi) {
+			if smp.PID != uint32(pid) || len(st) == 0 || !leaf(st[0]) {
 				continue
 			}
-			r.inLib += smp.Count
-			if len(st) >= 3 && in(st[1], libLo, libHi) && in(st[2], binLo, binHi) {
+			r.inLeaf += smp.Count
+			if whole(st) {
 				r.whole += smp.Count
 			}
 		}
@@ -564,12 +545,12 @@ func TestOverlayLibraryTableFoundThroughTheMemoryMap(t *testing.T) {
 		t.Fatalf("container after its exec: %q, %v", line, err)
 	}
 	got := countSpin(t, s, pid, filepath.Join(rootfs, "spinmain"), filepath.Join(rootfs, "libspin.so"))
-	if got.whole*10 < got.inLib*9 {
-		t.Errorf("%d of %d stacks in the container's library reached its program (memory map lookups %d, with a table %d)", got.whole, got.inLib, got.stats.VMALookups, got.stats.VMATables)
+	if got.whole*10 < got.inLeaf*9 {
+		t.Errorf("%d of %d stacks in the container's library reached its program (memory map lookups %d, with a table %d)", got.whole, got.inLeaf, got.stats.VMALookups, got.stats.VMATables)
 	}
 	if got.stats.VMATables == 0 {
 		t.Errorf("memory map lookups %d, none with a table", got.stats.VMALookups)
 	}
 	t.Logf("stacks in the container's library reaching its program: %d of %d; lookups %d, with a table %d",
-		got.whole, got.inLib, got.stats.VMALookups, got.stats.VMATables)
+		got.whole, got.inLeaf, got.stats.VMALookups, got.stats.VMATables)
 }

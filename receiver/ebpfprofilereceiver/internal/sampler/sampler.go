@@ -65,7 +65,8 @@ type Sampler struct {
 
 	dwarf bool // DWARF unwinding loaded (Config.DWARFUnwind)
 	// maxUnwindProcesses: how many processes may have tables
-	// (Config.MaxUnwindProcesses; the map holds one entry per CPU more).
+	// (Config.MaxUnwindProcesses; the map holds found_only_slots entries
+	// per CPU more).
 	maxUnwindProcesses int
 	nextTable          uint32 // last unwind table id handed out
 	// testHookRows, when set (tests), is called as LoadUnwindTable begins
@@ -156,7 +157,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		if err := spec.Variables[cpuProfileVarFoundOnlySlots].Get(&slots); err != nil {
 			return nil, fmt.Errorf("enable DWARF unwinding: %w", err)
 		}
-		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses + ncpu*int(max(slots, 1)))
+		spec.Maps[cpuProfileMapProcUnwinds].MaxEntries = uint32(cfg.MaxUnwindProcesses + ncpu*int(slots))
 		s.maxUnwindProcesses = cfg.MaxUnwindProcesses
 		spec.Maps[cpuProfileMapUnwindTables].MaxEntries = uint32(cfg.MaxUnwindTables)
 		spec.Maps[cpuProfileMapExeUnwinds].MaxEntries = uint32(cfg.MaxUnwindTables)
