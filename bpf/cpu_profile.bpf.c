@@ -94,6 +94,9 @@ struct sample_stats {
 	// loaded table.
 	__u64 vma_lookups;
 	__u64 vma_tables;
+	// Frames outside them found in the process's own list of the files
+	// it mapped (mapped_files) instead.
+	__u64 mapped_lookups;
 };
 
 // Unwind rows, computed in user space from .eh_frame (internal/unwindtable):
@@ -377,6 +380,54 @@ struct {
 	__type(value, __u64);
 } exec_times SEC(".maps");
 
+// The executable file mappings a process made (the program and ld.so at
+// its exec, each library as ld.so maps it, at start or at a dlopen), kept
+// by proc_vma_store as they are made, in process context. A walk of a
+// process that user space has not read (find_vma_row) takes its libraries
+// from here, as many a sample as it meets. The process's memory map can give it only one:
+// in the timer's interrupt a second bpf_find_vma finds the first's mmap
+// unlock still queued and fails, so a process sampled once or twice on a
+// CPU (a compiler, a linker, a shell's tools) had its stacks cut at the
+// second library the walk met.
+#define MAX_MAPPED_FILES 16
+
+struct mapped_file {
+	__u64 start;
+	__u64 end;
+	__u64 pgoff; // the file offset of start, in pages
+	struct exe_key key;
+	__u32 check; // mapped_check of the rest: 0 while being written
+	__u32 _pad;
+};
+
+struct mapped_files {
+	// The address space these are of: an exec gives the process a new
+	// one, and the first mapping made in it starts the list afresh.
+	__u64 mm;
+	__u32 n; // slots taken (more than MAX_MAPPED_FILES when some were not kept)
+	__u32 _pad;
+	struct mapped_file f[MAX_MAPPED_FILES];
+};
+
+// By thread group id; LRU, dropped at exit. User space sizes it.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mapped_files);
+} mapped_files SEC(".maps");
+
+// A new process's list, all zero (never written).
+static struct mapped_files no_mapped_files;
+
+static __always_inline __u32 mapped_check(struct mapped_file *f)
+{
+	__u64 h = (f->start ^ (f->end << 7) ^ (f->pgoff << 13) ^ (f->key.ino << 29) ^ f->key.dev ^ f->key.mtime_ns) *
+		  0x9e3779b97f4a7c15ULL;
+
+	return (__u32)(h >> 32) | 1;
+}
+
 // Room to build a proc_unwind (too large for the BPF stack).
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -592,9 +643,44 @@ static __always_inline __u32 found_check(__u64 start, __u64 end, __u64 bias, __u
 	return (__u32)(h >> 32) | 1; // never 0, an empty slot's
 }
 
+// mapped_file_row fills m with pc's mapping from the process's mapped_files
+// and returns 1, its table when its file has one loaded, or returns 0 when
+// none of them holds pc.
+static __always_inline int mapped_file_row(struct task_struct *task, __u64 pc, struct unwind_mapping *m)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct mapped_files *mf = bpf_map_lookup_elem(&mapped_files, &pid);
+	struct exe_unwind *eu;
+	__u32 n;
+
+	if (!mf || !task || mf->mm != (__u64)task->mm)
+		return 0;
+	n = mf->n;
+	for (int k = 0; k < MAX_MAPPED_FILES; k++) {
+		struct mapped_file f;
+
+		if (k >= n)
+			break;
+		f = mf->f[k];
+		if (pc < f.start || pc >= f.end || f.check != mapped_check(&f))
+			continue;
+		m->start = f.start;
+		m->end = f.end;
+		eu = bpf_map_lookup_elem(&exe_unwinds, &f.key);
+		if (eu && eu->text_off != NO_TEXT_OFF) {
+			m->bias = f.start - ((f.pgoff << PAGE_SHIFT) - eu->text_off + eu->text_vaddr);
+			m->table = eu->table;
+			m->rows = eu->rows;
+		}
+		return 1;
+	}
+	return 0;
+}
+
 // find_vma_row finds the mapping of pc, outside every mapping user space
-// gave the process, in the process's memory map, and keeps it in pu's
-// found mappings. A library the process mapped since user space last read
+// gave the process, in the list of files the process mapped
+// (mapped_file_row) or else in its memory map, and keeps it in pu's found
+// mappings. A library the process mapped since user space last read
 // it (a short-lived program's, all of them: it exits before it is read)
 // then unwinds with its table whenever another process loaded it. Returns
 // 0 when pc is not mapped or the map is busy (nothing kept). The lookups
@@ -615,12 +701,17 @@ static __always_inline int find_vma_row(struct proc_unwind *pu, __u64 pc, struct
 	// which the next library the walk meets needs.
 	if (task && task->mm && pc >= task->mm->start_code && pc < task->mm->end_code)
 		return 0;
-	if (st)
-		__sync_fetch_and_add(&st->vma_lookups, 1);
-	if (bpf_find_vma(task, pc, vma_found, &m, 0) != 0 || !m.end)
-		return 0;
-	if (m.rows && st)
-		__sync_fetch_and_add(&st->vma_tables, 1);
+	if (mapped_file_row(task, pc, &m)) {
+		if (st)
+			__sync_fetch_and_add(&st->mapped_lookups, 1);
+	} else {
+		if (st)
+			__sync_fetch_and_add(&st->vma_lookups, 1);
+		if (bpf_find_vma(task, pc, vma_found, &m, 0) != 0 || !m.end)
+			return 0;
+		if (m.rows && st)
+			__sync_fetch_and_add(&st->vma_tables, 1);
+	}
 	*out = m;
 	slot = pu->found_n;
 	if (slot < MAX_FOUND_MAPPINGS) {
@@ -905,8 +996,9 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 		// Found mappings are kept while the entry's samples are the
 		// same process's (the same program image: its exec time): a
 		// walk gets one bpf_find_vma (find_vma_row), so a stack through
-		// two libraries not found yet is whole from the second sample
-		// on. Another process's sample starts the entry afresh. Samples on
+		// two libraries not found yet, and not in the list of files the
+		// process mapped, is whole from the second sample on. Another
+		// process's sample starts the entry afresh. Samples on
 		// one CPU do not nest (perf_event programs do not), so nothing
 		// else writes this entry meanwhile.
 		s.pu->n = 0;
@@ -1245,6 +1337,7 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	if (dwarf_unwind) {
 		bpf_map_delete_elem(&proc_unwinds, &pid);
 		bpf_map_delete_elem(&exec_times, &pid);
+		bpf_map_delete_elem(&mapped_files, &pid);
 	}
 	if (bpf_map_delete_elem(&seen_pids, &pid) != 0)
 		return 0; // never sampled: user space has nothing to forget
@@ -1252,6 +1345,89 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	if (!st)
 		return 0;
 	emit(st, EVENT_EXIT, p);
+	return 0;
+}
+
+// keep_mapped adds f to mf, in the slot of an entry whose range it
+// overlaps if there is one: the list is not told of munmap, and a library
+// mapped where another was, or a mapping merged with its neighbour, takes
+// the old entry's place. The address space's write lock is held: one store
+// at a time per process. A walk on another CPU may read the slot while it
+// is written, and skips it until its check holds.
+static __always_inline void keep_mapped(struct mapped_files *mf, struct mapped_file *f)
+{
+	__u32 n = mf->n, slot = n;
+
+	for (int k = 0; k < MAX_MAPPED_FILES; k++) {
+		if (k >= n)
+			break;
+		if (mf->f[k].start < f->end && f->start < mf->f[k].end) {
+			slot = k;
+			break;
+		}
+	}
+	if (slot == n)
+		mf->n = n + 1;
+	if (slot >= MAX_MAPPED_FILES)
+		return;
+	mf->f[slot].check = 0;
+	mf->f[slot].start = f->start;
+	mf->f[slot].end = f->end;
+	mf->f[slot].pgoff = f->pgoff;
+	mf->f[slot].key = f->key;
+	mf->f[slot].check = mapped_check(f);
+}
+
+// proc_vma_store keeps each executable file mapping stored in the current
+// process's memory map in its mapped_files: the program and ld.so at exec,
+// each library as ld.so maps its code (at start or at a dlopen). The maple
+// tree's write tracepoint, not mmap's: it sees the kernel's own mappings at
+// exec, needs no tracefs (a raw tracepoint), and costs nothing on system
+// calls. Writes to other trees, or to another process's (fork copies the
+// parent's into the child's), and the removal of an entry are skipped. A
+// mapping made executable later in place (mprotect of a whole mapping) is
+// not stored again: the walk looks it up in the memory map.
+// Linux 6.2+. Only proc_vma_store uses it: where the kernel lacks it, that
+// program alone fails to load.
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+SEC("tp_btf/ma_write")
+int BPF_PROG(proc_vma_store, const char *fn, struct ma_state *mas, unsigned long piv, void *entry)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct vm_area_struct *vma; // a memory map's entries are its VMAs
+	struct mapped_file f = {};
+	struct mapped_files *mf;
+	struct mm_struct *mm;
+	struct file *file;
+
+	if (!dwarf_unwind || !entry || !task)
+		return 0;
+	mm = task->mm;
+	if (!mm || (__u64)mas->tree != (__u64)&mm->mm_mt)
+		return 0;
+	// The entry is untyped: a typed view whose loads may fault (and then
+	// read 0), as the kernel's own BTF pointers are read.
+	vma = bpf_rdonly_cast(entry, bpf_core_type_id_kernel(struct vm_area_struct));
+	if (!(vma->vm_flags & VM_EXEC))
+		return 0;
+	file = vma->vm_file;
+	if (!file)
+		return 0;
+	f.start = vma->vm_start;
+	f.end = vma->vm_end;
+	f.pgoff = vma->vm_pgoff;
+	mapped_file_key(file, &f.key);
+	mf = bpf_map_lookup_elem(&mapped_files, &pid);
+	if (!mf || mf->mm != (__u64)mm) {
+		bpf_map_update_elem(&mapped_files, &pid, &no_mapped_files, BPF_ANY);
+		mf = bpf_map_lookup_elem(&mapped_files, &pid);
+		if (!mf)
+			return 0;
+		mf->mm = (__u64)mm;
+	}
+	keep_mapped(mf, &f);
 	return 0;
 }
 

@@ -71,6 +71,7 @@ func (m *selfMetrics) recordUnwind(ctx context.Context, st sampler.Stats, e ende
 	outcome := func(v string) metric.AddOption { return metric.WithAttributes(attribute.String("outcome", v)) }
 	m.tb.ReceiverEbpfprofileMemoryMapLookups.Add(ctx, int64(st.VMATables), outcome("table"))
 	m.tb.ReceiverEbpfprofileMemoryMapLookups.Add(ctx, int64(st.VMALookups-st.VMATables), outcome("no_table"))
+	m.tb.ReceiverEbpfprofileMemoryMapLookups.Add(ctx, int64(st.MappedFiles), outcome("recorded"))
 	if u == nil {
 		return
 	}

@@ -24,16 +24,18 @@ func TestLostProcessEventsAreCounted(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 7}}, metricdatatest.IgnoreTimestamp())
 }
 
-// The kernel's memory-map lookups (frames outside the mappings a process
-// was given) add up by outcome: a loaded table found, or none.
+// The kernel's finds of frames outside the mappings a process was given
+// add up by outcome: in the files the process mapped, or looked up in its
+// memory map with a loaded table, or with none.
 func TestMemoryMapLookupsAreCounted(t *testing.T) {
 	m, tt := testSelfMetrics(t)
 	ctx := context.Background()
-	m.recordUnwind(ctx, sampler.Stats{VMALookups: 5, VMATables: 2}, endedEarlyStats{}, nil)
-	m.recordUnwind(ctx, sampler.Stats{VMALookups: 3, VMATables: 3}, endedEarlyStats{}, nil)
+	m.recordUnwind(ctx, sampler.Stats{VMALookups: 5, VMATables: 2, MappedFiles: 7}, endedEarlyStats{}, nil)
+	m.recordUnwind(ctx, sampler.Stats{VMALookups: 3, VMATables: 3, MappedFiles: 4}, endedEarlyStats{}, nil)
 	metadatatest.AssertEqualReceiverEbpfprofileMemoryMapLookups(t, tt, []metricdata.DataPoint[int64]{
 		{Value: 5, Attributes: attribute.NewSet(attribute.String("outcome", "table"))},
 		{Value: 3, Attributes: attribute.NewSet(attribute.String("outcome", "no_table"))},
+		{Value: 11, Attributes: attribute.NewSet(attribute.String("outcome", "recorded"))},
 	}, metricdatatest.IgnoreTimestamp())
 }
 

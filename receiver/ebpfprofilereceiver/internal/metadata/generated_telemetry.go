@@ -123,7 +123,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileMemoryMapLookups, err = builder.meter.Int64Counter(
 		"otelcol_receiver_ebpfprofile_memory_map_lookups",
-		metric.WithDescription("Frames outside every mapping the receiver gave a process (a library of a program not read yet, or past the 64 mappings a process's entry holds) that the kernel looked up in the process's memory map (unwinding auto), by outcome: table (the mapping's file has a loaded unwind table, which unwinds the frame), no_table (frame pointers for it). What a lookup finds is kept for the process: 16 mappings, then each such frame is looked up again. A process with no tables of its own, in its first 15 s after exec, has every frame looked up, once per mapping and sample. [Alpha]"),
+		metric.WithDescription("Frames outside every mapping the receiver gave a process (a library of a program not read yet, or past the 64 mappings a process's entry holds) that the kernel found without user space (unwinding auto), by outcome: recorded (in the list of executable files the process mapped, which the kernel keeps as the process maps them: no look-up), table (looked up in the process's memory map, and the mapping's file has a loaded unwind table, which unwinds the frame), no_table (looked up there, frame pointers for it). What is found is kept for the process: 16 mappings, then each such frame is found again. A process with no tables of its own, in its first 15 s after exec, has every frame found this way, once per mapping and sample. [Alpha]"),
 		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)

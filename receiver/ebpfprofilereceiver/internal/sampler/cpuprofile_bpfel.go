@@ -56,6 +56,22 @@ type cpuProfileLifecycleEvent struct {
 	CgroupId uint64
 }
 
+type cpuProfileMappedFiles struct {
+	_   structs.HostLayout
+	Mm  uint64
+	N   uint32
+	Pad uint32
+	F   [16]struct {
+		_     structs.HostLayout
+		Start uint64
+		End   uint64
+		Pgoff uint64
+		Key   cpuProfileExeKey
+		Check uint32
+		Pad   uint32
+	}
+}
+
 type cpuProfileProcUnwind struct {
 	_           structs.HostLayout
 	N           uint32
@@ -115,6 +131,7 @@ type cpuProfileSampleStats struct {
 	Dwarf              uint64
 	VmaLookups         uint64
 	VmaTables          uint64
+	MappedLookups      uint64
 }
 
 type cpuProfileStackTrace struct {
@@ -165,6 +182,7 @@ const (
 	cpuProfileMapExecTimes            = "exec_times"
 	cpuProfileMapGoTraces             = "go_traces"
 	cpuProfileMapInExec               = "in_exec"
+	cpuProfileMapMappedFiles          = "mapped_files"
 	cpuProfileMapProcUnwindScratch    = "proc_unwind_scratch"
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
 	cpuProfileMapPyCodesReported      = "py_codes_reported"
@@ -180,6 +198,7 @@ const (
 	cpuProfileProgCpuSample           = "cpu_sample"
 	cpuProfileProgProcExec            = "proc_exec"
 	cpuProfileProgProcExit            = "proc_exit"
+	cpuProfileProgProcVmaStore        = "proc_vma_store"
 	cpuProfileVarActiveSet            = "active_set"
 	cpuProfileVarDwarfUnwind          = "dwarf_unwind"
 	cpuProfileVarFoundOnlySlots       = "found_only_slots"
@@ -243,6 +262,7 @@ type cpuProfileProgramSpecs struct {
 	CpuSample     *ebpf.ProgramSpec `ebpf:"cpu_sample"`
 	ProcExec      *ebpf.ProgramSpec `ebpf:"proc_exec"`
 	ProcExit      *ebpf.ProgramSpec `ebpf:"proc_exit"`
+	ProcVmaStore  *ebpf.ProgramSpec `ebpf:"proc_vma_store"`
 }
 
 // cpuProfileMapSpecs contains maps before they are loaded into the kernel.
@@ -260,6 +280,7 @@ type cpuProfileMapSpecs struct {
 	ExecTimes         *ebpf.MapSpec `ebpf:"exec_times"`
 	GoTraces          *ebpf.MapSpec `ebpf:"go_traces"`
 	InExec            *ebpf.MapSpec `ebpf:"in_exec"`
+	MappedFiles       *ebpf.MapSpec `ebpf:"mapped_files"`
 	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.MapSpec `ebpf:"proc_unwinds"`
 	PyCodesReported   *ebpf.MapSpec `ebpf:"py_codes_reported"`
@@ -325,6 +346,7 @@ type cpuProfileMaps struct {
 	ExecTimes         *ebpf.Map `ebpf:"exec_times"`
 	GoTraces          *ebpf.Map `ebpf:"go_traces"`
 	InExec            *ebpf.Map `ebpf:"in_exec"`
+	MappedFiles       *ebpf.Map `ebpf:"mapped_files"`
 	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.Map `ebpf:"proc_unwinds"`
 	PyCodesReported   *ebpf.Map `ebpf:"py_codes_reported"`
@@ -351,6 +373,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.ExecTimes,
 		m.GoTraces,
 		m.InExec,
+		m.MappedFiles,
 		m.ProcUnwindScratch,
 		m.ProcUnwinds,
 		m.PyCodesReported,
@@ -394,6 +417,7 @@ type cpuProfilePrograms struct {
 	CpuSample     *ebpf.Program `ebpf:"cpu_sample"`
 	ProcExec      *ebpf.Program `ebpf:"proc_exec"`
 	ProcExit      *ebpf.Program `ebpf:"proc_exit"`
+	ProcVmaStore  *ebpf.Program `ebpf:"proc_vma_store"`
 }
 
 func (p *cpuProfilePrograms) Close() error {
@@ -402,6 +426,7 @@ func (p *cpuProfilePrograms) Close() error {
 		p.CpuSample,
 		p.ProcExec,
 		p.ProcExit,
+		p.ProcVmaStore,
 	)
 }
 

@@ -66,6 +66,10 @@ type Stats struct {
 	// VMATables of them found a loaded table (a library the process
 	// mapped since it was read, or before: a short-lived program's).
 	VMALookups, VMATables uint64
+	// MappedFiles of such frames were found instead in the list of the
+	// executable files the process mapped, kept as it mapped them (no
+	// memory-map look-up).
+	MappedFiles uint64
 }
 
 func (s *Stats) add(o cpuProfileSampleStats) {
@@ -81,6 +85,7 @@ func (s *Stats) add(o cpuProfileSampleStats) {
 	s.DWARF += o.Dwarf
 	s.VMALookups += o.VmaLookups
 	s.VMATables += o.VmaTables
+	s.MappedFiles += o.MappedLookups
 }
 
 // drainScratch holds buffers reused across drains; only the returned

@@ -49,6 +49,7 @@ type Sampler struct {
 
 	lifecycle    []link.Link
 	lifecycleErr error
+	mappingsErr  error // why mapped_files is not kept (attachMappings)
 
 	// What a capture needs to load its own program and maps.
 	spec    *ebpf.CollectionSpec
@@ -87,6 +88,16 @@ type lifecycleObjects struct {
 	ProcExec *ebpf.Program `ebpf:"proc_exec"`
 	ProcExit *ebpf.Program `ebpf:"proc_exit"`
 }
+
+type mappingObjects struct {
+	ProcVmaStore *ebpf.Program `ebpf:"proc_vma_store"`
+}
+
+// maxMappedFilesProcesses bounds mapped_files (about 1 KB a process, kept
+// from the first executable mapping to the exit, least recently used
+// first out). The walks that need it are of processes in their first 15 s;
+// a node starting 10 a second has 150 of those.
+const maxMappedFilesProcesses = 512
 
 // mapSet is one of the two counts+stacks pairs; stats index = set number.
 type mapSet struct {
@@ -162,6 +173,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		spec.Maps[cpuProfileMapUnwindTables].MaxEntries = uint32(cfg.MaxUnwindTables)
 		spec.Maps[cpuProfileMapExeUnwinds].MaxEntries = uint32(cfg.MaxUnwindTables)
 		spec.Maps[cpuProfileMapExecTimes].MaxEntries = uint32(cfg.MaxUnwindProcesses)
+		spec.Maps[cpuProfileMapMappedFiles].MaxEntries = uint32(min(cfg.MaxUnwindProcesses, maxMappedFilesProcesses))
 		s.dwarf = true
 		if err := enablePythonWalk(spec); err != nil {
 			return nil, err
@@ -185,6 +197,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		cpuProfileMapProcUnwinds:  s.objs.ProcUnwinds,
 		cpuProfileMapUnwindTables: s.objs.UnwindTables,
 		cpuProfileMapPyProcs:      s.objs.PyProcs,
+		cpuProfileMapMappedFiles:  s.objs.MappedFiles,
 	}
 	maps.Copy(s.shared, traceMaps)
 	s.sets = [2]mapSet{
@@ -196,7 +209,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		return nil, fmt.Errorf("set active map set: %w", err)
 	}
 	s.mapBytes, err = mapMemory(s.objs.Counts0, s.objs.Counts1, s.objs.Stacks0, s.objs.Stacks1,
-		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds, s.objs.ExecTimes, s.objs.PyProcs)
+		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds, s.objs.ExecTimes, s.objs.PyProcs, s.objs.MappedFiles)
 	if err != nil {
 		s.closeObjects()
 		return nil, err
@@ -216,6 +229,12 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 	if err := s.attachLifecycle(spec, cache); err != nil {
 		s.lifecycleErr = err
 		s.log.Warn("process exec/exit events unavailable; short-lived processes may lose symbols", "reason", err)
+	}
+	if s.dwarf {
+		if err := s.attachMappings(spec, cache); err != nil {
+			s.mappingsErr = err
+			s.log.Warn("mappings are not recorded as processes make them; a short-lived process's stacks may stop at its second library", "reason", err)
+		}
 	}
 
 	s.perf, err = attachPerfEvents(s.objs.CpuSample, s.hz)
@@ -263,6 +282,7 @@ func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) e
 		cpuProfileMapExecTimes:         s.objs.ExecTimes,
 		cpuProfileMapProcUnwindScratch: s.objs.ProcUnwindScratch,
 		cpuProfileMapUnwindTables:      s.objs.UnwindTables,
+		cpuProfileMapMappedFiles:       s.objs.MappedFiles, // dropped at exit
 	}
 	// The exit program drops an exiting thread's trace context, so it must
 	// see the same maps as the sampler (or the sampler's placeholders).
@@ -294,6 +314,35 @@ func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) e
 	}
 	return nil
 }
+
+// attachMappings attaches proc_vma_store, which keeps the executable file
+// mappings processes make (mapped_files) for the walks that have no
+// mappings from user space. Best effort: without it those walks look one
+// mapping up per sample in the process's memory map.
+func (s *Sampler) attachMappings(spec *ebpf.CollectionSpec, cache *btf.Cache) error {
+	var mo mappingObjects
+	err := spec.LoadAndAssign(&mo, &ebpf.CollectionOptions{
+		Cache: cache,
+		MapReplacements: map[string]*ebpf.Map{
+			cpuProfileMapMappedFiles: s.objs.MappedFiles,
+			".bss":                   s.objs.Bss,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("load tp_btf/ma_write: %w", err)
+	}
+	defer mo.ProcVmaStore.Close()
+	l, err := link.AttachTracing(link.TracingOptions{Program: mo.ProcVmaStore})
+	if err != nil {
+		return fmt.Errorf("attach tp_btf/ma_write: %w", err)
+	}
+	s.lifecycle = append(s.lifecycle, l)
+	return nil
+}
+
+// MappingsErr says why the kernel does not keep the executable mappings
+// processes make (DWARF unwinding only), or nil when it does.
+func (s *Sampler) MappingsErr() error { return s.mappingsErr }
 
 // LifecycleErr says why exec/exit events are unavailable, or nil when they
 // are delivered. EventSeen works either way.
