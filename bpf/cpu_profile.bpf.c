@@ -613,12 +613,25 @@ struct user_unwind {
 #define VM_EXEC 0x00000004
 #define PAGE_SHIFT 12
 
+// mapping_table gives m, a mapping of the file key at file page pgoff, the
+// file's table when one is loaded (exe_unwinds holds every loaded table's
+// files, libraries too), and leaves it without one otherwise.
+static __always_inline void mapping_table(struct unwind_mapping *m, struct exe_key *key, __u64 pgoff)
+{
+	struct exe_unwind *eu = bpf_map_lookup_elem(&exe_unwinds, key);
+
+	if (!eu || eu->text_off == NO_TEXT_OFF)
+		return;
+	// The ELF address at the mapping's start is its file offset's.
+	m->bias = m->start - ((pgoff << PAGE_SHIFT) - eu->text_off + eu->text_vaddr);
+	m->table = eu->table;
+	m->rows = eu->rows;
+}
+
 // vma_found fills m with pc's mapping: its bounds always, its table when
-// its file has one loaded (exe_unwinds holds every loaded table's files,
-// libraries too).
+// its file has one loaded (mapping_table).
 static long vma_found(struct task_struct *task, struct vm_area_struct *vma, struct unwind_mapping *m)
 {
-	struct exe_unwind *eu;
 	struct exe_key key;
 
 	m->start = vma->vm_start;
@@ -626,13 +639,7 @@ static long vma_found(struct task_struct *task, struct vm_area_struct *vma, stru
 	if (!(vma->vm_flags & VM_EXEC) || !vma->vm_file)
 		return 0;
 	mapped_file_key(vma->vm_file, &key);
-	eu = bpf_map_lookup_elem(&exe_unwinds, &key);
-	if (!eu || eu->text_off == NO_TEXT_OFF)
-		return 0;
-	// The ELF address at vm_start is its file offset's.
-	m->bias = vma->vm_start - ((vma->vm_pgoff << PAGE_SHIFT) - eu->text_off + eu->text_vaddr);
-	m->table = eu->table;
-	m->rows = eu->rows;
+	mapping_table(m, &key, vma->vm_pgoff);
 	return 0;
 }
 
@@ -650,7 +657,6 @@ static __always_inline int mapped_file_row(struct task_struct *task, __u64 pc, s
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	struct mapped_files *mf = bpf_map_lookup_elem(&mapped_files, &pid);
-	struct exe_unwind *eu;
 	__u32 n;
 
 	if (!mf || !task || mf->mm != (__u64)task->mm)
@@ -666,12 +672,7 @@ static __always_inline int mapped_file_row(struct task_struct *task, __u64 pc, s
 			continue;
 		m->start = f.start;
 		m->end = f.end;
-		eu = bpf_map_lookup_elem(&exe_unwinds, &f.key);
-		if (eu && eu->text_off != NO_TEXT_OFF) {
-			m->bias = f.start - ((f.pgoff << PAGE_SHIFT) - eu->text_off + eu->text_vaddr);
-			m->table = eu->table;
-			m->rows = eu->rows;
-		}
+		mapping_table(m, &f.key, f.pgoff);
 		return 1;
 	}
 	return 0;

@@ -129,11 +129,7 @@ var findWays = []struct {
 // the mappings user space gave are looked up in the memory map.
 func openWithoutMappedFiles(t testing.TB, cfg Config) *Sampler {
 	t.Helper()
-	s, err := open(cfg, func(spec *ebpf.CollectionSpec) { delete(spec.Programs, cpuProfileProgProcVmaStore) })
-	if err != nil {
-		t.Fatalf("open(%+v): %v", cfg, err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openSamplerEdited(t, cfg, func(spec *ebpf.CollectionSpec) { delete(spec.Programs, cpuProfileProgProcVmaStore) })
 	if s.MappingsErr() == nil {
 		t.Fatal("the sampler kept the files processes map without its program")
 	}
@@ -324,16 +320,7 @@ func TestShortLivedProcessesWholeThroughTwoLibraries(t *testing.T) {
 		return exec.Command("setarch", append([]string{"x86_64", "-R", bin}, args...)...)
 	}
 	probe := norand()
-	out, err := probe.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := probe.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	startUp(t, probe)
 	inSpin := inText(t, probe.Process.Pid, spin)
 	whole := wholeThroughRelay(t, probe.Process.Pid, bin, relay, spin)
 	_ = probe.Process.Kill()
@@ -434,18 +421,7 @@ func TestLibraryMappedWhereAnotherWasIsFoundAsItself(t *testing.T) {
 	setExeUnwind(t, s, libs[1], loadTable(t, s, libs[1]))
 	drain(t, s)
 	cmd := exec.Command(bin, libs[0], libs[1])
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
+	line := startUp(t, cmd)
 	var fa, fb uint64
 	if _, err := fmt.Sscanf(line, "0x%x 0x%x", &fa, &fb); err != nil {
 		t.Fatalf("swapmain printed %q: %v", line, err)
@@ -636,6 +612,14 @@ func runSpin(t *testing.T, s *Sampler, bin, lib string) spinRun {
 func startSpin(t *testing.T, bin string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin)
+	startUp(t, cmd)
+	return cmd
+}
+
+// startUp starts cmd, stopped at the test's end at the latest, and returns
+// the first line it prints, which says it is up.
+func startUp(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -644,10 +628,11 @@ func startSpin(t *testing.T, bin string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
 		t.Fatal(err)
 	}
-	return cmd
+	return line
 }
 
 // countSpin tallies pid's samples until 200 are in lib; bin and lib are

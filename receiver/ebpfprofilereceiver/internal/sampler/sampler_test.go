@@ -32,7 +32,14 @@ import (
 
 func openSampler(t testing.TB, cfg Config) *Sampler {
 	t.Helper()
-	s, err := Open(cfg)
+	return openSamplerEdited(t, cfg, nil)
+}
+
+// openSamplerEdited is openSampler with editSpec applied to the BPF spec
+// before it is loaded (open's).
+func openSamplerEdited(t testing.TB, cfg Config, editSpec func(*ebpf.CollectionSpec)) *Sampler {
+	t.Helper()
+	s, err := open(cfg, editSpec)
 	if err != nil {
 		t.Fatalf("Open(%+v): %v", cfg, err)
 	}
