@@ -163,7 +163,11 @@ struct proc_unwind {
 	// found[] holds, by thread group id and exec time. User space writes
 	// 0 (its entries are a process's own, keyed by it).
 	__u32 found_pid;
-	__u32 _pad;
+	// The process's mapped_files maps when found[] was started: a file
+	// mapped since may be where a found mapping was (a library unloaded
+	// and another loaded in its place), and found[] starts afresh.
+	// User space writes 0.
+	__u32 found_maps;
 	__u64 found_exec_ns;
 	struct unwind_mapping m[MAX_UNWIND_MAPPINGS];
 	struct found_mapping found[MAX_FOUND_MAPPINGS];
@@ -405,7 +409,9 @@ struct mapped_files {
 	// one, and the first mapping made in it starts the list afresh.
 	__u64 mm;
 	__u32 n; // slots taken (more than MAX_MAPPED_FILES when some were not kept)
-	__u32 _pad;
+	// Executable file mappings stored in this address space, kept or
+	// not: a walk drops what it found before the last one (found_maps).
+	__u32 maps;
 	struct mapped_file f[MAX_MAPPED_FILES];
 };
 
@@ -962,9 +968,10 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct user_unwind s = {};
+	struct mapped_files *mf;
 	struct pt_regs *regs;
 	struct stack_trace *t;
-	__u32 zero = 0;
+	__u32 zero = 0, maps;
 
 	t = bpf_map_lookup_elem(&stack_scratch, &zero);
 	if (!t || !task || (task->flags & PF_KTHREAD))
@@ -1008,6 +1015,16 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 			s.pu->found_pid = pid;
 			s.pu->found_exec_ns = *exec_at;
 		}
+	}
+	// Found mappings are dropped when the process has mapped an
+	// executable file since they were found: a library unloaded and
+	// another loaded at its address would otherwise be walked with the
+	// old one's table (or none) until the entry is rewritten.
+	mf = bpf_map_lookup_elem(&mapped_files, &pid);
+	maps = mf && mf->mm == (__u64)task->mm ? mf->maps : 0;
+	if (s.pu->found_maps != maps) {
+		s.pu->found_n = 0;
+		s.pu->found_maps = maps;
 	}
 	s.pc = regs->ip;
 	s.sp = regs->sp;
@@ -1369,6 +1386,7 @@ static __always_inline void keep_mapped(struct mapped_files *mf, struct mapped_f
 	}
 	if (slot == n)
 		mf->n = n + 1;
+	mf->maps++;
 	if (slot >= MAX_MAPPED_FILES)
 		return;
 	mf->f[slot].check = 0;

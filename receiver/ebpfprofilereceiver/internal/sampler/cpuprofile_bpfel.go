@@ -57,11 +57,11 @@ type cpuProfileLifecycleEvent struct {
 }
 
 type cpuProfileMappedFiles struct {
-	_   structs.HostLayout
-	Mm  uint64
-	N   uint32
-	Pad uint32
-	F   [16]struct {
+	_    structs.HostLayout
+	Mm   uint64
+	N    uint32
+	Maps uint32
+	F    [16]struct {
 		_     structs.HostLayout
 		Start uint64
 		End   uint64
@@ -77,7 +77,7 @@ type cpuProfileProcUnwind struct {
 	N           uint32
 	FoundN      uint32
 	FoundPid    uint32
-	Pad         uint32
+	FoundMaps   uint32
 	FoundExecNs uint64
 	M           [64]cpuProfileUnwindMapping
 	Found       [16]cpuProfileFoundMapping

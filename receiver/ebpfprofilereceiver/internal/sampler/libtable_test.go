@@ -368,28 +368,37 @@ func TestShortLivedProcessesWholeThroughTwoLibraries(t *testing.T) {
 		run.whole, run.inLeaf, processes, lookups(run.stats))
 }
 
-// swapMainSource loads the library of its first argument, unloads it,
-// and loads the one of its second, which the loader maps where the first
-// was (the same size), and spins in it; it prints where spin_outer was in
+// swapMainSource loads the library of its first argument, spins in it for
+// a fifth of a second of CPU time (its samples find it), unloads it, and
+// loads the one of its second, which the loader maps where the first was
+// (the same size), and spins in it; it prints where spin_outer was in
 // each.
 const swapMainSource = `
 #include <dlfcn.h>
 #include <stdio.h>
+#include <time.h>
+static double cpu_seconds(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
 int main(int argc, char **argv) {
 	if (argc < 3)
 		return 2;
 	void *a = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
 	if (!a)
 		return 1;
-	void *fa = dlsym(a, "spin_outer");
+	long (*fa)(long) = (long (*)(long))dlsym(a, "spin_outer");
+	long s = 0;
+	for (double end = cpu_seconds() + 0.2; cpu_seconds() < end;)
+		s += fa(100000 + (s & 1));
 	dlclose(a);
 	void *b = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
 	if (!b)
 		return 1;
 	long (*f)(long) = (long (*)(long))dlsym(b, "spin_outer");
-	printf("%p %p\n", fa, (void *)f);
+	printf("%p %p\n", (void *)fa, (void *)f);
 	fflush(stdout);
-	long s = 0;
 	for (;;) s += f(100000 + (s & 1));
 	return (int)s;
 }
@@ -400,7 +409,10 @@ int main(int argc, char **argv) {
 // unloaded one was (dlclose, then dlopen of another of the same size)
 // takes the old entry's slot, so the walk unwinds its frames with its own
 // table. Were it added after the old entry, the walk would find the old
-// library first (no table here) and cut every stack at the new one.
+// library first (no table here) and cut every stack at the new one. The
+// first library's samples have put its mapping among the CPU entries'
+// found mappings; the new mapping makes the walk drop them (found_maps),
+// or it would go on taking the old one from there.
 func TestLibraryMappedWhereAnotherWasIsFoundAsItself(t *testing.T) {
 	s := findWays[0].open(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
 	dir := t.TempDir()
@@ -429,6 +441,8 @@ func TestLibraryMappedWhereAnotherWasIsFoundAsItself(t *testing.T) {
 	if fa != fb {
 		t.Fatalf("the second library is at %#x, the first was at %#x: the test needs the loader to map it where the first was", fb, fa)
 	}
+	// The first library's samples, at the same addresses, are not counted.
+	drain(t, s)
 	pid := cmd.Process.Pid
 	inBin, inLib := inText(t, pid, bin), inText(t, pid, libs[1])
 	run := countStacks(t, s, pid, "libb.so", inLib,
