@@ -285,7 +285,11 @@ func (s *Sampler) DeleteProcessUnwindIfSet(pid uint32, ms []UnwindMapping) error
 		}
 		return fmt.Errorf("unwind tables of pid %d: look up: %w", pid, err)
 	}
-	if got != want {
+	// Only what user space wrote is compared: walks add the mappings they
+	// found to the entry (found_n, found[], found_maps), which would make
+	// an entry in use never match, and leave it pointing at tables the
+	// caller is about to release.
+	if got.N != want.N || got.M != want.M {
 		return nil
 	}
 	if err := s.objs.ProcUnwinds.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {

@@ -78,11 +78,17 @@ func TestUnwindTablesAPI(t *testing.T) {
 	if err := s.objs.ProcUnwinds.Lookup(uint32(1234), &got); err != nil {
 		t.Fatalf("entry deleted by a forget of other mappings: %v", err)
 	}
+	// Walks add what they found to the entry: it is still the one written.
+	got.FoundN, got.FoundMaps = 1, 3
+	got.Found[0] = cpuProfileFoundMapping{Start: 0x600000, End: 0x601000, Check: 1}
+	if err := s.objs.ProcUnwinds.Update(uint32(1234), &got, ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.DeleteProcessUnwindIfSet(1234, []UnwindMapping{m}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.objs.ProcUnwinds.Lookup(uint32(1234), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
-		t.Fatalf("entry after a forget of its own mappings: %v, want gone", err)
+		t.Fatalf("entry after a forget of its own mappings (with mappings a walk found): %v, want gone", err)
 	}
 	if err := s.DeleteProcessUnwindIfSet(1234, []UnwindMapping{m}); err != nil {
 		t.Errorf("forgetting twice: %v", err)
