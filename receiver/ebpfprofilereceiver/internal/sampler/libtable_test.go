@@ -414,43 +414,58 @@ int main(int argc, char **argv) {
 // found mappings; the new mapping makes the walk drop them (found_maps),
 // or it would go on taking the old one from there.
 func TestLibraryMappedWhereAnotherWasIsFoundAsItself(t *testing.T) {
-	s := findWays[0].open(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
-	dir := t.TempDir()
-	var libs [2]string
-	for i, name := range []string{"liba.so", "libb.so"} {
-		lib, err := gcc(dir, name, libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,"+name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		libs[i] = lib
+	// The found mappings are kept in the process's own entry when its
+	// program's table is loaded (the kernel gives it one at the exec), in
+	// the CPU's otherwise: both are dropped.
+	for _, entry := range []string{"the CPU's entry", "the process's entry"} {
+		t.Run(entry, func(t *testing.T) {
+			s := findWays[0].open(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+			dir := t.TempDir()
+			var libs [2]string
+			for i, name := range []string{"liba.so", "libb.so"} {
+				lib, err := gcc(dir, name, libSpinSource, "-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,-soname,"+name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				libs[i] = lib
+			}
+			bin, err := gcc(dir, "swapmain", swapMainSource, "-O2", "-fno-omit-frame-pointer")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A table for the second library only: the first's entry, if
+			// the walk took it, has none.
+			setExeUnwind(t, s, libs[1], loadTable(t, s, libs[1]))
+			if entry == "the process's entry" {
+				setExeUnwind(t, s, bin, loadTable(t, s, bin))
+			}
+			drain(t, s)
+			cmd := exec.Command(bin, libs[0], libs[1])
+			line := startUp(t, cmd)
+			var fa, fb uint64
+			if _, err := fmt.Sscanf(line, "0x%x 0x%x", &fa, &fb); err != nil {
+				t.Fatalf("swapmain printed %q: %v", line, err)
+			}
+			if fa != fb {
+				t.Fatalf("the second library is at %#x, the first was at %#x: the test needs the loader to map it where the first was", fb, fa)
+			}
+			pid := cmd.Process.Pid
+			var own cpuProfileProcUnwind
+			if err := s.objs.ProcUnwinds.Lookup(uint32(pid), &own); (err == nil) != (entry == "the process's entry") {
+				t.Fatalf("the process's own entry: %v", err)
+			}
+			// The first library's samples, at the same addresses, are not
+			// counted.
+			drain(t, s)
+			inBin, inLib := inText(t, pid, bin), inText(t, pid, libs[1])
+			run := countStacks(t, s, pid, "libb.so", inLib,
+				func(st []uint64) bool { return len(st) >= 3 && inLib(st[1]) && inBin(st[2]) })
+			if run.whole*10 < run.inLeaf*9 {
+				t.Errorf("%d of %d stacks in the library loaded where another was reached the program; %s", run.whole, run.inLeaf, lookups(run.stats))
+			}
+			t.Logf("stacks in libb.so reaching the program: %d of %d; %s", run.whole, run.inLeaf, lookups(run.stats))
+		})
 	}
-	bin, err := gcc(dir, "swapmain", swapMainSource, "-O2", "-fno-omit-frame-pointer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A table for the second library only: the first's entry, if the walk
-	// took it, has none.
-	setExeUnwind(t, s, libs[1], loadTable(t, s, libs[1]))
-	drain(t, s)
-	cmd := exec.Command(bin, libs[0], libs[1])
-	line := startUp(t, cmd)
-	var fa, fb uint64
-	if _, err := fmt.Sscanf(line, "0x%x 0x%x", &fa, &fb); err != nil {
-		t.Fatalf("swapmain printed %q: %v", line, err)
-	}
-	if fa != fb {
-		t.Fatalf("the second library is at %#x, the first was at %#x: the test needs the loader to map it where the first was", fb, fa)
-	}
-	// The first library's samples, at the same addresses, are not counted.
-	drain(t, s)
-	pid := cmd.Process.Pid
-	inBin, inLib := inText(t, pid, bin), inText(t, pid, libs[1])
-	run := countStacks(t, s, pid, "libb.so", inLib,
-		func(st []uint64) bool { return len(st) >= 3 && inLib(st[1]) && inBin(st[2]) })
-	if run.whole*10 < run.inLeaf*9 {
-		t.Errorf("%d of %d stacks in the library loaded where another was reached the program; %s", run.whole, run.inLeaf, lookups(run.stats))
-	}
-	t.Logf("stacks in libb.so reaching the program: %d of %d; %s", run.whole, run.inLeaf, lookups(run.stats))
 }
 
 // buildRelay builds relaymain, which calls librelay.so, which calls
