@@ -957,6 +957,31 @@ static long unwind_step(__u64 i, void *ctx)
 	return 0;
 }
 
+// forked_from returns the entry of task's parent when task runs its
+// parent's image as the fork left it: the same program file, at the same
+// address, with libraries placed from the same base (an exec picks both
+// afresh). A pre-fork server's workers, a shell's subshells and a
+// multiprocessing pool's children get no entry of their own until user
+// space reads them; without this their stacks were taken by frame pointer
+// and cut at the first library without them, though the parent's tables
+// were loaded. The parent's entry holds its tables while it lives; it is
+// only read here.
+static __always_inline struct proc_unwind *forked_from(struct task_struct *task)
+{
+	struct task_struct *parent = task->real_parent;
+	struct mm_struct *mm = task->mm, *pmm;
+	__u32 ppid;
+
+	if (!parent || !mm)
+		return 0;
+	pmm = parent->mm;
+	if (!pmm || pmm == mm || pmm->exe_file != mm->exe_file || pmm->start_code != mm->start_code ||
+	    pmm->mmap_base != mm->mmap_base)
+		return 0;
+	ppid = parent->tgid;
+	return bpf_map_lookup_elem(&proc_unwinds, &ppid);
+}
+
 // dwarf_stack unwinds the current task's user stack into the per-CPU
 // scratch stack with the process's unwind tables, or, when it has none,
 // with the tables of what the walk finds in its memory map (FOUND_ONLY_KEY).
@@ -984,9 +1009,21 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 	if (!s.pu) {
 		__u32 key = FOUND_ONLY_KEY | (bpf_get_smp_processor_id() * found_only_slots + pid % found_only_slots);
 		__u64 *exec_at = bpf_map_lookup_elem(&exec_times, &pid);
+		struct proc_unwind *parent = 0;
+		__u64 image_at;
 
-		if (!exec_at || bpf_ktime_get_ns() - *exec_at > FOUND_ONLY_NS)
-			return -1;
+		if (exec_at) {
+			if (bpf_ktime_get_ns() - *exec_at > FOUND_ONLY_NS)
+				return -1;
+			image_at = *exec_at;
+		} else {
+			// Not exec'd since the sampler started: a child forked
+			// without an exec is walked with its parent's mappings.
+			parent = forked_from(task);
+			if (!parent)
+				return -1;
+			image_at = task->start_time; // tells it from a later pid's
+		}
 		s.pu = bpf_map_lookup_elem(&proc_unwinds, &key);
 		if (!s.pu) {
 			// The first in this slot. Any proc_unwind will do as the
@@ -1010,10 +1047,19 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 		// one CPU do not nest (perf_event programs do not), so nothing
 		// else writes this entry meanwhile.
 		s.pu->n = 0;
-		if (s.pu->found_pid != pid || s.pu->found_exec_ns != *exec_at) {
+		if (s.pu->found_pid != pid || s.pu->found_exec_ns != image_at) {
 			s.pu->found_n = 0;
 			s.pu->found_pid = pid;
-			s.pu->found_exec_ns = *exec_at;
+			s.pu->found_exec_ns = image_at;
+		}
+		if (parent) {
+			__u32 n = parent->n;
+
+			// All of it (2 KB) in one helper call: a loop over n is
+			// verified once per mapping (3,000 instructions more).
+			if (bpf_probe_read_kernel(s.pu->m, sizeof(s.pu->m), parent->m) != 0)
+				n = 0;
+			s.pu->n = n < MAX_UNWIND_MAPPINGS ? n : MAX_UNWIND_MAPPINGS;
 		}
 	}
 	// Found mappings are dropped when the process has mapped an

@@ -5,12 +5,16 @@ package sampler
 import (
 	"bufio"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -465,6 +469,87 @@ func TestLibraryMappedWhereAnotherWasIsFoundAsItself(t *testing.T) {
 			}
 			t.Logf("stacks in libb.so reaching the program: %d of %d; %s", run.whole, run.inLeaf, lookups(run.stats))
 		})
+	}
+}
+
+// forkMainSource forks a child that spins in the library and prints the
+// child's pid; the parent waits without running.
+const forkMainSource = `
+#include <stdio.h>
+#include <unistd.h>
+long spin_outer(long);
+int main(void) {
+	pid_t child = fork();
+	if (child < 0)
+		return 1;
+	if (child == 0) {
+		long s = 0;
+		for (;;) s += spin_outer(100000 + (s & 1));
+		return (int)s;
+	}
+	printf("%d\n", (int)child);
+	fflush(stdout);
+	for (;;) pause();
+}
+`
+
+// TestForkedChildWalkedWithItsParentsMappings: a child forked without an
+// exec has no entry of its own until user space reads it (here, never).
+// It runs its parent's image, so the walk takes the parent's mappings:
+// the program's table, which the exec gave the parent, and the library
+// found in the child's memory map. Without them its stacks were taken by
+// frame pointer and cut at the library.
+func TestForkedChildWalkedWithItsParentsMappings(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
+	bin, lib := buildSpin(t, forkMainSource, "-fno-omit-frame-pointer")
+	setExeUnwind(t, s, bin, loadTable(t, s, bin))
+	setExeUnwind(t, s, lib, loadTable(t, s, lib))
+	drain(t, s)
+	cmd := exec.Command(bin)
+	line := startUp(t, cmd)
+	child, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("forkmain printed %q: %v", line, err)
+	}
+	// The child outlives a kill of the parent alone.
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	parent := uint32(cmd.Process.Pid)
+	waitAsleep(t, int(parent))
+	var before, after, pu cpuProfileProcUnwind
+	if err := s.objs.ProcUnwinds.Lookup(parent, &before); err != nil {
+		t.Fatalf("the parent has no entry of its own: %v", err)
+	}
+	if err := s.objs.ProcUnwinds.Lookup(uint32(child), &pu); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("the child has an entry of its own: %v", err)
+	}
+	run := countSpin(t, s, child, bin, lib)
+	if run.whole*10 < run.inLeaf*9 {
+		t.Errorf("%d of %d stacks of the forked child in libspin.so reached the program; %s", run.whole, run.inLeaf, lookups(run.stats))
+	}
+	// The parent's entry is read, not written (the parent waits in
+	// pause): what the child's walks found is kept in the CPU's entry.
+	if err := s.objs.ProcUnwinds.Lookup(parent, &after); err != nil || after != before {
+		t.Errorf("the parent's entry changed under the child's walks: %d found mappings before, %d after (%v)", before.FoundN, after.FoundN, err)
+	}
+	t.Logf("stacks of the forked child in libspin.so reaching the program: %d of %d; %s", run.whole, run.inLeaf, lookups(run.stats))
+}
+
+// waitAsleep waits until pid sleeps (state S in /proc/PID/stat): a
+// process waiting in pause is not sampled again.
+func waitAsleep(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the command name's closing parenthesis.
+		if _, rest, ok := strings.Cut(string(raw), ") "); ok && strings.HasPrefix(rest, "S") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d not asleep after 30 s: %s", pid, raw)
+		}
 	}
 }
 
