@@ -462,7 +462,7 @@ struct {
 // found_only_slots + slot): processes that take turns on a CPU (a build's
 // compilers, a shell loop) keep what their walks found. User space sizes
 // proc_unwinds with it.
-volatile const __u32 found_only_slots = 4;
+volatile const __u32 found_only_slots = 8;
 // Only for this long after the process's exec (exec_times): by then the
 // receiver has read it and attached tables when it needs them (a process
 // deferred under load: the next interval, 15 s by default). One that still
