@@ -547,8 +547,9 @@ func waitAsleep(t *testing.T, pid int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The state follows the command name's closing parenthesis.
-		if _, rest, ok := strings.Cut(string(raw), ") "); ok && strings.HasPrefix(rest, "S") {
+		// The state follows the command name, which ends at the last ')'
+		// (a name may hold one), as procinfo.ReadStat reads it.
+		if fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:])); len(fields) > 0 && fields[0] == "S" {
 			return
 		}
 		if time.Now().After(deadline) {
