@@ -56,3 +56,42 @@ func TestReadStatusRefusesMalformed(t *testing.T) {
 		t.Errorf("ReadStatus = %+v, %v; want NSpid 1, effective uid 1001, signal 3 only", st, err)
 	}
 }
+
+// TestReadStatOfThisProcess: this test's own stat, read while it runs: its
+// command name (as /proc/self/comm gives it), state R and a start time
+// that does not change between reads. A name holding parentheses and
+// spaces ends at the last ')'; a malformed or short line is an error.
+func TestReadStatOfThisProcess(t *testing.T) {
+	st, err := ReadStat("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Comm != strings.TrimSuffix(string(comm), "\n") || st.State != 'R' || st.StartTime == 0 {
+		t.Errorf("ReadStat(/proc/self/stat) = %+v; want comm %q, state R, a start time", st, comm)
+	}
+	if again, err := ReadStat("/proc/self/stat"); err != nil || again.StartTime != st.StartTime {
+		t.Errorf("start time %d, then %d (%v)", st.StartTime, again.StartTime, err)
+	}
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"odd":       "7 (my (odd) name) Z 1 7 7 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 987654 1000 100\n",
+		"short":     "8 (x) S 1 2 3\n",
+		"no-parens": "9 no parens here\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := ReadStat(filepath.Join(dir, "odd")); err != nil || st != (Stat{Comm: "my (odd) name", State: 'Z', StartTime: 987654}) {
+		t.Errorf("ReadStat(odd) = %+v, %v", st, err)
+	}
+	for _, name := range []string{"short", "no-parens", "missing"} {
+		if _, err := ReadStat(filepath.Join(dir, name)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
@@ -171,8 +172,8 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "sleep to be a zombie", func() bool {
-		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		return err == nil && strings.Contains(string(stat), ") Z ")
+		st, err := procfile.ReadStat("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err == nil && st.State == 'Z'
 	})
 	table.seen(pid, 0, eventView{})
 	if got := current(); got != lived {

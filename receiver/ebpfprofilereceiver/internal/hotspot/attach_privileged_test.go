@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 )
 
 // busyJava spins in Busy.spin, prints "ready" once the method has run
@@ -99,12 +101,8 @@ func startJavaAs(t *testing.T, cred *syscall.Credential, flags ...string) *exec.
 
 // alive: the process has not exited (a zombie counts as exited).
 func alive(pid int) bool {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	return len(fields) > 0 && fields[0] != "Z"
+	st, err := procfile.ReadStat(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && st.State != 'Z'
 }
 
 // TestRequestPerfMapNamesCompiledMethods: a JVM started with no flag writes

@@ -96,26 +96,11 @@ func Read(procRoot string, pid int, startTime uint64) (Info, error) {
 // ReadStat returns the command name and start time of pid from
 // procRoot/PID/stat; an error when the process is gone.
 func ReadStat(procRoot string, pid int) (comm string, startTime uint64, err error) {
-	raw, err := procfile.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	st, err := procfile.ReadStat(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return "", 0, fmt.Errorf("read process %d: %w", pid, err)
 	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses,
-	// so it ends at the last ')'.
-	open, end := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
-	if open < 0 || end < open {
-		return "", 0, fmt.Errorf("read process %d: malformed stat %q", pid, raw)
-	}
-	fields := strings.Fields(string(raw[end+1:]))
-	// fields[0] is field 3 (state); start time is field 22.
-	if len(fields) < 20 {
-		return "", 0, fmt.Errorf("read process %d: stat has %d fields after comm, want at least 20", pid, len(fields))
-	}
-	startTime, err = strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return "", 0, fmt.Errorf("read process %d: start time: %w", pid, err)
-	}
-	return string(raw[open+1 : end]), startTime, nil
+	return st.Comm, st.StartTime, nil
 }
 
 // memfdPrefix starts the executable path of a process run from a memfd

@@ -23,6 +23,7 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/ehframe/ehframetest"
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/overlaytest"
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 )
@@ -543,17 +544,15 @@ func TestForkedChildWalkedWithItsParentsMappings(t *testing.T) {
 func waitAsleep(t *testing.T, pid int) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		st, err := procfile.ReadStat(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The state follows the command name, which ends at the last ')'
-		// (a name may hold one), as procinfo.ReadStat reads it.
-		if fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:])); len(fields) > 0 && fields[0] == "S" {
+		if st.State == 'S' {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d not asleep after 30 s: %s", pid, raw)
+			t.Fatalf("pid %d not asleep after 30 s: state %c", pid, st.State)
 		}
 	}
 }
