@@ -219,7 +219,8 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 	tl := res.tally
 	// Python frames are named like any other function (no suffix).
 	inFunc := map[string]int64{}
-	var inPython, withZlib, total, outsideEval int64
+	var inPython, namedInPython, withZlib, total, outsideEval int64
+	unnamed := testworkload.Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
 	for stack, n := range tl.Folded {
 		frames := testworkload.UserFrames(stack)
 		total += n
@@ -239,10 +240,21 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 				outsideEval += n
 			}
 		}
-		// The interpreter's samples after the gate opened (wait_for_go
-		// spins before it).
-		if strings.Contains(stack, "_PyEval_EvalFrameDefault") && !strings.Contains(stack, "wait_for_go") {
+		// The interpreter's samples running the program after the gate
+		// opened: not the wait for it (wait_for_go spins), nor the
+		// interpreter's start-up and the module's imports before it. Those
+		// cost the same CPU at any load, while the measured loop's samples
+		// shrink on a busy machine: in CI run c268, beside make run,
+		// CPython 3.15's share fell to 0.896 (164 of 183; 0.98-0.999 on a
+		// quiet machine), and the unnamed samples of a run like it were
+		// mostly imports and start-up.
+		if strings.Contains(stack, "_PyEval_EvalFrameDefault") && !strings.Contains(stack, "wait_for_go") && !pythonStartUp(stack) {
 			inPython += n
+			if found != "" {
+				namedInPython += n
+			} else {
+				unnamed.Add(stack, n)
+			}
 		}
 		if found == "hotC" && strings.Contains(stack, "deflate") {
 			withZlib += n
@@ -263,16 +275,23 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 	if outsideEval*10 > named {
 		t.Errorf("%d of the %d samples in dispatch → timed → hot function have no _PyEval_EvalFrameDefault native frame (want ≤ 10 %%); top:%s", outsideEval, named, tl.Top(8))
 	}
-	share := float64(named) / float64(inPython)
-	t.Logf("dispatch → timed → hot function in %.3f of the interpreter's samples (%d of %d); hotC reaches deflate in %d of %d; top:%s", share, named, inPython, withZlib, inFunc["hotC"], tl.Top(3))
+	share := float64(namedInPython) / float64(inPython)
+	t.Logf("dispatch → timed → hot function in %.3f of the interpreter's samples (%d of %d); hotC reaches deflate in %d of %d; top:%s", share, namedInPython, inPython, withZlib, inFunc["hotC"], tl.Top(3))
 	if share < 0.95 {
-		t.Errorf("dispatch → timed → hot function named in %.3f of the interpreter's samples (%d of %d), want ≥ 0.95; top:%s", share, named, inPython, tl.Top(8))
+		t.Errorf("dispatch → timed → hot function named in %.3f of the interpreter's samples (%d of %d), want ≥ 0.95; the others:%s", share, namedInPython, inPython, unnamed.Top(8))
 	}
 	checkShares(t, inFunc, res.measured, tl)
 	if float64(withZlib) < 0.5*float64(inFunc["hotC"]) {
 		t.Errorf("only %d of hotC's %d samples reach zlib's deflate; top:%s", withZlib, inFunc["hotC"], tl.Top(8))
 	}
 	assertFrameFileLine(t, res.profiles, "hotA", res.script, 5, "python")
+}
+
+// pythonStartUp reports whether a stack is CPython starting (its own
+// modules, before the script runs) or the script importing a module: the
+// program before its measured loop.
+func pythonStartUp(stack string) bool {
+	return strings.Contains(stack, "Py_InitializeFromConfig") || strings.Contains(stack, "PyImport_ImportModuleLevelObject")
 }
 
 // A CPython the agent has no offsets for stays native-only: no Python
