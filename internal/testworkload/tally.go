@@ -17,7 +17,7 @@ import (
 
 // Tally sums one process's samples (samples/count profiles only) by leaf
 // function (the innermost user-space frame) and by folded stack (root first,
-// ";"-joined).
+// ";"-joined). The zero Tally is empty and ready for Add.
 type Tally struct {
 	Total   int64
 	Leaf    map[string]int64
@@ -59,7 +59,7 @@ func TallyProcess(all []pprofile.Profiles, pid int) Tally {
 // taken before it: a test that gates its workload counts only what came
 // after the gate.
 func TallyProcessSince(all []pprofile.Profiles, pid int, since time.Time) Tally {
-	t := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}, BuildIDs: map[string]int64{}}
+	t := Tally{BuildIDs: map[string]int64{}}
 	self := testBinary()
 	for _, pd := range all {
 		dict := pd.Dictionary()
@@ -88,6 +88,12 @@ func TallyProcessSince(all []pprofile.Profiles, pid int, since time.Time) Tally 
 
 // Add counts n samples of a folded stack.
 func (t *Tally) Add(stack string, n int64) {
+	if t.Leaf == nil {
+		t.Leaf = map[string]int64{}
+	}
+	if t.Folded == nil {
+		t.Folded = map[string]int64{}
+	}
 	t.Total += n
 	if leaf := userLeaf(strings.Split(stack, ";")); leaf != "" {
 		t.Leaf[leaf] += n
@@ -99,7 +105,7 @@ func (t *Tally) Add(stack string, n int64) {
 // binary's frames resolved with FunctionFrames, as `hotpath symbolize` would
 // resolve them later); other frames keep their names.
 func (t Tally) Renamed(names map[string]string) Tally {
-	r := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}, Service: t.Service, Exe: t.Exe, BuildIDs: t.BuildIDs}
+	r := Tally{Service: t.Service, Exe: t.Exe, BuildIDs: t.BuildIDs}
 	for stack, n := range t.Folded {
 		frames := strings.Split(stack, ";")
 		for i, f := range frames {

@@ -18,7 +18,7 @@ import (
 // mapping). Counted as leaves, unsymbolized ones pushed the hot functions
 // under 90 % of the samples on a loaded machine (e2e, without_syslog).
 func TestTallyLeafSkipsKernelFrames(t *testing.T) {
-	tally := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+	var tally Tally
 	tally.Add("main;dispatch;hot_a", 5)
 	tally.Add("main;dispatch;hot_a;[kernel.kallsyms]+0xffffffff81000e06;[kernel.kallsyms]+0xffffffff82260c33", 3)
 	tally.Add("main;dispatch;hot_b;asm_sysvec_apic_timer_interrupt_[k]", 2)
@@ -45,7 +45,7 @@ func TestTallyLeafSkipsKernelFrames(t *testing.T) {
 func TestCheckSharesCallerAboveInterruptedLeaf(t *testing.T) {
 	ipi := ";asm_sysvec_reschedule_ipi_[k];irqentry_exit_to_user_mode_[k]"
 	build := func(otherCaller int64) Tally {
-		tally := Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+		var tally Tally
 		tally.Add("main;dispatch;hot_a", 45)
 		tally.Add("main;dispatch;hot_a"+ipi, 30)
 		tally.Add("main;dispatch;hot_b", 15)

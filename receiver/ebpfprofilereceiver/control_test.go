@@ -43,7 +43,7 @@ func TestControlCapture(t *testing.T) {
 	if len(res.Targets) != 1 || res.Targets[0].PID != w.Process.Pid || res.Targets[0].Service != "capture-me" {
 		t.Errorf("targets = %+v", res.Targets)
 	}
-	tally := testworkload.Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+	var tally testworkload.Tally
 	for _, l := range res.Folded {
 		tally.Add(l.Stack, l.Count)
 	}

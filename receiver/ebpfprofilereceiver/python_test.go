@@ -220,7 +220,7 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 	// Python frames are named like any other function (no suffix).
 	inFunc := map[string]int64{}
 	var inPython, namedInPython, withZlib, total, outsideEval int64
-	unnamed := testworkload.Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+	var unnamed testworkload.Tally
 	for stack, n := range tl.Folded {
 		frames := testworkload.UserFrames(stack)
 		total += n

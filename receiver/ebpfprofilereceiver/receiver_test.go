@@ -383,7 +383,7 @@ func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
 	}
 	var total, childWork, afterExec, unnamedBeforeExec int64
 	wrong := map[string]int64{} // "service: stack" of samples under the wrong service
-	unmapped := testworkload.Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+	var unmapped testworkload.Tally
 	for _, pd := range sink.AllProfiles() {
 		dict := pd.Dictionary()
 		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {

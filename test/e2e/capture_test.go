@@ -66,7 +66,7 @@ service:
 	if err != nil {
 		t.Fatalf("hotpath capture: %v\n%s", err, stderr)
 	}
-	tally := testworkload.Tally{Leaf: map[string]int64{}, Folded: map[string]int64{}}
+	var tally testworkload.Tally
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		i := strings.LastIndexByte(line, ' ')
 		var n int64
