@@ -103,6 +103,31 @@ func TestLocalTierStoresRootFirstWithTraces(t *testing.T) {
 	}
 }
 
+// A frame that nothing names and no file holds (a JIT runtime's code
+// without a perf map, a process that exited unread) is stored as
+// profileschema.UnknownFrame, whatever its address: each sampled
+// instruction is not a frame, and a stack, of its own.
+func TestFramesInNoFileStoredAsUnknown(t *testing.T) {
+	e := startExporter(t, testConfig(t, "local"))
+	b := newProfileBuilder().process(t0, map[string]any{profileschema.AttrServiceName: "node"})
+	b.sample(3, []string{"anon:0x7f3c1d00a6a0", "Builtins_JSEntry", "main"}, nil, nil)
+	b.sample(2, []string{"anon:0x7f3c1d00b010", "Builtins_JSEntry", "main"}, nil, nil)
+	b.sample(4, []string{"anonmap:0x7f3c1d00c123", "Builtins_JSEntry", "main"}, nil, nil)
+	b.sample(1, []string{"anon:0x7f3c1d00b010", "anon:0x7f3c1d00d000", "main"}, nil, nil)
+	if err := e.push(context.Background(), b.pd); err != nil {
+		t.Fatal(err)
+	}
+	got := rowsOf(t, e.w.DB(), `SELECT folded, sample_count FROM cpu_profile_samples_local_decoded ORDER BY sample_count`)
+	want := []string{"main;[unknown];[unknown]|1", "main;Builtins_JSEntry;[unknown]|9"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	got = rowsOf(t, e.w.DB(), `SELECT count(*) FROM profile_frame_dictionary_local WHERE frame_name = '[unknown]' OR frame_name LIKE '0x%'`)
+	if strings.Join(got, ",") != "1" {
+		t.Fatalf("frames named [unknown] or by address: %v, want one", got)
+	}
+}
+
 func TestSummaryTierBucketsAndPercentages(t *testing.T) {
 	e := startExporter(t, testConfig(t, "summary"))
 	b := newProfileBuilder().process(t0, map[string]any{

@@ -1,6 +1,7 @@
 package duckdbprofileexporter
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,9 +75,28 @@ func (b *profileBuilder) process(at time.Time, attrs map[string]any) *profileBui
 
 // location returns the location of function fn; a name ending in "_[k]" is
 // a kernel function (marked with profile.frame.type=kernel, the suffix
-// itself comes back from profileschema.FrameName).
+// itself comes back from profileschema.FrameName). "anon:0x7f…" is an
+// address and nothing else (code in anonymous memory, or in no mapping),
+// "anonmap:0x7f…" the same in a mapping without a file.
 func (b *profileBuilder) location(fn string) int32 {
 	if i, ok := b.locs[fn]; ok {
+		return i
+	}
+	if kind, hex, ok := strings.Cut(fn, ":0x"); ok && (kind == "anon" || kind == "anonmap") {
+		addr, err := strconv.ParseUint(hex, 16, 64)
+		if err != nil {
+			panic(err)
+		}
+		l := b.dict.LocationTable().AppendEmpty()
+		l.SetAddress(addr)
+		if kind == "anonmap" {
+			m := b.dict.MappingTable().AppendEmpty()
+			m.SetMemoryStart(addr &^ 0xfff)
+			m.SetMemoryLimit(addr&^0xfff + 0x1000)
+			l.SetMappingIndex(int32(b.dict.MappingTable().Len() - 1))
+		}
+		i := int32(b.dict.LocationTable().Len() - 1)
+		b.locs[fn] = i
 		return i
 	}
 	name, kernel := strings.CutSuffix(fn, "_[k]")

@@ -276,7 +276,8 @@ func (l *layout) colour(n *Node) string {
 	if typ == "" {
 		typ = profileschema.TypeFromName(n.Name)
 	}
-	unresolved := strings.Contains(n.Name, "+0x") || strings.HasPrefix(n.Name, "0x") || strings.HasPrefix(n.Name, "[build_id:")
+	// "0x…" names frames stored before profileschema.UnknownFrame was.
+	unresolved := n.Name == profileschema.UnknownFrame || strings.Contains(n.Name, "+0x") || strings.HasPrefix(n.Name, "0x") || strings.HasPrefix(n.Name, "[build_id:")
 	switch {
 	case n.Name == "all":
 		return "rgb(200,200,200)"

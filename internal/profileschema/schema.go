@@ -177,11 +177,12 @@ func SampleCount(s pprofile.Sample) int64 {
 }
 
 // FrameName is the display name of a location: its innermost function when it
-// has one (kernel frames get flamegraph.pl's "_[k]" suffix, JIT frames "_[j]"); else the mapping's file base name and the address, so an
-// unresolved frame stays distinguishable and can be symbolized later
-// ("libfoo.so+0x1a2b" with the file offset, the same in every process
-// whatever the load address, or "0x1a2b" with no mapping). Out-of-range indices
-// give "[unknown]" rather than a panic: input may come from another host.
+// has one (kernel frames get flamegraph.pl's "_[k]" suffix, JIT frames "_[j]");
+// else the mapping's file base name and the file offset, so an unresolved
+// frame stays distinguishable and can be symbolized later ("libfoo.so+0x1a2b",
+// the same in every process whatever the load address); with no mapping file,
+// UnknownFrame. Out-of-range indices give UnknownFrame rather than a panic:
+// input may come from another host.
 func FrameName(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
 	lines := loc.Lines()
 	if lines.Len() > 0 {
@@ -206,8 +207,19 @@ func FrameName(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
 			return fmt.Sprintf("%s%x", RawFramePrefix(file), FileOffset(m, loc.Address()))
 		}
 	}
-	return fmt.Sprintf("0x%x", loc.Address())
+	return UnknownFrame
 }
+
+// UnknownFrame names a frame whose code nothing describes: an address in
+// anonymous memory (a JIT runtime's code that no perf map names) or in no
+// mapping the agent read (a process that exited before it was read, a
+// library mapped after), or a sample without a stack; perf's name for
+// them. Its address would name nothing later either (it is where that
+// process happened to have the code, and no file or build says what was
+// there), and as a name of its own each sampled instruction was a frame and
+// a stack of its own: a flame graph of many thin columns, and a frame
+// dictionary that grew with every sample.
+const UnknownFrame = "[unknown]"
 
 // RawFramePrefix is how FrameName begins the name of a frame of file it
 // could not symbolize: the file's base name and "+0x" (the file offset in hex
@@ -356,7 +368,7 @@ func FoldedStack(dict pprofile.ProfilesDictionary, s pprofile.Sample) string {
 	names := make([]string, idx.Len())
 	locs := dict.LocationTable()
 	for i := 0; i < idx.Len(); i++ {
-		name := "[unknown]"
+		name := UnknownFrame
 		if li := idx.At(i); li >= 0 && int(li) < locs.Len() {
 			name = FrameName(dict, locs.At(int(li)))
 		}

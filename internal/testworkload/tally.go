@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -193,17 +194,14 @@ func (t Tally) CheckShares(a, b, caller string, minSamples int64, minCallerShare
 	return nil
 }
 
-// UnmappedSamples counts samples with a user frame in no known mapping (a
-// bare "0x..." frame name): the process's mappings were read too early or
-// not at all.
+// UnmappedSamples counts samples with a user frame in no known mapping
+// (profileschema.UnknownFrame): the process's mappings were read too early
+// or not at all.
 func (t Tally) UnmappedSamples() int64 {
 	var n int64
 	for stack, c := range t.Folded {
-		for _, f := range strings.Split(stack, ";") {
-			if strings.HasPrefix(f, "0x") {
-				n += c
-				break
-			}
+		if slices.Contains(strings.Split(stack, ";"), profileschema.UnknownFrame) {
+			n += c
 		}
 	}
 	return n

@@ -21,6 +21,7 @@ import (
 
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.uber.org/zap"
@@ -262,9 +263,9 @@ func tallyJITSplit(tl testworkload.Tally) jitSplit {
 					found = fn
 				}
 			}
-			// FrameName gives an unresolved frame in anonymous memory
-			// (no file) a bare address.
-			if strings.HasPrefix(f, "0x") {
+			// FrameName names an unresolved frame in anonymous memory
+			// (no file) UnknownFrame.
+			if f == profileschema.UnknownFrame {
 				unnamed = true
 			} else {
 				symbolized = true
@@ -367,6 +368,58 @@ func TestNodeJITFramesOfAnExitedProcess(t *testing.T) {
 	cfg := testConfig()
 	cfg.Interval = time.Hour
 	checkScriptSplitWith(t, cfg, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
+}
+
+// TestNodeJITFramesWithoutAMapAreUnknown: Node.js without --perf-basic-prof
+// writes no map, so nothing names its compiled code. Those frames are
+// profileschema.UnknownFrame: one frame, not one per sampled instruction
+// named by its address (which named nothing: the code was in anonymous
+// memory of a process that is gone), so its samples in the same JS
+// functions merge into a few stacks.
+func TestNodeJITFramesWithoutAMapAreUnknown(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
+	}
+	script := filepath.Join(t.TempDir(), "split.js")
+	if err := os.WriteFile(script, []byte(splitJS), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, sink := startReceiver(t, testConfig())
+	run := startRuntime(t, node, "--no-turbo-inlining", script, "3")
+	run.runGated(t, r)
+	run.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl := testworkload.TallyProcessSince(sink.AllProfiles(), run.cmd.Process.Pid, run.gatedAt)
+	var total, unknown int64
+	addresses := map[uint64]bool{}
+	for stack, n := range tl.Folded {
+		total += n
+		frames := testworkload.UserFrames(stack)
+		if slices.Contains(frames, profileschema.UnknownFrame) {
+			unknown += n
+		}
+		if i := slices.IndexFunc(frames, func(f string) bool { return strings.HasPrefix(f, "0x") }); i >= 0 {
+			t.Errorf("%d samples with a frame named by its address (%s): %s", n, frames[i], stack)
+		}
+	}
+	for _, pd := range sink.AllProfiles() {
+		dict := pd.Dictionary()
+		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
+			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); v.Int() == int64(run.cmd.Process.Pid) {
+				for _, a := range unknownFrameAddresses(dict, s) {
+					addresses[a] = true
+				}
+			}
+		})
+	}
+	// hotA, hotB and hotC run compiled code most of the time.
+	if unknown < total/2 {
+		t.Errorf("%d of %d samples after the gate have a frame in unnamed JIT code, want at least half; top:%s", unknown, total, tl.Top(5))
+	}
+	t.Logf("%d of %d samples in unnamed JIT code: %d distinct stacks in all, %d distinct addresses named %s", unknown, total, len(tl.Folded), len(addresses), profileschema.UnknownFrame)
 }
 
 // checkScriptSplit runs a designed-split script (runSplit) and checks

@@ -275,6 +275,18 @@ func exeMappingAttrs(all []pprofile.Profiles, pid int, exe string) map[string]st
 	return out
 }
 
+// unknownFrameAddresses is the addresses of s's frames that FrameName calls
+// UnknownFrame (no function, no mapping file).
+func unknownFrameAddresses(dict pprofile.ProfilesDictionary, s pprofile.Sample) []uint64 {
+	var out []uint64
+	for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
+		if loc := dict.LocationTable().At(int(li)); profileschema.FrameName(dict, loc) == profileschema.UnknownFrame {
+			out = append(out, loc.Address())
+		}
+	}
+	return out
+}
+
 // burnC is the start of the test programs that work for a given time:
 // burn(secs) keeps a CPU busy for secs seconds of wall-clock time.
 const burnC = `#include <libgen.h>
@@ -375,12 +387,9 @@ func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// inForker: a frame address in forker's code (a few KiB), where every
-	// stack from before an exec passes (main, child_work, burn).
-	inForker := func(f string) bool {
-		a, err := strconv.ParseUint(strings.TrimPrefix(f, "0x"), 16, 64)
-		return strings.HasPrefix(f, "0x") && err == nil && a > childWorkAt-64<<10 && a < childWorkAt+64<<10
-	}
+	// inForker: an address in forker's code (a few KiB), where every stack
+	// from before an exec passes (main, child_work, burn).
+	inForker := func(a uint64) bool { return a > childWorkAt-64<<10 && a < childWorkAt+64<<10 }
 	var total, childWork, afterExec, unnamedBeforeExec int64
 	wrong := map[string]int64{} // "service: stack" of samples under the wrong service
 	var unmapped testworkload.Tally
@@ -402,10 +411,10 @@ func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
 				service != "forker" && service != "execd":
 				wrong[service+": "+stack] += n
 			}
-			if slices.ContainsFunc(frames, inForker) {
+			if slices.ContainsFunc(unknownFrameAddresses(dict, s), inForker) {
 				unnamedBeforeExec += n
 			}
-			if slices.ContainsFunc(frames, func(f string) bool { return strings.HasPrefix(f, "0x") }) {
+			if slices.Contains(frames, profileschema.UnknownFrame) {
 				unmapped.Add(service+": "+stack, n)
 			}
 		})

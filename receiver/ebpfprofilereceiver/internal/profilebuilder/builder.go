@@ -70,7 +70,7 @@ type Frame struct {
 }
 
 // UnknownFunction names the frame of a sample that has no stack.
-const UnknownFunction = "[unknown]"
+const UnknownFunction = profileschema.UnknownFrame
 
 var unknownFrame = Frame{Function: UnknownFunction}
 
