@@ -60,6 +60,12 @@ type jitSymbols struct {
 	// is over (close); closed: it is over.
 	written *hotspot.PerfMapFile
 	closed  bool
+
+	// withoutMap counts the drains (lastWithoutMap the last) that left
+	// frames of the program unnamed while it had no map; drained on the
+	// drain's path only.
+	withoutMap     int
+	lastWithoutMap time.Time
 }
 
 // close ends the program's perf map: the file a request made the JVM
@@ -99,7 +105,11 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 		return
 	}
 	var j *jitSymbols
-	unnamed := 0
+	// unnamed: frames the map did not name; inAnon: those of them in
+	// anonymous memory the process had mapped when it was read, a JIT's
+	// code (the others may be in memory mapped since, or no code at all:
+	// a frame-pointer walk through code without frame pointers).
+	unnamed, inAnon := 0, 0
 	for i := range frames {
 		f := &frames[i]
 		if f.Kind == profilebuilder.Kernel || f.Function != "" || !anonymousCode(f.Mapping) {
@@ -116,6 +126,9 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 		sym, ok := j.m.Lookup(addr, readBefore)
 		if !ok {
 			unnamed++
+			if f.Mapping != nil {
+				inAnon++
+			}
 			continue
 		}
 		d := perfmap.Describe(sym.Name)
@@ -124,9 +137,47 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	if j != nil && !j.reported.Load() {
 		r.reportPerfMap(proc, j)
 	}
-	if unnamed > 0 && r.cfg.JavaPerfMap && j.isHotSpot(proc.snapshot) {
-		r.askJVMForPerfMap(proc, j)
+	if unnamed == 0 {
+		return
 	}
+	if r.cfg.JavaPerfMap && j.isHotSpot(proc.snapshot) {
+		r.askJVMForPerfMap(proc, j)
+	} else if inAnon > 0 {
+		r.noteWithoutMap(proc, j, readBefore)
+	}
+}
+
+// withoutMapDrains is how many drains must find a program's JIT code
+// unnamed and its map absent before the agent says so: a runtime writes
+// its map after its start (Node.js 70 ms after, here), so a program's
+// first drain may come before it.
+const withoutMapDrains = 2
+
+// maxWithoutMapPrograms bounds the programs noteWithoutMap tells of.
+const maxWithoutMapPrograms = 100
+
+// noteWithoutMap logs once per program file that its JIT code has no perf
+// map to name it, and how to make the runtime write one: its frames are
+// [unknown], and nothing in the profile says why.
+func (r *profileReceiver) noteWithoutMap(proc *processEntry, j *jitSymbols, drain time.Time) {
+	if st, err := j.m.Stats(); err != nil || st.Present || !j.lastWithoutMap.Before(drain) {
+		return
+	}
+	j.withoutMap++
+	j.lastWithoutMap = drain
+	exe := proc.snapshot.ExePath
+	if j.withoutMap != withoutMapDrains || exe == "" {
+		return
+	}
+	if _, told := r.withoutMap.LoadOrStore(exe, true); told || r.withoutMapCount.Add(1) > maxWithoutMapPrograms {
+		return
+	}
+	hint := "make the runtime write /tmp/perf-PID.map (Node.js: --perf-basic-prof; .NET: DOTNET_PerfMapEnabled=1; CPython 3.12+: -X perf)"
+	if j.isHotSpot(proc.snapshot) {
+		hint = "set java_perf_map: true in the receiver, or run jcmd PID Compiler.perfmap"
+	}
+	r.set.Logger.Info("perf map: none, so this program's JIT code stays [unknown]",
+		zap.Int("pid", proc.snapshot.PID), zap.String("executable", exe), zap.String("path", j.m.Path()), zap.String("hint", hint))
 }
 
 // isHotSpot reports whether the program maps HotSpot's libjvm.so.

@@ -375,7 +375,8 @@ func TestNodeJITFramesOfAnExitedProcess(t *testing.T) {
 // profileschema.UnknownFrame: one frame, not one per sampled instruction
 // named by its address (which named nothing: the code was in anonymous
 // memory of a process that is gone), so its samples in the same JS
-// functions merge into a few stacks.
+// functions merge into a few stacks. The agent says once why, and what
+// makes Node.js write a map.
 func TestNodeJITFramesWithoutAMapAreUnknown(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -385,12 +386,30 @@ func TestNodeJITFramesWithoutAMapAreUnknown(t *testing.T) {
 	if err := os.WriteFile(script, []byte(splitJS), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, sink := startReceiver(t, testConfig())
+	core, logs := observer.New(zap.InfoLevel)
+	set := receivertest.NewNopSettings(typeStr)
+	set.Logger = zap.New(core)
+	sink := new(consumertest.ProfilesSink)
+	r, err := newReceiver(set, testConfig(), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	// Two programs of one file: one line for both.
 	run := startRuntime(t, node, "--no-turbo-inlining", script, "3")
+	again := startRuntime(t, node, "--no-turbo-inlining", script, "3")
 	run.runGated(t, r)
+	again.runGated(t, r)
 	run.measured(t)
+	again.measured(t)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	told := logs.FilterMessageSnippet("perf map: none")
+	if told.Len() != 1 || !strings.Contains(fmt.Sprint(told.All()[0].ContextMap()["hint"]), "--perf-basic-prof") {
+		t.Errorf("want one log line saying the program has no perf map and how Node.js writes one, got %d: %v", told.Len(), told.All())
 	}
 	tl := testworkload.TallyProcessSince(sink.AllProfiles(), run.cmd.Process.Pid, run.gatedAt)
 	var total, unknown int64

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,12 +36,16 @@ type profileReceiver struct {
 
 	symbolizer  *symbolize.Symbolizer
 	binaryCache *binarycache.Cache // nil: off, or its directory unusable
-	procs       *processTable
-	metrics     *selfMetrics
-	traceCtx    *traceContext // nil: trace context off
-	guard       *overheadGuard
-	work        *binaryWork
-	control     *controlServer
+	// withoutMap: the program files noteWithoutMap told of (withoutMapCount
+	// of them).
+	withoutMap      sync.Map
+	withoutMapCount atomic.Int64
+	procs           *processTable
+	metrics         *selfMetrics
+	traceCtx        *traceContext // nil: trace context off
+	guard           *overheadGuard
+	work            *binaryWork
+	control         *controlServer
 
 	// mu guards the sampler and everything that symbolizes (the frame
 	// buffers below are shared).
