@@ -62,7 +62,7 @@ type jitSymbols struct {
 	closed  bool
 
 	// withoutMap counts the drains (lastWithoutMap the last) that left
-	// frames of the program unnamed while it had no map; drained on the
+	// frames of the program unnamed while it had no map; used on the
 	// drain's path only.
 	withoutMap     int
 	lastWithoutMap time.Time
@@ -169,9 +169,15 @@ func (r *profileReceiver) noteWithoutMap(proc *processEntry, j *jitSymbols, drai
 	if j.withoutMap != withoutMapDrains || exe == "" {
 		return
 	}
-	if _, told := r.withoutMap.LoadOrStore(exe, true); told || r.withoutMapCount.Add(1) > maxWithoutMapPrograms {
+	// Past the bound nothing is stored: a node that runs one-off JIT
+	// programs (a CI runner's) would otherwise grow the set for ever.
+	if r.withoutMapCount.Load() >= maxWithoutMapPrograms {
 		return
 	}
+	if _, told := r.withoutMap.LoadOrStore(exe, true); told {
+		return
+	}
+	r.withoutMapCount.Add(1)
 	hint := "make the runtime write /tmp/perf-PID.map (Node.js: --perf-basic-prof; .NET: DOTNET_PerfMapEnabled=1; CPython 3.12+: -X perf)"
 	if j.isHotSpot(proc.snapshot) {
 		hint = "set java_perf_map: true in the receiver, or run jcmd PID Compiler.perfmap"
