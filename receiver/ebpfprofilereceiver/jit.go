@@ -158,9 +158,13 @@ const maxWithoutMapPrograms = 100
 
 // noteWithoutMap logs once per program file that its JIT code has no perf
 // map to name it, and how to make the runtime write one: its frames are
-// [unknown], and nothing in the profile says why.
+// [unknown], and nothing in the profile says why. It runs for each such
+// sample of the drain: the checks that need no lock come first.
 func (r *profileReceiver) noteWithoutMap(proc *processEntry, j *jitSymbols, drain time.Time) {
-	if st, err := j.m.Stats(); err != nil || st.Present || !j.lastWithoutMap.Before(drain) {
+	if j.withoutMap >= withoutMapDrains || !j.lastWithoutMap.Before(drain) {
+		return
+	}
+	if st, err := j.m.Stats(); err != nil || st.Present {
 		return
 	}
 	j.withoutMap++

@@ -69,10 +69,8 @@ type Frame struct {
 	Mapping *Mapping
 }
 
-// UnknownFunction names the frame of a sample that has no stack.
-const UnknownFunction = profileschema.UnknownFrame
-
-var unknownFrame = Frame{Function: UnknownFunction}
+// unknownFrame is the frame of a sample that has no stack.
+var unknownFrame = Frame{Function: profileschema.UnknownFrame}
 
 // Process is what the resource of a process's profiles says about it.
 type Process struct {
