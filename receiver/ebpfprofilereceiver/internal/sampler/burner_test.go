@@ -203,6 +203,32 @@ func waitBurner(t testing.TB, cmd *exec.Cmd) time.Duration {
 	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
+// stopBurner kills a burner started for longer than its test needs and
+// returns the CPU time it got.
+func stopBurner(t testing.TB, cmd *exec.Cmd) time.Duration {
+	t.Helper()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatalf("stop burner: %v", err)
+	}
+	_ = cmd.Wait() // "signal: killed"
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+}
+
+// threadCPU is the CPU time pid's main thread has had so far, to the
+// nanosecond (the first field of /proc/PID/schedstat).
+func threadCPU(t testing.TB, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := strconv.ParseInt(strings.Fields(string(b))[0], 10, 64)
+	if err != nil {
+		t.Fatalf("/proc/%d/schedstat: %v", pid, err)
+	}
+	return time.Duration(ns)
+}
+
 // expectSamples checks got against hz × cpu within a wide margin: the point
 // is "sampled at roughly this rate", not timing precision (rusage and the
 // sampling clock tick differently).

@@ -44,6 +44,13 @@ func (o *captureObjects) close() {
 	}
 }
 
+// captureWindow, set by a test, is called as a capture's perf events start
+// sampling (true) and once no sample can come any more (false). A capture's
+// window starts after its programs load, which on a loaded machine may take
+// a good part of its duration, so only the window tells how much of a
+// target's CPU time it saw.
+var captureWindow func(open bool)
+
 // Capture samples the processes pids at hz for d (or until ctx ends) with
 // perf events of its own, next to continuous sampling, which keeps its rate.
 // It returns what it saw of those processes; Stats count only them.
@@ -78,6 +85,9 @@ func (s *Sampler) Capture(ctx context.Context, pids []uint32, hz int, d time.Dur
 	if err != nil {
 		return Batch{}, fmt.Errorf("capture: %w", err)
 	}
+	if captureWindow != nil {
+		captureWindow(true)
+	}
 	timer := time.NewTimer(d)
 	select {
 	case <-timer.C:
@@ -86,6 +96,9 @@ func (s *Sampler) Capture(ctx context.Context, pids []uint32, hz int, d time.Dur
 	}
 	closeErr := evs.close()
 	waitForRunningPrograms()
+	if captureWindow != nil {
+		captureWindow(false)
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
