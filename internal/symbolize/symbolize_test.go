@@ -598,6 +598,47 @@ func TestDemangleCPlusPlus(t *testing.T) {
 	}
 }
 
+// TestDemangleRust: Rust's v0 names (its standard library's) and legacy
+// names read as Rust writes them, without the crate's disambiguator or the
+// hash. Before, the v0 names stayed mangled
+// (_RNvNtNtCs…_4core5slice6memchr14memchr_aligned).
+func TestDemangleRust(t *testing.T) {
+	lib := built(t, "librustnames.so", func(out string) error {
+		return run(".", "gcc", "-O1", "-shared", "-fPIC", "-o", out, testdata(t, "rustnames.c"))
+	})
+	ef, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"_RNvNtCs1a2b3c4d5e_7mycrate6worker4spin":      "mycrate::worker::spin",
+		"_ZN7mycrate6worker5parse17h0123456789abcdefE": "mycrate::worker::parse",
+	}
+	tab, err := OpenSymbolTable(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, s := range syms {
+		name, ok := want[s.Name]
+		if !ok {
+			continue
+		}
+		found++
+		if sym, ok := tab.Lookup(s.Value + 2); !ok || sym.Function != name {
+			t.Errorf("Lookup(%s+2) = %+v %v, want %s", s.Name, sym, ok, name)
+		}
+	}
+	if found != len(want) {
+		t.Fatalf("%d of the %d mangled names in the library's symbols", found, len(want))
+	}
+}
+
 // TestSeparateDebugFile: a stripped binary resolves nothing of its own, its
 // --only-keep-debug file (what `hotpath symbolize --symbols` reads) does.
 func TestSeparateDebugFile(t *testing.T) {

@@ -736,9 +736,7 @@ func (t *SymbolTable) lookupELF(addr uint64) (sym Symbol, ok bool) {
 	if sym.Function = t.name(i); sym.Function == "" {
 		return Symbol{}, false
 	}
-	if strings.HasPrefix(sym.Function, "_Z") {
-		sym.Function = demangle.Filter(sym.Function, demangle.NoParams)
-	}
+	sym.Function = demangled(sym.Function)
 	if t.isPLT(i) {
 		sym.Function += "@plt"
 	}
@@ -746,6 +744,18 @@ func (t *SymbolTable) lookupELF(addr uint64) (sym Symbol, ok bool) {
 		sym.File, sym.Line = t.lineOf(addr)
 	}
 	return sym, true
+}
+
+// demangled is name as its language writes it, without parameters, as a
+// profile names a function: C++ and Rust's legacy names (_Z), and Rust's v0
+// names (_R), which parts of the standard library a current rustc links in
+// carry (core::str::pattern's searchers, core::slice::memchr). Anything
+// else, or a name that does not demangle, is returned as it is.
+func demangled(name string) string {
+	if strings.HasPrefix(name, "_Z") || strings.HasPrefix(name, "_R") {
+		return demangle.Filter(name, demangle.NoParams)
+	}
+	return name
 }
 
 // lineOf reads DWARF from the file mapping, guarded like lookupGo.
