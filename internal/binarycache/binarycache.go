@@ -52,8 +52,14 @@ import (
 )
 
 // FormatVersion changes whenever the encoding of an entry (or of the rows in
-// it) changes: entries of another version are rebuilt.
-const FormatVersion = 1
+// it) changes, or what decides it (the frame-pointer verdict's rule):
+// entries of another version are rebuilt. 2: a binary keeps frame pointers
+// only when all but one in a hundred of its functions with a frame do (1:
+// half), so the verdicts of version 1 may be wrong.
+const FormatVersion = 2
+
+// errOtherVersion is an entry an agent of another format version wrote.
+var errOtherVersion = errors.New("entry of another format version")
 
 const (
 	magic      = "HPBC"
@@ -93,6 +99,7 @@ type Cache struct {
 	stats      Stats
 	loggedErr  bool
 	loggedDmg  bool
+	loggedOld  bool
 	writesDown bool
 }
 
@@ -291,9 +298,17 @@ func (c *Cache) drop(name string, why error) {
 	}
 	c.stats.Corrupt++
 	c.stats.Misses++
-	if !c.loggedDmg {
+	switch {
+	case errors.Is(why, errOtherVersion):
+		// An upgrade: nothing is wrong.
+		if !c.loggedOld {
+			c.loggedOld = true
+			c.log.Info("binary cache: entries of another agent version are deleted and computed again (logged once)",
+				zap.String("entry", filepath.Join(c.dir, name)), zap.Error(why))
+		}
+	case !c.loggedDmg:
 		c.loggedDmg = true
-		c.log.Warn("binary cache: a damaged or outdated entry was deleted and is computed again (logged once)",
+		c.log.Warn("binary cache: a damaged entry was deleted and is computed again (logged once)",
 			zap.String("entry", filepath.Join(c.dir, name)), zap.Error(why))
 	}
 }
@@ -334,7 +349,7 @@ func decode(raw []byte, kind Kind) ([]byte, error) {
 		return nil, errors.New("not a binary cache entry (magic)")
 	}
 	if v := binary.LittleEndian.Uint16(raw[4:]); v != FormatVersion {
-		return nil, fmt.Errorf("format version %d, this agent writes %d", v, FormatVersion)
+		return nil, fmt.Errorf("%w: %d, this agent writes %d", errOtherVersion, v, FormatVersion)
 	}
 	if Kind(raw[6]) != kind {
 		return nil, fmt.Errorf("entry of kind %d, want %d", raw[6], kind)

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 )
@@ -80,7 +83,7 @@ func TestUnwindRoundTripAcrossRestart(t *testing.T) {
 }
 
 // Damaged or outdated entries are deleted, counted and recomputed, never
-// returned.
+// returned; a damaged one is a warning, an outdated one (an upgrade) not.
 func TestDamagedEntriesAreNotTrusted(t *testing.T) {
 	id, tab := glibcRows(t)
 	for name, damage := range map[string]func([]byte) []byte{
@@ -105,9 +108,22 @@ func TestDamagedEntriesAreNotTrusted(t *testing.T) {
 			if err := os.WriteFile(path, damage(raw), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c = open(t, dir, 64<<20)
+			core, logs := observer.New(zap.InfoLevel)
+			c, err = Open(dir, 64<<20, zap.New(core))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if got, ok := c.GetUnwind(id); ok {
 				t.Fatalf("damaged entry returned (%d rows)", len(got.Rows))
+			}
+			// An upgrade's entries are no damage: one line at info, not a
+			// warning.
+			want := zap.WarnLevel
+			if name == "other version" {
+				want = zap.InfoLevel
+			}
+			if all := logs.All(); len(all) != 1 || all[0].Level != want {
+				t.Errorf("logged %+v, want one line at %s", all, want)
 			}
 			if _, err := os.Stat(path); !os.IsNotExist(err) {
 				t.Errorf("damaged entry still on disk: %v", err)

@@ -93,9 +93,9 @@ func hasMapping(p *symbolize.Process, name string) bool {
 	return false
 }
 
-func openSampler(t *testing.T) *sampler.Sampler {
+func openSampler(t *testing.T, hz int) *sampler.Sampler {
 	t.Helper()
-	s, err := sampler.Open(sampler.Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
+	s, err := sampler.Open(sampler.Config{FrequencyHz: hz, Interval: time.Second, DWARFUnwind: true})
 	if err != nil {
 		t.Fatalf("open sampler (needs root): %v", err)
 	}
@@ -107,7 +107,7 @@ func openSampler(t *testing.T) *sampler.Sampler {
 // except for glibc, which Debian builds without them; tables are shared
 // between processes and survive them within the budget.
 func TestAttachLoadsTablesOnlyForBinariesWithoutFramePointers(t *testing.T) {
-	s := openSampler(t)
+	s := openSampler(t, 19)
 	sym := symbolize.New(symbolize.Options{})
 	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
 
@@ -159,7 +159,7 @@ func TestNeedsWorkDuringAnalysisAndLoad(t *testing.T) {
 	for _, stage := range []string{"analyse", "load"} {
 		t.Run(stage, func(t *testing.T) {
 			sym := symbolize.New(symbolize.Options{})
-			u := New(openSampler(t), sym, 64<<20, nil, zaptest.NewLogger(t))
+			u := New(openSampler(t, 19), sym, 64<<20, nil, zaptest.NewLogger(t))
 			first := start(t, sym, build(t, "first", "-O2", "-fomit-frame-pointer"))
 			next := start(t, sym, build(t, "next", "-O2", "-fomit-frame-pointer"))
 			working, release := make(chan struct{}), make(chan struct{})
@@ -208,7 +208,7 @@ func TestNeedsWorkDuringAnalysisAndLoad(t *testing.T) {
 // table: it is loaded once.
 func TestDetachAndAttachDuringALoad(t *testing.T) {
 	sym := symbolize.New(symbolize.Options{})
-	u := New(openSampler(t), sym, 64<<20, nil, zaptest.NewLogger(t))
+	u := New(openSampler(t, 19), sym, 64<<20, nil, zaptest.NewLogger(t))
 	// -O1: another build of the same source, which would share the
 	// known binary's table.
 	knownBin, newBin := build(t, "known", "-O2", "-fomit-frame-pointer"), build(t, "new", "-O1", "-fomit-frame-pointer")
@@ -282,7 +282,7 @@ func TestDetachAndAttachDuringALoad(t *testing.T) {
 // those it maps already loaded stay, and a new table that does not fit
 // beside them is left out.
 func TestBudget(t *testing.T) {
-	s := openSampler(t)
+	s := openSampler(t, 19)
 	sym := symbolize.New(symbolize.Options{})
 
 	tiny := New(s, sym, 4<<10, nil, zaptest.NewLogger(t))
@@ -341,7 +341,7 @@ func TestBudget(t *testing.T) {
 
 // Go binaries keep frame pointers: no tables, no entry.
 func TestGoProcessStaysOnFramePointers(t *testing.T) {
-	s := openSampler(t)
+	s := openSampler(t, 19)
 	sym := symbolize.New(symbolize.Options{})
 	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
 	dir := t.TempDir()
@@ -383,7 +383,7 @@ func TestGoProcessStaysOnFramePointers(t *testing.T) {
 // rows of binaries without frame pointers without parsing .eh_frame again —
 // and the kernel gets the same tables.
 func TestDiskCacheAcrossRestart(t *testing.T) {
-	s := openSampler(t)
+	s := openSampler(t, 19)
 	dir := t.TempDir()
 	fpBin := build(t, "fp", "-O2", "-fno-omit-frame-pointer")
 	nofpBin := build(t, "nofp", "-O2", "-fomit-frame-pointer")
@@ -478,7 +478,7 @@ func (k *recordingKernel) DeleteProcessUnwindIfSet(pid uint32, ms []sampler.Unwi
 // kernel (which gave the new image its own table at exec), and the tables
 // taken for it are released; a later Detach forgets only what was written.
 func TestAttachOfAnImageLeftBehindWritesNothing(t *testing.T) {
-	k := &recordingKernel{Sampler: openSampler(t)}
+	k := &recordingKernel{Sampler: openSampler(t, 19)}
 	sym := symbolize.New(symbolize.Options{})
 	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
 	nofp := start(t, sym, build(t, "nofp", "-O2", "-fomit-frame-pointer"))
@@ -509,7 +509,7 @@ func TestAttachOfAnImageLeftBehindWritesNothing(t *testing.T) {
 // Binaries no process was attached with for KeepUnused are forgotten
 // unless a live process uses their tables.
 func TestExpireUnloadsTablesNoLiveProcessUses(t *testing.T) {
-	k := &recordingKernel{Sampler: openSampler(t)}
+	k := &recordingKernel{Sampler: openSampler(t, 19)}
 	sym := symbolize.New(symbolize.Options{})
 	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
 	nofpBin := build(t, "nofp", "-O2", "-fomit-frame-pointer")
@@ -580,7 +580,7 @@ func TestExpireUnloadsTablesNoLiveProcessUses(t *testing.T) {
 // gets its table again, compiled anew.
 func TestExpireBetweenLookupAndLoad(t *testing.T) {
 	sym := symbolize.New(symbolize.Options{})
-	u := New(openSampler(t), sym, 64<<20, nil, zaptest.NewLogger(t))
+	u := New(openSampler(t, 19), sym, 64<<20, nil, zaptest.NewLogger(t))
 	bin := build(t, "nofp", "-O2", "-fomit-frame-pointer")
 	first := start(t, sym, bin)
 	if dwarf, err := u.Attach(first, nil); err != nil || !dwarf {
@@ -614,7 +614,7 @@ func TestExpireBetweenLookupAndLoad(t *testing.T) {
 // copy) share one binary: analysed once, one table in the kernel, given at
 // exec under each identity, and taken back under each when it is unloaded.
 func TestFilesOfOneBuildShareATable(t *testing.T) {
-	k := &recordingKernel{Sampler: openSampler(t)}
+	k := &recordingKernel{Sampler: openSampler(t, 19)}
 	sym := symbolize.New(symbolize.Options{})
 	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
 	bin := build(t, "nofp", "-O2", "-fomit-frame-pointer")
@@ -677,7 +677,7 @@ func TestFilesOfOneBuildShareATable(t *testing.T) {
 // overlay mount of its own over the same lower layer (private to its mount
 // namespace, so the files differ in device number): one table between them.
 func TestOverlayMountsShareATable(t *testing.T) {
-	k := &recordingKernel{Sampler: openSampler(t)}
+	k := &recordingKernel{Sampler: openSampler(t, 19)}
 	sym := symbolize.New(symbolize.Options{})
 	u := New(k, sym, 64<<20, nil, zaptest.NewLogger(t))
 	im := overlaytest.NewImage(t, build(t, "nofp", "-O2", "-fomit-frame-pointer"), "nofp")
@@ -713,11 +713,7 @@ const chainLibs = sampler.MaxUnwindMappings + 6
 // memory map. Before, those libraries were left to frame pointers and every
 // stack through one of them stopped there.
 func TestMoreLibrariesThanTheProcessEntryHolds(t *testing.T) {
-	s, err := sampler.Open(sampler.Config{FrequencyHz: 499, Interval: time.Second, DWARFUnwind: true})
-	if err != nil {
-		t.Fatalf("open sampler (needs root): %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openSampler(t, 499)
 	sym := symbolize.New(symbolize.Options{})
 	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
 
@@ -726,14 +722,7 @@ func TestMoreLibrariesThanTheProcessEntryHolds(t *testing.T) {
 	dir := t.TempDir()
 	gcc := func(out, src string, args ...string) {
 		t.Helper()
-		file := filepath.Join(dir, out+".c")
-		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		args = append([]string{"-O2", "-fomit-frame-pointer", "-o", filepath.Join(dir, out), file}, args...)
-		if msg, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-			t.Fatalf("gcc %s: %v\n%s", out, err, msg)
-		}
+		gccIn(t, dir, out, src, append([]string{"-fomit-frame-pointer"}, args...)...)
 	}
 	for i := chainLibs - 1; i >= 0; i-- {
 		src := fmt.Sprintf(`__attribute__((noinline)) long link_%d(long n) {
@@ -786,47 +775,20 @@ int main(void) {
 		t.Fatalf("%d tables loaded, want at least %d (every library of the chain): %+v", st.Tables, chainLibs, st)
 	}
 
-	var inLeaf, whole uint64
-	var stats sampler.Stats
-	count := func(b sampler.Batch) {
-		stats.VMALookups += b.Stats.VMALookups
-		stats.VMATables += b.Stats.VMATables
-		stats.MappedFiles += b.Stats.MappedFiles
-	}
-	// The samples from before Attach are dropped, but not the counters:
-	// the first walk after Attach finds the libraries past the entry and
-	// keeps them in the entry's found mappings, so later walks look
-	// nothing up, and on a busy machine that walk may come before this
-	// drain. The drain also counts walks from before Attach, so the
-	// counters say only that the kernel found libraries this way; the
-	// whole stacks say that those past the entry were unwound with their
-	// tables (nothing in the chain keeps a frame pointer, so a
-	// frame-pointer walk stops at the first library).
-	b, err := s.Drain()
-	if err != nil {
-		t.Fatal(err)
-	}
-	count(b)
-	for deadline := time.Now().Add(60 * time.Second); inLeaf < 200; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d samples in the chain's last library after 60 s", inLeaf)
-		}
-		b, err := s.Drain()
-		if err != nil {
-			t.Fatal(err)
-		}
-		count(b)
-		for _, smp := range b.Samples {
-			st := smp.UserStack
-			if smp.PID != uint32(p.PID) || len(st) == 0 || st[0] < leafLo || st[0] >= leafHi {
-				continue
-			}
-			inLeaf += smp.Count
-			if slices.ContainsFunc(st, func(pc uint64) bool { return pc >= mainLo && pc < mainHi }) {
-				whole += smp.Count
-			}
-		}
-	}
+	// The samples from before Attach are dropped, but not the counters
+	// (countStacks): the first walk after Attach finds the libraries past
+	// the entry and keeps them in the entry's found mappings, so later
+	// walks look nothing up, and on a busy machine that walk may come
+	// before the first drain. That drain also counts walks from before
+	// Attach, so the counters say only that the kernel found libraries
+	// this way; the whole stacks say that those past the entry were
+	// unwound with their tables (nothing in the chain keeps a frame
+	// pointer, so a frame-pointer walk stops at the first library).
+	inLeaf, whole, stats := countStacks(t, s, p.PID,
+		func(st []uint64) bool { return st[0] >= leafLo && st[0] < leafHi },
+		func(st []uint64) bool {
+			return slices.ContainsFunc(st, func(pc uint64) bool { return pc >= mainLo && pc < mainHi })
+		})
 	t.Logf("%d of %d stacks in link_%d reach main through %d libraries; found in mapped files %d, memory map lookups %d, with a table %d",
 		whole, inLeaf, chainLibs-1, chainLibs, stats.MappedFiles, stats.VMALookups, stats.VMATables)
 	if whole*10 < inLeaf*9 {
@@ -843,4 +805,128 @@ int main(void) {
 			t.Errorf("%s still has %d users after the process was detached", b.path, b.users)
 		}
 	}
+}
+
+// TestProgramMixingFramePointerCodeGetsItsTable: a program most of whose
+// functions keep frame pointers while its hot code does not (a Rust
+// program: the standard library it links in is built with them, its own
+// code is not) gets its table, and its stacks reach main. Before, most
+// functions decided for the whole binary, it was walked by frame pointers,
+// and its stacks broke off in its own code.
+func TestProgramMixingFramePointerCodeGetsItsTable(t *testing.T) {
+	s := openSampler(t, 499)
+	sym := symbolize.New(symbolize.Options{})
+	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
+
+	dir := t.TempDir()
+	// Forty functions with frames and frame pointers, as a library built
+	// with them brings (none of them runs), and the program's own three
+	// without.
+	var lib strings.Builder
+	lib.WriteString("__attribute__((noinline)) long keep(long n) { return n ^ 0x5a; }\n")
+	for i := range 40 {
+		fmt.Fprintf(&lib, "long fp_%d(long n) { long a = keep(n), b = keep(a + %d); return a * b + keep(b); }\n", i, i)
+	}
+	const hot = `#include <stdio.h>
+__attribute__((noinline)) long hot_leaf(long n) {
+	volatile long s = 0;
+	for (long i = 0; i < n; i++) s += i * i;
+	return s;
+}
+__attribute__((noinline)) long hot_middle(long n) {
+	volatile long pad[4] = {n, n, n, n};
+	long a = hot_leaf(pad[0]);
+	return a + hot_leaf(pad[1] & 7) + pad[3];
+}
+int main(void) {
+	long s = 0;
+	puts("up");
+	fflush(stdout);
+	for (;;) s += hot_middle(100000 + (s & 1));
+	return (int)s;
+}
+`
+	bin := gccIn(t, dir, "mixed", hot, "-fomit-frame-pointer", gccIn(t, dir, "lib.o", lib.String(), "-c", "-fno-omit-frame-pointer"))
+
+	p := startMapping(t, sym, exec.Command(bin), "mixed", "libc.so")
+	if _, err := u.Attach(p, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range u.binaries {
+		if b.path == bin && !b.needs {
+			t.Fatal("the program was judged to keep frame pointers: no table for it")
+		}
+	}
+
+	// The first drain's samples, walked before the program's table was
+	// loaded, are dropped (countStacks).
+	var frames []symbolize.Frame
+	names := func(st []uint64) []symbolize.Frame {
+		frames = sym.User(p, st, frames[:0])
+		return frames
+	}
+	inLeaf, whole, _ := countStacks(t, s, p.PID,
+		func(st []uint64) bool { return names(st[:1])[0].Function == "hot_leaf" },
+		func(st []uint64) bool {
+			return slices.ContainsFunc(names(st), func(f symbolize.Frame) bool { return f.Function == "main" })
+		})
+	t.Logf("%d of %d stacks in hot_leaf reach main", whole, inLeaf)
+	if whole*10 < inLeaf*9 {
+		t.Errorf("%d of %d stacks in hot_leaf reached main", whole, inLeaf)
+	}
+}
+
+// gccIn compiles src (a C file named out.c, written into dir) with -O2 and
+// args into dir/out, and returns that path. Object files in args (other
+// than out) are linked in.
+func gccIn(t *testing.T, dir, out, src string, args ...string) string {
+	t.Helper()
+	file := filepath.Join(dir, strings.TrimSuffix(out, ".o")+".c")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, out)
+	args = append([]string{"-O2", "-o", bin, file}, args...)
+	if msg, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", out, err, msg)
+	}
+	return bin
+}
+
+// countStacks drains s until 200 of pid's samples have a user stack for
+// which leaf holds, and returns how many did, how many of those whole says
+// are whole, and the counters of every drain. The first drain's samples
+// are dropped (taken before the test's Attach), its counters are not.
+func countStacks(t *testing.T, s *sampler.Sampler, pid int, leaf, whole func(st []uint64) bool) (inLeaf, inWhole uint64, stats sampler.Stats) {
+	t.Helper()
+	count := func(b sampler.Batch) {
+		stats.VMALookups += b.Stats.VMALookups
+		stats.VMATables += b.Stats.VMATables
+		stats.MappedFiles += b.Stats.MappedFiles
+	}
+	b, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	count(b)
+	for deadline := time.Now().Add(60 * time.Second); inLeaf < 200; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d samples of pid %d in the leaf after 60 s", inLeaf, pid)
+		}
+		b, err := s.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		count(b)
+		for _, smp := range b.Samples {
+			if smp.PID != uint32(pid) || len(smp.UserStack) == 0 || !leaf(smp.UserStack) {
+				continue
+			}
+			inLeaf += smp.Count
+			if whole(smp.UserStack) {
+				inWhole += smp.Count
+			}
+		}
+	}
+	return inLeaf, inWhole, stats
 }
