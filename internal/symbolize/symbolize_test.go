@@ -825,3 +825,60 @@ func TestLinesOncePerAddress(t *testing.T) {
 		t.Errorf("looking the same %d addresses up again decoded %d units", len(pcs), n)
 	}
 }
+
+// TestMappingAddrOfTextSharingAPage: lld packs a binary's segments into the
+// file without aligning them (the text at offset 0x740 and address 0x1740),
+// so the text's mapping starts at offset 0, in the page the read-only
+// segment before it starts in, at address 0. MappingAddr gives the text's
+// address for that mapping, FileAddr the read-only segment's; the unwinder
+// took FileAddr's, and every frame in such a binary (a Rust program: rustc
+// links with lld) was looked up a page off in its table. In a classic
+// layout (GNU ld: each segment on pages of its own) the two agree.
+func TestMappingAddrOfTextSharingAPage(t *testing.T) {
+	page := uint64(os.Getpagesize())
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		lld   bool
+	}{
+		{"hot-lld", []string{"-fuse-ld=lld"}, true},
+		{"hot-pie", []string{"-fPIE", "-pie"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := cProg(t, tc.name, tc.flags...)
+			text := textSegment(t, bin)
+			if shared := text.Off%page != 0; shared != tc.lld {
+				t.Fatalf("text segment at file offset %#x, address %#x: want it to share a page: %v", text.Off, text.Vaddr, tc.lld)
+			}
+			tab, err := OpenSymbolTable(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := text.Off &^ (page - 1) // where the kernel maps it from
+			want := text.Vaddr - (text.Off - o)
+			if got, ok := tab.MappingAddr(o); !ok || got != want {
+				t.Errorf("MappingAddr(%#x) = %#x, %v; want %#x", o, got, ok, want)
+			}
+			if got, _ := tab.FileAddr(o); (got == want) == tc.lld {
+				t.Errorf("FileAddr(%#x) = %#x, MappingAddr %#x: want them to differ: %v", o, got, want, tc.lld)
+			}
+		})
+	}
+}
+
+// textSegment is the executable PT_LOAD segment of the binary at path.
+func textSegment(t *testing.T, path string) elf.ProgHeader {
+	t.Helper()
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			return p.ProgHeader
+		}
+	}
+	t.Fatalf("no executable segment in %s", path)
+	return elf.ProgHeader{}
+}

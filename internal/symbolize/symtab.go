@@ -40,6 +40,7 @@ type Symbol struct {
 // when the table becomes unreachable.
 type SymbolTable struct {
 	loads []loadSegment // PT_LOAD segments, executable ones first
+	nexec int           // how many of loads are executable
 	// textVaddr is the lowest ELF address of the executable segments (0
 	// with none): where the kernel's ELF loader puts start_code.
 	textVaddr uint64
@@ -193,6 +194,7 @@ func parseImage(data []byte) (t *SymbolTable, err error) {
 		}
 	}
 	t.textOff = textOffset(t.loads, t.textVaddr)
+	t.nexec = len(t.loads)
 	t.loads = append(t.loads, other...)
 
 	syms := &symbolCollector{ef: ef, data: data}
@@ -608,6 +610,24 @@ func (t *SymbolTable) FileAddr(fileOffset uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// MappingAddr is the ELF address at which a mapping of the binary's code
+// that starts at file offset o begins (its load bias is the mapping's start
+// minus it). A mapping starts on a page boundary, and where a linker packs
+// segments into the file without aligning them (lld, which Rust links with
+// by default since 1.90: the text at file offset 0x147c0 and address
+// 0x157c0) the text's mapping starts in the page it shares with the end of
+// the segment before, which lies at another address: FileAddr answers for
+// that segment, a page off.
+func (t *SymbolTable) MappingAddr(o uint64) (uint64, bool) {
+	page := uint64(os.Getpagesize())
+	for _, l := range t.loads[:t.nexec] {
+		if o >= l.off&^(page-1) && o < l.off+l.filesz {
+			return l.vaddr - (l.off - o), true
+		}
+	}
+	return t.FileAddr(o)
 }
 
 // FileOffset is FileAddr's inverse: the file offset of ELF address vaddr,

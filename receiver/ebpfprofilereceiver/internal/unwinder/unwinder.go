@@ -251,7 +251,7 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		if !b.needs {
 			continue
 		}
-		va, ok := c.t.FileAddr(c.m.Offset)
+		va, ok := c.t.MappingAddr(c.m.Offset)
 		if !ok {
 			continue
 		}

@@ -807,27 +807,10 @@ int main(void) {
 	}
 }
 
-// TestProgramMixingFramePointerCodeGetsItsTable: a program most of whose
-// functions keep frame pointers while its hot code does not (a Rust
-// program: the standard library it links in is built with them, its own
-// code is not) gets its table, and its stacks reach main. Before, most
-// functions decided for the whole binary, it was walked by frame pointers,
-// and its stacks broke off in its own code.
-func TestProgramMixingFramePointerCodeGetsItsTable(t *testing.T) {
-	s := openSampler(t, 499)
-	sym := symbolize.New(symbolize.Options{})
-	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
-
-	dir := t.TempDir()
-	// Forty functions with frames and frame pointers, as a library built
-	// with them brings (none of them runs), and the program's own three
-	// without.
-	var lib strings.Builder
-	lib.WriteString("__attribute__((noinline)) long keep(long n) { return n ^ 0x5a; }\n")
-	for i := range 40 {
-		fmt.Fprintf(&lib, "long fp_%d(long n) { long a = keep(n), b = keep(a + %d); return a * b + keep(b); }\n", i, i)
-	}
-	const hot = `#include <stdio.h>
+// hotChainC is main → hot_middle → hot_leaf, each with a frame of its own
+// (when built without frame pointers, one the frame-pointer chain does not
+// describe).
+const hotChainC = `#include <stdio.h>
 __attribute__((noinline)) long hot_leaf(long n) {
 	volatile long s = 0;
 	for (long i = 0; i < n; i++) s += i * i;
@@ -846,9 +829,45 @@ int main(void) {
 	return (int)s;
 }
 `
-	bin := gccIn(t, dir, "mixed", hot, "-fomit-frame-pointer", gccIn(t, dir, "lib.o", lib.String(), "-c", "-fno-omit-frame-pointer"))
 
-	p := startMapping(t, sym, exec.Command(bin), "mixed", "libc.so")
+// TestProgramMixingFramePointerCodeGetsItsTable: a program most of whose
+// functions keep frame pointers while its hot code does not (a Rust
+// program: the standard library it links in is built with them, its own
+// code is not) gets its table, and its stacks reach main. Before, most
+// functions decided for the whole binary, it was walked by frame pointers,
+// and its stacks broke off in its own code (0 of 203 reached main).
+func TestProgramMixingFramePointerCodeGetsItsTable(t *testing.T) {
+	dir := t.TempDir()
+	// Forty functions with frames and frame pointers, as a library built
+	// with them brings (none of them runs), and the program's own three
+	// without.
+	var lib strings.Builder
+	lib.WriteString("__attribute__((noinline)) long keep(long n) { return n ^ 0x5a; }\n")
+	for i := range 40 {
+		fmt.Fprintf(&lib, "long fp_%d(long n) { long a = keep(n), b = keep(a + %d); return a * b + keep(b); }\n", i, i)
+	}
+	checkHotChainReachesMain(t, gccIn(t, dir, "mixed", hotChainC, "-fomit-frame-pointer",
+		gccIn(t, dir, "lib.o", lib.String(), "-c", "-fno-omit-frame-pointer")))
+}
+
+// TestProgramLinkedByLLDUnwinds: lld packs a binary's segments into the
+// file without aligning them, so the text's mapping starts in a page that
+// the read-only segment before it starts in, at another address. Rust
+// programs are linked so (rustc uses lld since 1.90), and their tables were
+// searched a page off: no stack reached main.
+func TestProgramLinkedByLLDUnwinds(t *testing.T) {
+	checkHotChainReachesMain(t, gccIn(t, t.TempDir(), "lld", hotChainC, "-fomit-frame-pointer", "-fuse-ld=lld"))
+}
+
+// checkHotChainReachesMain runs bin (hotChainC), attaches it, and wants
+// nine in ten of its stacks in hot_leaf to reach main, unwound with its
+// table.
+func checkHotChainReachesMain(t *testing.T, bin string) {
+	t.Helper()
+	s := openSampler(t, 499)
+	sym := symbolize.New(symbolize.Options{})
+	u := New(s, sym, 64<<20, nil, zaptest.NewLogger(t))
+	p := startMapping(t, sym, exec.Command(bin), filepath.Base(bin), "libc.so")
 	if _, err := u.Attach(p, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -857,7 +876,6 @@ int main(void) {
 			t.Fatal("the program was judged to keep frame pointers: no table for it")
 		}
 	}
-
 	// The first drain's samples, walked before the program's table was
 	// loaded, are dropped (countStacks).
 	var frames []symbolize.Frame
