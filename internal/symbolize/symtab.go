@@ -630,6 +630,14 @@ func (t *SymbolTable) MappingAddr(o uint64) (uint64, bool) {
 	return t.FileAddr(o)
 }
 
+// LoadBias is the difference between run-time and ELF addresses of the
+// binary's code in a mapping of it at start from file offset o
+// (MappingAddr).
+func (t *SymbolTable) LoadBias(start, o uint64) (uint64, bool) {
+	va, ok := t.MappingAddr(o)
+	return start - va, ok
+}
+
 // FileOffset is FileAddr's inverse: the file offset of ELF address vaddr,
 // through the PT_LOAD segment that contains it.
 func (t *SymbolTable) FileOffset(vaddr uint64) (uint64, bool) {

@@ -95,7 +95,11 @@ func (p *pythonFrames) attach(snap *symbolize.Process, start uint64) {
 			p.count("unknown_version") // logged once per binary (binary)
 			break
 		}
-		bias, ok := b.in.Bias(m.Start, m.Offset)
+		t := p.symbolizer.MappingTable(snap, i)
+		if t == nil {
+			continue
+		}
+		bias, ok := t.LoadBias(m.Start, m.Offset)
 		if !ok {
 			continue
 		}

@@ -121,7 +121,6 @@ type Interpreter struct {
 	RuntimeVA           uint64 // ELF address of _PyRuntime
 	CodeTypeVA          uint64 // ELF address of PyCode_Type
 	Offsets             Offsets
-	loads               []elf.ProgHeader // PT_LOAD segments, to place it in a process
 }
 
 func (in *Interpreter) String() string {
@@ -152,11 +151,6 @@ func Inspect(f *elf.File) (*Interpreter, error) {
 		return nil, ErrNotPython
 	}
 	in := &Interpreter{RuntimeVA: syms["_PyRuntime"], CodeTypeVA: syms["PyCode_Type"]}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			in.loads = append(in.loads, p.ProgHeader)
-		}
-	}
 	if syms["Py_Version"] == 0 {
 		return nil, fmt.Errorf("%w: no Py_Version symbol (CPython before 3.11)", ErrUnknownVersion)
 	}
@@ -222,17 +216,4 @@ func readAt(f *elf.File, va uint64, b []byte) error {
 		return err
 	}
 	return fmt.Errorf("address %#x (%d bytes) is in no loaded segment with file data", va, len(b))
-}
-
-// Bias is the difference between run-time and ELF addresses of the binary
-// when its executable segment at file offset fileOffset is mapped at start.
-func (in *Interpreter) Bias(start, fileOffset uint64) (uint64, bool) {
-	for _, p := range in.loads {
-		// The mapping starts at the page holding the segment's start.
-		if p.Flags&elf.PF_X == 0 || fileOffset < p.Off&^0xfff || fileOffset >= p.Off+p.Filesz {
-			continue
-		}
-		return start - (fileOffset - p.Off + p.Vaddr), true
-	}
-	return 0, false
 }

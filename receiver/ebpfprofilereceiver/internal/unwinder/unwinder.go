@@ -251,12 +251,12 @@ func (u *Unwinder) Attach(p *symbolize.Process, current func() bool) (bool, erro
 		if !b.needs {
 			continue
 		}
-		va, ok := c.t.MappingAddr(c.m.Offset)
+		bias, ok := c.t.LoadBias(c.m.Start, c.m.Offset)
 		if !ok {
 			continue
 		}
 		u.useLocked(b)
-		uses = append(uses, use{b, c.m, c.m.Start - va})
+		uses = append(uses, use{b, c.m, bias})
 		switch {
 		case b.loaded():
 		case b.loading != nil:
