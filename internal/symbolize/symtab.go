@@ -39,8 +39,7 @@ type Symbol struct {
 // A SymbolTable is safe for concurrent lookups. Its file mapping is released
 // when the table becomes unreachable.
 type SymbolTable struct {
-	loads []loadSegment // PT_LOAD segments, executable ones first
-	nexec int           // how many of loads are executable
+	Segments
 	// textVaddr is the lowest ELF address of the executable segments (0
 	// with none): where the kernel's ELF loader puts start_code.
 	textVaddr uint64
@@ -91,8 +90,6 @@ type SymbolTable struct {
 	// when the file carries no build ID or was opened by path.
 	contentKey string
 }
-
-type loadSegment struct{ off, vaddr, filesz uint64 }
 
 // OpenSymbolTable reads the symbol table of the ELF file at path.
 func OpenSymbolTable(path string) (*SymbolTable, error) {
@@ -175,27 +172,13 @@ func parseImage(data []byte) (t *SymbolTable, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse ELF: %w", err)
 	}
-	t = &SymbolTable{}
-	// Executable segments first: where an old layout maps one page twice,
-	// the text segment is the one samples are in.
-	var other []loadSegment
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD || p.Filesz == 0 {
-			continue
-		}
-		seg := loadSegment{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz}
-		if p.Flags&elf.PF_X != 0 {
-			if len(t.loads) == 0 || p.Vaddr < t.textVaddr {
-				t.textVaddr = p.Vaddr
-			}
-			t.loads = append(t.loads, seg)
-		} else {
-			other = append(other, seg)
+	t = &SymbolTable{Segments: NewSegments(ef.Progs)}
+	for i, l := range t.exec() {
+		if i == 0 || l.vaddr < t.textVaddr {
+			t.textVaddr = l.vaddr
 		}
 	}
-	t.textOff = textOffset(t.loads, t.textVaddr)
-	t.nexec = len(t.loads)
-	t.loads = append(t.loads, other...)
+	t.textOff = textOffset(t.exec(), t.textVaddr)
 
 	syms := &symbolCollector{ef: ef, data: data}
 	if sec := pclntabSection(ef); sec != nil && sec.Type != elf.SHT_NOBITS && sec.Offset+sec.Size <= uint64(len(data)) {
@@ -597,56 +580,6 @@ func leadingUnderscores(b []byte) int {
 		n++
 	}
 	return n
-}
-
-// FileAddr converts a file offset (runtime address − mapping start + mapping
-// offset) to the ELF virtual address the symbols use, through the PT_LOAD
-// segment that contains it. This one rule covers PIE and non-PIE executables
-// and shared libraries alike.
-func (t *SymbolTable) FileAddr(fileOffset uint64) (uint64, bool) {
-	for _, l := range t.loads {
-		if fileOffset >= l.off && fileOffset-l.off < l.filesz {
-			return fileOffset - l.off + l.vaddr, true
-		}
-	}
-	return 0, false
-}
-
-// MappingAddr is the ELF address at which a mapping of the binary's code
-// that starts at file offset o begins (its load bias is the mapping's start
-// minus it). A mapping starts on a page boundary, and where a linker packs
-// segments into the file without aligning them (lld, which Rust links with
-// by default since 1.90: the text at file offset 0x147c0 and address
-// 0x157c0) the text's mapping starts in the page it shares with the end of
-// the segment before, which lies at another address: FileAddr answers for
-// that segment, a page off.
-func (t *SymbolTable) MappingAddr(o uint64) (uint64, bool) {
-	page := uint64(os.Getpagesize())
-	for _, l := range t.loads[:t.nexec] {
-		if o >= l.off&^(page-1) && o < l.off+l.filesz {
-			return l.vaddr - (l.off - o), true
-		}
-	}
-	return t.FileAddr(o)
-}
-
-// LoadBias is the difference between run-time and ELF addresses of the
-// binary's code in a mapping of it at start from file offset o
-// (MappingAddr).
-func (t *SymbolTable) LoadBias(start, o uint64) (uint64, bool) {
-	va, ok := t.MappingAddr(o)
-	return start - va, ok
-}
-
-// FileOffset is FileAddr's inverse: the file offset of ELF address vaddr,
-// through the PT_LOAD segment that contains it.
-func (t *SymbolTable) FileOffset(vaddr uint64) (uint64, bool) {
-	for _, l := range t.loads {
-		if vaddr >= l.vaddr && vaddr-l.vaddr < l.filesz {
-			return vaddr - l.vaddr + l.off, true
-		}
-	}
-	return 0, false
 }
 
 // TextVaddr is the lowest ELF address of the binary's executable segments.

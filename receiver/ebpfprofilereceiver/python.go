@@ -95,11 +95,7 @@ func (p *pythonFrames) attach(snap *symbolize.Process, start uint64) {
 			p.count("unknown_version") // logged once per binary (binary)
 			break
 		}
-		t := p.symbolizer.MappingTable(snap, i)
-		if t == nil {
-			continue
-		}
-		bias, ok := t.LoadBias(m.Start, m.Offset)
+		bias, ok := b.in.Bias(m.Start, m.Offset)
 		if !ok {
 			continue
 		}

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
 )
 
 // Offsets are byte offsets into one CPython version's structures.
@@ -121,6 +123,7 @@ type Interpreter struct {
 	RuntimeVA           uint64 // ELF address of _PyRuntime
 	CodeTypeVA          uint64 // ELF address of PyCode_Type
 	Offsets             Offsets
+	segments            symbolize.Segments // to place it in a process
 }
 
 func (in *Interpreter) String() string {
@@ -150,7 +153,7 @@ func Inspect(f *elf.File) (*Interpreter, error) {
 	if syms["_PyRuntime"] == 0 {
 		return nil, ErrNotPython
 	}
-	in := &Interpreter{RuntimeVA: syms["_PyRuntime"], CodeTypeVA: syms["PyCode_Type"]}
+	in := &Interpreter{RuntimeVA: syms["_PyRuntime"], CodeTypeVA: syms["PyCode_Type"], segments: symbolize.NewSegments(f.Progs)}
 	if syms["Py_Version"] == 0 {
 		return nil, fmt.Errorf("%w: no Py_Version symbol (CPython before 3.11)", ErrUnknownVersion)
 	}
@@ -216,4 +219,11 @@ func readAt(f *elf.File, va uint64, b []byte) error {
 		return err
 	}
 	return fmt.Errorf("address %#x (%d bytes) is in no loaded segment with file data", va, len(b))
+}
+
+// Bias is the difference between run-time and ELF addresses of the binary
+// when its code at file offset fileOffset is mapped at start
+// (symbolize.Segments.LoadBias).
+func (in *Interpreter) Bias(start, fileOffset uint64) (uint64, bool) {
+	return in.segments.LoadBias(start, fileOffset)
 }

@@ -28,6 +28,17 @@ func TestInspectDebianPython(t *testing.T) {
 		t.Fatalf("inspected %+v", in)
 	}
 	t.Logf("%s: _PyRuntime at %#x", in, in.RuntimeVA)
+	// Non-PIE: the text segment is mapped where the ELF says.
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			if bias, ok := in.Bias(p.Vaddr&^0xfff, p.Off&^0xfff); !ok || bias != 0 {
+				t.Errorf("bias of the text segment at its own address = %#x, %v; want 0", bias, ok)
+			}
+			if bias, ok := in.Bias(0x7f0000000000+p.Vaddr&^0xfff, p.Off&^0xfff); !ok || bias != 0x7f0000000000 {
+				t.Errorf("bias = %#x, %v; want 0x7f0000000000", bias, ok)
+			}
+		}
+	}
 }
 
 // A CPython whose version is not in the table is refused with

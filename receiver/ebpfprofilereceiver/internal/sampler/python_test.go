@@ -79,11 +79,7 @@ func startPython(t testing.TB, s *Sampler, src string) int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tab, err := symbolize.OpenSymbolTable(m.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bias, ok := tab.LoadBias(m.Start, m.Offset)
+		bias, ok := in.Bias(m.Start, m.Offset)
 		if !ok {
 			t.Fatalf("no bias for %s at %#x", m.Path, m.Start)
 		}
