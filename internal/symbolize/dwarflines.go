@@ -6,12 +6,15 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"math"
+	"path"
 	"slices"
 	"sync"
+	"unsafe"
 )
 
 // dwarfLines gives file:line for native code from DWARF .debug_line, when a
-// binary carries it. It reads the sections in place from the file mapping,
+// binary carries it, and the functions inlined at an address from
+// .debug_info (see functionCalls). It reads the sections in place from the file mapping,
 // indexes compile units by PC range on first use, and decodes a unit's line
 // program only when a lookup lands in it. Decoded units are kept compact
 // (a few bytes a row, see unitLines) up to a bound on their bytes, and the
@@ -37,14 +40,30 @@ type dwarfLines struct {
 	// clock orders the units' use, for dropping the least recent.
 	clock uint64
 	pcs   map[uint64]pcLine // answers by address, found or not
+	// pcFrames counts the inlined frames the answers hold, for size.
+	pcFrames int
+	// calls are the inlined calls of functions lookups landed in, by the
+	// function's entry, under their own bound (callBytes, at most
+	// maxCallBytes), least recently used dropped first: a function is
+	// read when a lookup lands in it, so only sampled functions cost
+	// memory (all of pyenv's libpython's would take 2.6 MB, twice its
+	// line rows).
+	calls               map[dwarf.Offset]*functionCalls
+	callBytes, maxCalls int
+	// fileNames are the source file paths units refer to (fileName), and
+	// fileNameBytes their size.
+	fileNames     map[string]string
+	fileNameBytes int
 	// decodes counts units decoded (tests).
 	decodes int
 }
 
-// pcLine is the file and line of one address ("" and 0: none).
+// pcLine is the file and line of one address ("" and 0: none) and the
+// calls inlined there.
 type pcLine struct {
-	file string
-	line int32
+	file    string
+	line    int32
+	inlined []inlinedFrame
 }
 
 // maxDwarfLineBytes bounds the decoded units kept per binary: 1 MiB, about
@@ -78,7 +97,16 @@ type unitLines struct {
 	enc        []byte
 	names      []string
 	lastUse    uint64
+	// functions are the address ranges of the unit's functions, by start,
+	// each with its DWARF entry: where the calls inlined in it are read
+	// when a lookup lands in it (see dwarfLines.callsIn).
+	functions []functionRange
+	// callFiles are the line table's files by index, as DW_AT_call_file
+	// names them: indexes into names.
+	callFiles []uint32
 }
+
+func (u *unitLines) used() uint64 { return u.lastUse }
 
 // lineBlockRows is the rows per block: a lookup reads at most this many.
 const lineBlockRows = 32
@@ -86,10 +114,8 @@ const lineBlockRows = 32
 // size is the heap the unit holds, roughly.
 func (u *unitLines) size() int {
 	n := 100 + len(u.blockAddrs)*8 + len(u.blockOffs)*4 + len(u.enc)
-	for _, name := range u.names {
-		n += 16 + len(name)
-	}
-	return n
+	// The names' bytes are the binary's (dwarfLines.fileNames).
+	return n + len(u.names)*16 + len(u.functions)*int(unsafe.Sizeof(functionRange{})) + len(u.callFiles)*4
 }
 
 // lookup returns the file and line of the row in effect at pc, if any.
@@ -152,27 +178,49 @@ func newDwarfLines(ef *elf.File, data []byte) *dwarfLines {
 			}
 		}
 	}
-	return &dwarfLines{data: d, units: map[dwarf.Offset]*unitLines{}, maxBytes: maxDwarfLineBytes, pcs: map[uint64]pcLine{}}
+	return &dwarfLines{data: d, units: map[dwarf.Offset]*unitLines{}, maxBytes: maxDwarfLineBytes, pcs: map[uint64]pcLine{},
+		calls: map[dwarf.Offset]*functionCalls{}, maxCalls: maxCallBytes, fileNames: map[string]string{}}
 }
 
 // line returns the file and line of pc, or "" and 0.
 func (dl *dwarfLines) line(pc uint64) (string, int) {
+	r := dl.at(pc)
+	return r.file, int(r.line)
+}
+
+// inlined is the chain of calls inlined at pc (see unitLines.inlinedAt),
+// nil when pc is in none.
+func (dl *dwarfLines) inlined(pc uint64) []inlinedFrame {
+	return dl.at(pc).inlined
+}
+
+// at is what DWARF says of pc, remembered by address.
+func (dl *dwarfLines) at(pc uint64) pcLine {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
 	if r, ok := dl.pcs[pc]; ok {
-		return r.file, int(r.line)
+		return r
 	}
-	file, line := dl.lineInUnit(pc)
+	var r pcLine
+	if u := dl.unitAt(pc); u != nil {
+		file, line := u.lookup(pc)
+		r = pcLine{file: file, line: int32(line)}
+		if fn, ok := u.functionAt(pc); ok {
+			r.inlined = dl.callsIn(fn).inlinedAt(pc, file, line, u, nil)
+		}
+	}
 	if len(dl.pcs) >= maxDwarfPCs {
 		clear(dl.pcs)
+		dl.pcFrames = 0
 	}
-	dl.pcs[pc] = pcLine{file, int32(line)}
-	return file, line
+	dl.pcs[pc] = r
+	dl.pcFrames += len(r.inlined)
+	return r
 }
 
-// lineInUnit finds pc in its unit's rows, decoding the unit when it is not
-// kept. dl.mu must be held.
-func (dl *dwarfLines) lineInUnit(pc uint64) (string, int) {
+// unitAt is the unit whose ranges hold pc, decoded when it is not kept; nil
+// when no unit holds pc. dl.mu must be held.
+func (dl *dwarfLines) unitAt(pc uint64) *unitLines {
 	if !dl.once {
 		dl.once = true
 		dl.indexUnits()
@@ -189,7 +237,7 @@ func (dl *dwarfLines) lineInUnit(pc uint64) (string, int) {
 		}
 	}
 	if !found {
-		return "", 0
+		return nil
 	}
 	dl.clock++
 	u, ok := dl.units[off]
@@ -199,26 +247,35 @@ func (dl *dwarfLines) lineInUnit(pc uint64) (string, int) {
 		dl.keep(off, u)
 	}
 	u.lastUse = dl.clock
-	return u.lookup(pc)
+	return u
 }
 
 // keep adds a decoded unit, first dropping the least recently used units
 // while the bound would be exceeded. dl.mu must be held.
 func (dl *dwarfLines) keep(off dwarf.Offset, u *unitLines) {
 	n := u.size()
-	for dl.bytes+n > dl.maxBytes && len(dl.units) > 0 {
-		var oldest dwarf.Offset
-		var oldestUse uint64 = math.MaxUint64
-		for o, k := range dl.units {
-			if k.lastUse < oldestUse {
-				oldest, oldestUse = o, k.lastUse
-			}
-		}
-		dl.bytes -= dl.units[oldest].size()
-		delete(dl.units, oldest)
-	}
+	dropLeastRecent(dl.units, &dl.bytes, n, dl.maxBytes)
 	dl.units[off] = u
 	dl.bytes += n
+}
+
+// dropLeastRecent deletes the least recently used of m's entries, whose
+// sizes add up to *bytes, until room more bytes fit under max.
+func dropLeastRecent[V interface {
+	size() int
+	used() uint64
+}](m map[dwarf.Offset]V, bytes *int, room, max int) {
+	for *bytes+room > max && len(m) > 0 {
+		var oldest dwarf.Offset
+		var oldestUse uint64 = math.MaxUint64
+		for o, v := range m {
+			if v.used() < oldestUse {
+				oldest, oldestUse = o, v.used()
+			}
+		}
+		*bytes -= m[oldest].size()
+		delete(m, oldest)
+	}
 }
 
 func (dl *dwarfLines) indexUnits() {
@@ -242,6 +299,18 @@ func (dl *dwarfLines) indexUnits() {
 	slices.SortFunc(dl.cus, func(a, b cuRange) int { return cmp.Compare(a.lo, b.lo) })
 }
 
+// fileName is name, one string per distinct name in the binary: the units
+// of a C program share most of their headers' paths, and C++ units more.
+// dl.mu must be held.
+func (dl *dwarfLines) fileName(name string) string {
+	if kept, ok := dl.fileNames[name]; ok {
+		return kept
+	}
+	dl.fileNames[name] = name
+	dl.fileNameBytes += len(name) + 64 // the string and its map entry, roughly
+	return name
+}
+
 // decodeUnit flattens one unit's line program into rows in address order,
 // one per address, and encodes them (unitLines). An empty result (and so no
 // lines) is cached on error too.
@@ -263,23 +332,33 @@ func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 	}
 	var rows []row
 	fileIdx := map[*dwarf.LineFile]uint32{}
+	// A DWARF 5 line table's directories other than the first may be
+	// relative to the compilation directory (clang writes "testdata" for
+	// a file under it); debug/dwarf joins them for DWARF 4 only.
+	compDir, _ := cu.Val(dwarf.AttrCompDir).(string)
+	fileIndex := func(f *dwarf.LineFile) uint32 {
+		fi, ok := fileIdx[f]
+		if !ok {
+			fi = uint32(len(u.names))
+			fileIdx[f] = fi
+			name := ""
+			if f != nil {
+				name = f.Name
+			}
+			if name != "" && !path.IsAbs(name) && path.IsAbs(compDir) {
+				name = path.Join(compDir, name)
+			}
+			u.names = append(u.names, dl.fileName(name))
+		}
+		return fi
+	}
 	var e dwarf.LineEntry
 	for lr.Next(&e) == nil {
 		line := uint32(e.Line)
 		if e.EndSequence {
 			line = 0
 		}
-		fi, ok := fileIdx[e.File]
-		if !ok {
-			fi = uint32(len(u.names))
-			fileIdx[e.File] = fi
-			name := ""
-			if e.File != nil {
-				name = e.File.Name
-			}
-			u.names = append(u.names, name)
-		}
-		rows = append(rows, row{e.Address, line, fi})
+		rows = append(rows, row{e.Address, line, fileIndex(e.File)})
 	}
 	// Sequences may come in any address order; at one address a sequence's
 	// first row must win over the previous sequence's end marker.
@@ -306,6 +385,10 @@ func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 		inBlock++
 	}
 	u.enc = slices.Clip(u.enc)
+	for _, f := range lr.Files() {
+		u.callFiles = append(u.callFiles, fileIndex(f))
+	}
+	u.functions = functionsOf(dl.data, r)
 	return u
 }
 
@@ -314,5 +397,5 @@ func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 func (dl *dwarfLines) size() int {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return len(dl.cus)*24 + dl.bytes + len(dl.pcs)*50
+	return len(dl.cus)*24 + dl.bytes + dl.callBytes + dl.fileNameBytes + len(dl.pcs)*50 + dl.pcFrames*int(unsafe.Sizeof(inlinedFrame{}))
 }

@@ -627,8 +627,8 @@ func (t *SymbolTable) Lookup(addr uint64) (Symbol, bool) {
 }
 
 // LookupInline appends what addr resolves to, innermost first: functions
-// the Go compiler inlined at addr, then the function containing it (just
-// that one for native code). The Go pclntab wins inside Go text; elsewhere
+// the compiler inlined at addr (from the Go pclntab, or for native code
+// from DWARF when the file carries it), then the function containing it. The Go pclntab wins inside Go text; elsewhere
 // the nearest function symbol below addr that contains it (symbols of
 // unknown size extend to the next symbol). Nothing is appended when addr
 // does not resolve. Code that no symbol covers but that a named function
@@ -643,7 +643,7 @@ func (t *SymbolTable) LookupInline(addr uint64, out []Symbol) []Symbol {
 		}
 	}
 	if sym, ok := t.lookupELF(addr); ok {
-		out = append(out, sym)
+		out = t.appendInlined(addr, sym, out)
 	} else if sym, ok := t.coldPart(addr); ok {
 		out = append(out, sym)
 	}
@@ -717,6 +717,26 @@ func demangled(name string) string {
 		return demangle.Filter(name, demangle.NoParams)
 	}
 	return name
+}
+
+// appendInlined appends the functions DWARF says were inlined at addr,
+// innermost first, then sym (the function the symbol table names there),
+// its line being where it calls the outermost of them. With no DWARF, or
+// nothing inlined at addr, that is sym alone. Guarded like lookupGo.
+func (t *SymbolTable) appendInlined(addr uint64, sym Symbol, out []Symbol) []Symbol {
+	if t.lines == nil {
+		return append(out, sym)
+	}
+	var chain []inlinedFrame
+	if t.guard(func() { chain = t.lines.inlined(addr) }) != nil || len(chain) == 0 {
+		return append(out, sym)
+	}
+	last := len(chain) - 1
+	for _, f := range chain[:last] {
+		out = append(out, Symbol{Function: f.function, File: f.file, Line: f.line})
+	}
+	sym.File, sym.Line = chain[last].file, chain[last].line
+	return append(out, sym)
 }
 
 // lineOf reads DWARF from the file mapping, guarded like lookupGo.

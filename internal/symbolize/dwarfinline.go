@@ -1,0 +1,321 @@
+package symbolize
+
+import (
+	"cmp"
+	"debug/dwarf"
+	"slices"
+	"unsafe"
+)
+
+// Functions inlined in native code, from DWARF. Without them a C, C++ or
+// Rust binary built with -O2 -g charges the work of every function the
+// compiler inlined (std::map's search, a Rust iterator's next) to the
+// function it was inlined into, at the inlined code's line; Go's inlines
+// are expanded from pclntab. A unit's functions are indexed when its line
+// table is decoded (functionRange); the calls inlined in a function
+// (DW_TAG_inlined_subroutine) are read when a lookup first lands in it, and
+// kept per function (functionCalls), so that memory goes to the functions
+// a profile samples, not to every function of a large binary.
+
+// functionRange is one address range of a function a unit defines
+// (DW_TAG_subprogram with code), and the function's entry.
+type functionRange struct {
+	lo, hi uint64
+	entry  dwarf.Offset
+}
+
+// functionCalls are the calls inlined in one function: ranges, by start,
+// and the inlined functions' names (fn indexes them).
+type functionCalls struct {
+	ranges  []inlinedRange
+	funcs   []string
+	lastUse uint64
+}
+
+// inlinedRange is one address range of a call the compiler inlined: the
+// code of function fn at [lo, hi), called from the line table's file
+// callFile, line callLine, of the function it was inlined into. Ranges nest
+// as the calls do (a call inlined into inlined code lies within its
+// caller's range), and parent is the enclosing call's range, -1 for a call
+// inlined directly into the function.
+type inlinedRange struct {
+	lo, hi   uint64
+	parent   int32
+	fn       uint32
+	callFile uint32
+	callLine int32
+}
+
+// inlinedFrame is one function of an address's inline chain.
+type inlinedFrame struct {
+	function string
+	// file and line are where execution is in this function: for the
+	// innermost, the address's line; for the others, the line that calls
+	// the next frame in. The last frame has no function: it is the
+	// function the symbol table names.
+	file string
+	line int
+}
+
+// maxCallBytes bounds the inlined calls kept per binary (about 32 bytes a
+// range): 512 KiB, where libpython's hottest function,
+// _PyEval_EvalFrameDefault, has about 9,000 ranges.
+const maxCallBytes = 512 << 10
+
+// maxOriginHops bounds how far a name is followed through
+// DW_AT_abstract_origin and DW_AT_specification (an inlined call names its
+// abstract instance, which may name a declaration: two hops in what GCC and
+// clang emit), so that a malformed file's cycle ends.
+const maxOriginHops = 8
+
+func (c *functionCalls) used() uint64 { return c.lastUse }
+
+func (c *functionCalls) size() int {
+	n := 64 + len(c.ranges)*int(unsafe.Sizeof(inlinedRange{}))
+	for _, name := range c.funcs {
+		n += 16 + len(name)
+	}
+	return n
+}
+
+// functionsOf indexes the functions of the unit whose entries r reads next
+// (its compile-unit entry just read), in namespaces too (C++, Rust). A
+// function's own entries, types and anything else are skipped whole
+// (through DW_AT_sibling where the compiler gave one, so their children are
+// not decoded). Errors end the walk with what was read.
+func functionsOf(d *dwarf.Data, r *dwarf.Reader) []functionRange {
+	var fns []functionRange
+	depth := 0
+	for {
+		e, err := r.Next()
+		if err != nil || e == nil {
+			break
+		}
+		if e.Tag == 0 {
+			if depth == 0 {
+				break // the unit's end
+			}
+			depth--
+			continue
+		}
+		switch e.Tag {
+		case dwarf.TagSubprogram:
+			if rs, err := d.Ranges(e); err == nil && e.Children {
+				for _, rg := range rs {
+					if rg[0] < rg[1] {
+						fns = append(fns, functionRange{lo: rg[0], hi: rg[1], entry: e.Offset})
+					}
+				}
+			}
+		case dwarf.TagNamespace:
+			if e.Children {
+				depth++
+			}
+			continue
+		}
+		r.SkipChildren()
+	}
+	slices.SortFunc(fns, func(a, b functionRange) int { return cmp.Compare(a.lo, b.lo) })
+	return slices.Clip(fns)
+}
+
+// functionAt is the function whose range holds pc.
+func (u *unitLines) functionAt(pc uint64) (functionRange, bool) {
+	i, _ := slices.BinarySearchFunc(u.functions, pc, func(f functionRange, pc uint64) int { return cmp.Compare(f.lo, pc+1) })
+	if i > 0 && pc < u.functions[i-1].hi {
+		return u.functions[i-1], true
+	}
+	return functionRange{}, false
+}
+
+// callsIn returns the calls inlined in fn, read when they are not kept.
+// dl.mu must be held.
+func (dl *dwarfLines) callsIn(fn functionRange) *functionCalls {
+	dl.clock++
+	c, ok := dl.calls[fn.entry]
+	if !ok {
+		c = readCalls(dl.data, fn.entry)
+		n := c.size()
+		dropLeastRecent(dl.calls, &dl.callBytes, n, dl.maxCalls)
+		dl.calls[fn.entry] = c
+		dl.callBytes += n
+	}
+	c.lastUse = dl.clock
+	return c
+}
+
+// readCalls reads the calls inlined in the function whose entry is at
+// entry, and their lexical blocks. A call's parent is the range of the
+// nearest enclosing call that holds the call's first address. Names are
+// demangled once per function. Errors end the walk with what was read.
+func readCalls(d *dwarf.Data, entry dwarf.Offset) *functionCalls {
+	c := &functionCalls{}
+	r := d.Reader()
+	r.Seek(entry)
+	if e, err := r.Next(); err != nil || e == nil || !e.Children {
+		return c
+	}
+	var (
+		byOrigin = map[dwarf.Offset]uint32{}
+		// open holds, per entry whose children are being read, the first
+		// of its ranges and their count (0 for blocks and calls without
+		// code).
+		open  = []struct{ first, n int }{{}}
+		names = d.Reader()
+	)
+	for len(open) > 0 {
+		e, err := r.Next()
+		if err != nil || e == nil {
+			break
+		}
+		if e.Tag == 0 {
+			open = open[:len(open)-1]
+			continue
+		}
+		first, n := len(c.ranges), 0
+		switch e.Tag {
+		case dwarf.TagInlinedSubroutine:
+			rs, err := d.Ranges(e)
+			origin, ok := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset)
+			if err != nil || !ok {
+				break
+			}
+			fn, ok := byOrigin[origin]
+			if !ok {
+				fn = uint32(len(c.funcs))
+				c.funcs = append(c.funcs, originName(names, origin))
+				byOrigin[origin] = fn
+			}
+			file, _ := e.Val(dwarf.AttrCallFile).(int64)
+			line, _ := e.Val(dwarf.AttrCallLine).(int64)
+			for _, rg := range rs {
+				if rg[0] < rg[1] {
+					c.ranges = append(c.ranges, inlinedRange{lo: rg[0], hi: rg[1], parent: enclosing(c.ranges, open, rg[0]), fn: fn, callFile: uint32(file), callLine: int32(line)})
+					n++
+				}
+			}
+		case dwarf.TagLexDwarfBlock:
+		default:
+			r.SkipChildren()
+			continue
+		}
+		if e.Children {
+			open = append(open, struct{ first, n int }{first, n})
+		}
+	}
+	c.ranges = sortedByStart(c.ranges)
+	return c
+}
+
+// enclosing is the index of the range of the nearest open call that holds
+// pc, -1 when the nearest call does not or there is none.
+func enclosing(ranges []inlinedRange, open []struct{ first, n int }, pc uint64) int32 {
+	for i := len(open) - 1; i >= 0; i-- {
+		o := open[i]
+		if o.n == 0 {
+			continue
+		}
+		for j := o.first; j < o.first+o.n; j++ {
+			if pc >= ranges[j].lo && pc < ranges[j].hi {
+				return int32(j)
+			}
+		}
+		return -1
+	}
+	return -1
+}
+
+// sortedByStart orders ranges by their start, as inlinedAt searches them,
+// keeping each one's parent. At one start the enclosing range stays first
+// (it was read first).
+func sortedByStart(ranges []inlinedRange) []inlinedRange {
+	order := make([]int32, len(ranges))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(ranges[a].lo, ranges[b].lo) })
+	at := make([]int32, len(ranges))
+	for n, o := range order {
+		at[o] = int32(n)
+	}
+	sorted := make([]inlinedRange, len(ranges))
+	for n, o := range order {
+		r := ranges[o]
+		if r.parent >= 0 {
+			r.parent = at[r.parent]
+		}
+		sorted[n] = r
+	}
+	return sorted
+}
+
+// originName is the name of the function an inlined call's abstract origin
+// at off is: its linkage name demangled (qualified, as the symbol table's
+// names are), else its plain name (as llvm-symbolizer gives it), following
+// DW_AT_abstract_origin and DW_AT_specification to the entry that carries
+// one.
+func originName(r *dwarf.Reader, off dwarf.Offset) string {
+	plain := ""
+	for range maxOriginHops {
+		r.Seek(off)
+		e, err := r.Next()
+		if err != nil || e == nil {
+			break
+		}
+		for _, attr := range []dwarf.Attr{dwarf.AttrLinkageName, attrMIPSLinkageName} {
+			if ln, ok := e.Val(attr).(string); ok && ln != "" {
+				return demangled(ln)
+			}
+		}
+		if name, ok := e.Val(dwarf.AttrName).(string); ok && plain == "" {
+			plain = name
+		}
+		next, ok := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset)
+		if !ok {
+			if next, ok = e.Val(dwarf.AttrSpecification).(dwarf.Offset); !ok {
+				break
+			}
+		}
+		off = next
+	}
+	return plain
+}
+
+// attrMIPSLinkageName is DW_AT_MIPS_linkage_name, which GCC wrote before
+// DWARF 4 standardized DW_AT_linkage_name.
+const attrMIPSLinkageName dwarf.Attr = 0x2007
+
+// inlinedAt returns out with the chain of calls inlined at pc appended,
+// innermost first (see inlinedFrame); nothing when pc is in no inlined
+// call. file and line are pc's own line-table row, u the unit (its line
+// table's files are what callFile indexes).
+func (c *functionCalls) inlinedAt(pc uint64, file string, line int, u *unitLines, out []inlinedFrame) []inlinedFrame {
+	i, _ := slices.BinarySearchFunc(c.ranges, pc, func(r inlinedRange, pc uint64) int { return cmp.Compare(r.lo, pc+1) })
+	// i is the first range starting above pc. Ranges nest, so the
+	// innermost one holding pc is the last one starting at or below pc or
+	// one of its enclosing calls.
+	j := int32(i - 1)
+	for j >= 0 && pc >= c.ranges[j].hi {
+		j = c.ranges[j].parent
+	}
+	start := len(out)
+	for j >= 0 {
+		r := &c.ranges[j]
+		// A call whose function has no name is left out; the next frame
+		// out then carries the line that calls it, as it should.
+		if name := c.funcs[r.fn]; name != "" {
+			out = append(out, inlinedFrame{function: name, file: file, line: line})
+		}
+		// A call line of 0 (the compiler made the call up) is no line,
+		// as a line-table row of 0 is.
+		file, line = "", int(r.callLine)
+		if line != 0 && int(r.callFile) < len(u.callFiles) {
+			file = u.names[u.callFiles[r.callFile]]
+		}
+		j = r.parent
+	}
+	if len(out) > start {
+		out = append(out, inlinedFrame{file: file, line: line})
+	}
+	return out
+}
