@@ -3,7 +3,9 @@ package symbolize
 import (
 	"cmp"
 	"debug/dwarf"
+	"math"
 	"slices"
+	"strings"
 	"unsafe"
 )
 
@@ -25,11 +27,27 @@ type functionRange struct {
 }
 
 // functionCalls are the calls inlined in one function: ranges, by start,
-// and the inlined functions' names (fn indexes them).
+// the inlined functions' names (fn indexes them) and the files they are
+// called from (callFile indexes them).
 type functionCalls struct {
 	ranges  []inlinedRange
 	funcs   []string
+	files   []string
 	lastUse uint64
+}
+
+// callFile is the index in c.files of the file the call at e is made from
+// (DW_AT_call_file, an index into u's line table's files).
+func (c *functionCalls) callFile(u *unitLines, e *dwarf.Entry) uint32 {
+	name := ""
+	if i, ok := e.Val(dwarf.AttrCallFile).(int64); ok && i >= 0 && i < int64(len(u.callFiles)) {
+		name = u.names[u.callFiles[i]]
+	}
+	if i := slices.Index(c.files, name); i >= 0 {
+		return uint32(i)
+	}
+	c.files = append(c.files, name)
+	return uint32(len(c.files) - 1)
 }
 
 // inlinedRange is one address range of a call the compiler inlined: the
@@ -71,35 +89,62 @@ const maxOriginHops = 8
 func (c *functionCalls) used() uint64 { return c.lastUse }
 
 func (c *functionCalls) size() int {
-	n := 64 + len(c.ranges)*int(unsafe.Sizeof(inlinedRange{}))
+	n := 64 + len(c.ranges)*int(unsafe.Sizeof(inlinedRange{})) + len(c.files)*16 // the files' bytes are the binary's
 	for _, name := range c.funcs {
 		n += 16 + len(name)
 	}
 	return n
 }
 
-// functionsOf indexes the functions of the unit whose entries r reads next
-// (its compile-unit entry just read), in namespaces too (C++, Rust). A
-// function's own entries, types and anything else are skipped whole
-// (through DW_AT_sibling where the compiler gave one, so their children are
-// not decoded). Errors end the walk with what was read.
-func functionsOf(d *dwarf.Data, r *dwarf.Reader) []functionRange {
-	var fns []functionRange
-	depth := 0
+// namespaceRange is a namespace entry of a unit (C++ namespace, Rust
+// module or impl) and the entries within it, [start, end): the scope that
+// qualifies the plain name of a function declared there (see
+// qualifiedName).
+type namespaceRange struct {
+	start, end dwarf.Offset
+	name       string
+	parent     int32 // the enclosing namespace, -1 at the unit's top
+	// declares: the namespace, or one within it, declares a function
+	// without a linkage name (one with a linkage name is named by it).
+	declares bool
+}
+
+// functionsOf indexes the functions and namespaces of the unit whose
+// entries r reads next (its compile-unit entry just read): functions in
+// namespaces too (C++, Rust). A function's own entries, types and anything
+// else are skipped whole (through DW_AT_sibling where the compiler gave
+// one, so their children are not decoded). Errors end the walk with what
+// was read.
+func functionsOf(d *dwarf.Data, r *dwarf.Reader) ([]functionRange, []namespaceRange) {
+	var (
+		fns []functionRange
+		nss []namespaceRange
+		// open are the namespaces being read; ended those whose end is
+		// the next entry's offset.
+		open, ended []int32
+	)
 	for {
 		e, err := r.Next()
 		if err != nil || e == nil {
 			break
 		}
 		if e.Tag == 0 {
-			if depth == 0 {
+			if len(open) == 0 {
 				break // the unit's end
 			}
-			depth--
+			ended = append(ended, open[len(open)-1])
+			open = open[:len(open)-1]
 			continue
 		}
+		for _, i := range ended {
+			nss[i].end = e.Offset
+		}
+		ended = ended[:0]
 		switch e.Tag {
 		case dwarf.TagSubprogram:
+			if len(open) > 0 && e.Val(dwarf.AttrLinkageName) == nil && e.Val(attrMIPSLinkageName) == nil {
+				nss[open[len(open)-1]].declares = true
+			}
 			if rs, err := d.Ranges(e); err == nil && e.Children {
 				for _, rg := range rs {
 					if rg[0] < rg[1] {
@@ -109,14 +154,72 @@ func functionsOf(d *dwarf.Data, r *dwarf.Reader) []functionRange {
 			}
 		case dwarf.TagNamespace:
 			if e.Children {
-				depth++
+				name, _ := e.Val(dwarf.AttrName).(string)
+				if name == "" {
+					name = "(anonymous namespace)" // as C++ demangling writes it
+				}
+				parent := int32(-1)
+				if len(open) > 0 {
+					parent = open[len(open)-1]
+				}
+				open = append(open, int32(len(nss)))
+				nss = append(nss, namespaceRange{start: e.Offset, end: math.MaxUint32, name: name, parent: parent})
 			}
 			continue
 		}
 		r.SkipChildren()
 	}
 	slices.SortFunc(fns, func(a, b functionRange) int { return cmp.Compare(a.lo, b.lo) })
-	return slices.Clip(fns)
+	return slices.Clip(fns), declaring(nss)
+}
+
+// declaring keeps, of nss (in entry order, so by start), the namespaces
+// that declare functions without a linkage name and those that hold them:
+// a Rust program's units have thousands of namespaces (modules, impls)
+// whose functions all have one.
+func declaring(nss []namespaceRange) []namespaceRange {
+	for i := len(nss) - 1; i >= 0; i-- {
+		if p := nss[i].parent; nss[i].declares && p >= 0 {
+			nss[p].declares = true
+		}
+	}
+	at := make([]int32, len(nss))
+	var kept []namespaceRange
+	for i, ns := range nss {
+		if !ns.declares {
+			continue
+		}
+		at[i] = int32(len(kept))
+		if ns.parent >= 0 {
+			ns.parent = at[ns.parent]
+		}
+		kept = append(kept, ns)
+	}
+	return kept
+}
+
+// qualifiedName is name, declared at entry off, prefixed with the
+// namespaces of u that hold off (outermost first): GCC gives a static C++
+// function and rustc (line tables only) every inlined function no linkage
+// name, and "next" or "eq<u8, u8>" alone does not say whose. A name
+// declared in another unit stays as it is.
+func (u *unitLines) qualifiedName(name string, off dwarf.Offset) string {
+	i, _ := slices.BinarySearchFunc(u.namespaces, off, func(n namespaceRange, off dwarf.Offset) int { return cmp.Compare(n.start, off) })
+	// i is the first namespace starting at or after off; namespaces nest,
+	// so those holding off are the one before it and its parents.
+	j := int32(i - 1)
+	for j >= 0 && off >= u.namespaces[j].end {
+		j = u.namespaces[j].parent
+	}
+	if j < 0 {
+		return name
+	}
+	var scopes []string
+	for ; j >= 0; j = u.namespaces[j].parent {
+		scopes = append(scopes, u.namespaces[j].name)
+	}
+	slices.Reverse(scopes)
+	return strings.Join(scopes, "::") + "::" + name
 }
 
 // functionAt is the function whose range holds pc.
@@ -128,13 +231,18 @@ func (u *unitLines) functionAt(pc uint64) (functionRange, bool) {
 	return functionRange{}, false
 }
 
-// callsIn returns the calls inlined in fn, read when they are not kept.
-// dl.mu must be held.
+// callsIn returns the calls inlined in fn, read (with its unit, for the
+// names of its files and namespaces) when they are not kept. dl.mu must be
+// held.
 func (dl *dwarfLines) callsIn(fn functionRange) *functionCalls {
 	dl.clock++
 	c, ok := dl.calls[fn.entry]
 	if !ok {
-		c = readCalls(dl.data, fn.entry)
+		u := dl.unitAt(fn.lo)
+		if u == nil {
+			return &functionCalls{}
+		}
+		c = readCalls(dl.data, u, fn.entry)
 		n := c.size()
 		dropLeastRecent(dl.calls, &dl.callBytes, n, dl.maxCalls)
 		dl.calls[fn.entry] = c
@@ -148,7 +256,7 @@ func (dl *dwarfLines) callsIn(fn functionRange) *functionCalls {
 // entry, and their lexical blocks. A call's parent is the range of the
 // nearest enclosing call that holds the call's first address. Names are
 // demangled once per function. Errors end the walk with what was read.
-func readCalls(d *dwarf.Data, entry dwarf.Offset) *functionCalls {
+func readCalls(d *dwarf.Data, u *unitLines, entry dwarf.Offset) *functionCalls {
 	c := &functionCalls{}
 	r := d.Reader()
 	r.Seek(entry)
@@ -183,14 +291,14 @@ func readCalls(d *dwarf.Data, entry dwarf.Offset) *functionCalls {
 			fn, ok := byOrigin[origin]
 			if !ok {
 				fn = uint32(len(c.funcs))
-				c.funcs = append(c.funcs, originName(names, origin))
+				c.funcs = append(c.funcs, originName(names, u, origin))
 				byOrigin[origin] = fn
 			}
-			file, _ := e.Val(dwarf.AttrCallFile).(int64)
+			file := c.callFile(u, e)
 			line, _ := e.Val(dwarf.AttrCallLine).(int64)
 			for _, rg := range rs {
 				if rg[0] < rg[1] {
-					c.ranges = append(c.ranges, inlinedRange{lo: rg[0], hi: rg[1], parent: enclosing(c.ranges, open, rg[0]), fn: fn, callFile: uint32(file), callLine: int32(line)})
+					c.ranges = append(c.ranges, inlinedRange{lo: rg[0], hi: rg[1], parent: enclosing(c.ranges, open, rg[0]), fn: fn, callFile: file, callLine: int32(line)})
 					n++
 				}
 			}
@@ -251,11 +359,11 @@ func sortedByStart(ranges []inlinedRange) []inlinedRange {
 
 // originName is the name of the function an inlined call's abstract origin
 // at off is: its linkage name demangled (qualified, as the symbol table's
-// names are), else its plain name (as llvm-symbolizer gives it), following
-// DW_AT_abstract_origin and DW_AT_specification to the entry that carries
-// one.
-func originName(r *dwarf.Reader, off dwarf.Offset) string {
-	plain := ""
+// names are), else its plain name qualified by the namespaces of u it is
+// declared in, following DW_AT_abstract_origin and DW_AT_specification to
+// the entry that carries one.
+func originName(r *dwarf.Reader, u *unitLines, off dwarf.Offset) string {
+	plain, at := "", dwarf.Offset(0)
 	for range maxOriginHops {
 		r.Seek(off)
 		e, err := r.Next()
@@ -268,7 +376,7 @@ func originName(r *dwarf.Reader, off dwarf.Offset) string {
 			}
 		}
 		if name, ok := e.Val(dwarf.AttrName).(string); ok && plain == "" {
-			plain = name
+			plain, at = name, e.Offset
 		}
 		next, ok := e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset)
 		if !ok {
@@ -278,7 +386,10 @@ func originName(r *dwarf.Reader, off dwarf.Offset) string {
 		}
 		off = next
 	}
-	return plain
+	if plain == "" {
+		return ""
+	}
+	return u.qualifiedName(plain, at)
 }
 
 // attrMIPSLinkageName is DW_AT_MIPS_linkage_name, which GCC wrote before
@@ -287,9 +398,8 @@ const attrMIPSLinkageName dwarf.Attr = 0x2007
 
 // inlinedAt returns out with the chain of calls inlined at pc appended,
 // innermost first (see inlinedFrame); nothing when pc is in no inlined
-// call. file and line are pc's own line-table row, u the unit (its line
-// table's files are what callFile indexes).
-func (c *functionCalls) inlinedAt(pc uint64, file string, line int, u *unitLines, out []inlinedFrame) []inlinedFrame {
+// call. file and line are pc's own line-table row.
+func (c *functionCalls) inlinedAt(pc uint64, file string, line int, out []inlinedFrame) []inlinedFrame {
 	i, _ := slices.BinarySearchFunc(c.ranges, pc, func(r inlinedRange, pc uint64) int { return cmp.Compare(r.lo, pc+1) })
 	// i is the first range starting above pc. Ranges nest, so the
 	// innermost one holding pc is the last one starting at or below pc or
@@ -309,8 +419,8 @@ func (c *functionCalls) inlinedAt(pc uint64, file string, line int, u *unitLines
 		// A call line of 0 (the compiler made the call up) is no line,
 		// as a line-table row of 0 is.
 		file, line = "", int(r.callLine)
-		if line != 0 && int(r.callFile) < len(u.callFiles) {
-			file = u.names[u.callFiles[r.callFile]]
+		if line != 0 {
+			file = c.files[r.callFile]
 		}
 		j = r.parent
 	}

@@ -40,8 +40,6 @@ type dwarfLines struct {
 	// clock orders the units' use, for dropping the least recent.
 	clock uint64
 	pcs   map[uint64]pcLine // answers by address, found or not
-	// pcFrames counts the inlined frames the answers hold, for size.
-	pcFrames int
 	// calls are the inlined calls of functions lookups landed in, by the
 	// function's entry, under their own bound (callBytes, at most
 	// maxCallBytes), least recently used dropped first: a function is
@@ -59,11 +57,12 @@ type dwarfLines struct {
 }
 
 // pcLine is the file and line of one address ("" and 0: none) and the
-// calls inlined there.
+// function that holds it (entry 0: none known), whose inlined calls are
+// kept apart (dwarfLines.calls).
 type pcLine struct {
-	file    string
-	line    int32
-	inlined []inlinedFrame
+	file string
+	line int32
+	fn   functionRange
 }
 
 // maxDwarfLineBytes bounds the decoded units kept per binary: 1 MiB, about
@@ -101,6 +100,8 @@ type unitLines struct {
 	// each with its DWARF entry: where the calls inlined in it are read
 	// when a lookup lands in it (see dwarfLines.callsIn).
 	functions []functionRange
+	// namespaces qualify the plain names of functions declared in them.
+	namespaces []namespaceRange
 	// callFiles are the line table's files by index, as DW_AT_call_file
 	// names them: indexes into names.
 	callFiles []uint32
@@ -115,7 +116,11 @@ const lineBlockRows = 32
 func (u *unitLines) size() int {
 	n := 100 + len(u.blockAddrs)*8 + len(u.blockOffs)*4 + len(u.enc)
 	// The names' bytes are the binary's (dwarfLines.fileNames).
-	return n + len(u.names)*16 + len(u.functions)*int(unsafe.Sizeof(functionRange{})) + len(u.callFiles)*4
+	n += len(u.names)*16 + len(u.functions)*int(unsafe.Sizeof(functionRange{})) + len(u.callFiles)*4
+	for _, ns := range u.namespaces {
+		n += int(unsafe.Sizeof(ns)) + len(ns.name)
+	}
+	return n
 }
 
 // lookup returns the file and line of the row in effect at pc, if any.
@@ -188,16 +193,26 @@ func (dl *dwarfLines) line(pc uint64) (string, int) {
 	return r.file, int(r.line)
 }
 
-// inlined is the chain of calls inlined at pc (see unitLines.inlinedAt),
-// nil when pc is in none.
+// inlined is the chain of calls inlined at pc (see
+// functionCalls.inlinedAt), nil when pc is in none.
 func (dl *dwarfLines) inlined(pc uint64) []inlinedFrame {
-	return dl.at(pc).inlined
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	r := dl.atLocked(pc)
+	if r.fn.entry == 0 {
+		return nil
+	}
+	return dl.callsIn(r.fn).inlinedAt(pc, r.file, int(r.line), nil)
 }
 
 // at is what DWARF says of pc, remembered by address.
 func (dl *dwarfLines) at(pc uint64) pcLine {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
+	return dl.atLocked(pc)
+}
+
+func (dl *dwarfLines) atLocked(pc uint64) pcLine {
 	if r, ok := dl.pcs[pc]; ok {
 		return r
 	}
@@ -205,16 +220,12 @@ func (dl *dwarfLines) at(pc uint64) pcLine {
 	if u := dl.unitAt(pc); u != nil {
 		file, line := u.lookup(pc)
 		r = pcLine{file: file, line: int32(line)}
-		if fn, ok := u.functionAt(pc); ok {
-			r.inlined = dl.callsIn(fn).inlinedAt(pc, file, line, u, nil)
-		}
+		r.fn, _ = u.functionAt(pc)
 	}
 	if len(dl.pcs) >= maxDwarfPCs {
 		clear(dl.pcs)
-		dl.pcFrames = 0
 	}
 	dl.pcs[pc] = r
-	dl.pcFrames += len(r.inlined)
 	return r
 }
 
@@ -388,7 +399,7 @@ func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 	for _, f := range lr.Files() {
 		u.callFiles = append(u.callFiles, fileIndex(f))
 	}
-	u.functions = functionsOf(dl.data, r)
+	u.functions, u.namespaces = functionsOf(dl.data, r)
 	return u
 }
 
@@ -397,5 +408,5 @@ func (dl *dwarfLines) decodeUnit(off dwarf.Offset) *unitLines {
 func (dl *dwarfLines) size() int {
 	dl.mu.Lock()
 	defer dl.mu.Unlock()
-	return len(dl.cus)*24 + dl.bytes + dl.callBytes + dl.fileNameBytes + len(dl.pcs)*50 + dl.pcFrames*int(unsafe.Sizeof(inlinedFrame{}))
+	return len(dl.cus)*24 + dl.bytes + dl.callBytes + dl.fileNameBytes + len(dl.pcs)*int(50+unsafe.Sizeof(functionRange{}))
 }

@@ -15,6 +15,12 @@ import (
 // at most ~1.6 MB.
 const memoGeneration = 4096
 
+// memoGenerationBytes bounds each generation's heap too: an address of
+// C++ or Rust code built with -g resolves to a chain of inlined functions
+// (up to 20 deep in a Rust program's parsing loop), and 4,096 of those
+// would hold several MB.
+const memoGenerationBytes = 800 << 10
+
 // symbolMemo remembers what the addresses looked up lately resolved to, by
 // table and address. A node's intervals sample the same call sites again
 // and again, and resolving one costs far more than the map lookup: a Go
@@ -116,7 +122,7 @@ func (m *symbolMemo) storeLocked(k memoKey, syms []Symbol) {
 // roomLocked makes sure the current generation can take one more address,
 // starting a new one when it is full.
 func (m *symbolMemo) roomLocked() {
-	if len(m.cur.syms) >= memoGeneration {
+	if len(m.cur.syms) >= memoGeneration || m.cur.bytes >= memoGenerationBytes {
 		m.prev, m.cur = m.cur, memoGen{}
 	}
 	if m.cur.syms == nil {

@@ -61,6 +61,27 @@ func TestMemoBounded(t *testing.T) {
 	}
 }
 
+// Addresses in deeply inlined code (a chain of 20 functions each) fill a
+// generation by its bytes before its count of addresses.
+func TestMemoBoundedInBytes(t *testing.T) {
+	var m symbolMemo
+	chain := make([]Symbol, 20)
+	for i := range chain {
+		chain[i] = Symbol{Function: fmt.Sprintf("core::iter::f%d", i), File: "iter.rs", Line: i + 1}
+	}
+	largest := 0
+	for addr := uint64(1000); addr < 1000+2*memoGeneration; addr++ {
+		m.put(1, addr, chain)
+		largest = max(largest, m.size())
+	}
+	if largest > 2*memoGenerationBytes+4096 {
+		t.Errorf("the memo held %d bytes, bound %d", largest, 2*memoGenerationBytes)
+	}
+	if n := m.len(); n >= 2*memoGeneration {
+		t.Errorf("%d addresses remembered: the generations turned over by count, not bytes", n)
+	}
+}
+
 // The memo's strings are its own: a name sliced out of a table's names
 // (or a file mapping) must not keep that memory alive through the memo.
 func TestMemoOwnsStrings(t *testing.T) {

@@ -1,10 +1,10 @@
 // Package symbolize turns sampled instruction addresses into function, file
-// and line: user-space addresses through a snapshot of the process's mappings
-// and a per-binary SymbolTable (ELF .symtab/.dynsym with C++ demangling, Go
-// pclntab with inlined calls, DWARF lines for native code when present, the
-// vdso), kernel addresses through /proc/kallsyms. Tables are cached per file
-// identity, so a redeployed binary gets a fresh table and an unchanged one is
-// read once, and shared by the files of one build (SymbolTable.ContentKey),
+// and line: user-space addresses through a snapshot of the process's
+// mappings and a per-binary SymbolTable (ELF .symtab/.dynsym with C++ and
+// Rust demangling, Go pclntab with inlined calls, DWARF lines and inlined
+// calls for native code when present, the vdso), kernel addresses through
+// /proc/kallsyms. Tables are cached per file identity, so a redeployed
+// binary gets a fresh table and an unchanged one is read once, and shared by the files of one build (SymbolTable.ContentKey),
 // so one image's binaries in every container on a node are read once.
 package symbolize
 
@@ -156,7 +156,8 @@ func (s *Symbolizer) cached(id fileid.ID) bool {
 }
 
 // User appends the frames of a user stack (leaf first) to out: one per
-// address, plus one per Go function inlined there (see Frame.Inline).
+// address, plus one per function inlined there (Go, or native code with
+// DWARF; see Frame.Inline).
 // Frame 0 is the sampled PC; deeper frames are return addresses, which point
 // just after the call, so they are looked up at address-1 (and reported as
 // sampled). Addresses that do not resolve are kept with their mapping,
