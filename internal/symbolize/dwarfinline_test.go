@@ -66,6 +66,7 @@ func TestInlinedCallsMatchLLVMSymbolizer(t *testing.T) {
 			if bad > 0 {
 				t.Errorf("%d of %d addresses differ from llvm-symbolizer", bad, len(pcs))
 			}
+			t.Logf("%d of %d addresses in inlined code, chains up to %d deep, %d inlined functions", inlined, len(pcs), deepest, len(seen))
 			// GCC gives the static functions no linkage name: their
 			// names are qualified by their namespace all the same.
 			leaf, middle := "shop::leaf", "shop::middle"

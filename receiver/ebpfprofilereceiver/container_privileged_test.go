@@ -154,7 +154,6 @@ func containerCgroup(t *testing.T, podUID, containerID string) string {
 // exec).
 const joinThenExecC = burnC + `
 #include <string.h>
-__attribute__((noinline)) void before_join(double secs) { burn(secs); }
 static double cpu_now(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -162,12 +161,15 @@ static double cpu_now(void) {
 }
 
 /* secs of CPU time, not of the clock: on a machine busy with other work
-   (make run beside the tests) 0.3 s of the clock got 4 samples. */
+   (make run beside the tests) 0.3 s of the clock got 4 samples, and 0.1 s
+   before the join sometimes none, so that the receiver, which reads a
+   process at its first sample, never read the joiner. */
 static inline void burn_cpu(double secs) {
 	volatile unsigned long x = 0;
 	for (double end = cpu_now() + secs; cpu_now() < end;)
 		x++;
 }
+__attribute__((noinline)) void before_join(double secs) { burn_cpu(secs); }
 __attribute__((noinline)) void after_join(double secs) { burn_cpu(secs); }
 __attribute__((noinline)) void in_program(double secs) { burn_cpu(secs); }
 
