@@ -200,9 +200,9 @@ func declaring(nss []namespaceRange) []namespaceRange {
 
 // qualifiedName is name, declared at entry off, prefixed with the
 // namespaces of u that hold off (outermost first): GCC gives a static C++
-// function and rustc (line tables only) every inlined function no linkage
-// name, and "next" or "eq<u8, u8>" alone does not say whose. A name
-// declared in another unit stays as it is.
+// function no linkage name, and "leaf" alone does not say whose. A name
+// declared in another unit, or at the unit's top (rustc's line tables
+// only declare every inlined function there), stays as it is.
 func (u *unitLines) qualifiedName(name string, off dwarf.Offset) string {
 	i, _ := slices.BinarySearchFunc(u.namespaces, off, func(n namespaceRange, off dwarf.Offset) int { return cmp.Compare(n.start, off) })
 	// i is the first namespace starting at or after off; namespaces nest,
