@@ -396,10 +396,10 @@ func originName(r *dwarf.Reader, u *unitLines, off dwarf.Offset) string {
 // DWARF 4 standardized DW_AT_linkage_name.
 const attrMIPSLinkageName dwarf.Attr = 0x2007
 
-// inlinedAt returns out with the chain of calls inlined at pc appended,
-// innermost first (see inlinedFrame); nothing when pc is in no inlined
-// call. file and line are pc's own line-table row.
-func (c *functionCalls) inlinedAt(pc uint64, file string, line int, out []inlinedFrame) []inlinedFrame {
+// inlinedAt is the chain of calls inlined at pc, innermost first (see
+// inlinedFrame); nil when pc is in no inlined call. file and line are pc's
+// own line-table row.
+func (c *functionCalls) inlinedAt(pc uint64, file string, line int) []inlinedFrame {
 	i, _ := slices.BinarySearchFunc(c.ranges, pc, func(r inlinedRange, pc uint64) int { return cmp.Compare(r.lo, pc+1) })
 	// i is the first range starting above pc. Ranges nest, so the
 	// innermost one holding pc is the last one starting at or below pc or
@@ -408,7 +408,7 @@ func (c *functionCalls) inlinedAt(pc uint64, file string, line int, out []inline
 	for j >= 0 && pc >= c.ranges[j].hi {
 		j = c.ranges[j].parent
 	}
-	start := len(out)
+	var out []inlinedFrame
 	for j >= 0 {
 		r := &c.ranges[j]
 		// A call whose function has no name is left out; the next frame
@@ -424,7 +424,7 @@ func (c *functionCalls) inlinedAt(pc uint64, file string, line int, out []inline
 		}
 		j = r.parent
 	}
-	if len(out) > start {
+	if len(out) > 0 {
 		out = append(out, inlinedFrame{file: file, line: line})
 	}
 	return out

@@ -202,7 +202,7 @@ func (dl *dwarfLines) inlined(pc uint64) []inlinedFrame {
 	if r.fn.entry == 0 {
 		return nil
 	}
-	return dl.callsIn(r.fn).inlinedAt(pc, r.file, int(r.line), nil)
+	return dl.callsIn(r.fn).inlinedAt(pc, r.file, int(r.line))
 }
 
 // at is what DWARF says of pc, remembered by address.
