@@ -12,9 +12,12 @@
 //   ips[n+1+2k]     code object of Python frame k (leaf first); bit 0 set
 //                   when the frame is the entry frame of its
 //                   _PyEval_EvalFrameDefault call (3.11: the first Python
-//                   frame of the next native eval frame follows it); bit 1
-//                   set for the shim frame (3.12 on) between two eval calls
-//   ips[n+2+2k]     the frame's last executed instruction (prev_instr; 3.13 on: instr_ptr)
+//                   frame of the next native eval frame follows it; 3.10
+//                   and older: every frame); bit 1 set for the shim frame
+//                   (3.12 on) between two eval calls
+//   ips[n+2+2k]     the frame's last executed instruction (prev_instr; 3.13
+//                   on: instr_ptr; 3.10 and older: the word whose low half
+//                   is the int f_lasti)
 //
 // User space resolves code objects (name, file, line) and splices each
 // run of Python frames in at the matching _PyEval_EvalFrameDefault native
@@ -41,20 +44,25 @@
 struct py_proc {
 	__u64 runtime;              // address of _PyRuntime in the process
 	__u16 runtime_interp_head;  // _PyRuntimeState.interpreters.head
-	__u16 interp_threads_head;  // PyInterpreterState.threads.head
+	__u16 interp_threads_head;  // PyInterpreterState.threads.head (3.10 and older: .tstate_head)
 	__u16 tstate_next;          // PyThreadState.next
 	__u16 tstate_thread_id;     // PyThreadState.thread_id
-	__u16 tstate_cframe;        // PyThreadState.cframe (3.13: .current_frame)
-	__u16 cframe_current_frame; // _PyCFrame.current_frame, or PY_NO_FIELD (3.13 has no _PyCFrame)
-	__u16 frame_code;           // _PyInterpreterFrame.f_code
-	__u16 frame_previous;       // _PyInterpreterFrame.previous
-	__u16 frame_prev_instr;     // _PyInterpreterFrame.prev_instr
-	__u16 frame_is_entry;       // _PyInterpreterFrame.is_entry (a bool; 3.11), or PY_NO_FIELD
-	__u16 frame_owner;          // _PyInterpreterFrame.owner (a char)
-	__u16 frame_window;         // bytes of a frame read from f_code on: covers the fields above
+	__u16 tstate_cframe;        // PyThreadState.cframe (3.13: .current_frame; 3.10 and older: .frame)
+	__u16 cframe_current_frame; // _PyCFrame.current_frame, or PY_NO_FIELD (3.13 has no _PyCFrame; 3.10 and older not used)
+	__u16 frame_code;           // _PyInterpreterFrame.f_code (3.10 and older: PyFrameObject.f_code)
+	__u16 frame_previous;       // _PyInterpreterFrame.previous (PyFrameObject.f_back)
+	__u16 frame_prev_instr;     // _PyInterpreterFrame.prev_instr (PyFrameObject.f_lasti)
+	__u16 frame_is_entry;       // _PyInterpreterFrame.is_entry (a bool; 3.11), PY_EVERY_FRAME or PY_NO_FIELD
+	__u16 frame_owner;          // _PyInterpreterFrame.owner (a char), or PY_NO_FIELD (3.10 and older)
+	__u16 frame_base;           // where the bytes read of a frame start (the lowest field above)
+	__u16 frame_window;         // how many bytes of a frame are read from frame_base: covers the fields above
 };
 
 #define PY_NO_FIELD 0xffff
+// frame_is_entry of CPython 3.10 and older: each Python frame (a
+// PyFrameObject, f_back its caller, f_lasti its last instruction) has a
+// _PyEval_EvalFrameDefault call of its own, so every frame is an entry.
+#define PY_EVERY_FRAME 0xfffe
 // _PyInterpreterFrame.owner of the shim frame CPython 3.12 pushes at each
 // _PyEval_EvalFrameDefault entry (FRAME_OWNED_BY_CSTACK in 3.12 and 3.13,
 // FRAME_OWNED_BY_INTERPRETER from 3.14 on, both 3); 3.11 has no such owner
@@ -138,10 +146,11 @@ struct py_walk {
 };
 
 // PY_FRAME_WINDOW: at most this many bytes of an interpreter frame are
-// read at once, from f_code on (py_proc.frame_window: user space checks the
-// fields it needs lie in it). One read per frame instead of four: each
-// bpf_probe_read_user costs more than the rest of the step.
-#define PY_FRAME_WINDOW 80
+// read at once, from frame_base on (py_proc.frame_window: user space checks
+// the fields it needs lie in it). One read per frame instead of four: each
+// bpf_probe_read_user costs more than the rest of the step. 3.10 and older
+// need the most: f_back at 24 to the word of f_lasti at 104.
+#define PY_FRAME_WINDOW 88
 
 // py_frame_step records one interpreter frame and moves to its caller.
 static long py_frame_step(__u64 i, void *ctx)
@@ -155,6 +164,7 @@ static long py_frame_step(__u64 i, void *ctx)
 	__u32 prev_at, instr_at, at;
 	__u64 size; // 64-bit: a 32-bit one is checked on a zero-extended copy
 	__u64 flags = 0, code;
+	__u32 code_at;
 	// The slot comes from the loop index, never from a count kept in w:
 	// a value stored there is tracked exactly and the verifier would
 	// re-check this callback for every frame (see unwind_step).
@@ -172,27 +182,32 @@ static long py_frame_step(__u64 i, void *ctx)
 	asm volatile("" : "+r"(size));
 	if (size > PY_FRAME_WINDOW)
 		return 1;
-	if (bpf_probe_read_user(win, size, (void *)(w->frame + pp->frame_code)) != 0)
+	if (bpf_probe_read_user(win, size, (void *)(w->frame + pp->frame_base)) != 0)
 		return 1;
 	// Word and byte indices into the window (user space guarantees they
 	// are in it; the checks are for the verifier).
-	prev_at = (__u32)(pp->frame_previous - pp->frame_code) / 8;
-	instr_at = (__u32)(pp->frame_prev_instr - pp->frame_code) / 8;
-	if (prev_at >= PY_FRAME_WINDOW / 8 || instr_at >= PY_FRAME_WINDOW / 8)
+	code_at = (__u32)(pp->frame_code - pp->frame_base) / 8;
+	prev_at = (__u32)(pp->frame_previous - pp->frame_base) / 8;
+	instr_at = (__u32)(pp->frame_prev_instr - pp->frame_base) / 8;
+	if (code_at >= PY_FRAME_WINDOW / 8 || prev_at >= PY_FRAME_WINDOW / 8 || instr_at >= PY_FRAME_WINDOW / 8)
 		return 1;
-	if (pp->frame_is_entry != PY_NO_FIELD) {
-		at = (__u32)(pp->frame_is_entry - pp->frame_code);
+	if (pp->frame_is_entry == PY_EVERY_FRAME) {
+		flags |= 1;
+	} else if (pp->frame_is_entry != PY_NO_FIELD) {
+		at = (__u32)(pp->frame_is_entry - pp->frame_base);
 		if (at >= PY_FRAME_WINDOW)
 			return 1;
 		if ((win[at / 8] >> (8 * (at % 8))) & 0xff)
 			flags |= 1;
 	}
-	at = (__u32)(pp->frame_owner - pp->frame_code);
-	if (at >= PY_FRAME_WINDOW)
-		return 1;
-	if (((win[at / 8] >> (8 * (at % 8))) & 0xff) >= PY_OWNED_BY_SHIM)
-		flags |= 2;
-	code = win[0] & ~PY_TAG_BITS; // win[0]: f_code (f_executable)
+	if (pp->frame_owner != PY_NO_FIELD) {
+		at = (__u32)(pp->frame_owner - pp->frame_base);
+		if (at >= PY_FRAME_WINDOW)
+			return 1;
+		if (((win[at / 8] >> (8 * (at % 8))) & 0xff) >= PY_OWNED_BY_SHIM)
+			flags |= 2;
+	}
+	code = win[code_at] & ~PY_TAG_BITS; // f_code (f_executable)
 	t->ips[n] = code | flags;
 	t->ips[n + 1] = win[instr_at];
 	if (!(flags & 2)) // a shim frame is never shown

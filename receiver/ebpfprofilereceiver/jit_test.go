@@ -630,7 +630,7 @@ func findPython(t *testing.T, what, cond string, names ...string) string {
 		}
 	}
 	if home, err := os.UserHomeDir(); err == nil {
-		found, _ := filepath.Glob(filepath.Join(home, ".pyenv/versions/3.1[2-9]*/bin/python3"))
+		found, _ := filepath.Glob(filepath.Join(home, ".pyenv/versions/3.*/bin/python3"))
 		candidates = append(candidates, found...)
 	}
 	for _, p := range candidates {

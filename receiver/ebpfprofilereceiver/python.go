@@ -248,8 +248,8 @@ func (p *pythonFrames) close() {
 
 // interleave inserts the Python frames py (leaf first) into frames (leaf
 // first, kernel frames, then user frames) where they ran: each run of
-// Python frames up to an entry frame (3.11) or a shim frame (3.12, not
-// shown) goes just leafward of the matching
+// Python frames up to an entry frame (3.11; 3.10 and older: every frame)
+// or a shim frame (3.12, not shown) goes just leafward of the matching
 // _PyEval_EvalFrameDefault native frame, innermost first (or its .cold
 // part, where Debian's CPython 3.14 and 3.15, built with profile guidance,
 // run the loop). Runs the native

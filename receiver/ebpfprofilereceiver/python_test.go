@@ -83,6 +83,9 @@ while time.monotonic() < end:
 print(json.dumps(cpu), flush=True)
 `
 
+// splitPyFunctions are splitPyZlib's functions.
+var splitPyFunctions = []string{"<module>", "hotA", "hotB", "hotC", "timed", "dispatch", "wait_for_go"}
+
 // TestPython311FramesWithoutHelp: Debian's /usr/bin/python3.11 (no -X perf,
 // no frame pointers, no debug info) shows its Python functions, with
 // files and lines, interleaved with the native frames; hotC's samples
@@ -93,6 +96,31 @@ func TestPython311FramesWithoutHelp(t *testing.T) {
 		t.Fatalf("Debian's python3.11 is needed: %v", err)
 	}
 	checkPythonFrames(t, py)
+}
+
+// TestPython310FramesWithoutHelp: the same with CPython 3.10, where one is
+// installed (pyenv): PyFrameObjects, one _PyEval_EvalFrameDefault call
+// each, f_lasti for the line, co_name for the function; the version known
+// from the functions the library exports, as it has no Py_Version.
+func TestPython310FramesWithoutHelp(t *testing.T) {
+	checkPythonFramesBefore311(t, pythonVersion(t, 3, 10))
+}
+
+// TestPython39FramesWithoutHelp: the same with CPython 3.9 (co_lnotab, and
+// f_lasti counting bytes).
+func TestPython39FramesWithoutHelp(t *testing.T) {
+	checkPythonFramesBefore311(t, pythonVersion(t, 3, 9))
+}
+
+// TestPython38FramesWithoutHelp: the same with CPython 3.8.
+func TestPython38FramesWithoutHelp(t *testing.T) {
+	checkPythonFramesBefore311(t, pythonVersion(t, 3, 8))
+}
+
+// TestPython37FramesWithoutHelp: the same with CPython 3.7 (its code
+// objects' fields 8 bytes earlier).
+func TestPython37FramesWithoutHelp(t *testing.T) {
+	checkPythonFramesBefore311(t, pythonVersion(t, 3, 7))
 }
 
 // TestPython312FramesWithoutHelp: the same with CPython 3.12 (its frames
@@ -212,6 +240,36 @@ func checkPythonFrames(t *testing.T, py string) {
 	checkPythonSplit(t, cfg, runSplit(t, cfg, "split.py", splitPyZlib, py))
 }
 
+// checkPythonFramesBefore311 is checkPythonFrames for CPython 3.10 and
+// older, where each Python function runs in a _PyEval_EvalFrameDefault call
+// of its own: each Python frame goes in just leafward of its own eval
+// frame, not all of them at the innermost one.
+func checkPythonFramesBefore311(t *testing.T, py string) {
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	res := runSplit(t, cfg, "split.py", splitPyZlib, py)
+	checkPythonSplit(t, cfg, res)
+	var placed, misplaced int64
+	for stack, n := range res.tally.Folded {
+		frames := testworkload.UserFrames(stack)
+		for i, f := range frames {
+			if slices.Contains(splitPyFunctions, f) {
+				if i > 0 && frames[i-1] == "_PyEval_EvalFrameDefault" {
+					placed += n
+				} else {
+					misplaced += n
+				}
+			}
+		}
+	}
+	t.Logf("Python frames right after an eval frame: %d, elsewhere: %d", placed, misplaced)
+	// A native stack the unwinder cut short has too few eval frames (see
+	// checkPythonSplit's outsideEval).
+	if placed == 0 || misplaced*10 > placed {
+		t.Errorf("%d Python frames right after their _PyEval_EvalFrameDefault, %d elsewhere (want ≤ 10 %%); top:%s", placed, misplaced, res.tally.Top(4))
+	}
+}
+
 // checkPythonSplit checks what a receiver configured with cfg saw of a run
 // of splitPyZlib.
 func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
@@ -222,7 +280,13 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 	var inPython, namedInPython, withZlib, total, outsideEval int64
 	var unnamed testworkload.Tally
 	for stack, n := range tl.Folded {
-		frames := testworkload.UserFrames(stack)
+		// The script's own functions, in order: CPython 3.10 and older
+		// call each Python function through native frames of its own
+		// (call_function, _PyEval_EvalFrameDefault), 3.11 on run a
+		// Python call in the caller's eval loop.
+		frames := slices.DeleteFunc(testworkload.UserFrames(stack), func(f string) bool {
+			return !slices.Contains(splitPyFunctions, f)
+		})
 		total += n
 		found := ""
 		for i, f := range frames {

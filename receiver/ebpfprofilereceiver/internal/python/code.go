@@ -13,7 +13,7 @@ import (
 
 // Frame is a Python frame as a profile shows it.
 type Frame struct {
-	Function string // co_qualname: "Class.method", "outer.<locals>.inner"
+	Function string // co_qualname: "Class.method", "outer.<locals>.inner" (3.10 and older: co_name, "method")
 	File     string // co_filename
 	Line     int    // of the instruction last executed; co_firstlineno when unknown
 }
@@ -69,7 +69,7 @@ func (p *Process) Close() error {
 }
 
 // Resolve names the frame running code object code at instruction instr
-// (prev_instr). Entries cached before notBefore are checked again first.
+// (what the kernel recorded: see frameAt). Entries cached before notBefore are checked again first.
 func (p *Process) Resolve(code, instr uint64, notBefore time.Time) (Frame, error) {
 	ci, ok := p.codes[code]
 	if ok && !ci.checked.Before(notBefore) {
@@ -142,16 +142,37 @@ func (ci *codeInfo) size() int {
 	return len(ci.lineTable) + len(ci.frame.Function) + len(ci.frame.File) + 96
 }
 
-// frameAt is the frame with the line of instruction instr.
+// frameAt is the frame with the line of instruction instr: the address
+// of the instruction (InterpreterFrames), or the word whose low half is
+// the frame's f_lasti (FrameObjects*; -1 before the first instruction).
 func (ci *codeInfo) frameAt(code, instr uint64, off *Offsets) Frame {
 	f := ci.frame
-	start := code + uint64(off.CodeAdaptive)
-	if instr >= start {
-		if line, ok := lineOf(ci.lineTable, f.Line, int((instr-start)/2)); ok {
-			f.Line = line
+	var line int
+	var ok bool
+	switch lasti := int(int32(uint32(instr))); off.Frames {
+	case InterpreterFrames:
+		if start := code + uint64(off.CodeAdaptive); instr >= start {
+			line, ok = lineOf(ci.lineTable, f.Line, int((instr-start)/2))
+		}
+	case FrameObjects310:
+		if lasti >= 0 {
+			line, ok = lineOf310(ci.lineTable, f.Line, 2*lasti)
+		}
+	case FrameObjects:
+		if lasti >= 0 {
+			line, ok = lineOfLnotab(ci.lineTable, f.Line, lasti), true
 		}
 	}
+	if ok {
+		f.Line = line
+	}
 	return f
+}
+
+// headerBytes is how much of a code object readHeader reads: up to the
+// end of the last field it needs.
+func (off *Offsets) headerBytes() int {
+	return int(max(off.ObjectType+8, off.CodeFirstLineNo+4, off.CodeFilename+8, off.CodeQualName+8, off.CodeLineTable+8))
 }
 
 // readHeader reads the code object's fixed part: it must be a code object
@@ -159,7 +180,7 @@ func (ci *codeInfo) frameAt(code, instr uint64, off *Offsets) Frame {
 // first line.
 func (p *Process) readHeader(code uint64) ([3]uint64, int, error) {
 	off := &p.in.Offsets
-	buf := make([]byte, off.CodeAdaptive)
+	buf := make([]byte, off.headerBytes())
 	if err := p.read(code, buf); err != nil {
 		return [3]uint64{}, 0, err
 	}
@@ -182,11 +203,11 @@ func (p *Process) readCode(h [3]uint64, first int) (*codeInfo, error) {
 	}
 	name, err := p.readString(h[1])
 	if err != nil {
-		return nil, fmt.Errorf("co_qualname: %w", err)
+		return nil, fmt.Errorf("co_qualname (co_name before 3.11): %w", err)
 	}
 	table, err := p.readBytes(h[2])
 	if err != nil {
-		return nil, fmt.Errorf("co_linetable: %w", err)
+		return nil, fmt.Errorf("co_linetable (co_lnotab before 3.10): %w", err)
 	}
 	return &codeInfo{frame: Frame{Function: name, File: file, Line: first}, lineTable: table, header: h, checked: time.Now()}, nil
 }

@@ -1,7 +1,7 @@
 package python
 
 // lineOf returns the source line of instruction index idx (in 2-byte code
-// units) from a CPython 3.11 location table (co_linetable; the format is
+// units) from a CPython 3.11 (and later) location table (co_linetable; the format is
 // Objects/locations.md of CPython 3.11). Each entry covers 1–8 code units
 // and starts with a byte 1cccclll: code c says how the line changes, l+1
 // is the length. ok is false when idx is past the table or its entry has
@@ -66,4 +66,45 @@ func svarint(b []byte, i *int) int {
 		return -(v >> 1)
 	}
 	return v >> 1
+}
+
+// lineOf310 returns the source line of the instruction at byte offset addr
+// from a CPython 3.10 line table (co_linetable, PEP 626; the format is
+// Objects/lnotab_notes.txt of 3.10): pairs of an unsigned byte, how many
+// bytes of code the entry covers, and a signed byte, the line's change
+// (-128: those bytes have no line). ok is false when addr is past the
+// table or its bytes have no line.
+func lineOf310(table []byte, firstLine, addr int) (line int, ok bool) {
+	line = firstLine
+	end := 0
+	for i := 0; i+1 < len(table); i += 2 {
+		start := end
+		end += int(table[i])
+		delta := int(int8(table[i+1]))
+		hasLine := delta != -128
+		if hasLine {
+			line += delta
+		}
+		if addr >= start && addr < end {
+			return line, hasLine
+		}
+	}
+	return 0, false
+}
+
+// lineOfLnotab returns the source line of the instruction at byte offset
+// addr from a co_lnotab of CPython 3.6 to 3.9 (Objects/lnotab_notes.txt):
+// pairs of an unsigned byte, the bytes of code to the next line change,
+// and a signed byte, that change. As PyCode_Addr2Line does, an offset past
+// the table has the last line.
+func lineOfLnotab(table []byte, firstLine, addr int) int {
+	line, at := firstLine, 0
+	for i := 0; i+1 < len(table); i += 2 {
+		at += int(table[i])
+		if at > addr {
+			break
+		}
+		line += int(int8(table[i+1]))
+	}
+	return line
 }

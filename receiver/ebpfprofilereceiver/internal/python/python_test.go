@@ -75,7 +75,8 @@ func TestOffsetsMatchDWARF(t *testing.T) {
 	checked := 0
 	for version := range knownOffsets {
 		minor := fmt.Sprintf("%d.%d", version[0], version[1])
-		libs, _ := filepath.Glob(filepath.Join(home, ".pyenv/versions/"+minor+".*/lib/libpython"+minor+".so.1.0"))
+		// 3.7's library is libpython3.7m (pymalloc's ABI flag).
+		libs, _ := filepath.Glob(filepath.Join(home, ".pyenv/versions/"+minor+".*/lib/libpython"+minor+"*.so.1.0"))
 		if len(libs) == 0 {
 			t.Logf("no CPython %s build with debug info here (pyenv)", minor)
 			continue
@@ -104,25 +105,58 @@ func checkOffsets(t *testing.T, lib string, o Offsets) {
 	}
 	members := []member{
 		{[]string{"pyruntimestate", "interpreters", "head"}, o.RuntimeInterpHead},
-		{[]string{"_is", "threads", "head"}, o.InterpThreadsHead},
 		{[]string{"_ts", "next"}, o.TStateNext},
 		{[]string{"_ts", "thread_id"}, o.TStateThreadID},
-		{[]string{"_ts", "cframe"}, o.TStateCFrame},
-		{[]string{"_PyCFrame", "current_frame"}, o.CFrameCurrentFrame},
-		{[]string{"_PyInterpreterFrame", "f_code"}, o.FrameCode},
-		{[]string{"_PyInterpreterFrame", "previous"}, o.FramePrevious},
-		{[]string{"_PyInterpreterFrame", "prev_instr"}, o.FramePrevInstr},
-		{[]string{"_PyInterpreterFrame", "owner"}, o.FrameOwner},
 		{[]string{"_object", "ob_type"}, o.ObjectType},
 		{[]string{"PyVarObject", "ob_size"}, o.VarObjectSize},
 		{[]string{"PyCodeObject", "co_firstlineno"}, o.CodeFirstLineNo},
 		{[]string{"PyCodeObject", "co_filename"}, o.CodeFilename},
-		{[]string{"PyCodeObject", "co_qualname"}, o.CodeQualName},
-		{[]string{"PyCodeObject", "co_linetable"}, o.CodeLineTable},
-		{[]string{"PyCodeObject", "co_code_adaptive"}, o.CodeAdaptive},
 		{[]string{"PyBytesObject", "ob_sval"}, o.BytesData},
 		{[]string{"PyASCIIObject", "length"}, o.UnicodeLength},
 		{[]string{"PyASCIIObject", "state"}, o.UnicodeState},
+	}
+	switch o.Frames {
+	case InterpreterFrames:
+		members = append(members, []member{
+			{[]string{"_is", "threads", "head"}, o.InterpThreadsHead},
+			{[]string{"_ts", "cframe"}, o.TStateCFrame},
+			{[]string{"_PyCFrame", "current_frame"}, o.CFrameCurrentFrame},
+			{[]string{"_PyInterpreterFrame", "f_code"}, o.FrameCode},
+			{[]string{"_PyInterpreterFrame", "previous"}, o.FramePrevious},
+			{[]string{"_PyInterpreterFrame", "prev_instr"}, o.FramePrevInstr},
+			{[]string{"_PyInterpreterFrame", "owner"}, o.FrameOwner},
+			{[]string{"PyCodeObject", "co_qualname"}, o.CodeQualName},
+			{[]string{"PyCodeObject", "co_linetable"}, o.CodeLineTable},
+			{[]string{"PyCodeObject", "co_code_adaptive"}, o.CodeAdaptive},
+		}...)
+	default:
+		table := "co_linetable"
+		if o.Frames == FrameObjects {
+			table = "co_lnotab"
+		}
+		if !o.NoCFrame {
+			t.Errorf("%s: a PyFrameObject layout must take the thread state's frame itself (NoCFrame)", lib)
+		}
+		members = append(members, []member{
+			{[]string{"_is", "tstate_head"}, o.InterpThreadsHead},
+			{[]string{"_ts", "frame"}, o.TStateCFrame},
+			{[]string{"_frame", "f_code"}, o.FrameCode},
+			{[]string{"_frame", "f_back"}, o.FramePrevious},
+			{[]string{"_frame", "f_lasti"}, o.FramePrevInstr},
+			{[]string{"PyCodeObject", "co_name"}, o.CodeQualName},
+			{[]string{"PyCodeObject", table}, o.CodeLineTable},
+		}...)
+		// f_lasti is an int the kernel reads as the low half of a word.
+		if st, err := dwarfStruct(d, "_frame"); err == nil {
+			for _, f := range st.Field {
+				if f.Name == "f_lasti" && f.Type.Size() != 4 {
+					t.Errorf("%s: f_lasti is %d bytes, the walk reads an int", lib, f.Type.Size())
+				}
+			}
+		}
+		if o.FramePrevInstr%8 != 0 {
+			t.Errorf("f_lasti at %d does not start a word", o.FramePrevInstr)
+		}
 	}
 	if o.HasIsEntry {
 		members = append(members, member{[]string{"_PyInterpreterFrame", "is_entry"}, o.FrameIsEntry})

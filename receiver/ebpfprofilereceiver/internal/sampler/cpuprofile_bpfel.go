@@ -104,7 +104,9 @@ type cpuProfilePyProc struct {
 	FramePrevInstr     uint16
 	FrameIsEntry       uint16
 	FrameOwner         uint16
+	FrameBase          uint16
 	FrameWindow        uint16
+	_                  [6]byte
 }
 
 type cpuProfileSampleKey struct {

@@ -28,40 +28,51 @@ type PythonProcess struct {
 	CFrameCurrentFrame uint16
 	FrameCode          uint16
 	FramePrevious      uint16
-	FramePrevInstr     uint16
-	FrameIsEntry       uint16 // NoField when the version has none (3.12)
-	FrameOwner         uint16
+	FramePrevInstr     uint16 // 3.10 and older: f_lasti, an int read as the low half of a word
+	FrameIsEntry       uint16 // NoField when the version has none (3.12), EveryFrame (3.10 and older)
+	FrameOwner         uint16 // NoField when the version has none (3.10 and older)
 }
 
 // NoField is an offset a CPython version does not have.
 const NoField = 0xffff
 
-// frameWindow is the most of a frame the kernel reads at once, from
-// f_code on (PY_FRAME_WINDOW in bpf/python_walk.h).
-const frameWindow = 80
+// EveryFrame is FrameIsEntry of CPython 3.10 and older, where each Python
+// frame has a _PyEval_EvalFrameDefault call of its own (PY_EVERY_FRAME).
+const EveryFrame = 0xfffe
+
+// frameWindow is the most of a frame the kernel reads at once, from its
+// lowest field on (PY_FRAME_WINDOW in bpf/python_walk.h).
+const frameWindow = 88
 
 // PythonMarker separates a user stack's native frames from the Python
 // frames the kernel appended (code object | entry bit, last instruction
 // pairs, leaf first). No user-space address has it.
 const PythonMarker = 0xfffffffffffffffe
 
-// frameWindow is how many bytes from f_code cover the frame fields the
-// kernel reads; an error when they do not fit its window.
-func (p PythonProcess) frameWindow() (uint16, error) {
+// frameWindow is where the bytes of a frame the kernel reads start (its
+// lowest field) and how many cover the fields it reads; an error when they
+// do not fit its window.
+func (p PythonProcess) frameWindow() (base, size uint16, err error) {
 	type field struct{ off, size uint16 }
-	fields := []field{{p.FramePrevious, 8}, {p.FramePrevInstr, 8}, {p.FrameOwner, 1}}
-	if p.FrameIsEntry != NoField {
-		fields = append(fields, field{p.FrameIsEntry, 1})
+	// Words (pointers, and f_lasti's word) must be whole words of the window.
+	fields := []field{{p.FrameCode, 8}, {p.FramePrevious, 8}, {p.FramePrevInstr, 8}}
+	for _, b := range []uint16{p.FrameOwner, p.FrameIsEntry} {
+		if b != NoField && b != EveryFrame {
+			fields = append(fields, field{b, 1})
+		}
 	}
-	end := p.FrameCode + 8
+	base = p.FrameCode
 	for _, f := range fields {
-		// Pointers are read as whole words of the window.
-		if f.off < p.FrameCode || (f.off-p.FrameCode)%f.size != 0 || f.off+f.size > p.FrameCode+frameWindow {
-			return 0, fmt.Errorf("frame field at %d does not fit the kernel's %d-byte window from f_code at %d", f.off, frameWindow, p.FrameCode)
+		base = min(base, f.off)
+	}
+	end := base
+	for _, f := range fields {
+		if (f.off-base)%f.size != 0 || f.off+f.size > base+frameWindow {
+			return 0, 0, fmt.Errorf("frame field at %d does not fit the kernel's %d-byte window from %d", f.off, frameWindow, base)
 		}
 		end = max(end, f.off+f.size)
 	}
-	return end - p.FrameCode, nil
+	return base, end - base, nil
 }
 
 // enablePythonWalk turns the CPython frame walk on; it rides on the DWARF
@@ -77,9 +88,9 @@ func enablePythonWalk(spec *ebpf.CollectionSpec) error {
 // SetPythonProcess makes the sampler append pid's Python frames to its
 // user stacks.
 func (s *Sampler) SetPythonProcess(pid uint32, p PythonProcess) error {
-	// The kernel reads a frame's fields in one window from f_code on,
-	// as few bytes as cover them.
-	window, err := p.frameWindow()
+	// The kernel reads a frame's fields in one window, as few bytes as
+	// cover them.
+	base, window, err := p.frameWindow()
 	if err != nil {
 		return fmt.Errorf("python frames of pid %d: %w", pid, err)
 	}
@@ -96,6 +107,7 @@ func (s *Sampler) SetPythonProcess(pid uint32, p PythonProcess) error {
 		FramePrevInstr:     p.FramePrevInstr,
 		FrameIsEntry:       p.FrameIsEntry,
 		FrameOwner:         p.FrameOwner,
+		FrameBase:          base,
 		FrameWindow:        window,
 	}
 	s.mu.Lock()
@@ -159,8 +171,11 @@ func SplitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFram
 // _PyRuntime is at runtime in the process and whose structures have
 // offsets o.
 func NewPythonProcess(runtime uint64, o python.Offsets) PythonProcess {
-	isEntry := uint16(NoField)
-	if o.HasIsEntry {
+	isEntry, owner := uint16(NoField), o.FrameOwner
+	switch {
+	case o.Frames != python.InterpreterFrames:
+		isEntry, owner = EveryFrame, NoField
+	case o.HasIsEntry:
 		isEntry = o.FrameIsEntry
 	}
 	cframeFrame := o.CFrameCurrentFrame
@@ -179,6 +194,6 @@ func NewPythonProcess(runtime uint64, o python.Offsets) PythonProcess {
 		FramePrevious:      o.FramePrevious,
 		FramePrevInstr:     o.FramePrevInstr,
 		FrameIsEntry:       isEntry,
-		FrameOwner:         o.FrameOwner,
+		FrameOwner:         owner,
 	}
 }
