@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,14 @@ func TestPython39FramesWithoutHelp(t *testing.T) {
 	checkPythonFramesBefore311(t, pythonVersion(t, 3, 9))
 }
 
+// TestPython39DebianFramesWithoutHelp: the same with Debian 11's CPython
+// 3.9, a distribution's build (stripped, built with profile guidance and
+// link-time optimisation, as Ubuntu 22.04's 3.10 and RHEL 9's 3.9 are), run
+// in a root of its own.
+func TestPython39DebianFramesWithoutHelp(t *testing.T) {
+	checkRootPythonFrames(t, "3.9")
+}
+
 // TestPython38FramesWithoutHelp: the same with CPython 3.8.
 func TestPython38FramesWithoutHelp(t *testing.T) {
 	checkPythonFramesBefore311(t, pythonVersion(t, 3, 8))
@@ -155,7 +164,7 @@ func TestPython315FramesWithoutHelp(t *testing.T) {
 func checkRootPythonFrames(t *testing.T, version string) {
 	dir := os.Getenv("HOTPATH_CPYTHON_ROOTS")
 	if dir == "" {
-		t.Skip("HOTPATH_CPYTHON_ROOTS is not set: make test installs Debian's CPython 3.14 and 3.15 there (scripts/cpython-roots.sh)")
+		t.Skip("HOTPATH_CPYTHON_ROOTS is not set: make test installs Debian's CPython 3.9, 3.14 and 3.15 there (scripts/cpython-roots.sh)")
 	}
 	root := filepath.Join(dir, version)
 	py := "/usr/bin/python" + version
@@ -172,6 +181,9 @@ func checkRootPythonFrames(t *testing.T, version string) {
 	cfg.TraceContext.Enabled = false
 	res := runSplitIn(t, cfg, filepath.Join(scripts, "split.py"), shown, splitPyZlib, "chroot", root, py)
 	checkPythonSplit(t, cfg, res)
+	if minor, err := strconv.Atoi(strings.TrimPrefix(version, "3.")); err == nil && minor < 11 {
+		checkEvalFramePerPythonFrame(t, res)
+	}
 }
 
 // TestPythonFramesOfAnExitedProcess: a Python program that exits before
@@ -249,6 +261,13 @@ func checkPythonFramesBefore311(t *testing.T, py string) {
 	cfg.TraceContext.Enabled = false
 	res := runSplit(t, cfg, "split.py", splitPyZlib, py)
 	checkPythonSplit(t, cfg, res)
+	checkEvalFramePerPythonFrame(t, res)
+}
+
+// checkEvalFramePerPythonFrame checks that each Python frame of a run on
+// CPython 3.10 or older sits right after a _PyEval_EvalFrameDefault frame.
+func checkEvalFramePerPythonFrame(t *testing.T, res splitRun) {
+	t.Helper()
 	var placed, misplaced int64
 	for stack, n := range res.tally.Folded {
 		frames := testworkload.UserFrames(stack)

@@ -156,7 +156,7 @@ func findSymbol(t *testing.T, f *elf.File, name string) uint64 {
 func TestDebugOffsetsOfLaterVersions(t *testing.T) {
 	dir := os.Getenv("HOTPATH_CPYTHON_ROOTS")
 	if dir == "" {
-		t.Skip("HOTPATH_CPYTHON_ROOTS is not set: make test installs Debian's CPython 3.14 and 3.15 there (scripts/cpython-roots.sh)")
+		t.Skip("HOTPATH_CPYTHON_ROOTS is not set: make test installs Debian's CPython 3.9, 3.14 and 3.15 there (scripts/cpython-roots.sh)")
 	}
 	for _, minor := range []int{14, 15} {
 		path := filepath.Join(dir, fmt.Sprintf("3.%d/usr/bin/python3.%d", minor, minor))
