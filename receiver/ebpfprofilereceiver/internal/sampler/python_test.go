@@ -5,8 +5,8 @@ package sampler
 import (
 	"bufio"
 	"debug/elf"
+	"errors"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
@@ -50,20 +50,35 @@ func startPython(t testing.TB, s *Sampler, src string) int {
 		}
 	}()
 	pid := cmd.Process.Pid
-	// Wait until the interpreter is mapped (it is, right after exec) and
-	// running: its maps list python3.11.
-	var snap *symbolize.Process
+	// Wait until the interpreter is mapped: at once for one linked into
+	// the executable; a build with a shared libpython maps it when the
+	// dynamic loader runs.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var err error
-		snap, err = symbolize.New(symbolize.Options{}).Snapshot(pid)
-		if err == nil && slices.ContainsFunc(snap.Mappings, func(m symbolize.Mapping) bool { return python.MaybeInterpreter(m.Path) }) {
-			break
+		if in, m, ok := mappedInterpreter(t, pid); ok {
+			bias, ok := in.Bias(m.Start, m.Offset)
+			if !ok {
+				t.Fatalf("no bias for %s at %#x", m.Path, m.Start)
+			}
+			if err := s.SetPythonProcess(uint32(pid), NewPythonProcess(in.RuntimeVA+bias, in.Offsets)); err != nil {
+				t.Fatal(err)
+			}
+			return pid
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("python3.11 (pid %d) never mapped its interpreter: %v", pid, err)
+			t.Fatalf("python (pid %d) never mapped its interpreter", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// mappedInterpreter is the CPython interpreter process pid maps (the
+// executable, or libpython) and its mapping, if it maps one yet.
+func mappedInterpreter(t testing.TB, pid int) (*python.Interpreter, symbolize.Mapping, bool) {
+	t.Helper()
+	snap, err := symbolize.New(symbolize.Options{}).Snapshot(pid)
+	if err != nil {
+		return nil, symbolize.Mapping{}, false
 	}
 	defer snap.Close()
 	for _, m := range snap.Mappings {
@@ -76,20 +91,15 @@ func startPython(t testing.TB, s *Sampler, src string) int {
 		}
 		in, err := python.Inspect(f)
 		f.Close()
+		if errors.Is(err, python.ErrNotPython) {
+			continue // the executable of a build with a shared libpython
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		bias, ok := in.Bias(m.Start, m.Offset)
-		if !ok {
-			t.Fatalf("no bias for %s at %#x", m.Path, m.Start)
-		}
-		if err := s.SetPythonProcess(uint32(pid), NewPythonProcess(in.RuntimeVA+bias, in.Offsets)); err != nil {
-			t.Fatal(err)
-		}
-		return pid
+		return in, m, true
 	}
-	t.Fatal("no interpreter mapping")
-	return 0
+	return nil, symbolize.Mapping{}, false
 }
 
 // BenchmarkPythonWalk measures what the CPython frame walk adds to the BPF
