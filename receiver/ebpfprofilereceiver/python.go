@@ -253,14 +253,21 @@ func (p *pythonFrames) close() {
 // _PyEval_EvalFrameDefault native frame, innermost first (or its .cold
 // part, where Debian's CPython 3.14 and 3.15, built with profile guidance,
 // run the loop). Runs the native
-// stack has no eval frame for (it ended early) go at the root end. A frame
+// stack has no eval frame for (it ended early) go at the root end. When the
+// native stack has more eval frames than there are runs and the kernel
+// recorded every Python frame, the innermost eval frames get none: a
+// thread caught entering or leaving _PyEval_EvalFrameDefault, before it
+// links its frame into the thread state or after it unlinked it (3.10 and
+// older do that at every call, and at every item a generator yields), would
+// otherwise have each Python frame placed one eval call too deep. A frame
 // whose code object cannot be read stays out: no frame rather than a wrong
 // one.
-func (p *pythonFrames) interleave(pid int, frames []profilebuilder.Frame, py []sampler.PythonFrame, notBefore time.Time, out []profilebuilder.Frame) []profilebuilder.Frame {
+func (p *pythonFrames) interleave(pid int, frames []profilebuilder.Frame, stack pythonStack, notBefore time.Time, out []profilebuilder.Frame) []profilebuilder.Frame {
 	// Held throughout: an exec or exit may close the process meanwhile.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	proc := p.procs[pid]
+	py := stack.frames
 	if proc == nil || len(py) == 0 {
 		return append(out, frames...)
 	}
@@ -280,9 +287,26 @@ func (p *pythonFrames) interleave(pid int, frames []profilebuilder.Frame, py []s
 			}
 		}
 	}
+	isEval := func(f profilebuilder.Frame) bool {
+		return f.Kind != profilebuilder.Kernel && (f.Function == "_PyEval_EvalFrameDefault" || f.Function == "_PyEval_EvalFrameDefault.cold")
+	}
+	skip := 0 // innermost eval frames without a run of their own
+	if !stack.cut {
+		evals := 0
+		for _, f := range frames {
+			if isEval(f) {
+				evals++
+			}
+		}
+		skip = max(evals-pythonRuns(py), 0)
+	}
 	for _, f := range frames {
-		if f.Kind != profilebuilder.Kernel && (f.Function == "_PyEval_EvalFrameDefault" || f.Function == "_PyEval_EvalFrameDefault.cold") {
-			run()
+		if isEval(f) {
+			if skip > 0 {
+				skip--
+			} else {
+				run()
+			}
 		}
 		out = append(out, f)
 	}
@@ -290,6 +314,22 @@ func (p *pythonFrames) interleave(pid int, frames []profilebuilder.Frame, py []s
 		run()
 	}
 	return out
+}
+
+// pythonRuns is how many runs interleave places: each ends after an entry
+// frame or at a shim frame.
+func pythonRuns(py []sampler.PythonFrame) int {
+	runs := 0
+	for i := 0; i < len(py); runs++ {
+		for i < len(py) {
+			f := py[i]
+			i++
+			if f.Shim || f.Entry {
+				break
+			}
+		}
+	}
+	return runs
 }
 
 // setPython starts (p != nil) or stops the Python frame walk; known live
@@ -314,20 +354,27 @@ func (t *processTable) setPython(p *pythonFrames) {
 	}
 }
 
+// pythonStack is the Python frames the kernel appended to a sample's user
+// stack (leaf first); cut: it may have stopped before the outermost.
+type pythonStack struct {
+	frames []sampler.PythonFrame
+	cut    bool
+}
+
 // takePythonFrames takes the Python frames the kernel appended off s's
 // user stack, so the symbolizer and leaf-caller recovery see native
 // frames only.
-func takePythonFrames(s *sampler.Sample) []sampler.PythonFrame {
-	var py []sampler.PythonFrame
-	s.UserStack, py = sampler.SplitPythonFrames(s.UserStack, nil)
+func takePythonFrames(s *sampler.Sample) pythonStack {
+	var py pythonStack
+	s.UserStack, py.frames, py.cut = sampler.SplitPythonFramesCut(s.UserStack, nil)
 	return py
 }
 
 // addPythonFrames interleaves py into the sample's frames (see interleave).
-func (r *profileReceiver) addPythonFrames(proc *processEntry, frames []profilebuilder.Frame, py []sampler.PythonFrame, readBefore time.Time) []profilebuilder.Frame {
+func (r *profileReceiver) addPythonFrames(proc *processEntry, frames []profilebuilder.Frame, py pythonStack, readBefore time.Time) []profilebuilder.Frame {
 	p := r.procs.python.Load()
-	if len(py) == 0 || p == nil || proc.snapshot == nil {
+	if len(py.frames) == 0 || p == nil || proc.snapshot == nil {
 		return frames
 	}
-	return p.interleave(proc.snapshot.PID, frames, py, readBefore, make([]profilebuilder.Frame, 0, len(frames)+len(py)))
+	return p.interleave(proc.snapshot.PID, frames, py, readBefore, make([]profilebuilder.Frame, 0, len(frames)+len(py.frames)))
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -495,4 +496,160 @@ func counterValue(rm metricdata.ResourceMetrics, name, key, value string) int64 
 		}
 	}
 	return n
+}
+
+// threadsPy runs three Python functions at once on CPython: spinA on a
+// thread of its own, spinB on another (through a generator expression),
+// spinC in an asyncio coroutine on the main thread; each thread measures
+// its own CPU time.
+const threadsPy = `
+import asyncio, json, select, sys, threading, time
+
+def spinA(n):
+    x = 0
+    for i in range(n):
+        x = (x * 31 + i) & 0xffff
+    return x
+
+def spinB(n):
+    return sum(i * i for i in range(n))
+
+def spinC(n):
+    x = 1
+    for i in range(n):
+        x = (x * 7 + i) & 0xffff
+    return x
+
+cpu = {}
+end = 0.0
+
+def workerA():
+    t0 = time.thread_time_ns()
+    while time.monotonic() < end:
+        spinA(20000)
+    cpu["spinA"] = time.thread_time_ns() - t0
+
+def workerB():
+    t0 = time.thread_time_ns()
+    while time.monotonic() < end:
+        spinB(20000)
+    cpu["spinB"] = time.thread_time_ns() - t0
+
+async def coroC():
+    t0 = time.thread_time_ns()
+    while time.monotonic() < end:
+        spinC(20000)
+        # Waits in the selector (without the GIL): a sleep(0) only releases
+        # the GIL around a poll and takes it back before the other threads
+        # wake, which left them 2 % of the CPU.
+        await asyncio.sleep(0.002)
+    cpu["spinC"] = time.thread_time_ns() - t0
+
+print("ready", flush=True)
+while not select.select([sys.stdin], [], [], 0)[0]:
+    sum(range(1000))
+sys.stdin.readline()
+end = time.monotonic() + float(sys.argv[1])
+threads = [threading.Thread(target=w) for w in (workerA, workerB)]
+for th in threads:
+    th.start()
+asyncio.run(coroC())
+for th in threads:
+    th.join()
+print(json.dumps(cpu), flush=True)
+`
+
+// TestPythonBefore311ThreadsAndCoroutines: on CPython 3.10 and 3.8 (pyenv),
+// the walk finds each sampled thread's own frames in the interpreter's
+// thread list, not the main thread's or the GIL holder's: every sample in
+// spinA, spinB and spinC has its own thread's caller chain (a coroutine's
+// through asyncio's event loop), and the three shares follow the threads'
+// own CPU times.
+func TestPythonBefore311ThreadsAndCoroutines(t *testing.T) {
+	for _, minor := range []int{10, 8} {
+		t.Run(fmt.Sprintf("3.%d", minor), func(t *testing.T) {
+			py := pythonVersion(t, 3, minor)
+			cfg := testConfig()
+			cfg.TraceContext.Enabled = false
+			script := filepath.Join(t.TempDir(), "threads.py")
+			if err := os.WriteFile(script, []byte(threadsPy), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, sink := startReceiver(t, cfg)
+			run := startRuntime(t, py, script, "6")
+			run.runGated(t, r)
+			measured := run.measured(t)
+			if err := r.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
+			// spinB's samples are in its generator expression or in
+			// sum's C code that runs it.
+			chains := map[string][][]string{
+				"spinA": {{"workerA", "spinA"}},
+				"spinB": {{"workerB", "spinB", "<genexpr>"}, {"workerB", "spinB"}},
+				"spinC": {{"coroC", "spinC"}},
+			}
+			inFunc := map[string]int64{}
+			var wrong, genOK, genWrong int64
+			var wrongStacks testworkload.Tally
+			for stack, n := range tl.Folded {
+				// The eval frame a generator resumes in (gen_send_ex)
+				// runs <genexpr>: a caller's frame there is every Python
+				// frame placed one eval call too deep (a thread caught
+				// before it linked the generator's frame in).
+				all := testworkload.UserFrames(stack)
+				for i, f := range all {
+					if !strings.HasPrefix(f, "gen_send_ex") {
+						continue
+					}
+					j := i + slices.Index(all[i:], "_PyEval_EvalFrameDefault")
+					if j < i || j+1 >= len(all) {
+						continue
+					}
+					switch all[j+1] {
+					case "<genexpr>":
+						genOK += n
+					case "spinB", "workerB":
+						genWrong += n
+						wrongStacks.Add(stack, n)
+					}
+				}
+				frames := slices.DeleteFunc(testworkload.UserFrames(stack), func(f string) bool {
+					return !strings.HasPrefix(f, "spin") && !strings.HasPrefix(f, "worker") && f != "coroC" && f != "<genexpr>"
+				})
+				for fn, chain := range chains {
+					if !slices.Contains(frames, fn) {
+						continue
+					}
+					if slices.ContainsFunc(chain, func(c []string) bool { return slices.Equal(frames, c) }) {
+						inFunc[fn] += n
+					} else {
+						wrong += n
+						wrongStacks.Add(stack, n)
+					}
+				}
+			}
+			var named int64
+			var cpu float64
+			for fn := range chains {
+				named += inFunc[fn]
+				cpu += measured[fn]
+			}
+			if named < int64(0.25*testworkload.ExpectedSamples(run.cmd, cfg.FrequencyHz)) {
+				t.Fatalf("only %d samples in the three spin functions; top:%s", named, tl.Top(8))
+			}
+			t.Logf("%d samples in a spin function with its thread's chain, %d with another; a generator's eval frame runs <genexpr> in %d, a caller in %d", named, wrong, genOK, genWrong)
+			if wrong*50 > named || genOK == 0 || genWrong*50 > genOK {
+				t.Errorf("%d samples in a spin function with another thread's chain or a cut one (of %d); %d with a caller in a generator's eval frame (of %d):%s", wrong, named, genWrong, genOK+genWrong, wrongStacks.Top(6))
+			}
+			for fn := range chains {
+				want, got := measured[fn]/cpu, float64(inFunc[fn])/float64(named)
+				t.Logf("%s: agent %.3f (%d samples), the thread's own CPU %.3f", fn, got, inFunc[fn], want)
+				if math.Abs(got-want) > 0.1 {
+					t.Errorf("%s share %.3f, its thread measured %.3f", fn, got, want)
+				}
+			}
+		})
+	}
 }

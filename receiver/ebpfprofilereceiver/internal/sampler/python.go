@@ -44,6 +44,10 @@ const EveryFrame = 0xfffe
 // lowest field on (PY_FRAME_WINDOW in bpf/python_walk.h).
 const frameWindow = 88
 
+// maxPythonFrames is PY_MAX_FRAMES in bpf/python_walk.h: the most Python
+// frames the kernel records for a sample.
+const maxPythonFrames = 48
+
 // PythonMarker separates a user stack's native frames from the Python
 // frames the kernel appended (code object | entry bit, last instruction
 // pairs, leaf first). No user-space address has it.
@@ -156,15 +160,30 @@ type PythonFrame struct {
 // Python frames the kernel appended after PythonMarker (leaf first), which
 // it appends to py.
 func SplitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFrame) {
+	native, py, _ := splitPythonFrames(stack, py)
+	return native, py
+}
+
+// SplitPythonFramesCut is SplitPythonFrames, and also reports whether the
+// kernel may have stopped before the outermost Python frame: it recorded
+// as many as it records at most, or the stack record was full.
+func SplitPythonFramesCut(stack []uint64, py []PythonFrame) ([]uint64, []PythonFrame, bool) {
+	return splitPythonFrames(stack, py)
+}
+
+func splitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFrame, bool) {
 	i := slices.Index(stack, PythonMarker)
 	if i < 0 {
-		return stack, py
+		return stack, py, false
 	}
+	n := len(py)
 	rest := stack[i+1:]
 	for j := 0; j+1 < len(rest); j += 2 {
 		py = append(py, PythonFrame{Code: rest[j] &^ 3, Instr: rest[j+1], Entry: rest[j]&1 == 1, Shim: rest[j]&2 == 2})
 	}
-	return stack[:i], py
+	// The walk stops at the record's last two slots (py_frame_step).
+	cut := len(py)-n >= maxPythonFrames || len(stack) >= maxStackDepth-2
+	return stack[:i], py, cut
 }
 
 // NewPythonProcess is what the kernel needs for a CPython whose
