@@ -366,7 +366,7 @@ type pythonStack struct {
 // frames only.
 func takePythonFrames(s *sampler.Sample) pythonStack {
 	var py pythonStack
-	s.UserStack, py.frames, py.cut = sampler.SplitPythonFramesCut(s.UserStack, nil)
+	s.UserStack, py.frames, py.cut = sampler.SplitPythonFrames(s.UserStack, nil)
 	return py
 }
 

@@ -248,9 +248,6 @@ func Inspect(f *elf.File) (*Interpreter, error) {
 		in.Offsets = off
 		return in, nil
 	}
-	if v == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownVersion, in)
-	}
 	off, err := debugOffsets(f, in.RuntimeVA, v)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnknownVersion, in, err)

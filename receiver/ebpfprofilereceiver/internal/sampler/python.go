@@ -158,20 +158,10 @@ type PythonFrame struct {
 
 // SplitPythonFrames separates a user stack into its native frames and the
 // Python frames the kernel appended after PythonMarker (leaf first), which
-// it appends to py.
-func SplitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFrame) {
-	native, py, _ := splitPythonFrames(stack, py)
-	return native, py
-}
-
-// SplitPythonFramesCut is SplitPythonFrames, and also reports whether the
-// kernel may have stopped before the outermost Python frame: it recorded
-// as many as it records at most, or the stack record was full.
-func SplitPythonFramesCut(stack []uint64, py []PythonFrame) ([]uint64, []PythonFrame, bool) {
-	return splitPythonFrames(stack, py)
-}
-
-func splitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFrame, bool) {
+// it appends to py. cut reports whether the kernel may have stopped before
+// the outermost Python frame: it recorded as many as it records at most,
+// or the stack record was full.
+func SplitPythonFrames(stack []uint64, py []PythonFrame) (native []uint64, _ []PythonFrame, cut bool) {
 	i := slices.Index(stack, PythonMarker)
 	if i < 0 {
 		return stack, py, false
@@ -182,7 +172,7 @@ func splitPythonFrames(stack []uint64, py []PythonFrame) ([]uint64, []PythonFram
 		py = append(py, PythonFrame{Code: rest[j] &^ 3, Instr: rest[j+1], Entry: rest[j]&1 == 1, Shim: rest[j]&2 == 2})
 	}
 	// The walk stops at the record's last two slots (py_frame_step).
-	cut := len(py)-n >= maxPythonFrames || len(stack) >= maxStackDepth-2
+	cut = len(py)-n >= maxPythonFrames || len(stack) >= maxStackDepth-2
 	return stack[:i], py, cut
 }
 

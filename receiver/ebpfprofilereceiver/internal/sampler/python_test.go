@@ -126,7 +126,7 @@ func BenchmarkPythonWalk(b *testing.B) {
 	rt, runs := sideBySide(b, off, on, func(batch Batch) {
 		for _, smp := range batch.Samples {
 			if smp.PID == uint32(pid) {
-				_, py := SplitPythonFrames(smp.UserStack, nil)
+				_, py, _ := SplitPythonFrames(smp.UserStack, nil)
 				pySamples += smp.Count
 				pyFrames += smp.Count * uint64(len(py))
 			}
@@ -158,7 +158,7 @@ func TestPythonWalkRecordsFrames(t *testing.T) {
 			if smp.PID != uint32(pid) || len(smp.UserStack) == 0 {
 				continue
 			}
-			_, py := SplitPythonFrames(smp.UserStack, nil)
+			_, py, _ := SplitPythonFrames(smp.UserStack, nil)
 			samples += smp.Count
 			entries := 0
 			for _, f := range py {
@@ -193,7 +193,7 @@ func BenchmarkPythonResolve(b *testing.B) {
 	var stacks [][]PythonFrame
 	for _, smp := range drain(b, s).Samples {
 		if smp.PID == uint32(pid) {
-			if _, py := SplitPythonFrames(smp.UserStack, nil); len(py) > 0 {
+			if _, py, _ := SplitPythonFrames(smp.UserStack, nil); len(py) > 0 {
 				stacks = append(stacks, py)
 			}
 		}
