@@ -1,18 +1,23 @@
 package main
 
 import (
+	"bytes"
 	"debug/elf"
 	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/buildid"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
+	"github.com/hotpath-dev/hotpath/internal/testport"
 )
 
 // fileOffsetOf returns the file offset of code at fn+8 in this test binary,
@@ -143,5 +148,246 @@ func TestSymbolizeRefusesHeldFile(t *testing.T) {
 	_, stderr, code = runCLI(t, "profile", "--db", path, "--service", "api")
 	if code != 1 || !strings.Contains(stderr, "a collector holds the file") {
 		t.Fatalf("profile on held file: %d %q", code, stderr)
+	}
+}
+
+// cProgram builds a C program whose two static functions a stripped copy
+// does not name, splits its debug file off (as distributions do) and
+// returns the stripped executable, the debug file, its GNU build ID and
+// the file offsets of the functions.
+func cProgram(t *testing.T, dir, name string) (stripped, debug, build string, offsets map[string]uint64) {
+	t.Helper()
+	src := filepath.Join(dir, name+".c")
+	code := `static int __attribute__((noinline)) parse_` + name + `(int n){int s=0;for(int i=0;i<n;i++)s+=i*i;return s;}
+static int __attribute__((noinline)) sort_` + name + `(int n){return parse_` + name + `(n)*3;}
+int main(int c,char**v){(void)v;return sort_` + name + `(c) & 1;}
+`
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	full := filepath.Join(dir, name+".full")
+	stripped = filepath.Join(dir, "bin", name)
+	debug = filepath.Join(dir, "srv", name+".debug")
+	for _, c := range [][]string{
+		{"mkdir", "-p", filepath.Dir(stripped), filepath.Dir(debug)},
+		{"gcc", "-O1", "-g", "-Wl,--build-id", "-o", full, src},
+		{"objcopy", "--only-keep-debug", full, debug},
+		{"strip", "-o", stripped, full},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	info, err := buildid.Read(stripped)
+	if err != nil || info.GNU == "" {
+		t.Fatalf("build ID of %s: %+v %v", stripped, info, err)
+	}
+	f, err := elf.Open(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets = map[string]uint64{}
+	for _, s := range syms {
+		if !strings.HasSuffix(s.Name, "_"+name) {
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
+				offsets[s.Name] = s.Value - p.Vaddr + p.Off
+			}
+		}
+	}
+	if len(offsets) != 2 {
+		t.Fatalf("functions of %s at %v", name, offsets)
+	}
+	return stripped, debug, info.GNU, offsets
+}
+
+// startDebuginfod runs elfutils' debuginfod server over dir until the test
+// ends, and waits until it serves ready's debug file.
+func startDebuginfod(t *testing.T, dir, ready string) (url string, stop func()) {
+	t.Helper()
+	bin, err := exec.LookPath("debuginfod")
+	if err != nil {
+		t.Fatalf("debuginfod (elfutils' server) is needed: make deps installs it (Debian package debuginfod): %v", err)
+	}
+	port := testport.Free(t)
+	cmd := exec.Command(bin, "-F", "-d", filepath.Join(t.TempDir(), "index.sqlite"), "-p", strconv.Itoa(port), dir)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	url = fmt.Sprintf("http://127.0.0.1:%d", port)
+	// The server indexes dir in the background: wait until it has.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get(url + "/buildid/" + ready + "/debuginfo")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url, stop
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("debuginfod did not serve %s within 2 minutes: %v\n%s", ready, err, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSymbolizeFromDebuginfod names a stripped C program's stored frames
+// with the debug file a real debuginfod server (elfutils') serves, for
+// every stored build at once: the served build is renamed, a build no
+// server has and a Go build are left as they are. A second run with the
+// server gone works from the cache, and says which build it could not
+// fetch.
+func TestSymbolizeFromDebuginfod(t *testing.T) {
+	dir := t.TempDir()
+	app, _, appBuild, appOff := cProgram(t, dir, "app")
+	other, otherDebug, otherBuild, otherOff := cProgram(t, dir, "other")
+	// app's debug file and stripped executable are served (as a
+	// distribution's server has both); neither of other's is.
+	if err := os.Remove(otherDebug); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(app, filepath.Join(dir, "srv", "app")); err != nil {
+		t.Fatal(err)
+	}
+	url, stopServer := startDebuginfod(t, filepath.Join(dir, "srv"), appBuild)
+	t.Setenv("DEBUGINFOD_CACHE_PATH", filepath.Join(dir, "cache"))
+	t.Setenv("DEBUGINFOD_URLS", "")
+
+	now := time.Now()
+	path := filepath.Join(t.TempDir(), "gateway.duckdb")
+	writeDB(t, "summary", path, "", []batch{
+		{at: now.Add(-5 * time.Minute), service: "app", build: appBuild, exe: app, stacks: map[string]int64{
+			fmt.Sprintf("raw:0x%x;raw:0x%x", appOff["sort_app"], appOff["parse_app"]): 40,
+			"raw:0x1": 2, // before any function: stays raw
+		}},
+		{at: now.Add(-5 * time.Minute), service: "other", build: otherBuild, exe: other, stacks: map[string]int64{
+			fmt.Sprintf("raw:0x%x", otherOff["parse_other"]): 9,
+		}},
+		{at: now.Add(-5 * time.Minute), service: "gosvc", build: "go0build0id", stacks: map[string]int64{"main.main;runtime.goexit": 3}},
+	})
+
+	_, stderr, code := runCLI(t, "symbolize", "--db", path)
+	if code != 2 || !strings.Contains(stderr, "give --symbols FILE or --debuginfod") {
+		t.Fatalf("no source: %d %q", code, stderr)
+	}
+	_, stderr, code = runCLI(t, "symbolize", "--db", path, "--debuginfod")
+	if code != 1 || !strings.Contains(stderr, "set DEBUGINFOD_URLS") {
+		t.Fatalf("no servers: %d %q", code, stderr)
+	}
+
+	out, stderr, code := runCLI(t, "symbolize", "--db", path, "--debuginfod-urls", url, "--dry-run")
+	if code != 0 || !strings.Contains(out, "build "+appBuild+": would rename 2 of 3 raw frames") ||
+		!strings.Contains(out, "2 builds with a GNU build ID: 1 symbolized, 0 whose symbols named none of their raw frames, 0 without raw frames, 1 on no debuginfod server, 0 failed") {
+		t.Fatalf("dry run: %d\n%s\n%s", code, out, stderr)
+	}
+	for _, kind := range []string{"debuginfo", "executable"} {
+		if _, err := os.Stat(filepath.Join(dir, "cache", appBuild, kind)); err != nil {
+			t.Fatalf("the %s is not in the cache: %v", kind, err)
+		}
+	}
+	_, stderr, code = runCLI(t, "symbolize", "--db", path, "--build-id", otherBuild[:12], "--debuginfod-urls", url)
+	if code != 1 || !strings.Contains(stderr, "no debuginfod server has it") {
+		t.Fatalf("one build no server has: %d %q", code, stderr)
+	}
+
+	// The server is gone: app comes from the cache; other cannot be asked.
+	stopServer()
+	t.Setenv("DEBUGINFOD_URLS", url)
+	out, stderr, code = runCLI(t, "symbolize", "--db", path, "--debuginfod")
+	if code != 1 || !strings.Contains(out, "build "+appBuild+": renamed 2 of 3 raw frames (1 did not resolve)") ||
+		!strings.Contains(out, "1 symbolized, 0 whose symbols named none of their raw frames, 0 without raw frames, 0 on no debuginfod server, 1 failed") ||
+		!strings.Contains(stderr, "debuginfo of build "+otherBuild+": Get \""+url+"/buildid/"+otherBuild+"/debuginfo\"") || !strings.Contains(stderr, "connection refused") {
+		t.Fatalf("from the cache, server down: %d\n%s\n%s", code, out, stderr)
+	}
+	short := func(b string) string { return "[build_id:" + b[:12] + "]" }
+	for service, wants := range map[string][]string{
+		"app":   {"sort_app;parse_app 40", short(appBuild) + " 0x1 2"},
+		"other": {fmt.Sprintf("%s 0x%x 9", short(otherBuild), otherOff["parse_other"])},
+		"gosvc": {"main.main;runtime.goexit 3"},
+	} {
+		after, stderr, _ := runCLI(t, "profile", "--db", path, "--service", service, "--since", "1h")
+		for _, want := range wants {
+			if !strings.Contains(after, want+"\n") {
+				t.Errorf("missing %q in:\n%s%s", want, after, stderr)
+			}
+		}
+	}
+	// The gateway tier records where the symbols came from.
+	db, closeDB, err := sqlquery.OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var debugInfo bool
+	var storage string
+	if err := db.QueryRow("SELECT has_debug_info, symbol_storage FROM binary_metadata_registry WHERE build_id = ?", appBuild).Scan(&debugInfo, &storage); err != nil ||
+		!debugInfo || storage != filepath.Join(dir, "cache", appBuild, "debuginfo") {
+		t.Fatalf("binary metadata: %v %q %v", debugInfo, storage, err)
+	}
+	closeDB()
+
+	// app's raw frame before any function is tried again (from the cache);
+	// other still cannot be fetched.
+	out, stderr, _ = runCLI(t, "symbolize", "--db", path, "--debuginfod")
+	if !strings.Contains(out, "2 builds with a GNU build ID: 0 symbolized, 1 whose symbols named none of their raw frames, 0 without raw frames, 0 on no debuginfod server, 1 failed") {
+		t.Fatalf("second run:\n%s\n%s", out, stderr)
+	}
+}
+
+// TestSymbolizeWithSeparateDebugFile: a distribution's debug file (objcopy
+// --only-keep-debug) keeps the binary's addresses but not its file layout,
+// so the stored file offsets are placed with the binary's own program
+// headers: the recorded binary when it is there and is the build, else
+// --executable.
+func TestSymbolizeWithSeparateDebugFile(t *testing.T) {
+	dir := t.TempDir()
+	app, debug, build, off := cProgram(t, dir, "app")
+	other, _, _, _ := cProgram(t, t.TempDir(), "other")
+	stacks := map[string]int64{fmt.Sprintf("raw:0x%x;raw:0x%x", off["sort_app"], off["parse_app"]): 40, "raw:0x1": 2}
+	at := time.Now().Add(-5 * time.Minute)
+
+	// Sampled at the path the binary is still at: --symbols alone.
+	here := filepath.Join(t.TempDir(), "agent.duckdb")
+	writeDB(t, "local", here, "", []batch{{at: at, service: "app", build: build, exe: app, stacks: stacks}})
+	out, stderr, code := runCLI(t, "symbolize", "--db", here, "--symbols", debug)
+	if code != 0 || !strings.Contains(out, "build "+build+": renamed 2 of 3 raw frames (1 did not resolve)") {
+		t.Fatalf("recorded binary: %d\n%s\n%s", code, out, stderr)
+	}
+	if got, _, _ := runCLI(t, "profile", "--db", here, "--service", "app", "--since", "1h"); !strings.Contains(got, "sort_app;parse_app 40\n") {
+		t.Fatalf("after:\n%s", got)
+	}
+
+	// Sampled on another machine: the binary is named with --executable.
+	away := filepath.Join(t.TempDir(), "agent.duckdb")
+	writeDB(t, "local", away, "", []batch{{at: at, service: "app", build: build, exe: "/srv/elsewhere/app", stacks: stacks}})
+	_, stderr, code = runCLI(t, "symbolize", "--db", away, "--symbols", debug)
+	if code != 1 || !strings.Contains(stderr, "is a separate debug file") || !strings.Contains(stderr, "--executable") {
+		t.Fatalf("no binary: %d %q", code, stderr)
+	}
+	_, stderr, code = runCLI(t, "symbolize", "--db", away, "--symbols", debug, "--executable", other)
+	if code != 1 || !strings.Contains(stderr, "--executable "+other+" is not build "+build) {
+		t.Fatalf("another build's binary: %d %q", code, stderr)
+	}
+	out, stderr, code = runCLI(t, "symbolize", "--db", away, "--symbols", debug, "--executable", app)
+	if code != 0 || !strings.Contains(out, "renamed 2 of 3 raw frames") {
+		t.Fatalf("--executable: %d\n%s\n%s", code, out, stderr)
 	}
 }

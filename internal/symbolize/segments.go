@@ -38,6 +38,12 @@ func NewSegments(progs []*elf.Prog) Segments {
 	return s
 }
 
+// HasText reports whether an executable segment has file data. A separate
+// debug file's segments have none (objcopy --only-keep-debug keeps their
+// addresses, not their file offsets): file offsets of the binary are placed
+// with the binary's own segments.
+func (s Segments) HasText() bool { return s.nexec > 0 }
+
 // exec is the executable segments.
 func (s Segments) exec() []loadSegment { return s.loads[:s.nexec] }
 
