@@ -616,8 +616,9 @@ func TestDemangleRust(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"_RNvNtCs1a2b3c4d5e_7mycrate6worker4spin":      "mycrate::worker::spin",
-		"_ZN7mycrate6worker5parse17h0123456789abcdefE": "mycrate::worker::parse",
+		"_RNvNtCs1a2b3c4d5e_7mycrate6worker4spin":                                 "mycrate::worker::spin",
+		"_ZN7mycrate6worker5parse17h0123456789abcdefE":                            "mycrate::worker::parse",
+		"_ZN3std3sys9backtrace28__rust_begin_short_backtrace17hfa891d39abf08321E": "std::sys::backtrace::__rust_begin_short_backtrace",
 	}
 	tab, err := OpenSymbolTable(lib)
 	if err != nil {

@@ -708,11 +708,15 @@ func (t *SymbolTable) lookupELF(addr uint64) (sym Symbol, ok bool) {
 }
 
 // demangled is name as its language writes it, without parameters, as a
-// profile names a function: C++ and Rust's legacy names (_Z), and Rust's v0
-// names (_R), which parts of the standard library a current rustc links in
-// carry (core::str::pattern's searchers, core::slice::memchr). Anything
-// else, or a name that does not demangle, is returned as it is.
+// profile names a function: C++ names (_Z), Rust's legacy ones (_ZN…17h<hash>E,
+// see rustLegacy), and Rust's v0 names (_R), which parts of the standard
+// library a current rustc links in carry (core::str::pattern's searchers,
+// core::slice::memchr). Anything else, or a name that does not demangle, is
+// returned as it is.
 func demangled(name string) string {
+	if n, ok := rustLegacy(name); ok {
+		return n
+	}
 	if strings.HasPrefix(name, "_Z") || strings.HasPrefix(name, "_R") {
 		return demangle.Filter(name, demangle.NoParams)
 	}
