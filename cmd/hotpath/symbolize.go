@@ -256,10 +256,12 @@ func segmentsOf(path string) (symbolize.Segments, error) {
 
 // fromDebuginfod fetches each build's debug file (the client checks its
 // build ID) and reads its symbols. A separate debug file does not place the
-// frames' file offsets, so the executable is fetched too; a server that has
-// no debug file may index the unstripped executable, which is then both.
+// frames' file offsets: the recorded binary does when it is here and is the
+// build (run on the node), else the executable is fetched too. A server
+// that has no debug file may index the unstripped executable, which is
+// then both.
 func fromDebuginfod(ctx context.Context, client *debuginfod.Client) symbolSource {
-	return func(full, _ string) (func(uint64) (string, bool), string, error) {
+	return func(full, recorded string) (func(uint64) (string, bool), string, error) {
 		if !debuginfod.IsGNUBuildID(full) {
 			return nil, "", fmt.Errorf("build %s has no GNU build ID, which debuginfod servers need: give its --symbols file", full)
 		}
@@ -276,9 +278,11 @@ func fromDebuginfod(ctx context.Context, client *debuginfod.Client) symbolSource
 		}
 		layout := table.Segments
 		if !layout.HasText() {
-			exe, err := client.Fetch(ctx, full, debuginfod.Executable)
-			if err != nil {
-				return nil, "", fmt.Errorf("its debug file does not say where the code is in the binary, and %w", err)
+			exe := recorded
+			if exe == "" || !isBuild(exe, full) {
+				if exe, err = client.Fetch(ctx, full, debuginfod.Executable); err != nil {
+					return nil, "", fmt.Errorf("its debug file does not say where the code is in the binary, and %w", err)
+				}
 			}
 			if layout, err = segmentsOf(exe); err != nil {
 				return nil, "", err

@@ -275,7 +275,8 @@ func TestSymbolizeFromDebuginfod(t *testing.T) {
 	now := time.Now()
 	path := filepath.Join(t.TempDir(), "gateway.duckdb")
 	writeDB(t, "summary", path, "", []batch{
-		{at: now.Add(-5 * time.Minute), service: "app", build: appBuild, exe: app, stacks: map[string]int64{
+		// Sampled on another machine: the binary is not here.
+		{at: now.Add(-5 * time.Minute), service: "app", build: appBuild, exe: "/srv/elsewhere/app", stacks: map[string]int64{
 			fmt.Sprintf("raw:0x%x;raw:0x%x", appOff["sort_app"], appOff["parse_app"]): 40,
 			"raw:0x1": 2, // before any function: stays raw
 		}},
@@ -349,6 +350,22 @@ func TestSymbolizeFromDebuginfod(t *testing.T) {
 	out, stderr, _ = runCLI(t, "symbolize", "--db", path, "--debuginfod")
 	if !strings.Contains(out, "2 builds with a GNU build ID: 0 symbolized, 1 whose symbols named none of their raw frames, 0 without raw frames, 0 on no debuginfod server, 1 failed") {
 		t.Fatalf("second run:\n%s\n%s", out, stderr)
+	}
+
+	// Run where the binary is (the agent's file, on its node): its program
+	// headers place the frames, and only the debug file is fetched.
+	url, _ = startDebuginfod(t, filepath.Join(dir, "srv"), appBuild)
+	t.Setenv("DEBUGINFOD_CACHE_PATH", filepath.Join(dir, "cache2"))
+	local := filepath.Join(t.TempDir(), "agent.duckdb")
+	writeDB(t, "local", local, "", []batch{{at: now.Add(-5 * time.Minute), service: "app", build: appBuild, exe: app, stacks: map[string]int64{
+		fmt.Sprintf("raw:0x%x", appOff["parse_app"]): 7,
+	}}})
+	out, stderr, code = runCLI(t, "symbolize", "--db", local, "--build-id", appBuild, "--debuginfod-urls", url)
+	if code != 0 || !strings.Contains(out, "renamed 1 of 1 raw frames") {
+		t.Fatalf("on the node: %d\n%s\n%s", code, out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cache2", appBuild, "executable")); !os.IsNotExist(err) {
+		t.Fatalf("the executable was fetched though the binary is here: %v", err)
 	}
 }
 
