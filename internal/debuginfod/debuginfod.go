@@ -42,7 +42,8 @@ type Client struct {
 	// CacheDir holds fetched files as <CacheDir>/<build ID>/<kind>.
 	CacheDir string
 	// HTTP makes the requests; nil uses one with connect and response-header
-	// timeouts (the caller's context bounds the whole download).
+	// timeouts and no kept-alive connections (the caller's context bounds
+	// the whole download).
 	HTTP *http.Client
 	// MaxBytes bounds a file (DefaultMaxBytes when 0).
 	MaxBytes int64
@@ -172,13 +173,16 @@ func checkFile(path, buildID string) error {
 }
 
 func (c *Client) client() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
+	if c.HTTP == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.DialContext = (&net.Dialer{Timeout: 15 * time.Second}).DialContext
+		t.ResponseHeaderTimeout = 60 * time.Second // a server indexing a large package takes its time
+		// One request per build, each a whole file: a kept-alive connection
+		// would save little and outlive the command's work.
+		t.DisableKeepAlives = true
+		c.HTTP = &http.Client{Transport: t}
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 15 * time.Second}).DialContext
-	t.ResponseHeaderTimeout = 60 * time.Second // a server indexing a large package takes its time
-	return &http.Client{Transport: t}
+	return c.HTTP
 }
 
 // download fetches one kind of file from one server into dir, through a
