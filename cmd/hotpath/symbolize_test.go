@@ -384,12 +384,21 @@ func TestSymbolizeWithSeparateDebugFile(t *testing.T) {
 	// Sampled at the path the binary is still at: --symbols alone.
 	here := filepath.Join(t.TempDir(), "agent.duckdb")
 	writeDB(t, "local", here, "", []batch{{at: at, service: "app", build: build, exe: app, stacks: stacks}})
+	// top says what is unnamed and what names it.
+	hint := "of samples pass through frames of build " + build[:12] + " that had no symbols when sampled"
+	if got, _, _ := runCLI(t, "top", "--db", here, "--service", "app", "--since", "1h"); !strings.Contains(got, "100.0% "+hint) || !strings.Contains(got, "hotpath symbolize --debuginfod") {
+		t.Fatalf("top before:\n%s", got)
+	}
 	out, stderr, code := runCLI(t, "symbolize", "--db", here, "--symbols", debug)
 	if code != 0 || !strings.Contains(out, "build "+build+": renamed 2 of 3 raw frames (1 did not resolve)") {
 		t.Fatalf("recorded binary: %d\n%s\n%s", code, out, stderr)
 	}
 	if got, _, _ := runCLI(t, "profile", "--db", here, "--service", "app", "--since", "1h"); !strings.Contains(got, "sort_app;parse_app 40\n") {
 		t.Fatalf("after:\n%s", got)
+	}
+	// Left: the 2 samples in raw:0x1, before any function.
+	if got, _, _ := runCLI(t, "top", "--db", here, "--service", "app", "--since", "1h"); !strings.Contains(got, "4.8% "+hint) {
+		t.Fatalf("top after:\n%s", got)
 	}
 
 	// Sampled on another machine: the binary is named with --executable.

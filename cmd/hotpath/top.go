@@ -94,6 +94,19 @@ func writeTop(ctx context.Context, target *targetFlags, sel *selectFlags, n int,
 		sum += f.SelfShare
 		fmt.Fprintf(&b, "%10d %6.2f%% %6.2f%% %10d %6.2f%%  %s\n", f.Self, 100*f.SelfShare, 100*sum, f.Cum, 100*f.CumShare, f.Name)
 	}
+	if raw, builds := p.Unsymbolized(); raw > 0 && p.Total() > 0 {
+		short := make([]string, len(builds))
+		for i, id := range builds {
+			short[i] = profilequery.ShortBuildID(id)
+		}
+		which := "build "
+		if len(short) > 1 {
+			which = "builds "
+		}
+		fmt.Fprintf(&b, "%.1f%% of samples pass through frames of %s that had no symbols when sampled ([build_id:…] 0x…): "+
+			"hotpath symbolize --debuginfod names them from a debuginfod server, --symbols FILE from a debug file\n",
+			100*float64(raw)/float64(p.Total()), which+strings.Join(short, ", "))
+	}
 	_, err = io.WriteString(stdout, b.String())
 	return err
 }

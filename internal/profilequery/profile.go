@@ -358,6 +358,24 @@ func (p *Profile) displayFrames(s Stack) (frames []string, changed bool) {
 	return out, true
 }
 
+// Unsymbolized counts the samples whose stack has a frame of its own
+// build's binary that could not be symbolized (shown as "[build_id:…] 0x…"),
+// and lists those builds, sorted: what `hotpath symbolize` can name later.
+func (p *Profile) Unsymbolized() (samples int64, builds []string) {
+	seen := map[string]bool{}
+	for _, s := range p.Stacks {
+		if _, changed := p.displayFrames(s); changed {
+			samples += s.Count
+			if !seen[s.BuildID] {
+				seen[s.BuildID] = true
+				builds = append(builds, s.BuildID)
+			}
+		}
+	}
+	slices.Sort(builds)
+	return samples, builds
+}
+
 // line is s's frames as shown (DisplayFrames), joined by ';'.
 func (p *Profile) line(s Stack) string {
 	frames, changed := p.displayFrames(s)
