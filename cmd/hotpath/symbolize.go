@@ -160,7 +160,7 @@ func symbolizeBuild(ctx context.Context, req symbolizeRequest, stdout, stderr io
 	var symbolized, unresolved, clean, notFound int
 	var failed []string
 	for _, b := range builds {
-		res, err := rewriteFrames(ctx, sdb, rewriteRequest{build: b, dryRun: req.dryRun, symbols: symbols})
+		res, err := rewriteFrames(ctx, sdb, rewriteRequest{build: b, stored: true, dryRun: req.dryRun, symbols: symbols})
 		switch {
 		case errors.Is(err, debuginfod.ErrNotFound):
 			notFound++
@@ -332,8 +332,11 @@ func storedGNUBuilds(ctx context.Context, db *sql.DB) ([]string, error) {
 
 type rewriteRequest struct {
 	build, binary string
-	dryRun        bool
-	symbols       symbolSource
+	// stored says build is a whole build ID read from the file's rows
+	// (storedGNUBuilds), not a prefix to resolve.
+	stored  bool
+	dryRun  bool
+	symbols symbolSource
 }
 
 type rewriteResult struct {
@@ -366,9 +369,13 @@ func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewrit
 		allSeries = append(allSeries, "SELECT series_id FROM "+t)
 		buildRows = append(buildRows, "SELECT stack_id FROM "+t+" WHERE "+ofBuild)
 	}
-	builds, err := strings1(ctx, db, "SELECT DISTINCT build_id FROM "+tb.Series+" WHERE series_id IN ("+strings.Join(allSeries, " UNION ")+") AND build_id <> '' AND starts_with(build_id, ?) ORDER BY 1", req.build)
-	if err != nil {
-		return nil, fmt.Errorf("find build: %w", err)
+	builds := []string{req.build}
+	if !req.stored {
+		var err error
+		builds, err = strings1(ctx, db, "SELECT DISTINCT build_id FROM "+tb.Series+" WHERE series_id IN ("+strings.Join(allSeries, " UNION ")+") AND build_id <> '' AND starts_with(build_id, ?) ORDER BY 1", req.build)
+		if err != nil {
+			return nil, fmt.Errorf("find build: %w", err)
+		}
 	}
 	switch {
 	case len(builds) == 0:
@@ -395,6 +402,15 @@ func rewriteFrames(ctx context.Context, db *sql.DB, req rewriteRequest) (*rewrit
 		base = filepath.Base(paths[0])
 	}
 	prefix := profileschema.RawFramePrefix(base)
+	// No frame of that file anywhere in the dictionary: the build has none,
+	// and its rows (tens of millions over a month) need no scan.
+	var candidates int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+tb.Frames+" WHERE starts_with(frame_name, ?)", prefix).Scan(&candidates); err != nil {
+		return nil, fmt.Errorf("find raw frames: %w", err)
+	}
+	if candidates == 0 {
+		return &rewriteResult{build: full}, nil
+	}
 
 	rows, err := db.QueryContext(ctx, `SELECT f.frame_id, f.frame_name FROM
 (SELECT DISTINCT unnest(stack_frame_ids) AS id FROM `+tb.StackDict+` WHERE `+buildStacks+`) u

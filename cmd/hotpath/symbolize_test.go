@@ -284,6 +284,8 @@ func TestSymbolizeFromDebuginfod(t *testing.T) {
 			fmt.Sprintf("raw:0x%x", otherOff["parse_other"]): 9,
 		}},
 		{at: now.Add(-5 * time.Minute), service: "gosvc", build: "go0build0id", stacks: map[string]int64{"main.main;runtime.goexit": 3}},
+		// Named in full when sampled: nothing to fetch.
+		{at: now.Add(-5 * time.Minute), service: "named", build: "aabbccddeeff00112233445566778899aabbccdd", exe: "/usr/bin/named", stacks: map[string]int64{"main;serve": 5}},
 	})
 
 	_, stderr, code := runCLI(t, "symbolize", "--db", path)
@@ -297,7 +299,7 @@ func TestSymbolizeFromDebuginfod(t *testing.T) {
 
 	out, stderr, code := runCLI(t, "symbolize", "--db", path, "--debuginfod-urls", url, "--dry-run")
 	if code != 0 || !strings.Contains(out, "build "+appBuild+": would rename 2 of 3 raw frames") ||
-		!strings.Contains(out, "2 builds with a GNU build ID: 1 symbolized, 0 whose symbols named none of their raw frames, 0 without raw frames, 1 on no debuginfod server, 0 failed") {
+		!strings.Contains(out, "3 builds with a GNU build ID: 1 symbolized, 0 whose symbols named none of their raw frames, 1 without raw frames, 1 on no debuginfod server, 0 failed") {
 		t.Fatalf("dry run: %d\n%s\n%s", code, out, stderr)
 	}
 	for _, kind := range []string{"debuginfo", "executable"} {
@@ -315,7 +317,7 @@ func TestSymbolizeFromDebuginfod(t *testing.T) {
 	t.Setenv("DEBUGINFOD_URLS", url)
 	out, stderr, code = runCLI(t, "symbolize", "--db", path, "--debuginfod")
 	if code != 1 || !strings.Contains(out, "build "+appBuild+": renamed 2 of 3 raw frames (1 did not resolve)") ||
-		!strings.Contains(out, "1 symbolized, 0 whose symbols named none of their raw frames, 0 without raw frames, 0 on no debuginfod server, 1 failed") ||
+		!strings.Contains(out, "1 symbolized, 0 whose symbols named none of their raw frames, 1 without raw frames, 0 on no debuginfod server, 1 failed") ||
 		!strings.Contains(stderr, "debuginfo of build "+otherBuild+": Get \""+url+"/buildid/"+otherBuild+"/debuginfo\"") || !strings.Contains(stderr, "connection refused") {
 		t.Fatalf("from the cache, server down: %d\n%s\n%s", code, out, stderr)
 	}
@@ -348,7 +350,7 @@ func TestSymbolizeFromDebuginfod(t *testing.T) {
 	// app's raw frame before any function is tried again (from the cache);
 	// other still cannot be fetched.
 	out, stderr, _ = runCLI(t, "symbolize", "--db", path, "--debuginfod")
-	if !strings.Contains(out, "2 builds with a GNU build ID: 0 symbolized, 1 whose symbols named none of their raw frames, 0 without raw frames, 0 on no debuginfod server, 1 failed") {
+	if !strings.Contains(out, "3 builds with a GNU build ID: 0 symbolized, 1 whose symbols named none of their raw frames, 1 without raw frames, 0 on no debuginfod server, 1 failed") {
 		t.Fatalf("second run:\n%s\n%s", out, stderr)
 	}
 
