@@ -1,23 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"debug/elf"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/buildid"
+	"github.com/hotpath-dev/hotpath/internal/debuginfod/debuginfodtest"
 	"github.com/hotpath-dev/hotpath/internal/sqlquery"
-	"github.com/hotpath-dev/hotpath/internal/testport"
 )
 
 // fileOffsetOf returns the file offset of code at fn+8 in this test binary,
@@ -208,48 +205,6 @@ int main(int c,char**v){(void)v;return sort_` + name + `(c) & 1;}
 	return stripped, debug, info.GNU, offsets
 }
 
-// startDebuginfod runs elfutils' debuginfod server over dir until the test
-// ends, and waits until it serves ready's debug file.
-func startDebuginfod(t *testing.T, dir, ready string) (url string, stop func()) {
-	t.Helper()
-	bin, err := exec.LookPath("debuginfod")
-	if err != nil {
-		t.Fatalf("debuginfod (elfutils' server) is needed: make deps installs it (Debian package debuginfod): %v", err)
-	}
-	port := testport.Free(t)
-	cmd := exec.Command(bin, "-F", "-d", filepath.Join(t.TempDir(), "index.sqlite"), "-p", strconv.Itoa(port), dir)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	}
-	t.Cleanup(stop)
-	url = fmt.Sprintf("http://127.0.0.1:%d", port)
-	// The server indexes dir in the background: wait until it has.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := http.Get(url + "/buildid/" + ready + "/debuginfo")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url, stop
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("debuginfod did not serve %s within 2 minutes: %v\n%s", ready, err, log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestSymbolizeFromDebuginfod names a stripped C program's stored frames
 // with the debug file a real debuginfod server (elfutils') serves, for
 // every stored build at once: the served build is renamed, a build no
@@ -268,7 +223,7 @@ func TestSymbolizeFromDebuginfod(t *testing.T) {
 	if err := os.Link(app, filepath.Join(dir, "srv", "app")); err != nil {
 		t.Fatal(err)
 	}
-	url, stopServer := startDebuginfod(t, filepath.Join(dir, "srv"), appBuild)
+	url, stopServer := debuginfodtest.Serve(t, filepath.Join(dir, "srv"), appBuild)
 	t.Setenv("DEBUGINFOD_CACHE_PATH", filepath.Join(dir, "cache"))
 	t.Setenv("DEBUGINFOD_URLS", "")
 
@@ -356,7 +311,7 @@ func TestSymbolizeFromDebuginfod(t *testing.T) {
 
 	// Run where the binary is (the agent's file, on its node): its program
 	// headers place the frames, and only the debug file is fetched.
-	url, _ = startDebuginfod(t, filepath.Join(dir, "srv"), appBuild)
+	url, _ = debuginfodtest.Serve(t, filepath.Join(dir, "srv"), appBuild)
 	t.Setenv("DEBUGINFOD_CACHE_PATH", filepath.Join(dir, "cache2"))
 	local := filepath.Join(t.TempDir(), "agent.duckdb")
 	writeDB(t, "local", local, "", []batch{{at: now.Add(-5 * time.Minute), service: "app", build: appBuild, exe: app, stacks: map[string]int64{

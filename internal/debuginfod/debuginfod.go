@@ -1,10 +1,12 @@
 // Package debuginfod fetches a build's debug file from debuginfod servers
 // (elfutils' HTTP protocol: GET <server>/buildid/<GNU build ID>/debuginfo,
 // or .../executable), the symbol store Debian, Ubuntu, Fedora, Arch and
-// many build farms run. hotpath uses it to name, after the fact, the frames
-// of stripped binaries that the agent stored as file offsets.
+// many build farms run. The agent's receiver uses it to name stripped
+// binaries' functions on the node (its debuginfod setting), and `hotpath
+// symbolize` to name, after the fact, the frames of stripped programs that
+// the agent stored as file offsets.
 //
-// Files are kept in the cache directory elfutils' own client uses
+// Files are kept in the cache layout elfutils' own client uses
 // (<cache>/<build ID>/debuginfo), so gdb, perf and hotpath share what any
 // of them fetched. A file is kept only once it is whole and its build ID
 // is the one asked for: a server cannot hand hotpath another build.
@@ -20,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,8 +60,21 @@ func FromEnv(urls string) (*Client, error) {
 	if strings.TrimSpace(urls) == "" {
 		urls = os.Getenv("DEBUGINFOD_URLS")
 	}
-	c := &Client{}
-	for _, u := range strings.Fields(urls) {
+	if len(strings.Fields(urls)) == 0 {
+		return nil, errors.New("no debuginfod server: set DEBUGINFOD_URLS (e.g. https://debuginfod.debian.net) or give --debuginfod-urls")
+	}
+	dir, err := cacheDir()
+	if err != nil {
+		return nil, err
+	}
+	return New(strings.Fields(urls), dir)
+}
+
+// New returns a client for the servers urls (http:// or https://, asked in
+// order) caching in dir.
+func New(urls []string, dir string) (*Client, error) {
+	c := &Client{CacheDir: dir}
+	for _, u := range urls {
 		parsed, err := url.Parse(u)
 		if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
 			return nil, fmt.Errorf("debuginfod server %q: want an http:// or https:// URL", u)
@@ -66,13 +82,11 @@ func FromEnv(urls string) (*Client, error) {
 		c.URLs = append(c.URLs, strings.TrimRight(u, "/"))
 	}
 	if len(c.URLs) == 0 {
-		return nil, errors.New("no debuginfod server: set DEBUGINFOD_URLS (e.g. https://debuginfod.debian.net) or give --debuginfod-urls")
+		return nil, errors.New("no debuginfod server")
 	}
-	dir, err := cacheDir()
-	if err != nil {
-		return nil, err
+	if dir == "" {
+		return nil, errors.New("no debuginfod cache directory")
 	}
-	c.CacheDir = dir
 	return c, nil
 }
 
@@ -126,10 +140,10 @@ func (c *Client) Fetch(ctx context.Context, buildID string, kind Kind) (string, 
 	if !IsGNUBuildID(buildID) {
 		return "", fmt.Errorf("build ID %q is not a GNU build ID (hex): debuginfod servers index those only", buildID)
 	}
-	dir := filepath.Join(c.CacheDir, buildID)
-	if path := filepath.Join(dir, string(kind)); checkFile(path, buildID) == nil {
+	if path, ok := c.Cached(buildID, kind); ok {
 		return path, nil
 	}
+	dir := filepath.Join(c.CacheDir, buildID)
 	var failures []string
 	for _, server := range c.URLs {
 		path, err := c.download(ctx, server, buildID, string(kind), dir)
@@ -147,6 +161,21 @@ func (c *Client) Fetch(ctx context.Context, buildID string, kind Kind) (string, 
 		return "", fmt.Errorf("%s of build %s: %w (asked %s)", kind, buildID, ErrNotFound, strings.Join(c.URLs, ", "))
 	}
 	return "", fmt.Errorf("%s of build %s: %s", kind, buildID, strings.Join(failures, "; "))
+}
+
+// Cached returns the path of the build's file of that kind when the cache
+// holds it whole, and marks it used (the last to go in Trim).
+func (c *Client) Cached(buildID string, kind Kind) (string, bool) {
+	if !IsGNUBuildID(buildID) {
+		return "", false
+	}
+	path := filepath.Join(c.CacheDir, buildID, string(kind))
+	if checkFile(path, buildID) != nil {
+		return "", false
+	}
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)
+	return path, true
 }
 
 // checkFile accepts a cached file: not empty (elfutils caches a miss as an
@@ -239,4 +268,57 @@ func (c *Client) download(ctx context.Context, server, buildID, kind, dir string
 		return "", fmt.Errorf("debuginfod cache: %w", err)
 	}
 	return path, nil
+}
+
+// Trim removes the least recently fetched or used builds from the cache
+// until what it holds is within maxBytes, never the build keep. It
+// returns how many builds it removed. Files other than the build
+// directories' are left alone.
+func (c *Client) Trim(maxBytes int64, keep string) (int, error) {
+	entries, err := os.ReadDir(c.CacheDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("debuginfod cache: %w", err)
+	}
+	type build struct {
+		dir   string
+		bytes int64
+		used  time.Time
+	}
+	var builds []build
+	var total int64
+	for _, e := range entries {
+		if !e.IsDir() || !IsGNUBuildID(e.Name()) {
+			continue
+		}
+		b := build{dir: filepath.Join(c.CacheDir, e.Name())}
+		files, _ := os.ReadDir(b.dir)
+		for _, f := range files {
+			if fi, err := f.Info(); err == nil && fi.Mode().IsRegular() {
+				b.bytes += fi.Size()
+				if fi.ModTime().After(b.used) {
+					b.used = fi.ModTime()
+				}
+			}
+		}
+		total += b.bytes
+		if e.Name() != keep {
+			builds = append(builds, b)
+		}
+	}
+	slices.SortFunc(builds, func(a, b build) int { return a.used.Compare(b.used) })
+	removed := 0
+	for _, b := range builds {
+		if total <= maxBytes {
+			break
+		}
+		if err := os.RemoveAll(b.dir); err != nil {
+			return removed, fmt.Errorf("debuginfod cache: %w", err)
+		}
+		total -= b.bytes
+		removed++
+	}
+	return removed, nil
 }

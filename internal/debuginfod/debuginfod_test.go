@@ -6,34 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/hotpath-dev/hotpath/internal/buildid"
+	"github.com/hotpath-dev/hotpath/internal/debuginfod/debuginfodtest"
 )
-
-// buildELF compiles a small C program with a GNU build ID and returns its
-// path and build ID.
-func buildELF(t *testing.T, body string) (string, string) {
-	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(dir, "p.c")
-	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(dir, "p")
-	if out, err := exec.Command("gcc", "-O1", "-g", "-Wl,--build-id", "-o", exe, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	info, err := buildid.Read(exe)
-	if err != nil || info.GNU == "" {
-		t.Fatalf("build ID of %s: %q %v", exe, info.GNU, err)
-	}
-	return exe, info.GNU
-}
 
 // server serves files by build ID the way a debuginfod server does, and
 // lets a test misbehave: files are looked up by the path's build ID and
@@ -71,7 +51,7 @@ func newClient(t *testing.T, urls ...string) *Client {
 }
 
 func TestFetchDownloadsChecksAndCaches(t *testing.T) {
-	exe, id := buildELF(t, "int main(void){return 0;}")
+	exe, id := debuginfodtest.BuildELF(t, "int main(void){return 0;}")
 	data, err := os.ReadFile(exe)
 	if err != nil {
 		t.Fatal(err)
@@ -124,8 +104,8 @@ func TestFetchNotFoundIsErrNotFound(t *testing.T) {
 // that is not ELF, a cut-off body or more than allowed gets a readable
 // error, and nothing is left in the cache.
 func TestFetchRefusesBadFiles(t *testing.T) {
-	exe, id := buildELF(t, "int main(void){return 0;}")
-	_, otherID := buildELF(t, "int main(void){return 1;}")
+	exe, id := debuginfodtest.BuildELF(t, "int main(void){return 0;}")
+	_, otherID := debuginfodtest.BuildELF(t, "int main(void){return 1;}")
 	data, err := os.ReadFile(exe)
 	if err != nil {
 		t.Fatal(err)
@@ -199,5 +179,47 @@ func TestCacheDirFollowsElfutils(t *testing.T) {
 	t.Setenv("DEBUGINFOD_CACHE_PATH", "/y")
 	if c, err = FromEnv(""); err != nil || c.CacheDir != "/y" {
 		t.Fatalf("%v %v", c, err)
+	}
+}
+
+// Trim removes the least recently used builds until the cache is within
+// its bound, never the one kept, and leaves what is not a build's alone.
+func TestTrimRemovesLeastRecentlyUsed(t *testing.T) {
+	c := &Client{URLs: []string{"http://127.0.0.1:1"}, CacheDir: t.TempDir()}
+	ids := []string{strings.Repeat("a1", 20), strings.Repeat("b2", 20), strings.Repeat("c3", 20)}
+	base := time.Now().Add(-time.Hour)
+	for i, id := range ids {
+		dir := filepath.Join(c.CacheDir, id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, string(DebugInfo))
+		if err := os.WriteFile(path, make([]byte, 1000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		used := base.Add(time.Duration(i) * time.Minute) // ids[0] is the oldest
+		if err := os.Chtimes(path, used, used); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := filepath.Join(c.CacheDir, "notes.txt")
+	if err := os.WriteFile(other, make([]byte, 5000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// ids[0] is the oldest but kept: ids[1] goes, then the 2,000 bytes left fit.
+	n, err := c.Trim(2000, ids[0])
+	if err != nil || n != 1 {
+		t.Fatalf("Trim = %d, %v; want 1 build removed", n, err)
+	}
+	for i, want := range []bool{true, false, true} {
+		if _, err := os.Stat(filepath.Join(c.CacheDir, ids[i])); (err == nil) != want {
+			t.Errorf("build %d present = %v, want %v", i, err == nil, want)
+		}
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a file that is no build's was removed: %v", err)
+	}
+	if n, err := c.Trim(1<<20, ""); err != nil || n != 0 {
+		t.Errorf("within the bound: Trim = %d, %v", n, err)
 	}
 }

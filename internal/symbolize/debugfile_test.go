@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -499,5 +501,73 @@ func TestLibcDebugFile(t *testing.T) {
 	}
 	if bad > 5 {
 		t.Errorf("... %d names with '@' in all", bad)
+	}
+}
+
+// scriptedDebugFiles is a DebugFiles whose answer the test sets, and which
+// records what it was asked.
+type scriptedDebugFiles struct {
+	mu    sync.Mutex
+	path  string
+	wait  bool
+	asked []string
+}
+
+func (d *scriptedDebugFiles) DebugFile(build string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.asked = append(d.asked, build)
+	return d.path, d.wait
+}
+
+// A stripped binary whose debug file is on its way (DebugFiles says wait)
+// is not read: its frames keep their addresses. Once the file is here, the
+// table is read with it and names the static function. The snapshot asks
+// for the file before any stack is symbolized; a binary with a .symtab is
+// never asked about.
+func TestDebugFilesWaitThenName(t *testing.T) {
+	withDebugDir(t, t.TempDir())
+	bin := cProg(t, "hot-debugfiles", "-g", "-Wl,--build-id")
+	stripped, debugFile := splitDebug(t, bin)
+	id := gnuBuildID(t, stripped)
+	fetched := filepath.Join(t.TempDir(), "debuginfo")
+	if err := os.WriteFile(fetched, readFile(t, debugFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	df := &scriptedDebugFiles{wait: true}
+	s := New(Options{DebugFiles: df})
+	rp := start(t, stripped)
+	p := snapshot(t, s, rp.pid())
+	df.mu.Lock()
+	asked := slices.Clone(df.asked)
+	df.mu.Unlock()
+	if !slices.Contains(asked, id) {
+		t.Fatalf("the snapshot asked for %v, not the stripped binary's build %s", asked, id)
+	}
+
+	static := rp.addr(t, "hot_static")
+	if f := s.User(p, []uint64{static}, nil); len(f) != 1 || f[0].Function != "" || f[0].Address != static {
+		t.Fatalf("while its debug file is on its way: %+v, want the address unresolved", f)
+	}
+	if s.Stats().Loads != 0 {
+		t.Fatalf("%d tables read while waiting", s.Stats().Loads)
+	}
+
+	df.mu.Lock()
+	df.path, df.wait = fetched, false
+	df.mu.Unlock()
+	if f := s.User(p, []uint64{static}, nil); len(f) != 1 || f[0].Function != "hot_static" {
+		t.Fatalf("with its debug file: %+v, want hot_static", f)
+	}
+
+	// The unstripped build has its .symtab: nothing to ask.
+	df.mu.Lock()
+	df.asked = nil
+	df.mu.Unlock()
+	snapshot(t, New(Options{DebugFiles: df}), start(t, bin).pid())
+	df.mu.Lock()
+	defer df.mu.Unlock()
+	if slices.Contains(df.asked, id) {
+		t.Errorf("asked for the debug file of a binary with a .symtab")
 	}
 }

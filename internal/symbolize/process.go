@@ -55,6 +55,11 @@ type procFile struct {
 	err      error
 	loaded   bool
 	deferred bool // its load was deferred once (counted in Stats.Deferred)
+	// debugBuild is the GNU build ID whose debug file the table waits
+	// for (Options.DebugFiles), "" when it needs none; set once
+	// debugChecked.
+	debugBuild   string
+	debugChecked bool
 }
 
 // Close releases the open file handles. Tables already loaded keep working.

@@ -63,6 +63,12 @@ type Options struct {
 	// file took (on the calling thread), so the caller can account for this
 	// one-time work. It must not call back into the Symbolizer.
 	OnTableLoad func(cpu time.Duration)
+	// DebugFiles, when set, supplies stripped binaries' debug files that
+	// DebugDir does not have (the receiver's debuginfod client). A
+	// snapshot asks it for the files its binaries need, so they are
+	// fetched while the process runs, before its first stacks are
+	// symbolized.
+	DebugFiles DebugFiles
 }
 
 // Symbolizer resolves stacks. It is safe for concurrent use.
@@ -71,6 +77,7 @@ type Symbolizer struct {
 	keepUnused time.Duration
 	now        func() time.Time
 	onLoad     func(time.Duration)
+	debugFiles DebugFiles
 
 	mu       sync.Mutex
 	cache    *tableCache
@@ -111,6 +118,7 @@ func New(opts Options) *Symbolizer {
 		keepUnused: opts.KeepUnused,
 		now:        opts.Now,
 		onLoad:     opts.OnTableLoad,
+		debugFiles: opts.DebugFiles,
 		cache:      newTableCache(opts.MaxTables, opts.MaxTableBytes),
 	}
 }
@@ -129,6 +137,15 @@ func (s *Symbolizer) SnapshotMaps(pid int, maps []byte) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.debugFiles != nil {
+		// Ask for the debug files of binaries not read yet now, while
+		// the process runs (p is not shared yet: no lock).
+		for _, pf := range p.files {
+			if build := s.debugBuild(pf); build != "" {
+				s.debugFiles.DebugFile(build)
+			}
+		}
+	}
 	// Attach tables already cached: their files need not stay open.
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -144,6 +161,20 @@ func (s *Symbolizer) SnapshotMaps(pid int, maps []byte) (*Process, error) {
 		// file: its frames stay addresses until the process is read again.
 	}
 	return p, nil
+}
+
+// debugBuild is the build whose debug file pf's table wants from
+// DebugFiles ("" when there are none to ask, or it needs none), checked
+// once per file of a process. The caller holds p.mu or owns p alone.
+func (s *Symbolizer) debugBuild(pf *procFile) string {
+	if s.debugFiles == nil {
+		return ""
+	}
+	if !pf.debugChecked && pf.f != nil {
+		pf.debugChecked = true
+		pf.debugBuild = wantsDebugFile(pf.f)
+	}
+	return pf.debugBuild
 }
 
 // cached reports whether the table of the file with identity id is cached:
@@ -277,7 +308,16 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 	}
 	s.mu.Unlock()
 	if !ok {
-		e = s.load(pf, m.Path, p.PID)
+		fetched := ""
+		if build := s.debugBuild(pf); build != "" {
+			var wait bool
+			if fetched, wait = s.debugFiles.DebugFile(build); wait {
+				// Its debug file is on its way: read the table once it
+				// is here, not now and again then. The file stays open.
+				return nil
+			}
+		}
+		e = s.load(pf, m.Path, p.PID, fetched)
 	}
 	pf.table, pf.err, pf.loaded = e.table, e.err, true
 	if pf.f != nil {
@@ -293,7 +333,7 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 // buildid.FileKey). s.mu is not held while the file is read: a large binary's
 // table takes hundreds of milliseconds on a busy node, and Snapshot (a new
 // process read before it can exit) must not wait for it.
-func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
+func (s *Symbolizer) load(pf *procFile, path string, pid int, fetched string) *cacheEntry {
 	v, _, _ := s.loading.Do(pf.id.String(), func() (any, error) {
 		s.mu.Lock()
 		if e, ok := s.cache.peek(pf.id, s.now()); ok {
@@ -304,7 +344,7 @@ func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
 		s.mu.Unlock()
 		var res readResult
 		if key := buildid.FileKey(pf.f); key == "" {
-			t, err := s.read(pf, path, pid, "")
+			t, err := s.read(pf, path, pid, "", fetched)
 			res = readResult{t: t, err: err, readFor: pf.id}
 		} else {
 			// Files of one build are read once however many identities
@@ -316,7 +356,7 @@ func (s *Symbolizer) load(pf *procFile, path string, pid int) *cacheEntry {
 				if t != nil {
 					return readResult{t: t}, nil
 				}
-				t, err := s.read(pf, path, pid, key)
+				t, err := s.read(pf, path, pid, key, fetched)
 				return readResult{t: t, err: err, readFor: pf.id}, nil
 			})
 			res = r.(readResult)
@@ -338,11 +378,12 @@ type readResult struct {
 }
 
 // read reads the table of pf's file and counts the load; key is its build
-// (buildid.FileKey), which the table keeps to be found by.
-func (s *Symbolizer) read(pf *procFile, path string, pid int, key string) (*SymbolTable, error) {
+// (buildid.FileKey), which the table keeps to be found by; fetched is its
+// debug file from DebugFiles ("" when none).
+func (s *Symbolizer) read(pf *procFile, path string, pid int, key, fetched string) (*SymbolTable, error) {
 	var t *SymbolTable
 	var err error
-	cpu := cputime.Measure(func() { t, err = newSymbolTable(pf.f) })
+	cpu := cputime.Measure(func() { t, err = newSymbolTable(pf.f, fetched) })
 	if err != nil {
 		err = fmt.Errorf("symbol table of %s (pid %d): %w", path, pid, err)
 	} else {

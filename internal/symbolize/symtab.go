@@ -98,7 +98,7 @@ func OpenSymbolTable(path string) (*SymbolTable, error) {
 		return nil, fmt.Errorf("open symbol table: %w", err)
 	}
 	defer f.Close()
-	t, err := newSymbolTable(f)
+	t, err := newSymbolTable(f, "")
 	if err != nil {
 		return nil, fmt.Errorf("symbol table of %s: %w", path, err)
 	}
@@ -113,7 +113,9 @@ func (t *SymbolTable) ContentKey() string { return t.contentKey }
 
 // newSymbolTable maps f read-only and parses it. The mapping stays valid
 // after f is closed, which is what lets a table outlive its process.
-func newSymbolTable(f *os.File) (*SymbolTable, error) {
+// fetched is a separate debug file to use when DebugDir has none ("": no
+// other; see DebugFiles).
+func newSymbolTable(f *os.File, fetched string) (*SymbolTable, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat: %w", err)
@@ -126,7 +128,7 @@ func newSymbolTable(f *os.File) (*SymbolTable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mmap: %w", err)
 	}
-	t, err := parseSymbolTable(data)
+	t, err := parseSymbolTable(data, fetched)
 	if err != nil {
 		_ = syscall.Munmap(data)
 		return nil, err
@@ -155,10 +157,10 @@ func (t *SymbolTable) Trim() {
 
 // parseSymbolTable builds a table from an ELF image. The Go pclntab and
 // DWARF readers, if any, keep referring to data; symbols are copied.
-func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
+func parseSymbolTable(data []byte, fetched string) (t *SymbolTable, err error) {
 	// debug/elf and the manual section reads below index into a file mapping:
 	// a truncated or malformed file must give an error, not crash the agent.
-	if gerr := faultGuard(func() { t, err = parseImage(data) }); gerr != nil {
+	if gerr := faultGuard(func() { t, err = parseImage(data, fetched) }); gerr != nil {
 		return nil, fmt.Errorf("malformed ELF: %v", gerr)
 	}
 	if t != nil {
@@ -167,7 +169,7 @@ func parseSymbolTable(data []byte) (t *SymbolTable, err error) {
 	return t, err
 }
 
-func parseImage(data []byte) (t *SymbolTable, err error) {
+func parseImage(data []byte, fetched string) (t *SymbolTable, err error) {
 	ef, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("parse ELF: %w", err)
@@ -209,7 +211,7 @@ func parseImage(data []byte) (t *SymbolTable, err error) {
 	if !hasSection(ef, elf.SHT_SYMTAB) {
 		// Stripped (every distribution library): local functions such as
 		// glibc's msort_with_tmp are only in the separate debug file.
-		if dbg := openDebugFile(ef); dbg != nil {
+		if dbg := openDebugFile(ef, fetched); dbg != nil {
 			defer dbg.close()
 			if more, ok := dbg.symbols(syms.skipLo, syms.skipHi); ok {
 				syms.syms = append(syms.syms, more...)

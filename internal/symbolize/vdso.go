@@ -35,7 +35,7 @@ func loadVDSO(procRoot string) (*SymbolTable, uint64, error) {
 		if _, err := mem.ReadAt(img, int64(m.Start)); err != nil {
 			return nil, 0, fmt.Errorf("load vdso: read image: %w", err)
 		}
-		t, err := parseSymbolTable(img)
+		t, err := parseSymbolTable(img, "")
 		if err != nil {
 			return nil, 0, fmt.Errorf("load vdso: %w", err)
 		}

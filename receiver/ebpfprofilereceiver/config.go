@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hotpath-dev/hotpath/internal/debuginfod"
 	"github.com/hotpath-dev/hotpath/internal/localendpoint"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 )
@@ -84,6 +85,29 @@ type Config struct {
 	// verdict, unwind rows) on disk, so a restart does not compute it all
 	// again. Off when Directory is empty.
 	BinaryCache BinaryCacheConfig `mapstructure:"binary_cache"`
+	// Debuginfod fetches the debug files of stripped binaries (distribution
+	// libraries, stripped programs) from debuginfod servers, so their
+	// static functions are named on the node. Off when URLs is empty.
+	Debuginfod DebuginfodConfig `mapstructure:"debuginfod"`
+}
+
+// DebuginfodConfig names the servers and bounds the cache.
+type DebuginfodConfig struct {
+	// URLs are the servers (http:// or https://), asked in order; empty
+	// turns fetching off.
+	URLs []string `mapstructure:"urls"`
+	// Directory caches the files (<directory>/<build ID>/debuginfo, the
+	// layout of elfutils' client: DEBUGINFOD_CACHE_PATH=<directory> gives
+	// gdb and `hotpath symbolize` the same files).
+	Directory string `mapstructure:"directory"`
+	// MaxMiB bounds the directory, and so one file; the least recently
+	// used builds go first.
+	MaxMiB int `mapstructure:"max_mib"`
+	// Wait is how long a binary's symbols wait for its debug file before
+	// they are read without it (its frames keep their addresses
+	// meanwhile); 0 reads them at once, and the file serves the binary's
+	// next read.
+	Wait time.Duration `mapstructure:"wait"`
 }
 
 // BinaryCacheConfig places the per-binary disk cache.
@@ -159,6 +183,7 @@ func createDefaultConfig() *Config {
 		MaxUnwindTableMiB: 64,
 		PythonFrames:      true,
 		BinaryCache:       BinaryCacheConfig{MaxMiB: 64},
+		Debuginfod:        DebuginfodConfig{MaxMiB: 2048, Wait: 30 * time.Second},
 		TraceContext: TraceContextConfig{
 			Enabled:        true,
 			BPFFS:          "/sys/fs/bpf",
@@ -216,6 +241,20 @@ func (c *Config) Validate() error {
 	}
 	if bc := c.BinaryCache; bc.Directory != "" && (!filepath.IsAbs(bc.Directory) || bc.MaxMiB < 1 || bc.MaxMiB > 4096) {
 		errs = append(errs, fmt.Errorf("binary_cache needs an absolute directory and max_mib between 1 and 4096 (got %q, %d)", bc.Directory, bc.MaxMiB))
+	}
+	if d := c.Debuginfod; len(d.URLs) > 0 {
+		if _, err := debuginfod.New(d.URLs, d.Directory); err != nil || !filepath.IsAbs(d.Directory) {
+			if err == nil {
+				err = fmt.Errorf("directory must be an absolute path (got %q)", d.Directory)
+			}
+			errs = append(errs, fmt.Errorf("debuginfod: %w", err))
+		}
+		if d.MaxMiB < 16 || d.MaxMiB > 1<<20 {
+			errs = append(errs, fmt.Errorf("debuginfod.max_mib must be between 16 and %d (got %d)", 1<<20, d.MaxMiB))
+		}
+		if d.Wait < 0 || d.Wait > 5*time.Minute {
+			errs = append(errs, fmt.Errorf("debuginfod.wait must be between 0s and 5m (got %s)", d.Wait))
+		}
 	}
 	if tc := c.TraceContext; tc.Enabled {
 		if !filepath.IsAbs(tc.BPFFS) {

@@ -33,6 +33,17 @@ func TestConfigValidate(t *testing.T) {
 		{"rescan too often", func(c *Config) { c.TraceContext.RescanInterval = time.Millisecond }, "trace_context.rescan_interval"},
 		{"relative binary cache", func(c *Config) { c.BinaryCache.Directory = "cache" }, "binary_cache needs an absolute directory"},
 		{"binary cache without room", func(c *Config) { c.BinaryCache = BinaryCacheConfig{Directory: "/var/cache/x", MaxMiB: 0} }, "max_mib between 1 and 4096"},
+		{"debuginfod server not a URL", func(c *Config) {
+			c.Debuginfod = DebuginfodConfig{URLs: []string{"debuginfod.debian.net"}, Directory: "/var/cache/d", MaxMiB: 64}
+		}, `debuginfod: debuginfod server "debuginfod.debian.net": want an http:// or https:// URL`},
+		{"debuginfod without directory", func(c *Config) { c.Debuginfod.URLs = []string{"https://debuginfod.debian.net"} }, "debuginfod: no debuginfod cache directory"},
+		{"debuginfod relative directory", func(c *Config) { c.Debuginfod.URLs, c.Debuginfod.Directory = []string{"https://d.example"}, "cache" }, `debuginfod: directory must be an absolute path (got "cache")`},
+		{"debuginfod without room", func(c *Config) {
+			c.Debuginfod = DebuginfodConfig{URLs: []string{"https://d.example"}, Directory: "/var/cache/d", MaxMiB: 1}
+		}, "debuginfod.max_mib must be between 16"},
+		{"debuginfod waits too long", func(c *Config) {
+			c.Debuginfod = DebuginfodConfig{URLs: []string{"https://d.example"}, Directory: "/var/cache/d", MaxMiB: 64, Wait: time.Hour}
+		}, "debuginfod.wait must be between 0s and 5m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := createDefaultConfig()

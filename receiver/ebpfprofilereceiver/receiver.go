@@ -116,9 +116,18 @@ func (r *profileReceiver) Start(ctx context.Context, host component.Host) error 
 }
 
 func (r *profileReceiver) start(ctx context.Context, host component.Host) error {
-	r.symbolizer = symbolize.New(symbolize.Options{
+	opts := symbolize.Options{
 		OnTableLoad: func(cpu time.Duration) { r.work.charge(workSymbolTable, 1, cpu) },
-	})
+	}
+	var fetcher *debugFetcher
+	if d := r.cfg.Debuginfod; len(d.URLs) > 0 {
+		var err error
+		if fetcher, err = newDebugFetcher(d, r.set.Logger, r.metrics.tb.ReceiverEbpfprofileDebuginfodFiles); err != nil {
+			return fmt.Errorf("debuginfod: %w", err)
+		}
+		opts.DebugFiles = fetcher
+	}
+	r.symbolizer = symbolize.New(opts)
 	r.procs = newProcessTable(r.cfg, r.host, r.set.Logger, r.symbolizer, r.work)
 	if bc := r.cfg.BinaryCache; bc.Directory != "" {
 		c, err := binarycache.Open(bc.Directory, int64(bc.MaxMiB)<<20, r.set.Logger)
@@ -131,6 +140,10 @@ func (r *profileReceiver) start(ctx context.Context, host component.Host) error 
 		}
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if fetcher != nil {
+		r.wg.Add(1)
+		go func() { defer r.wg.Done(); fetcher.run(r.ctx) }()
+	}
 	if r.cfg.Enabled {
 		if err := sampler.CheckPrivileges(); err != nil {
 			return fmt.Errorf("ebpfprofile receiver cannot sample: %w", err)

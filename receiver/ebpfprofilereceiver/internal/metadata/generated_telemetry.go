@@ -30,6 +30,7 @@ type TelemetryBuilder struct {
 	ReceiverEbpfprofileBinaryWorkCPU          metric.Float64Counter
 	ReceiverEbpfprofileBpfMapBytes            metric.Int64Gauge
 	ReceiverEbpfprofileCPUPercent             metric.Float64Gauge
+	ReceiverEbpfprofileDebuginfodFiles        metric.Int64Counter
 	ReceiverEbpfprofileDwarfUnwound           metric.Int64Counter
 	ReceiverEbpfprofileFrequency              metric.Int64Gauge
 	ReceiverEbpfprofileLeafCaller             metric.Int64Counter
@@ -101,6 +102,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_ebpfprofile_cpu_percent",
 		metric.WithDescription("CPU used by this collector over the last interval, as a percentage of the machine (what max_cpu_percent bounds). [Alpha]"),
 		metric.WithUnit("%"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverEbpfprofileDebuginfodFiles, err = builder.meter.Int64Counter(
+		"otelcol_receiver_ebpfprofile_debuginfod_files",
+		metric.WithDescription("Debug files of stripped binaries asked of debuginfod servers (debuginfod.urls), by outcome: fetched, cached (already in the directory), not_found (no server has it), failed (a server failed, or sent a file refused: another build, too large, cut off; asked again 10 minutes later), dropped (too many builds waiting). [Alpha]"),
+		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileDwarfUnwound, err = builder.meter.Int64Counter(

@@ -81,6 +81,22 @@ func AssertEqualReceiverEbpfprofileCPUPercent(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverEbpfprofileDebuginfodFiles(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_ebpfprofile_debuginfod_files",
+		Description: "Debug files of stripped binaries asked of debuginfod servers (debuginfod.urls), by outcome: fetched, cached (already in the directory), not_found (no server has it), failed (a server failed, or sent a file refused: another build, too large, cut off; asked again 10 minutes later), dropped (too many builds waiting). [Alpha]",
+		Unit:        "{file}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_ebpfprofile_debuginfod_files")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverEbpfprofileDwarfUnwound(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_dwarf_unwound",

@@ -23,6 +23,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverEbpfprofileBinaryWorkCPU.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileBpfMapBytes.Record(context.Background(), 1)
 	tb.ReceiverEbpfprofileCPUPercent.Record(context.Background(), 1)
+	tb.ReceiverEbpfprofileDebuginfodFiles.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileDwarfUnwound.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileFrequency.Record(context.Background(), 1)
 	tb.ReceiverEbpfprofileLeafCaller.Add(context.Background(), 1)
@@ -52,6 +53,9 @@ func TestSetupTelemetry(t *testing.T) {
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverEbpfprofileCPUPercent(t, testTel,
 		[]metricdata.DataPoint[float64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverEbpfprofileDebuginfodFiles(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverEbpfprofileDwarfUnwound(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
