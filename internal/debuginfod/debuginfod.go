@@ -67,14 +67,19 @@ func FromEnv(urls string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(strings.Fields(urls), dir)
+	return New([]string{urls}, dir)
 }
 
 // New returns a client for the servers urls (http:// or https://, asked in
-// order) caching in dir.
+// order) caching in dir. An element may hold several, separated by spaces
+// as in $DEBUGINFOD_URLS.
 func New(urls []string, dir string) (*Client, error) {
 	c := &Client{CacheDir: dir}
+	var servers []string
 	for _, u := range urls {
+		servers = append(servers, strings.Fields(u)...)
+	}
+	for _, u := range servers {
 		parsed, err := url.Parse(u)
 		if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
 			return nil, fmt.Errorf("debuginfod server %q: want an http:// or https:// URL", u)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -159,6 +160,17 @@ func TestBadInput(t *testing.T) {
 	t.Setenv("DEBUGINFOD_URLS", "")
 	if _, err := FromEnv(""); err == nil || !strings.Contains(err.Error(), "set DEBUGINFOD_URLS") {
 		t.Errorf("no servers: %v", err)
+	}
+	// Servers separated by spaces in an element (DEBUGINFOD_URLS' form),
+	// trailing slashes dropped.
+	if c, err := New([]string{"https://a.example/ http://b.example:8002", "http://c.example"}, "/var/cache/d"); err != nil ||
+		!slices.Equal(c.URLs, []string{"https://a.example", "http://b.example:8002", "http://c.example"}) {
+		t.Errorf("New: %+v, %v", c, err)
+	}
+	for _, urls := range [][]string{nil, {""}, {"  "}} {
+		if _, err := New(urls, "/var/cache/d"); err == nil || err.Error() != "no debuginfod server" {
+			t.Errorf("New(%q): %v", urls, err)
+		}
 	}
 	c := &Client{URLs: []string{"http://127.0.0.1:1"}, CacheDir: t.TempDir()}
 	for _, id := range []string{"../../etc/passwd", "ABCDEF0123", "abc", "go:xyz", "sha256:00ff00ff"} {

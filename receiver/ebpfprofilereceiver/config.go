@@ -93,8 +93,10 @@ type Config struct {
 
 // DebuginfodConfig names the servers and bounds the cache.
 type DebuginfodConfig struct {
-	// URLs are the servers (http:// or https://), asked in order; empty
-	// turns fetching off.
+	// URLs are the servers (http:// or https://), asked in order; an
+	// element may hold several separated by spaces, as DEBUGINFOD_URLS
+	// does, and a string decodes as a comma-separated list. Empty turns
+	// fetching off.
 	URLs []string `mapstructure:"urls"`
 	// Directory caches the files (<directory>/<build ID>/debuginfo, the
 	// layout of elfutils' client: DEBUGINFOD_CACHE_PATH=<directory> gives

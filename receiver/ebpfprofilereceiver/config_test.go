@@ -10,6 +10,12 @@ func TestConfigValidate(t *testing.T) {
 	if err := createDefaultConfig().Validate(); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
+	servers := createDefaultConfig()
+	servers.Debuginfod.URLs = []string{"https://debuginfod.debian.net http://127.0.0.1:8002"} // as DEBUGINFOD_URLS
+	servers.Debuginfod.Directory = "/var/lib/hotpath/debuginfod"
+	if err := servers.Validate(); err != nil {
+		t.Fatalf("two debuginfod servers in one string: %v", err)
+	}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*Config)
