@@ -552,6 +552,18 @@ func TestDebugFilesWaitThenName(t *testing.T) {
 	if s.Stats().Loads != 0 {
 		t.Fatalf("%d tables read while waiting", s.Stats().Loads)
 	}
+	// The unwinder, attaching the process meanwhile, gets the binary's
+	// layout read without the debug file; names still wait for it.
+	i := slices.IndexFunc(p.Mappings, func(m Mapping) bool { return m.Path == stripped })
+	if i < 0 {
+		t.Fatalf("%s is not among the mappings %+v", stripped, p.Mappings)
+	}
+	if lt := s.MappingTable(p, i); lt == nil || lt.DebugFile() != "" || !lt.HasText() {
+		t.Fatalf("MappingTable while waiting: %+v", lt)
+	}
+	if f := s.User(p, []uint64{static}, nil); len(f) != 1 || f[0].Function != "" {
+		t.Fatalf("named from the table read for the unwinder: %+v", f)
+	}
 
 	df.mu.Lock()
 	df.path, df.wait = fetched, false

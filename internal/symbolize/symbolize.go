@@ -271,6 +271,15 @@ func (s *Symbolizer) indexBuilt(p *Process, m *Mapping, t *SymbolTable, indexed 
 
 // table returns the SymbolTable for m's file, loading it on first use.
 func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
+	return s.tableFor(p, m, false)
+}
+
+// tableFor is table; layoutOnly is for a caller that needs the binary's
+// layout and .eh_frame now, not its names (the unwinder attaching a
+// process): while the file's debug file is on its way it gets a table read
+// without it, which no cache keeps (the named one is read once the file
+// is here), instead of nil.
+func (s *Symbolizer) tableFor(p *Process, m *Mapping, layoutOnly bool) *SymbolTable {
 	if m.Path == "[vdso]" {
 		s.vdsoOnce.Do(func() { s.vdso, s.vdsoSize, _ = loadVDSO(s.procRoot) })
 		if s.vdso != nil && m.Limit-m.Start == s.vdsoSize {
@@ -314,7 +323,11 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 			if fetched, wait = s.debugFiles.DebugFile(build); wait {
 				// Its debug file is on its way: read the table once it
 				// is here, not now and again then. The file stays open.
-				return nil
+				if !layoutOnly {
+					return nil
+				}
+				t, _ := s.read(pf, m.Path, p.PID, "", "")
+				return t
 			}
 		}
 		e = s.load(pf, m.Path, p.PID, fetched)
@@ -527,5 +540,5 @@ func (s *Symbolizer) MappingTable(p *Process, i int) *SymbolTable {
 	if i < 0 || i >= len(p.Mappings) {
 		return nil
 	}
-	return s.table(p, &p.Mappings[i])
+	return s.tableFor(p, &p.Mappings[i], true)
 }

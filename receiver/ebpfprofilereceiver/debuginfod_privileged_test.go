@@ -4,6 +4,10 @@ package ebpfprofilereceiver
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +24,9 @@ import (
 
 // A stripped program and the stripped library it calls, each burning CPU in
 // a static function (in no symbol table they ship: named only by their
-// debug files), as distributions ship both.
+// debug files), as distributions ship both. The library is built without
+// frame pointers, as distributions build theirs: its callers are found
+// only through its unwind table.
 const (
 	strippedLibC = `
 volatile unsigned long lib_sink;
@@ -29,13 +35,21 @@ static __attribute__((noinline, noclone)) void lib_static_mix(unsigned long n) {
 	for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + i;
 	lib_sink = x;
 }
-void lib_work(unsigned long n) { lib_static_mix(n); }
+/* Keeps values across its calls in callee-saved registers it pushes, with
+   no frame pointer: only its unwind table tells where its caller is. */
+unsigned long lib_work(unsigned long n) {
+	unsigned long before = lib_sink;
+	lib_static_mix(n);
+	unsigned long mid = lib_sink;
+	lib_static_mix(n / 2);
+	return before ^ mid ^ n;
+}
 `
 	strippedAppC = `
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-void lib_work(unsigned long n);
+unsigned long lib_work(unsigned long n);
 volatile unsigned long app_sink;
 static __attribute__((noinline, noclone)) void app_static_spin(unsigned long n) {
 	unsigned long x = app_sink;
@@ -48,6 +62,8 @@ int main(int argc, char **argv) {
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	printf("ready\n");
 	fflush(stdout);
+	SETTLE();
+	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (;;) {
 		app_static_spin(200000);
 		lib_work(200000);
@@ -79,11 +95,11 @@ func TestDebugFilesFromDebuginfod(t *testing.T) {
 		}
 	}
 	write(filepath.Join(build, "lib.c"), strippedLibC)
-	write(filepath.Join(build, "app.c"), strippedAppC)
-	flags := []string{"-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id"}
+	write(filepath.Join(build, "app.c"), settle+strippedAppC)
+	flags := []string{"-O1", "-g", "-Wl,--build-id"}
 	libBin, appBin := filepath.Join(build, "libhpdbg.so"), filepath.Join(build, "hpdbg_app")
-	gcc(append(flags, "-shared", "-fPIC", "-o", libBin, filepath.Join(build, "lib.c"))...)
-	gcc(append(flags, "-o", appBin, filepath.Join(build, "app.c"), "-L"+build, "-lhpdbg", "-Wl,-rpath,$ORIGIN")...)
+	gcc(append(flags, "-fomit-frame-pointer", "-shared", "-fPIC", "-o", libBin, filepath.Join(build, "lib.c"))...)
+	gcc(append(flags, "-fno-omit-frame-pointer", "-o", appBin, filepath.Join(build, "app.c"), "-L"+build, "-lhpdbg", "-Wl,-rpath,$ORIGIN")...)
 	builds := map[string]string{}
 	for _, bin := range []string{libBin, appBin} {
 		name := filepath.Base(bin)
@@ -106,6 +122,33 @@ func TestDebugFilesFromDebuginfod(t *testing.T) {
 		}
 	}
 	url, _ := debuginfodtest.Serve(t, srv, builds["hpdbg_app"])
+	// The server answers only once the process has been read and its
+	// unwind tables attached, as a server across a network answers after
+	// the agent has read a new process: the attach must not wait for the
+	// debug files.
+	release := make(chan struct{})
+	target, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(slow.Close)
+	released := false
+	releaseNow := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	t.Cleanup(releaseNow) // before slow.Close: a test that failed early
 
 	// No debug file installed: only the servers can name them.
 	oldDir := symbolize.DebugDir
@@ -115,16 +158,19 @@ func TestDebugFilesFromDebuginfod(t *testing.T) {
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
 	cache := t.TempDir()
-	cfg.Debuginfod = DebuginfodConfig{URLs: []string{url}, Directory: cache, MaxMiB: 64, Wait: 30 * time.Second}
+	cfg.Debuginfod = DebuginfodConfig{URLs: []string{slow.URL}, Directory: cache, MaxMiB: 64, Wait: 30 * time.Second}
 	r, sink := startReceiver(t, cfg)
-	cmd := testworkload.Start(t, filepath.Join(run, "hpdbg_app"), "3")
+	// Measured once the receiver has read the process and attached its
+	// unwind tables: while the debug files are on their way.
+	cmd := startSettled(t, filepath.Join(run, "hpdbg_app"), "3", r)
+	releaseNow()
 	_ = cmd.Wait()
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
 	st := testworkload.TallyProcess(sink.AllProfiles(), cmd.Process.Pid)
-	var app, lib, raw int64
+	var app, lib, libWhole, raw int64
 	for stack, n := range st.Folded {
 		frames := testworkload.UserFrames(stack)
 		if len(frames) == 0 {
@@ -135,6 +181,9 @@ func TestDebugFilesFromDebuginfod(t *testing.T) {
 			app += n
 		case "lib_static_mix":
 			lib += n
+			if strings.Contains(stack, ";main;lib_work;lib_static_mix") {
+				libWhole += n
+			}
 		}
 		for _, f := range frames {
 			if strings.HasPrefix(f, profileschema.RawFramePrefix("hpdbg_app")) || strings.HasPrefix(f, profileschema.RawFramePrefix("libhpdbg.so")) {
@@ -143,10 +192,15 @@ func TestDebugFilesFromDebuginfod(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("of %d samples: app_static_spin %d, lib_static_mix %d, with an unnamed frame of either file %d; top:%s", st.Total, app, lib, raw, st.Top(4))
+	t.Logf("of %d samples: app_static_spin %d, lib_static_mix %d (%d under main;lib_work), with an unnamed frame of either file %d; top:%s", st.Total, app, lib, libWhole, raw, st.Top(4))
 	minSamples := int64(0.2 * testworkload.ExpectedSamples(cmd, cfg.FrequencyHz))
 	if app < minSamples || lib < minSamples {
 		t.Errorf("app_static_spin %d and lib_static_mix %d samples, want ≥ %d each (named from their debug files)", app, lib, minSamples)
+	}
+	// The library's unwind table was attached while its debug file was on
+	// its way: its stacks reach main.
+	if libWhole < lib*9/10 {
+		t.Errorf("%d of %d lib_static_mix samples have main;lib_work above them", libWhole, lib)
 	}
 	// The first interval can be symbolized before a fetch is done (its
 	// frames then keep their addresses); the rest is named.
