@@ -31,8 +31,12 @@ type debugFetcher struct {
 
 	mu     sync.Mutex
 	builds map[string]*debugBuild
-	queue  chan string
-	warned bool // a failed fetch was logged at warn; later ones at debug
+	// maxBuilds bounds builds: a CI runner builds new binaries all day.
+	// Past it the builds already done are forgotten (asked again if a
+	// table of theirs is read again).
+	maxBuilds int
+	queue     chan string
+	warned    bool // a failed fetch was logged at warn; later ones at debug
 }
 
 // debugBuild is what is known of one build's debug file.
@@ -59,6 +63,8 @@ const (
 	debugQueue = 256
 	// debugFetchTimeout bounds one file's download.
 	debugFetchTimeout = 10 * time.Minute
+	// debugBuildsKept is the default maxBuilds.
+	debugBuildsKept = 4096
 	// debugRetryAfter is how long a build whose fetch failed (not one no
 	// server has) waits before it is asked for again.
 	debugRetryAfter = 10 * time.Minute
@@ -79,9 +85,10 @@ func newDebugFetcher(cfg DebuginfodConfig, logger *zap.Logger, counter metric.In
 		count: func(outcome string) {
 			counter.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 		},
-		now:    time.Now,
-		builds: map[string]*debugBuild{},
-		queue:  make(chan string, debugQueue),
+		now:       time.Now,
+		builds:    map[string]*debugBuild{},
+		maxBuilds: debugBuildsKept,
+		queue:     make(chan string, debugQueue),
 	}, nil
 }
 
@@ -96,6 +103,13 @@ func (d *debugFetcher) DebugFile(build string) (string, bool) {
 	b := d.builds[build]
 	switch {
 	case b == nil || (b.done && b.path == "" && !b.retry.IsZero() && now.After(b.retry)):
+		if len(d.builds) >= d.maxBuilds {
+			for id, b := range d.builds {
+				if b.done {
+					delete(d.builds, id)
+				}
+			}
+		}
 		select {
 		case d.queue <- build:
 			d.builds[build] = &debugBuild{asked: now}

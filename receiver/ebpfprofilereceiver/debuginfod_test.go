@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -190,5 +191,38 @@ func TestDebugFetcherQueueFull(t *testing.T) {
 	}
 	if dropped != 3 {
 		t.Errorf("%d dropped, want 3", dropped)
+	}
+}
+
+// Past maxBuilds, the builds already done are forgotten; those waiting
+// are kept.
+func TestDebugFetcherForgetsDoneBuilds(t *testing.T) {
+	counter, err := noop.NewMeterProvider().Meter("t").Int64Counter("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := newDebugFetcher(DebuginfodConfig{URLs: []string{"http://127.0.0.1:1"}, Directory: t.TempDir(), MaxMiB: 16, Wait: time.Minute}, zap.NewNop(), counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.maxBuilds = 4
+	for i := 1; i <= 3; i++ {
+		d.DebugFile(fmt.Sprintf("%040x", i))
+	}
+	d.mu.Lock()
+	d.builds[fmt.Sprintf("%040x", 1)].done = true
+	d.builds[fmt.Sprintf("%040x", 2)].done = true
+	d.mu.Unlock()
+	d.DebugFile(fmt.Sprintf("%040x", 4))
+	d.DebugFile(fmt.Sprintf("%040x", 5)) // at the bound: 1 and 2 go
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var kept []string
+	for id := range d.builds {
+		kept = append(kept, strings.TrimLeft(id, "0"))
+	}
+	slices.Sort(kept)
+	if got := strings.Join(kept, " "); got != "3 4 5" {
+		t.Errorf("builds kept: %s, want 3 4 5", got)
 	}
 }
