@@ -34,8 +34,8 @@ type DebugFiles interface {
 	// DebugFile returns the path of the debug file of build (a GNU build
 	// ID) when it is here. wait is true while it is being fetched: the
 	// binary's table should not be read yet. Neither: read it without.
-	// Called with the Symbolizer's and a Process's locks held: it must not
-	// block or call back.
+	// Called while a Process is being read or with its lock held: it must
+	// not block or call back.
 	DebugFile(build string) (path string, wait bool)
 }
 

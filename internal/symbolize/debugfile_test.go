@@ -558,8 +558,15 @@ func TestDebugFilesWaitThenName(t *testing.T) {
 	if i < 0 {
 		t.Fatalf("%s is not among the mappings %+v", stripped, p.Mappings)
 	}
-	if lt := s.MappingTable(p, i); lt == nil || lt.DebugFile() != "" || !lt.HasText() {
+	lt := s.MappingTable(p, i)
+	if lt == nil || lt.DebugFile() != "" || !lt.HasText() {
 		t.Fatalf("MappingTable while waiting: %+v", lt)
+	}
+	// Another process of the binary (a second read of this one) gets the
+	// same table, not a second read of the file.
+	p2 := snapshot(t, s, rp.pid())
+	if again := s.MappingTable(p2, i); again != lt || s.Stats().Loads != 1 {
+		t.Fatalf("second MappingTable while waiting: same table %v, %d reads", again == lt, s.Stats().Loads)
 	}
 	if f := s.User(p, []uint64{static}, nil); len(f) != 1 || f[0].Function != "" {
 		t.Fatalf("named from the table read for the unwinder: %+v", f)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+	"weak"
 
 	"golang.org/x/sync/singleflight"
 
@@ -79,8 +80,12 @@ type Symbolizer struct {
 	onLoad     func(time.Duration)
 	debugFiles DebugFiles
 
-	mu       sync.Mutex
-	cache    *tableCache
+	mu    sync.Mutex
+	cache *tableCache
+	// layouts are the tables read for the unwinder while their binary's
+	// debug file is on its way (tableFor's layoutOnly), by file identity:
+	// read once however many processes of the binary start meanwhile.
+	layouts  map[fileid.ID]weak.Pointer[SymbolTable]
 	memo     symbolMemo
 	loading  singleflight.Group // tables being read, by file identity
 	loads    uint64
@@ -120,6 +125,7 @@ func New(opts Options) *Symbolizer {
 		onLoad:     opts.OnTableLoad,
 		debugFiles: opts.DebugFiles,
 		cache:      newTableCache(opts.MaxTables, opts.MaxTableBytes),
+		layouts:    map[fileid.ID]weak.Pointer[SymbolTable]{},
 	}
 }
 
@@ -326,11 +332,13 @@ func (s *Symbolizer) tableFor(p *Process, m *Mapping, layoutOnly bool) *SymbolTa
 				if !layoutOnly {
 					return nil
 				}
-				t, _ := s.read(pf, m.Path, p.PID, "", "")
-				return t
+				return s.layoutTable(pf, m.Path, p.PID)
 			}
 		}
 		e = s.load(pf, m.Path, p.PID, fetched)
+		s.mu.Lock()
+		delete(s.layouts, pf.id)
+		s.mu.Unlock()
 	}
 	pf.table, pf.err, pf.loaded = e.table, e.err, true
 	if pf.f != nil {
@@ -338,6 +346,28 @@ func (s *Symbolizer) tableFor(p *Process, m *Mapping, layoutOnly bool) *SymbolTa
 		pf.f = nil
 	}
 	return pf.table
+}
+
+// layoutTable is the table of pf's file read without its debug file, for
+// the unwinder while that file is on its way; kept by no cache, so
+// symbolization never names frames from it.
+func (s *Symbolizer) layoutTable(pf *procFile, path string, pid int) *SymbolTable {
+	v, _, _ := s.loading.Do("layout "+pf.id.String(), func() (any, error) {
+		s.mu.Lock()
+		t := s.layouts[pf.id].Value()
+		s.mu.Unlock()
+		if t != nil {
+			return t, nil
+		}
+		t, _ = s.read(pf, path, pid, "", "")
+		if t != nil {
+			s.mu.Lock()
+			s.layouts[pf.id] = weak.Make(t)
+			s.mu.Unlock()
+		}
+		return t, nil
+	})
+	return v.(*SymbolTable)
 }
 
 // load reads the table of pf's file, once however many processes ask for
@@ -518,6 +548,11 @@ func (s *Symbolizer) Expire() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache.expire(s.now().Add(-s.keepUnused))
+	for id, wp := range s.layouts {
+		if wp.Value() == nil {
+			delete(s.layouts, id)
+		}
+	}
 }
 
 // Stats returns cache figures, for the agent's own telemetry.

@@ -245,11 +245,10 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("binary_cache needs an absolute directory and max_mib between 1 and 4096 (got %q, %d)", bc.Directory, bc.MaxMiB))
 	}
 	if d := c.Debuginfod; len(d.URLs) > 0 {
-		if _, err := debuginfod.New(d.URLs, d.Directory); err != nil || !filepath.IsAbs(d.Directory) {
-			if err == nil {
-				err = fmt.Errorf("directory must be an absolute path (got %q)", d.Directory)
-			}
+		if _, err := debuginfod.New(d.URLs, d.Directory); err != nil {
 			errs = append(errs, fmt.Errorf("debuginfod: %w", err))
+		} else if !filepath.IsAbs(d.Directory) {
+			errs = append(errs, fmt.Errorf("debuginfod: directory must be an absolute path (got %q)", d.Directory))
 		}
 		if d.MaxMiB < 16 || d.MaxMiB > 1<<20 {
 			errs = append(errs, fmt.Errorf("debuginfod.max_mib must be between 16 and %d (got %d)", 1<<20, d.MaxMiB))
