@@ -50,6 +50,8 @@ type jitSymbols struct {
 	// mappings are looked at once per snapshot, not per sample.
 	hotSpot    atomic.Bool
 	notHotSpot atomic.Pointer[symbolize.Process]
+	// code: a HotSpot JVM's generated code, named from its memory.
+	code hotSpotCode
 
 	// The requests to a HotSpot JVM to write its map (java_perf_map).
 	askMu     sync.Mutex
@@ -73,6 +75,7 @@ type jitSymbols struct {
 // come and go, a CI runner's builds, would leave one each in their /tmp).
 func (j *jitSymbols) close() {
 	_ = j.m.Close()
+	j.code.close()
 	j.askMu.Lock()
 	f := j.written
 	j.written, j.closed = nil, true
@@ -122,6 +125,12 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 		addr := f.Address
 		if i > 0 && frames[i-1].Kind != profilebuilder.Kernel && addr > 0 {
 			addr--
+		}
+		if !r.hotSpotCodeOff && j.isHotSpot(proc.snapshot) {
+			if name, ok := r.nameHotSpotCode(proc, j, addr, readBefore); ok {
+				f.Function, f.Kind = name, profilebuilder.JIT
+				continue
+			}
 		}
 		sym, ok := j.m.Lookup(addr, readBefore)
 		if !ok {

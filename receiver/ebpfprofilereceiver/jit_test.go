@@ -139,7 +139,11 @@ public class Split {
 		long end = System.nanoTime() + (long) (seconds * 1e9);
 		while (System.nanoTime() < end) round(true);
 		System.out.println("{\"hotA\":" + a + ",\"hotB\":" + b + ",\"hotC\":" + c + "}");
+		System.out.flush();
 		if (sink == 42) System.err.println(sink);
+		// Idle until stdin closes (measured), so that a test can drain
+		// while the JVM still runs (measuredAlive).
+		while (System.in.read() != -1) { }
 	}
 }
 `
@@ -221,11 +225,21 @@ func (r *runtimeRun) runGated(t *testing.T, rs ...*profileReceiver) {
 // measurement per function.
 func (r *runtimeRun) measured(t *testing.T) map[string]float64 {
 	t.Helper()
+	m := r.measuredAlive(t)
+	_ = r.stdin.Close() // the Java workload idles until it closes
+	_ = r.cmd.Wait()
+	return m
+}
+
+// measuredAlive returns the program's own measurement per function as
+// soon as it has printed it; the Java workload then idles, still running,
+// until stdin closes.
+func (r *runtimeRun) measuredAlive(t *testing.T) map[string]float64 {
+	t.Helper()
 	line, err := r.out.ReadString('\n')
 	if err != nil {
 		t.Fatalf("no measurement from the workload: %q %v", line, err)
 	}
-	_ = r.cmd.Wait()
 	var m map[string]float64
 	if err := json.Unmarshal([]byte(line), &m); err != nil {
 		t.Fatalf("workload measurement %q: %v", line, err)
@@ -535,6 +549,29 @@ func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
 	}
 }
 
+// TestJavaJITFramesNamedFromTheCodeCache: with no perf map and nothing
+// asked of the JVM (java_perf_map off), its JIT-compiled methods are named
+// from its code cache, read from its memory (hotspot.CodeCache). The JVM
+// idles after its measured work until the receiver's final drain: a JVM
+// gone by the drain can no longer be read.
+func TestJavaJITFramesNamedFromTheCodeCache(t *testing.T) {
+	run := startSplitJava(t)
+	pid := run.cmd.Process.Pid
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiver(t, cfg)
+	run.runGated(t, r)
+	measured := run.measuredAlive(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/tmp/perf-%d.map", pid)); !os.IsNotExist(err) {
+		t.Fatalf("the JVM has a perf map (%v): the names must come from its code cache", err)
+	}
+	tl := testworkload.TallyProcessSince(sink.AllProfiles(), pid, run.gatedAt)
+	tallyJITSplit(tl).check(t, measured, 100, tl)
+}
+
 // startSplitJava compiles splitJava and starts it, warmed up.
 func startSplitJava(t *testing.T) *runtimeRun {
 	t.Helper()
@@ -556,7 +593,8 @@ func startSplitJava(t *testing.T) *runtimeRun {
 // TestJavaJITFramesNamedOnRequest: with java_perf_map and no jcmd, the
 // receiver asks the JVM for its perf map once its JIT-compiled frames come
 // up unnamed (the waiting loop runs the same methods), and the measured
-// phase's methods are named from the map the JVM wrote.
+// phase's methods are named from the map the JVM wrote. The code cache is
+// not read here: the request stands in where it cannot be.
 func TestJavaJITFramesNamedOnRequest(t *testing.T) {
 	run := startSplitJava(t)
 	pid := run.cmd.Process.Pid
@@ -567,7 +605,7 @@ func TestJavaJITFramesNamedOnRequest(t *testing.T) {
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
 	cfg.JavaPerfMap = true
-	r, sink := startReceiver(t, cfg)
+	r, sink := startReceiverWith(t, cfg, func(r *profileReceiver) { r.hotSpotCodeOff = true })
 	waitFor(t, 60*time.Second, "the receiver to read the perf map the JVM wrote on its request", func() bool {
 		r.procs.mu.Lock()
 		e := r.procs.entries[pid]

@@ -47,6 +47,13 @@ type profileReceiver struct {
 	work            *binaryWork
 	control         *controlServer
 
+	// hotSpotUnread: the libjvm.so files whose code cache could not be
+	// read (reportHotSpotCode told of them).
+	hotSpotUnread sync.Map
+	// hotSpotCodeOff: JVMs' code caches are not read (tests of the perf
+	// map request, which stands in when a code cache cannot be read).
+	hotSpotCodeOff bool
+
 	// mu guards the sampler and everything that symbolizes (the frame
 	// buffers below are shared).
 	mu      sync.Mutex

@@ -32,11 +32,21 @@ import (
 
 func startReceiver(t testing.TB, cfg *Config) (*profileReceiver, *consumertest.ProfilesSink) {
 	t.Helper()
+	return startReceiverWith(t, cfg, nil)
+}
+
+// startReceiverWith is startReceiver with before (if not nil) called on
+// the receiver before it starts.
+func startReceiverWith(t testing.TB, cfg *Config, before func(*profileReceiver)) (*profileReceiver, *consumertest.ProfilesSink) {
+	t.Helper()
 	sink := new(consumertest.ProfilesSink)
 	set := receivertest.NewNopSettings(typeStr)
 	r, err := newReceiver(set, cfg, sink)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(r)
 	}
 	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatalf("start receiver (these tests need root): %v", err)

@@ -1,8 +1,10 @@
-// Package hotspot asks a running HotSpot JVM (JDK 17 and later) to write its
-// perf map, /tmp/perf-PID.map, through the JVM's attach mechanism: the
-// request `jcmd PID Compiler.perfmap` makes, sent by the agent itself, so a
-// Java service's JIT-compiled methods are named with no flag or tool on the
-// application's side.
+// Package hotspot names the code a running HotSpot JVM generated. First
+// from the JVM's own memory (CodeCache, codecache.go), with nothing asked
+// of it; where that cannot be read, it asks the JVM (JDK 17 and later) to
+// write its perf map, /tmp/perf-PID.map, through the JVM's attach
+// mechanism: the request `jcmd PID Compiler.perfmap` makes, sent by the
+// agent itself. Either way a Java service's JIT-compiled methods are named
+// with no flag or tool on the application's side.
 //
 // The attach mechanism (HotSpot's attachListener_linux.cpp): the JVM listens
 // on a Unix socket, /tmp/.java_pidN (N the pid the JVM sees, in its own /tmp),

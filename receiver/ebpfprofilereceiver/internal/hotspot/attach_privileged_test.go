@@ -48,6 +48,13 @@ func startJavaAs(t *testing.T, cred *syscall.Credential, flags ...string) *exec.
 	if err != nil {
 		t.Fatalf("java is needed (make deps installs openjdk-17-jdk-headless): %v", err)
 	}
+	return startJVM(t, java, cred, flags...)
+}
+
+// startJVM is startJavaAs with the JDK whose java binary is java (its
+// javac compiles Busy).
+func startJVM(t *testing.T, java string, cred *syscall.Credential, flags ...string) *exec.Cmd {
+	t.Helper()
 	// Not t.TempDir: its parent is the test's alone, and another user runs
 	// the class.
 	dir, err := os.MkdirTemp("", "hotspot-busy-")
@@ -59,7 +66,7 @@ func startJavaAs(t *testing.T, cred *syscall.Credential, flags ...string) *exec.
 	if err := os.WriteFile(src, []byte(busyJava), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("javac", "-d", dir, src).CombinedOutput(); err != nil {
+	if out, err := exec.Command(filepath.Join(filepath.Dir(java), "javac"), "-d", dir, src).CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {

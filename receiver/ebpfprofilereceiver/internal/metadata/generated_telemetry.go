@@ -33,6 +33,7 @@ type TelemetryBuilder struct {
 	ReceiverEbpfprofileDebuginfodFiles        metric.Int64Counter
 	ReceiverEbpfprofileDwarfUnwound           metric.Int64Counter
 	ReceiverEbpfprofileFrequency              metric.Int64Gauge
+	ReceiverEbpfprofileJvmProcesses           metric.Int64Counter
 	ReceiverEbpfprofileLeafCaller             metric.Int64Counter
 	ReceiverEbpfprofileMemoryMapLookups       metric.Int64Counter
 	ReceiverEbpfprofileProcessEventsLost      metric.Int64Counter
@@ -120,6 +121,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_receiver_ebpfprofile_frequency",
 		metric.WithDescription("Sampling frequency in force; 0 while sampling is off, below the configured rate while the overhead guard holds it down. [Alpha]"),
 		metric.WithUnit("Hz"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverEbpfprofileJvmProcesses, err = builder.meter.Int64Counter(
+		"otelcol_receiver_ebpfprofile_jvm_processes",
+		metric.WithDescription("HotSpot JVMs whose JIT-compiled frames the receiver named, by outcome: code_cache (read from the JVM's memory) or unreadable (its code cache could not be read: an unsupported JVM, or one that exited or never became ready; its JIT frames are named only from a perf map). [Alpha]"),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileLeafCaller, err = builder.meter.Int64Counter(

@@ -127,6 +127,22 @@ func AssertEqualReceiverEbpfprofileFrequency(t *testing.T, tt *componenttest.Tel
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverEbpfprofileJvmProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_ebpfprofile_jvm_processes",
+		Description: "HotSpot JVMs whose JIT-compiled frames the receiver named, by outcome: code_cache (read from the JVM's memory) or unreadable (its code cache could not be read: an unsupported JVM, or one that exited or never became ready; its JIT frames are named only from a perf map). [Alpha]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_ebpfprofile_jvm_processes")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverEbpfprofileLeafCaller(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_leaf_caller",

@@ -26,6 +26,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverEbpfprofileDebuginfodFiles.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileDwarfUnwound.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileFrequency.Record(context.Background(), 1)
+	tb.ReceiverEbpfprofileJvmProcesses.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileLeafCaller.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileMemoryMapLookups.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileProcessEventsLost.Add(context.Background(), 1)
@@ -61,6 +62,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverEbpfprofileFrequency(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverEbpfprofileJvmProcesses(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverEbpfprofileLeafCaller(t, testTel,

@@ -1,0 +1,141 @@
+package ebpfprofilereceiver
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/hotspot"
+)
+
+// hotSpotOpenTries bounds the drains that try to read a JVM's code cache
+// while it is still starting (hotspot.ErrNotReady): HotSpot fills in what
+// the reader needs before it runs any Java code, so a JVM not ready after
+// several intervals will not be.
+const hotSpotOpenTries = 4
+
+// maxHotSpotNames bounds the names one drain keeps for a JVM's code
+// addresses; past it they are read again.
+const maxHotSpotNames = 1 << 12
+
+// hotSpotCode names a HotSpot JVM's generated code (JIT-compiled methods,
+// the interpreter, stubs) from the JVM's own memory (hotspot.CodeCache),
+// with no perf map, no flag and no request to the JVM. It is used on the
+// drain's path and closed when the program is over, from elsewhere.
+type hotSpotCode struct {
+	mu     sync.Mutex
+	cache  *hotspot.CodeCache
+	closed bool
+	// failed: the code cache cannot be read (an unsupported JVM, or one
+	// not ready after hotSpotOpenTries drains); tries, triedAt: the
+	// drains that tried.
+	failed  bool
+	tries   int
+	triedAt time.Time
+	// names: this drain's (namesAt) names by code address, "" for an
+	// address the code cache has no name for.
+	names   map[uint64]string
+	namesAt time.Time
+}
+
+func (h *hotSpotCode) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cache != nil {
+		_ = h.cache.Close()
+		h.cache = nil
+	}
+	h.closed = true
+}
+
+// nameHotSpotCode names the code at addr of a JVM (proc maps libjvm.so)
+// from its code cache, opened on the first drain that needs it. ok is
+// false where the code cache has no name (the JVM exited, the code was
+// freed since the sample, or the address is not in its code cache): the
+// perf map, if any, is asked next.
+func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, addr uint64, drain time.Time) (string, bool) {
+	h := &j.code
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.failed {
+		return "", false
+	}
+	if h.cache == nil {
+		if !h.triedAt.Before(drain) {
+			return "", false // tried in this drain
+		}
+		h.triedAt = drain
+		h.tries++
+		c, err := r.openHotSpotCode(proc)
+		if err != nil {
+			// A JVM still starting, or one gone since the sample (its
+			// files are no longer reachable through /proc/PID), is tried
+			// again at the next drain that needs it.
+			retry := errors.Is(err, hotspot.ErrNotReady) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+			if !retry || h.tries >= hotSpotOpenTries {
+				h.failed = true
+				r.countJVM("unreadable")
+				r.reportHotSpotCode(proc, err)
+			}
+			return "", false
+		}
+		h.cache = c
+		r.countJVM("code_cache")
+	}
+	if !h.namesAt.Equal(drain) || len(h.names) >= maxHotSpotNames {
+		h.names, h.namesAt = map[uint64]string{}, drain
+	}
+	if name, ok := h.names[addr]; ok {
+		return name, name != ""
+	}
+	name, _, err := h.cache.Name(addr)
+	if err != nil {
+		r.set.Logger.Debug("hotspot: code address not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
+	}
+	h.names[addr] = name
+	return name, name != ""
+}
+
+// countJVM counts a JVM by how its JIT-compiled frames are named.
+func (r *profileReceiver) countJVM(outcome string) {
+	r.metrics.tb.ReceiverEbpfprofileJvmProcesses.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+}
+
+// openHotSpotCode reads the code cache of the JVM proc: libjvm.so's
+// executable mapping says where its description is.
+func (r *profileReceiver) openHotSpotCode(proc *processEntry) (*hotspot.CodeCache, error) {
+	p := proc.snapshot
+	for i := range p.Mappings {
+		m := &p.Mappings[i]
+		if filepath.Base(m.Path) == "libjvm.so" {
+			return hotspot.OpenCodeCache(r.procs.procRoot, p.PID, hotspot.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path})
+		}
+	}
+	return nil, errors.New("libjvm.so is not mapped")
+}
+
+// reportHotSpotCode logs, once per libjvm.so, that a JVM's code cache
+// could not be read: its JIT-compiled frames are named only from a perf
+// map (java_perf_map), as before.
+func (r *profileReceiver) reportHotSpotCode(proc *processEntry, err error) {
+	lib := ""
+	for i := range proc.snapshot.Mappings {
+		if m := &proc.snapshot.Mappings[i]; filepath.Base(m.Path) == "libjvm.so" {
+			lib = m.Path
+		}
+	}
+	if _, told := r.hotSpotUnread.LoadOrStore(lib, true); told {
+		r.set.Logger.Debug("hotspot: the JVM's code cache could not be read", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
+		return
+	}
+	r.set.Logger.Info("hotspot: the JVM's code cache could not be read, so its JIT-compiled frames are named only from a perf map (java_perf_map)",
+		zap.Int("pid", proc.snapshot.PID), zap.String("libjvm", lib), zap.Error(err))
+}

@@ -1,0 +1,173 @@
+//go:build privileged
+
+package hotspot
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
+)
+
+// installedJDKs are the java binaries of the JDKs under /usr/lib/jvm, one
+// per JDK (Debian's alternatives link one JDK under several names); make
+// deps installs openjdk-17-jdk-headless, a machine may have more.
+func installedJDKs(t *testing.T) []string {
+	t.Helper()
+	found, _ := filepath.Glob("/usr/lib/jvm/*/bin/java")
+	seen := map[string]bool{}
+	var out []string
+	for _, java := range found {
+		real, err := filepath.EvalSymlinks(java)
+		if err != nil || seen[real] {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(real), "javac")); err != nil {
+			continue // a runtime without a compiler: Busy cannot be built with it
+		}
+		seen[real] = true
+		out = append(out, real)
+	}
+	if len(out) == 0 {
+		t.Fatal("no JDK under /usr/lib/jvm (make deps installs openjdk-17-jdk-headless)")
+	}
+	return out
+}
+
+// openJVMCodeCache opens the code cache of the running JVM pid.
+func openJVMCodeCache(t *testing.T, pid int) *CodeCache {
+	t.Helper()
+	raw, err := procmaps.Read("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := procmaps.ParseExecutable(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if filepath.Base(m.Path) == "libjvm.so" {
+			c, err := OpenCodeCache("/proc", pid, Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path})
+			if err != nil {
+				t.Fatalf("open the code cache: %v", err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+	}
+	t.Fatalf("pid %d maps no libjvm.so", pid)
+	return nil
+}
+
+// perfMapEntry is one line of a perf map.
+type perfMapEntry struct {
+	start, size uint64
+	name        string
+}
+
+func readPerfMap(t *testing.T, path string) []perfMapEntry {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []perfMapEntry
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.SplitN(sc.Text(), " ", 3)
+		if len(fields) != 3 {
+			t.Fatalf("perf map line %q", sc.Text())
+		}
+		start, err1 := strconv.ParseUint(strings.TrimPrefix(fields[0], "0x"), 16, 64)
+		size, err2 := strconv.ParseUint(strings.TrimPrefix(fields[1], "0x"), 16, 64)
+		if err1 != nil || err2 != nil || size == 0 {
+			t.Fatalf("perf map line %q", sc.Text())
+		}
+		out = append(out, perfMapEntry{start, size, fields[2]})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestCodeCacheNamesAsThePerfMap: for each JDK installed, the code cache
+// read from the JVM's memory names the first, a middle and the last byte
+// of every piece of code the JVM's own perf map lists (written by the
+// JDK's jcmd just before) as the map names it: compiled methods
+// ("long Busy.spin(long)"), the interpreter, stubs and adapters. Code the
+// JIT replaced between the map and the reads may differ: at most 1 %.
+func TestCodeCacheNamesAsThePerfMap(t *testing.T) {
+	for _, java := range installedJDKs(t) {
+		t.Run(filepath.Base(filepath.Dir(filepath.Dir(java))), func(t *testing.T) {
+			cmd := startJVM(t, java, nil)
+			pid := cmd.Process.Pid
+			mapPath := fmt.Sprintf("/tmp/perf-%d.map", pid)
+			os.Remove(mapPath) // an earlier process's with this pid
+			if out, err := exec.Command(filepath.Join(filepath.Dir(java), "jcmd"), strconv.Itoa(pid), "Compiler.perfmap").CombinedOutput(); err != nil {
+				t.Fatalf("jcmd Compiler.perfmap: %v\n%s", err, out)
+			}
+			entries := readPerfMap(t, mapPath)
+			opened := time.Now()
+			c := openJVMCodeCache(t, pid)
+			openTook := time.Since(opened)
+			looked := time.Now()
+			var lookups, differ, spin int
+			var examples []string
+			for _, e := range entries {
+				for _, pc := range []uint64{e.start, e.start + e.size/2, e.start + e.size - 1} {
+					lookups++
+					name, in, err := c.Name(pc)
+					if name == e.name {
+						if strings.Contains(name, "Busy.spin(") {
+							spin++
+						}
+						continue
+					}
+					differ++
+					if len(examples) < 10 {
+						examples = append(examples, fmt.Sprintf("%#x: map %q, code cache %q (in the code cache: %v, %v)", pc, e.name, name, in, err))
+					}
+				}
+			}
+			// Reported, not held to anything: what the agent pays once per
+			// JVM and per new code address.
+			t.Logf("%d pieces of code in the map, %d lookups, %d differ, %d in Busy.spin; open %v, %v a lookup",
+				len(entries), lookups, differ, spin, openTook, time.Since(looked)/time.Duration(lookups))
+			if len(entries) < 100 {
+				t.Fatalf("only %d pieces of code in the map", len(entries))
+			}
+			if spin == 0 {
+				t.Errorf("no address named long Busy.spin(long)")
+			}
+			if differ*100 > lookups {
+				t.Errorf("%d of %d lookups differ from the map:\n%s", differ, lookups, strings.Join(examples, "\n"))
+			}
+			// Outside the code cache: not in it, no error.
+			if name, in, err := c.Name(8); in || err != nil || name != "" {
+				t.Errorf("address 8: %q %v %v, want not in the code cache", name, in, err)
+			}
+		})
+	}
+}
+
+// TestOpenCodeCacheNotAJVM: a process without libjvm.so's description is
+// refused with an error, whatever it maps at the place given.
+func TestOpenCodeCacheNotAJVM(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenCodeCache("/proc", os.Getpid(), Mapping{Start: 0x400000, Limit: 0x401000, Path: self})
+	if err == nil || !strings.Contains(err.Error(), "gHotSpotVM") {
+		t.Fatalf("err = %v, want one naming the missing gHotSpotVM symbols", err)
+	}
+}
