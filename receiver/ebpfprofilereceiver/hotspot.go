@@ -40,9 +40,10 @@ type hotSpotCode struct {
 	failed  bool
 	tries   int
 	triedAt time.Time
-	// names: this drain's (namesAt) names by code address, "" for an
-	// address the code cache has no name for.
-	names   map[uint64]string
+	// names: this drain's (namesAt) names by code address (innermost
+	// first, hotspot.CodeCache.Frames), nil for an address the code cache
+	// has no name for.
+	names   map[uint64][]string
 	namesAt time.Time
 }
 
@@ -57,20 +58,21 @@ func (h *hotSpotCode) close() {
 }
 
 // nameHotSpotCode names the code at addr of a JVM (proc maps libjvm.so)
-// from its code cache, opened on the first drain that needs it. ok is
-// false where the code cache has no name (the JVM exited, the code was
-// freed since the sample, or the address is not in its code cache): the
-// perf map, if any, is asked next.
-func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, addr uint64, drain time.Time) (string, bool) {
+// from its code cache, opened on the first drain that needs it: the
+// methods inlined there, innermost first, then the compiled method; or
+// the one name of other code. ok is false where the code cache has no
+// name (the JVM exited, the code was freed since the sample, or the
+// address is not in its code cache): the perf map, if any, is asked next.
+func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, addr uint64, drain time.Time) (names []string, ok bool) {
 	h := &j.code
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || h.failed {
-		return "", false
+		return nil, false
 	}
 	if h.cache == nil {
 		if !h.triedAt.Before(drain) {
-			return "", false // tried in this drain
+			return nil, false // tried in this drain
 		}
 		h.triedAt = drain
 		h.tries++
@@ -85,23 +87,23 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 				r.countJVM("unreadable")
 				r.reportHotSpotCode(proc, err)
 			}
-			return "", false
+			return nil, false
 		}
 		h.cache = c
 		r.countJVM("code_cache")
 	}
 	if !h.namesAt.Equal(drain) || len(h.names) >= maxHotSpotNames {
-		h.names, h.namesAt = map[uint64]string{}, drain
+		h.names, h.namesAt = map[uint64][]string{}, drain
 	}
-	if name, ok := h.names[addr]; ok {
-		return name, name != ""
+	if names, ok := h.names[addr]; ok {
+		return names, names != nil
 	}
-	name, _, err := h.cache.Name(addr)
+	names, _, err := h.cache.Frames(addr)
 	if err != nil {
 		r.set.Logger.Debug("hotspot: code address not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
 	}
-	h.names[addr] = name
-	return name, name != ""
+	h.names[addr] = names
+	return names, names != nil
 }
 
 // countJVM counts a JVM by how its JIT-compiled frames are named.

@@ -103,11 +103,12 @@ func (e *processEntry) jitFor(pid int) *jitSymbols {
 // What the runtime appended to the map is read at most once per interval
 // (readBefore is the interval's drain time), before the interval's first
 // lookup (perfmap.Map.Lookup).
-func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuilder.Frame, readBefore time.Time) {
+func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuilder.Frame, readBefore time.Time) []profilebuilder.Frame {
 	if proc.snapshot == nil {
-		return
+		return frames
 	}
 	var j *jitSymbols
+	var inlined []inlinedAt
 	// unnamed: frames the map did not name; inAnon: those of them in
 	// anonymous memory the process had mapped when it was read, a JIT's
 	// code (the others may be in memory mapped since, or no code at all:
@@ -127,8 +128,13 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 			addr--
 		}
 		if !r.hotSpotCodeOff && j.isHotSpot(proc.snapshot) {
-			if name, ok := r.nameHotSpotCode(proc, j, addr, readBefore); ok {
-				f.Function, f.Kind = name, profilebuilder.JIT
+			if names, ok := r.nameHotSpotCode(proc, j, addr, readBefore); ok {
+				// The frame is the compiled method (names' last); the
+				// methods inlined into it go in front of it.
+				f.Function, f.Kind = names[len(names)-1], profilebuilder.JIT
+				if len(names) > 1 {
+					inlined = append(inlined, inlinedAt{i, names[:len(names)-1]})
+				}
 				continue
 			}
 		}
@@ -146,14 +152,45 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	if j != nil && !j.reported.Load() {
 		r.reportPerfMap(proc, j)
 	}
-	if unnamed == 0 {
-		return
+	if unnamed > 0 {
+		if r.cfg.JavaPerfMap && j.isHotSpot(proc.snapshot) {
+			r.askJVMForPerfMap(proc, j)
+		} else if inAnon > 0 {
+			r.noteWithoutMap(proc, j, readBefore)
+		}
 	}
-	if r.cfg.JavaPerfMap && j.isHotSpot(proc.snapshot) {
-		r.askJVMForPerfMap(proc, j)
-	} else if inAnon > 0 {
-		r.noteWithoutMap(proc, j, readBefore)
+	return withInlined(frames, inlined)
+}
+
+// inlinedAt is the methods a JIT inlined at frames[i], innermost first.
+type inlinedAt struct {
+	i     int
+	names []string
+}
+
+// withInlined returns frames with each inlined method as a frame of its
+// own (the same address, typed jit) in front of the frame it was inlined
+// into, as the symbolizer expands DWARF's inlined functions.
+func withInlined(frames []profilebuilder.Frame, inlined []inlinedAt) []profilebuilder.Frame {
+	if len(inlined) == 0 {
+		return frames
 	}
+	n := len(frames)
+	for _, in := range inlined {
+		n += len(in.names)
+	}
+	out := make([]profilebuilder.Frame, 0, n)
+	next := 0
+	for _, in := range inlined {
+		out = append(out, frames[next:in.i]...)
+		for _, name := range in.names {
+			f := frames[in.i]
+			f.Function, f.File, f.Line = name, "", 0
+			out = append(out, f)
+		}
+		next = in.i
+	}
+	return append(out, frames[next:]...)
 }
 
 // withoutMapDrains is how many drains must find a program's JIT code

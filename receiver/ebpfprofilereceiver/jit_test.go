@@ -572,22 +572,136 @@ func TestJavaJITFramesNamedFromTheCodeCache(t *testing.T) {
 	tallyJITSplit(tl).check(t, measured, 100, tl)
 }
 
+// inlineJava: the split with the JIT's inlining at work. round calls
+// hotA, hotB and hotC, which call viaA, viaB and viaC, which call leafA,
+// leafB and leafC (kept out of line: -XX:CompileCommand=dontinline), where
+// the work is done. Rounds are short, so that round is compiled (C2) with
+// the hot and via methods inlined into it: a leaf's caller frame is
+// round's code at the call, whose scopes say hotA and viaA were inlined
+// there. -XX:+PreserveFramePointer lets the walk from the leaf reach that
+// frame (C2's frames otherwise keep no frame pointer).
+const inlineJava = `
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.util.concurrent.ThreadLocalRandom;
+
+public class Inline {
+	static int leafA(int x, int n) { for (int i = 0; i < n; i++) x = x * 1103515245 + 12345; return x; }
+	static int leafB(int x, int n) { for (int i = 0; i < n; i++) x = x * 1103515245 + 12345; return x; }
+	static int leafC(int x, int n) { for (int i = 0; i < n; i++) x = x * 1103515245 + 12345; return x; }
+	static int viaA(int x, int n) { return leafA(x, n) ^ 1; }
+	static int viaB(int x, int n) { return leafB(x, n) ^ 2; }
+	static int viaC(int x, int n) { return leafC(x, n) ^ 3; }
+	static int hotA(int n) { return viaA(1, n) + 1; }
+	static int hotB(int n) { return viaB(2, n) + 2; }
+	static int hotC(int n) { return viaC(3, n) + 3; }
+	static final int UNIT = 20000;
+	static final ThreadMXBean TMX = ManagementFactory.getThreadMXBean();
+	static long a, b, c;
+	static int sink;
+
+	static void round(boolean measure) {
+		int unit = UNIT / 2 + ThreadLocalRandom.current().nextInt(UNIT + 1);
+		long t0 = measure ? TMX.getCurrentThreadCpuTime() : 0;
+		sink ^= hotA(6 * unit);
+		long t1 = measure ? TMX.getCurrentThreadCpuTime() : 0;
+		sink ^= hotB(3 * unit);
+		long t2 = measure ? TMX.getCurrentThreadCpuTime() : 0;
+		sink ^= hotC(unit);
+		long t3 = measure ? TMX.getCurrentThreadCpuTime() : 0;
+		if (measure) { a += t1 - t0; b += t2 - t1; c += t3 - t2; }
+	}
+
+	public static void main(String[] args) throws Exception {
+		double seconds = Double.parseDouble(args[0]);
+		long warm = System.nanoTime() + 3_000_000_000L;
+		while (System.nanoTime() < warm) round(false);
+		System.out.println("ready");
+		System.out.flush();
+		while (System.in.available() == 0) round(false);
+		BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+		in.readLine();
+		long end = System.nanoTime() + (long) (seconds * 1e9);
+		while (System.nanoTime() < end) round(true);
+		System.out.println("{\"hotA\":" + a + ",\"hotB\":" + b + ",\"hotC\":" + c + "}");
+		System.out.flush();
+		if (sink == 42) System.err.println(sink);
+		while (in.read() != -1) { }
+	}
+}
+`
+
+// TestJavaInlinedMethodsNamedFromTheCodeCache: inlineJava's hot and via
+// methods are inlined into round by the JIT; each sample in a leaf shows
+// them as frames of their own between round and the leaf (from the
+// nmethod's scopes at the call), and the shares of the three hot methods
+// hold to the program's measurement. Without the scopes the stacks go
+// from round straight to the leaf, and no hot method is named.
+func TestJavaInlinedMethodsNamedFromTheCodeCache(t *testing.T) {
+	java, dir := compileJava(t, "Inline", inlineJava)
+	run := startRuntime(t, java, "-XX:+PreserveFramePointer", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Inline::leaf*", "-cp", dir, "Inline", "6")
+	pid := run.cmd.Process.Pid
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiver(t, cfg)
+	run.runGated(t, r)
+	measured := run.measuredAlive(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl := testworkload.TallyProcessSince(sink.AllProfiles(), pid, run.gatedAt)
+	split := tallyJITSplit(tl)
+	split.check(t, measured, 100, tl)
+	// round;hotA;viaA;leafA, root first, for each hot method.
+	var chained, named int64
+	for stack, n := range tl.Folded {
+		frames := testworkload.UserFrames(stack)
+		for _, fn := range designedSplit {
+			x := fn[len(fn)-1:]
+			for i := 0; i+3 < len(frames); i++ {
+				if strings.Contains(frames[i], "Inline.round(") && strings.Contains(frames[i+1], ".hot"+x+"(") &&
+					strings.Contains(frames[i+2], ".via"+x+"(") && strings.Contains(frames[i+3], ".leaf"+x+"(") {
+					chained += n
+					break
+				}
+			}
+		}
+	}
+	for _, n := range split.inFunc {
+		named += n
+	}
+	t.Logf("%d of %d samples in the hot methods as round;hotX;viaX;leafX", chained, named)
+	if chained*10 < named*9 {
+		t.Errorf("%d of %d samples in the hot methods as round;hotX;viaX;leafX; top:%s", chained, named, tl.Top(5))
+	}
+}
+
 // startSplitJava compiles splitJava and starts it, warmed up.
 func startSplitJava(t *testing.T) *runtimeRun {
+	t.Helper()
+	java, dir := compileJava(t, "Split", splitJava)
+	return startRuntime(t, java, "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Split::hot*", "-cp", dir, "Split", "6")
+}
+
+// compileJava compiles class from source into a temporary directory, and
+// returns the java binary to run it with and the directory.
+func compileJava(t *testing.T, class, source string) (java, dir string) {
 	t.Helper()
 	java, err := exec.LookPath("java")
 	if err != nil {
 		t.Fatalf("java is needed (make deps installs openjdk-17-jdk-headless): %v", err)
 	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "Split.java")
-	if err := os.WriteFile(src, []byte(splitJava), 0o644); err != nil {
+	dir = t.TempDir()
+	src := filepath.Join(dir, class+".java")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("javac", "-d", dir, src).CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
-	return startRuntime(t, java, "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Split::hot*", "-cp", dir, "Split", "6")
+	return java, dir
 }
 
 // TestJavaJITFramesNamedOnRequest: with java_perf_map and no jcmd, the

@@ -672,7 +672,7 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 				frames = r.symbolizeSample(proc, s)
 			}
 		}
-		r.nameJITFrames(proc, frames, readBefore)
+		frames = r.nameJITFrames(proc, frames, readBefore)
 		frames = r.addPythonFrames(proc, frames, py, readBefore)
 		if proc.snapshot != nil && len(s.UserStack) > 0 && r.cfg.Unwinding == UnwindingAuto {
 			if s.UserUnwind.LeafFromTable {

@@ -40,6 +40,10 @@ type CodeCache struct {
 	// method compiled again (another tier, after a deoptimization) keeps
 	// its name without reading it again. Bounded by maxMethodNames.
 	methods map[uint64]string
+	// scopeCache: each nmethod's inlining (by address, checked against
+	// its compile id), scopeBytes their size, bounded by maxScopeCache.
+	scopeCache map[uint64]*nmethodScopes
+	scopeBytes int
 }
 
 // maxMethodNames bounds CodeCache.methods; past it the names are read
@@ -70,6 +74,7 @@ type layout struct {
 	poolSize, poolHolder                    uint64
 	klassName                               uint64
 	symbolLength, symbolBody                uint64
+	scopes                                  scopeLayout
 	blobHeader                              int // bytes read of a blob: past every field used
 }
 
@@ -111,7 +116,7 @@ func OpenCodeCache(procRoot string, pid int, libjvm Mapping) (*CodeCache, error)
 	if err != nil {
 		return nil, fmt.Errorf("open the JVM's memory: %w", err)
 	}
-	c := &CodeCache{mem: mem, methods: map[uint64]string{}}
+	c := &CodeCache{mem: mem, methods: map[uint64]string{}, scopeCache: map[uint64]*nmethodScopes{}}
 	if c.l, err = readLayout(&pagedReader{mem: mem, pages: map[uint64][]byte{}}, syms, bias); err != nil {
 		mem.Close()
 		return nil, err
@@ -272,7 +277,16 @@ func readLayout(r *pagedReader, syms map[string]uint64, bias uint64) (layout, er
 	if len(missing) > 0 {
 		return l, fmt.Errorf("%w lacks %s", errNotDescribed, strings.Join(missing, ", "))
 	}
-	end := max(l.blobName, l.blobSize, l.nmethodMethod) + 8
+	var major uint32
+	if a, ok := fields["Abstract_VM_Version::_vm_major_version"]; ok {
+		v, err := r.u64(a)
+		if err != nil {
+			return l, err
+		}
+		major = uint32(v)
+	}
+	l.scopes = readScopeLayout(fields, sizes, major)
+	end := max(l.blobName, l.blobSize, l.nmethodMethod, l.scopes.headerEnd()) + 8
 	if end > maxBlobHeader {
 		return l, fmt.Errorf("%w: a CodeBlob field at offset %d", errNotDescribed, end)
 	}
@@ -334,11 +348,13 @@ func (c *CodeCache) readHeaps() error {
 	return nil
 }
 
-// Name returns the name of the code at pc (an instruction address, not a
-// return address), and whether pc is in the code cache at all. A pc in the
-// code cache whose blob cannot be read (freed since, or the process gone)
-// gives an error.
-func (c *CodeCache) Name(pc uint64) (string, bool, error) {
+// Frames returns the names of the code at pc (an instruction address,
+// not a return address), innermost first: for a compiled method, the
+// methods the JIT inlined into it at pc, then the method itself (the name
+// its perf map gives the code); for other code, its one name. in reports
+// whether pc is in the code cache at all. A pc in the code cache whose
+// blob cannot be read (freed since, or the process gone) gives an error.
+func (c *CodeCache) Frames(pc uint64) (names []string, in bool, err error) {
 	var h *codeHeap
 	for i := range c.heap {
 		if c.heap[i].low <= pc && pc < c.heap[i].high {
@@ -347,29 +363,41 @@ func (c *CodeCache) Name(pc uint64) (string, bool, error) {
 		}
 	}
 	if h == nil {
-		return "", false, nil
+		return nil, false, nil
 	}
 	blob, err := c.blobStart(h, pc)
 	if err != nil {
-		return "", true, err
+		return nil, true, err
 	}
 	hdr := make([]byte, c.l.blobHeader)
 	if err := c.read(blob, hdr); err != nil {
-		return "", true, err
+		return nil, true, err
 	}
 	size := uint64(binary.LittleEndian.Uint32(hdr[c.l.blobSize:]))
 	if pc < blob || pc-blob >= size {
-		return "", true, fmt.Errorf("code at %#x: not in the blob found at %#x (%d bytes)", pc, blob, size)
+		return nil, true, fmt.Errorf("code at %#x: not in the blob found at %#x (%d bytes)", pc, blob, size)
 	}
 	kind, err := c.cstring(le(hdr, c.l.blobName))
 	if err != nil {
-		return "", true, err
+		return nil, true, err
 	}
 	if kind != "nmethod" && kind != "native nmethod" {
-		return kind, true, nil
+		return []string{kind}, true, nil
 	}
-	name, err := c.methodName(le(hdr, c.l.nmethodMethod))
-	return name, true, err
+	method := le(hdr, c.l.nmethodMethod)
+	chain := []uint64{method}
+	if kind == "nmethod" {
+		if chain, err = c.inlined(blob, hdr, pc, method); err != nil {
+			return nil, true, err
+		}
+	}
+	names = make([]string, len(chain))
+	for i, m := range chain {
+		if names[i], err = c.methodName(m); err != nil {
+			return nil, true, err
+		}
+	}
+	return names, true, nil
 }
 
 // blobStart walks the segment map back from pc's segment to the start of
@@ -498,7 +526,7 @@ func ExternalMethodName(class, method, descriptor string) (string, error) {
 	var b strings.Builder
 	b.WriteString(retType)
 	b.WriteByte(' ')
-	b.WriteString(strings.ReplaceAll(class, "/", "."))
+	b.WriteString(hiddenClass(strings.ReplaceAll(class, "/", ".")))
 	b.WriteByte('.')
 	b.WriteString(method)
 	b.WriteByte('(')
@@ -514,6 +542,24 @@ func ExternalMethodName(class, method, descriptor string) (string, error) {
 	}
 	b.WriteByte(')')
 	return b.String(), nil
+}
+
+// hiddenClass gives a hidden class (JDK 15+: lambda forms, lambdas,
+// proxies) one name in every JVM: HotSpot names each after its address
+// ("java.lang.invoke.LambdaForm$MH+0x00007fa8f0001c00", "…/0x…" in JDK 15
+// and 16), so the same code would be a different frame, and a different
+// stack, in each process and after each restart.
+func hiddenClass(name string) string {
+	i := strings.LastIndex(name, "0x")
+	if i < 1 || (name[i-1] != '+' && name[i-1] != '.') || i+2 == len(name) {
+		return name
+	}
+	for _, c := range name[i+2:] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return name
+		}
+	}
+	return name[:i-1] + "+<hidden>"
 }
 
 // javaType reads one field type of a descriptor and returns it as Java
