@@ -22,6 +22,11 @@ import (
 // several intervals will not be.
 const hotSpotOpenTries = 4
 
+// hotSpotScopeBytes bounds the scopes of compiled Java methods (what the
+// JIT inlined where) that the agent keeps between drains, for all JVMs
+// together.
+const hotSpotScopeBytes = 2 << 20
+
 // maxHotSpotNames bounds the names one drain keeps for a JVM's code
 // addresses; past it they are read again.
 const maxHotSpotNames = 1 << 12
@@ -45,6 +50,13 @@ type hotSpotCode struct {
 	// has no name for.
 	names   map[uint64][]string
 	namesAt time.Time
+}
+
+// readable reports whether the JVM's code cache is open.
+func (h *hotSpotCode) readable() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cache != nil
 }
 
 func (h *hotSpotCode) close() {
@@ -118,7 +130,7 @@ func (r *profileReceiver) openHotSpotCode(proc *processEntry) (*hotspot.CodeCach
 	for i := range p.Mappings {
 		m := &p.Mappings[i]
 		if filepath.Base(m.Path) == "libjvm.so" {
-			return hotspot.OpenCodeCache(r.procs.procRoot, p.PID, hotspot.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path})
+			return hotspot.OpenCodeCache(r.procs.procRoot, p.PID, hotspot.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path}, r.hotSpotScopes)
 		}
 	}
 	return nil, errors.New("libjvm.so is not mapped")

@@ -152,7 +152,11 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	if j != nil && !j.reported.Load() {
 		r.reportPerfMap(proc, j)
 	}
-	if unnamed > 0 {
+	// A JVM whose code cache is read has all its JIT code named from it:
+	// its perf map would name nothing more (frames left are not in the
+	// code cache: a frame-pointer walk's stray addresses, code freed since
+	// the sample), so it is neither asked for one nor told of.
+	if unnamed > 0 && !(j.isHotSpot(proc.snapshot) && j.code.readable()) {
 		if r.cfg.JavaPerfMap && j.isHotSpot(proc.snapshot) {
 			r.askJVMForPerfMap(proc, j)
 		} else if inAnon > 0 {

@@ -549,16 +549,18 @@ func TestJavaJITFramesNamedFromPerfMap(t *testing.T) {
 	}
 }
 
-// TestJavaJITFramesNamedFromTheCodeCache: with no perf map and nothing
-// asked of the JVM (java_perf_map off), its JIT-compiled methods are named
-// from its code cache, read from its memory (hotspot.CodeCache). The JVM
-// idles after its measured work until the receiver's final drain: a JVM
-// gone by the drain can no longer be read.
+// TestJavaJITFramesNamedFromTheCodeCache: with no perf map, the JVM's
+// JIT-compiled methods are named from its code cache, read from its memory
+// (hotspot.CodeCache), and nothing is asked of it: with java_perf_map on,
+// a JVM whose code cache is read is not asked for a map. The JVM idles
+// after its measured work until the receiver's final drain: a JVM gone by
+// the drain can no longer be read.
 func TestJavaJITFramesNamedFromTheCodeCache(t *testing.T) {
 	run := startSplitJava(t)
 	pid := run.cmd.Process.Pid
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
+	cfg.JavaPerfMap = true
 	r, sink := startReceiver(t, cfg)
 	run.runGated(t, r)
 	measured := run.measuredAlive(t)

@@ -23,6 +23,7 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/cputime"
 	"github.com/hotpath-dev/hotpath/internal/profileschema"
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/hotspot"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/unwinder"
@@ -50,6 +51,9 @@ type profileReceiver struct {
 	// hotSpotUnread: the libjvm.so files whose code cache could not be
 	// read (reportHotSpotCode told of them).
 	hotSpotUnread sync.Map
+	// hotSpotScopes bounds what all JVMs' code caches keep of their
+	// compiled methods' scopes.
+	hotSpotScopes *hotspot.ScopeBudget
 	// hotSpotCodeOff: JVMs' code caches are not read (tests of the perf
 	// map request, which stands in when a code cache cannot be read).
 	hotSpotCodeOff bool
@@ -105,6 +109,8 @@ func newReceiver(set receiver.Settings, cfg *Config, next xconsumer.Profiles) (*
 		metrics: m,
 		guard:   newOverheadGuard(cfg.MaxCPUPercent, cfg.FrequencyHz),
 		work:    newBinaryWork(cfg.MaxCPUPercent, cfg.Interval),
+
+		hotSpotScopes: hotspot.NewScopeBudget(hotSpotScopeBytes),
 	}, nil
 }
 

@@ -41,14 +41,15 @@ type CodeCache struct {
 	// its name without reading it again. Bounded by maxMethodNames.
 	methods map[uint64]string
 	// scopeCache: each nmethod's inlining (by address, checked against
-	// its compile id), scopeBytes their size, bounded by maxScopeCache.
+	// its compile id), scopeBytes their size, taken from budget.
 	scopeCache map[uint64]*nmethodScopes
 	scopeBytes int
+	budget     *ScopeBudget
 }
 
 // maxMethodNames bounds CodeCache.methods; past it the names are read
 // again as they come.
-const maxMethodNames = 1 << 12
+const maxMethodNames = 1 << 10
 
 // codeHeap is one of the code cache's heaps (JDK 9+ segments them:
 // non-profiled, profiled and non-method code).
@@ -99,8 +100,9 @@ type Mapping struct {
 // OpenCodeCache reads the layout of the JVM pid (as procRoot shows it)
 // whose libjvm.so is mapped at libjvm. It fails on a JVM that has not
 // filled its description in yet (ErrNotReady: one in its first
-// milliseconds); call it again later.
-func OpenCodeCache(procRoot string, pid int, libjvm Mapping) (*CodeCache, error) {
+// milliseconds); call it again later. The scopes of the compiled methods
+// it keeps between lookups are bounded by budget, which CodeCaches share.
+func OpenCodeCache(procRoot string, pid int, libjvm Mapping, budget *ScopeBudget) (*CodeCache, error) {
 	proc := filepath.Join(procRoot, strconv.Itoa(pid))
 	// The mapped file itself, even when its path was replaced (a JDK
 	// upgraded under a running JVM) or lies in a container's root.
@@ -116,7 +118,7 @@ func OpenCodeCache(procRoot string, pid int, libjvm Mapping) (*CodeCache, error)
 	if err != nil {
 		return nil, fmt.Errorf("open the JVM's memory: %w", err)
 	}
-	c := &CodeCache{mem: mem, methods: map[uint64]string{}, scopeCache: map[uint64]*nmethodScopes{}}
+	c := &CodeCache{mem: mem, methods: map[uint64]string{}, scopeCache: map[uint64]*nmethodScopes{}, budget: budget}
 	if c.l, err = readLayout(&pagedReader{mem: mem, pages: map[uint64][]byte{}}, syms, bias); err != nil {
 		mem.Close()
 		return nil, err
@@ -128,8 +130,11 @@ func OpenCodeCache(procRoot string, pid int, libjvm Mapping) (*CodeCache, error)
 	return c, nil
 }
 
-// Close releases the JVM's memory file.
-func (c *CodeCache) Close() error { return c.mem.Close() }
+// Close releases the JVM's memory file and the scopes it kept.
+func (c *CodeCache) Close() error {
+	c.dropScopes()
+	return c.mem.Close()
+}
 
 // jvmSymbols reads the addresses (file virtual addresses) of the symbols
 // HotSpot describes itself with from libjvm.so's dynamic symbol table, and

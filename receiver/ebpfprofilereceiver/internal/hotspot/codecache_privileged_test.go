@@ -41,8 +41,9 @@ func installedJDKs(t *testing.T) []string {
 	return out
 }
 
-// openJVMCodeCache opens the code cache of the running JVM pid.
-func openJVMCodeCache(t *testing.T, pid int) *CodeCache {
+// openJVMCodeCache opens the code cache of the running JVM pid, its
+// scopes kept within budget.
+func openJVMCodeCache(t *testing.T, pid int, budget *ScopeBudget) *CodeCache {
 	t.Helper()
 	raw, err := procmaps.Read("/proc", pid)
 	if err != nil {
@@ -54,7 +55,7 @@ func openJVMCodeCache(t *testing.T, pid int) *CodeCache {
 	}
 	for _, m := range maps {
 		if filepath.Base(m.Path) == "libjvm.so" {
-			c, err := OpenCodeCache("/proc", pid, Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path})
+			c, err := OpenCodeCache("/proc", pid, Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, Path: m.Path}, budget)
 			if err != nil {
 				t.Fatalf("open the code cache: %v", err)
 			}
@@ -117,7 +118,11 @@ func TestCodeCacheNamesAsThePerfMap(t *testing.T) {
 			}
 			entries := readPerfMap(t, mapPath)
 			opened := time.Now()
-			c := openJVMCodeCache(t, pid)
+			budget := NewScopeBudget(1 << 20)
+			c := openJVMCodeCache(t, pid, budget)
+			// A second reader with no room for scopes reads them at each
+			// lookup, and must find the same.
+			unkept := openJVMCodeCache(t, pid, NewScopeBudget(0))
 			openTook := time.Since(opened)
 			looked := time.Now()
 			// inlined: lookups that found methods inlined into the compiled one.
@@ -133,6 +138,9 @@ func TestCodeCacheNamesAsThePerfMap(t *testing.T) {
 					}
 					if len(names) > 1 {
 						inlined++
+					}
+					if again, _, _ := unkept.Frames(pc); strings.Join(again, ";") != strings.Join(names, ";") {
+						t.Errorf("%#x: %q, without scopes kept %q", pc, names, again)
 					}
 					if name == hiddenName(e.name) {
 						if strings.Contains(name, "Busy.spin(") {
@@ -152,6 +160,13 @@ func TestCodeCacheNamesAsThePerfMap(t *testing.T) {
 				len(entries), lookups, differ, spin, inlined, openTook, time.Since(looked)/time.Duration(lookups))
 			if inlined == 0 {
 				t.Errorf("no lookup found a method inlined into another")
+			}
+			if budget.Used() == 0 || budget.Used() > 1<<20 {
+				t.Errorf("scopes kept: %d bytes, want some within the budget of 1 MiB", budget.Used())
+			}
+			c.Close()
+			if budget.Used() != 0 {
+				t.Errorf("scopes kept after Close: %d bytes", budget.Used())
 			}
 			if len(entries) < 100 {
 				t.Fatalf("only %d pieces of code in the map", len(entries))
@@ -193,7 +208,7 @@ func TestOpenCodeCacheNotAJVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = OpenCodeCache("/proc", os.Getpid(), Mapping{Start: 0x400000, Limit: 0x401000, Path: self})
+	_, err = OpenCodeCache("/proc", os.Getpid(), Mapping{Start: 0x400000, Limit: 0x401000, Path: self}, NewScopeBudget(1<<20))
 	if err == nil || !strings.Contains(err.Error(), "gHotSpotVM") {
 		t.Fatalf("err = %v, want one naming the missing gHotSpotVM symbols", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // A compiled method's code holds the methods the JIT inlined into it. At
@@ -35,16 +36,49 @@ type scopeLayout struct {
 	// JDK 9-22: offsets from the nmethod, and a pointer to its scopes.
 	metadataOffset, scopesDataBegin, scopesPcsOffset, dependenciesOffset uint64
 	// JDK 25+.
-	mutableData, relocationSize, mutableDataSize  uint64
+	mutableData, relocationSize, mutableDataSize   uint64
 	immutableData, immutableDataSize, scopesDataAt uint64
 }
 
 // Bounds on one nmethod's scope data and the chain read from it.
 const (
 	maxScopeBytes    = 1 << 20 // one nmethod's PcDescs, scopes or metadata
-	maxScopeCache    = 1 << 20 // the bytes kept of all nmethods' scopes, per JVM
 	maxInlinedScopes = 32
 )
+
+// ScopeBudget bounds the bytes of nmethod scopes that all the CodeCaches
+// sharing it keep between lookups: a node runs many JVMs, and the agent's
+// memory must not grow with them. A JVM whose scopes would go over it
+// drops its own and starts again; one that still does not fit reads them
+// at each lookup.
+type ScopeBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// NewScopeBudget returns a budget of limit bytes.
+func NewScopeBudget(limit int64) *ScopeBudget { return &ScopeBudget{limit: limit} }
+
+// take reserves n bytes, if they fit.
+func (b *ScopeBudget) take(n int) bool {
+	if b.used.Add(int64(n)) > b.limit {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+func (b *ScopeBudget) give(n int) { b.used.Add(-int64(n)) }
+
+// Used is the bytes kept now.
+func (b *ScopeBudget) Used() int64 { return b.used.Load() }
+
+// dropScopes gives back every nmethod's scopes c keeps.
+func (c *CodeCache) dropScopes() {
+	clear(c.scopeCache)
+	c.budget.give(c.scopeBytes)
+	c.scopeBytes = 0
+}
 
 // readScopeLayout picks the fields of one of the two layouts from the
 // JVM's description; a JVM that has neither gets names without inlined
@@ -119,12 +153,15 @@ func (c *CodeCache) inlined(blob uint64, hdr []byte, pc, method uint64) ([]uint6
 		if n, err = c.readScopes(blob, hdr); err != nil {
 			return nil, err
 		}
-		if c.scopeBytes+n.bytes() > maxScopeCache {
-			clear(c.scopeCache)
-			c.scopeBytes = 0
+		fits := c.budget.take(n.bytes())
+		if !fits {
+			c.dropScopes()
+			fits = c.budget.take(n.bytes())
 		}
-		c.scopeCache[blob] = n
-		c.scopeBytes += n.bytes()
+		if fits {
+			c.scopeCache[blob] = n
+			c.scopeBytes += n.bytes()
+		}
 	}
 	if pc < n.codeBegin {
 		return []uint64{method}, nil
