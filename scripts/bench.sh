@@ -43,6 +43,9 @@ micro_benchmarks=(
 	"./receiver/ebpfprofilereceiver/internal/profilebuilder ^BenchmarkInterval$ 0.5s"
 	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonWalk$ 20x"
 	"./receiver/ebpfprofilereceiver/internal/sampler ^BenchmarkPythonResolve$ 2000x"
+	# A JVM's JIT code named from its code cache: what a drain pays per
+	# address it has not named in that drain (starts a JVM: java on PATH).
+	"./receiver/ebpfprofilereceiver/internal/hotspot ^BenchmarkCodeCacheFrames$ 20x"
 	"./processor/stackaggregatorprocessor ^(BenchmarkMerge|BenchmarkWindow)$ 0.5s"
 	"./exporter/duckdbprofileexporter/internal/writer ^BenchmarkWrite$ 5x"
 	# A run of BenchmarkPush is one checkpoint cycle of its tier (see its

@@ -37,12 +37,12 @@ public class Busy {
 
 // startJava compiles Busy and runs it with extra JVM flags, returning the
 // process once it printed its ready line.
-func startJava(t *testing.T, flags ...string) *exec.Cmd {
+func startJava(t testing.TB, flags ...string) *exec.Cmd {
 	return startJavaAs(t, nil, flags...)
 }
 
 // startJavaAs is startJava as the user cred names (nil: the test's).
-func startJavaAs(t *testing.T, cred *syscall.Credential, flags ...string) *exec.Cmd {
+func startJavaAs(t testing.TB, cred *syscall.Credential, flags ...string) *exec.Cmd {
 	t.Helper()
 	java, err := exec.LookPath("java")
 	if err != nil {
@@ -53,7 +53,7 @@ func startJavaAs(t *testing.T, cred *syscall.Credential, flags ...string) *exec.
 
 // startJVM is startJavaAs with the JDK whose java binary is java (its
 // javac compiles Busy).
-func startJVM(t *testing.T, java string, cred *syscall.Credential, flags ...string) *exec.Cmd {
+func startJVM(t testing.TB, java string, cred *syscall.Credential, flags ...string) *exec.Cmd {
 	t.Helper()
 	// Not t.TempDir: its parent is the test's alone, and another user runs
 	// the class.

@@ -43,7 +43,7 @@ func installedJDKs(t *testing.T) []string {
 
 // openJVMCodeCache opens the code cache of the running JVM pid, its
 // scopes kept within budget.
-func openJVMCodeCache(t *testing.T, pid int, budget *ScopeBudget) *CodeCache {
+func openJVMCodeCache(t testing.TB, pid int, budget *ScopeBudget) *CodeCache {
 	t.Helper()
 	raw, err := procmaps.Read("/proc", pid)
 	if err != nil {
@@ -73,7 +73,7 @@ type perfMapEntry struct {
 	name        string
 }
 
-func readPerfMap(t *testing.T, path string) []perfMapEntry {
+func readPerfMap(t testing.TB, path string) []perfMapEntry {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -212,4 +212,28 @@ func TestOpenCodeCacheNotAJVM(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "gHotSpotVM") {
 		t.Fatalf("err = %v, want one naming the missing gHotSpotVM symbols", err)
 	}
+}
+
+// BenchmarkCodeCacheFrames is what a drain pays per JIT code address it
+// has not named yet in that drain (names and scopes kept from earlier
+// drains): the middle byte of each piece of code in the JVM's perf map.
+func BenchmarkCodeCacheFrames(b *testing.B) {
+	cmd := startJava(b)
+	pid := cmd.Process.Pid
+	mapPath := fmt.Sprintf("/tmp/perf-%d.map", pid)
+	b.Cleanup(func() { os.Remove(mapPath) })
+	if out, err := exec.Command("jcmd", strconv.Itoa(pid), "Compiler.perfmap").CombinedOutput(); err != nil {
+		b.Fatalf("jcmd Compiler.perfmap: %v\n%s", err, out)
+	}
+	entries := readPerfMap(b, mapPath)
+	c := openJVMCodeCache(b, pid, NewScopeBudget(1<<20))
+	b.ResetTimer()
+	for b.Loop() {
+		for _, e := range entries {
+			if _, _, err := c.Frames(e.start + e.size/2); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(entries)), "ns/address")
 }
