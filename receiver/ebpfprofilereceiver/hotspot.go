@@ -48,7 +48,7 @@ type hotSpotCode struct {
 	// names: this drain's (namesAt) names by code address (innermost
 	// first, hotspot.CodeCache.Frames), nil for an address the code cache
 	// has no name for.
-	names   map[uint64][]string
+	names   map[uint64][]hotspot.Frame
 	namesAt time.Time
 }
 
@@ -75,7 +75,7 @@ func (h *hotSpotCode) close() {
 // the one name of other code. ok is false where the code cache has no
 // name (the JVM exited, the code was freed since the sample, or the
 // address is not in its code cache): the perf map, if any, is asked next.
-func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, addr uint64, drain time.Time) (names []string, ok bool) {
+func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, addr uint64, drain time.Time) (frames []hotspot.Frame, ok bool) {
 	h := &j.code
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -105,17 +105,17 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 		r.countJVM("code_cache")
 	}
 	if !h.namesAt.Equal(drain) || len(h.names) >= maxHotSpotNames {
-		h.names, h.namesAt = map[uint64][]string{}, drain
+		h.names, h.namesAt = map[uint64][]hotspot.Frame{}, drain
 	}
-	if names, ok := h.names[addr]; ok {
-		return names, names != nil
+	if frames, ok := h.names[addr]; ok {
+		return frames, frames != nil
 	}
-	names, _, err := h.cache.Frames(addr)
+	frames, _, err := h.cache.Frames(addr)
 	if err != nil {
 		r.set.Logger.Debug("hotspot: code address not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
 	}
-	h.names[addr] = names
-	return names, names != nil
+	h.names[addr] = frames
+	return frames, frames != nil
 }
 
 // countJVM counts a JVM by how its JIT-compiled frames are named.

@@ -128,12 +128,13 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 			addr--
 		}
 		if !r.hotSpotCodeOff && j.isHotSpot(proc.snapshot) {
-			if names, ok := r.nameHotSpotCode(proc, j, addr, readBefore); ok {
-				// The frame is the compiled method (names' last); the
+			if hs, ok := r.nameHotSpotCode(proc, j, addr, readBefore); ok {
+				// The frame is the compiled method (the last); the
 				// methods inlined into it go in front of it.
-				f.Function, f.Kind = names[len(names)-1], profilebuilder.JIT
-				if len(names) > 1 {
-					inlined = append(inlined, inlinedAt{i, names[:len(names)-1]})
+				own := hs[len(hs)-1]
+				f.Function, f.File, f.Line, f.Kind = own.Function, own.File, int64(own.Line), profilebuilder.JIT
+				if len(hs) > 1 {
+					inlined = append(inlined, inlinedAt{i, hs[:len(hs)-1]})
 				}
 				continue
 			}
@@ -168,8 +169,8 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 
 // inlinedAt is the methods a JIT inlined at frames[i], innermost first.
 type inlinedAt struct {
-	i     int
-	names []string
+	i       int
+	methods []hotspot.Frame
 }
 
 // withInlined returns frames with each inlined method as a frame of its
@@ -181,15 +182,15 @@ func withInlined(frames []profilebuilder.Frame, inlined []inlinedAt) []profilebu
 	}
 	n := len(frames)
 	for _, in := range inlined {
-		n += len(in.names)
+		n += len(in.methods)
 	}
 	out := make([]profilebuilder.Frame, 0, n)
 	next := 0
 	for _, in := range inlined {
 		out = append(out, frames[next:in.i]...)
-		for _, name := range in.names {
+		for _, m := range in.methods {
 			f := frames[in.i]
-			f.Function, f.File, f.Line = name, "", 0
+			f.Function, f.File, f.Line = m.Function, m.File, int64(m.Line)
 			out = append(out, f)
 		}
 		next = in.i

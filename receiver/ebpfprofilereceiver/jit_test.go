@@ -678,6 +678,50 @@ func TestJavaInlinedMethodsNamedFromTheCodeCache(t *testing.T) {
 	if chained*10 < named*9 {
 		t.Errorf("%d of %d samples in the hot methods as round;hotX;viaX;leafX; top:%s", chained, named, tl.Top(5))
 	}
+	// Each frame's file and line, from its method's line table at the
+	// scope's bytecode index: the one-line methods' own lines, and
+	// round's call of hotA.
+	lineOf := func(code string) string {
+		for i, l := range strings.Split(inlineJava, "\n") {
+			if strings.Contains(l, code) {
+				return "Inline.java:" + itoa(i+1)
+			}
+		}
+		t.Fatalf("no line %q in the program", code)
+		return ""
+	}
+	at := frameLines(sink.AllProfiles())
+	for fn, want := range map[string]string{
+		"int Inline.leafA(int, int)": lineOf("static int leafA("),
+		"int Inline.viaA(int, int)":  lineOf("static int viaA("),
+		"int Inline.hotA(int)":       lineOf("static int hotA("),
+		"void Inline.round(boolean)": lineOf("sink ^= hotA(6 * unit);"),
+	} {
+		t.Logf("%s: want %s, at %v", fn, want, at[fn])
+		if !at[fn][want] {
+			t.Errorf("%s: no frame at %s; at %v", fn, want, at[fn])
+		}
+	}
+}
+
+// frameLines is where the profiles' frames are, by function: "file:line".
+func frameLines(all []pprofile.Profiles) map[string]map[string]bool {
+	at := map[string]map[string]bool{}
+	for _, pd := range all {
+		dict := pd.Dictionary()
+		for i := 1; i < dict.LocationTable().Len(); i++ {
+			lines := dict.LocationTable().At(i).Lines()
+			for k := 0; k < lines.Len(); k++ {
+				f := dict.FunctionTable().At(int(lines.At(k).FunctionIndex()))
+				fn := profileschema.Str(dict, f.NameStrindex())
+				if at[fn] == nil {
+					at[fn] = map[string]bool{}
+				}
+				at[fn][profileschema.Str(dict, f.FilenameStrindex())+":"+itoa(int(lines.At(k).Line()))] = true
+			}
+		}
+	}
+	return at
 }
 
 // startSplitJava compiles splitJava and starts it, warmed up.

@@ -36,10 +36,11 @@ type CodeCache struct {
 	mem  *os.File
 	l    layout
 	heap []codeHeap
-	// methods: names by Method*, which lives as long as its class: a
-	// method compiled again (another tier, after a deoptimization) keeps
-	// its name without reading it again. Bounded by maxMethodNames.
-	methods map[uint64]string
+	// methods: names (and source lines) by Method*, which lives as long
+	// as its class: a method compiled again (another tier, after a
+	// deoptimization) keeps them without reading them again. Bounded by
+	// maxMethodNames.
+	methods map[uint64]*javaMethod
 	// scopeCache: each nmethod's inlining (by address, checked against
 	// its compile id), scopeBytes their size, taken from budget.
 	scopeCache map[uint64]*nmethodScopes
@@ -76,6 +77,7 @@ type layout struct {
 	klassName                               uint64
 	symbolLength, symbolBody                uint64
 	scopes                                  scopeLayout
+	lines                                   lineLayout
 	blobHeader                              int // bytes read of a blob: past every field used
 }
 
@@ -118,7 +120,7 @@ func OpenCodeCache(procRoot string, pid int, libjvm Mapping, budget *ScopeBudget
 	if err != nil {
 		return nil, fmt.Errorf("open the JVM's memory: %w", err)
 	}
-	c := &CodeCache{mem: mem, methods: map[uint64]string{}, scopeCache: map[uint64]*nmethodScopes{}, budget: budget}
+	c := &CodeCache{mem: mem, methods: map[uint64]*javaMethod{}, scopeCache: map[uint64]*nmethodScopes{}, budget: budget}
 	if c.l, err = readLayout(&pagedReader{mem: mem, pages: map[uint64][]byte{}}, syms, bias); err != nil {
 		mem.Close()
 		return nil, err
@@ -291,6 +293,7 @@ func readLayout(r *pagedReader, syms map[string]uint64, bias uint64) (layout, er
 		major = uint32(v)
 	}
 	l.scopes = readScopeLayout(fields, sizes, major)
+	l.lines = readLineLayout(fields, sizes)
 	end := max(l.blobName, l.blobSize, l.nmethodMethod, l.scopes.headerEnd()) + 8
 	if end > maxBlobHeader {
 		return l, fmt.Errorf("%w: a CodeBlob field at offset %d", errNotDescribed, end)
@@ -353,13 +356,22 @@ func (c *CodeCache) readHeaps() error {
 	return nil
 }
 
-// Frames returns the names of the code at pc (an instruction address,
+// Frame is a frame of HotSpot's code: a compiled method (with its class's
+// source file and the line at the address, where the JVM keeps them), or
+// other code (the interpreter, a stub) by its name alone.
+type Frame struct {
+	Function string
+	File     string // "HashMap.java"; "" when unknown
+	Line     int    // 0 when unknown
+}
+
+// Frames returns the frames of the code at pc (an instruction address,
 // not a return address), innermost first: for a compiled method, the
 // methods the JIT inlined into it at pc, then the method itself (the name
 // its perf map gives the code); for other code, its one name. in reports
 // whether pc is in the code cache at all. A pc in the code cache whose
 // blob cannot be read (freed since, or the process gone) gives an error.
-func (c *CodeCache) Frames(pc uint64) (names []string, in bool, err error) {
+func (c *CodeCache) Frames(pc uint64) (frames []Frame, in bool, err error) {
 	var h *codeHeap
 	for i := range c.heap {
 		if c.heap[i].low <= pc && pc < c.heap[i].high {
@@ -387,22 +399,27 @@ func (c *CodeCache) Frames(pc uint64) (names []string, in bool, err error) {
 		return nil, true, err
 	}
 	if kind != "nmethod" && kind != "native nmethod" {
-		return []string{kind}, true, nil
+		return []Frame{{Function: kind}}, true, nil
 	}
 	method := le(hdr, c.l.nmethodMethod)
-	chain := []uint64{method}
+	chain := []scopeAt{{method: method, bci: noBCI}}
 	if kind == "nmethod" {
 		if chain, err = c.inlined(blob, hdr, pc, method); err != nil {
 			return nil, true, err
 		}
 	}
-	names = make([]string, len(chain))
-	for i, m := range chain {
-		if names[i], err = c.methodName(m); err != nil {
+	frames = make([]Frame, len(chain))
+	for i, sc := range chain {
+		m, err := c.method(sc.method)
+		if err != nil {
 			return nil, true, err
 		}
+		frames[i] = Frame{Function: m.name, File: m.file}
+		if sc.bci != noBCI {
+			frames[i].Line = m.line(sc.bci, c.l.scopes.exclusion)
+		}
 	}
-	return names, true, nil
+	return frames, true, nil
 }
 
 // blobStart walks the segment map back from pc's segment to the start of
@@ -434,63 +451,78 @@ func (c *CodeCache) blobStart(h *codeHeap, pc uint64) (uint64, error) {
 	return 0, fmt.Errorf("code at %#x: segment map walk too long", pc)
 }
 
-// methodName names a Method as HotSpot's perf map does
-// (Method::external_name): "long Hot.mix(long)".
-func (c *CodeCache) methodName(method uint64) (string, error) {
-	if name, ok := c.methods[method]; ok {
-		return name, nil
+// method reads a Method: its name as HotSpot's perf map writes it
+// (Method::external_name: "long Hot.mix(long)"), its class's source file
+// and its line number table.
+func (c *CodeCache) method(method uint64) (*javaMethod, error) {
+	if m, ok := c.methods[method]; ok {
+		return m, nil
 	}
 	l := &c.l
 	cm, err := c.u64(method + l.methodConstMethod)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	pool, err := c.u64(cm + l.constMethodConstants)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var idx [2]uint16
 	for i, off := range []uint64{l.constMethodName, l.constMethodSignature} {
-		var b [2]byte
-		if err := c.read(cm+off, b[:]); err != nil {
-			return "", err
+		if idx[i], err = c.u16(cm + off); err != nil {
+			return nil, err
 		}
-		idx[i] = binary.LittleEndian.Uint16(b[:])
 	}
 	klass, err := c.u64(pool + l.poolHolder)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	klassSym, err := c.u64(klass + l.klassName)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	var parts [3]string
-	for i, sym := range []uint64{klassSym, 0, 0} {
-		if i > 0 {
-			if idx[i-1] == 0 {
-				return "", fmt.Errorf("method %#x: no name or signature", method)
-			}
-			// The pool's entries follow the ConstantPool; a Symbol* may
-			// carry a tag in its low bit.
-			if sym, err = c.u64(pool + l.poolSize + 8*uint64(idx[i-1])); err != nil {
-				return "", err
-			}
-			sym &^= 1
-		}
-		if parts[i], err = c.symbol(sym); err != nil {
-			return "", err
-		}
-	}
-	name, err := ExternalMethodName(parts[0], parts[1], parts[2])
+	class, err := c.symbol(klassSym)
 	if err != nil {
-		return "", fmt.Errorf("method %#x: %w", method, err)
+		return nil, err
+	}
+	var parts [2]string
+	for i := range parts {
+		if parts[i], err = c.poolSymbol(pool, idx[i]); err != nil {
+			return nil, fmt.Errorf("method %#x: %w", method, err)
+		}
+	}
+	name, err := ExternalMethodName(class, parts[0], parts[1])
+	if err != nil {
+		return nil, fmt.Errorf("method %#x: %w", method, err)
+	}
+	m := &javaMethod{name: name}
+	if l.lines.ok {
+		// Lines are extra: a method whose file or table cannot be read
+		// keeps its name.
+		if fi, err := c.u16(pool + l.lines.poolSourceFile); err == nil && fi != 0 {
+			m.file, _ = c.poolSymbol(pool, fi)
+		}
+		m.lineTable, m.codeSize, _ = c.readLineTable(cm)
 	}
 	if len(c.methods) >= maxMethodNames {
 		clear(c.methods)
 	}
-	c.methods[method] = name
-	return name, nil
+	c.methods[method] = m
+	return m, nil
+}
+
+// poolSymbol reads the Symbol at index i of the ConstantPool at pool (its
+// entries follow the ConstantPool; a Symbol* may carry a tag in its low
+// bit).
+func (c *CodeCache) poolSymbol(pool uint64, i uint16) (string, error) {
+	if i == 0 {
+		return "", errors.New("no constant pool entry")
+	}
+	sym, err := c.u64(pool + c.l.poolSize + 8*uint64(i))
+	if err != nil {
+		return "", err
+	}
+	return c.symbol(sym &^ 1)
 }
 
 // symbol reads a HotSpot Symbol (a length and that many bytes of modified
@@ -621,6 +653,12 @@ func (c *CodeCache) u64(addr uint64) (uint64, error) {
 	var b [8]byte
 	err := c.read(addr, b[:])
 	return binary.LittleEndian.Uint64(b[:]), err
+}
+
+func (c *CodeCache) u16(addr uint64) (uint16, error) {
+	var b [2]byte
+	err := c.read(addr, b[:])
+	return binary.LittleEndian.Uint16(b[:]), err
 }
 
 func (c *CodeCache) u32(addr uint64) (uint32, error) {

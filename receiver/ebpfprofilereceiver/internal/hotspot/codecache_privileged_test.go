@@ -131,16 +131,16 @@ func TestCodeCacheNamesAsThePerfMap(t *testing.T) {
 			for _, e := range entries {
 				for _, pc := range []uint64{e.start, e.start + e.size/2, e.start + e.size - 1} {
 					lookups++
-					names, in, err := c.Frames(pc)
+					frames, in, err := c.Frames(pc)
 					name := ""
-					if len(names) > 0 {
-						name = names[len(names)-1] // the compiled method itself
+					if len(frames) > 0 {
+						name = frames[len(frames)-1].Function // the compiled method itself
 					}
-					if len(names) > 1 {
+					if len(frames) > 1 {
 						inlined++
 					}
-					if again, _, _ := unkept.Frames(pc); strings.Join(again, ";") != strings.Join(names, ";") {
-						t.Errorf("%#x: %q, without scopes kept %q", pc, names, again)
+					if again, _, _ := unkept.Frames(pc); fmt.Sprint(again) != fmt.Sprint(frames) {
+						t.Errorf("%#x: %v, without scopes kept %v", pc, frames, again)
 					}
 					if name == hiddenName(e.name) {
 						if strings.Contains(name, "Busy.spin(") {
@@ -178,8 +178,8 @@ func TestCodeCacheNamesAsThePerfMap(t *testing.T) {
 				t.Errorf("%d of %d lookups differ from the map:\n%s", differ, lookups, strings.Join(examples, "\n"))
 			}
 			// Outside the code cache: not in it, no error.
-			if names, in, err := c.Frames(8); in || err != nil || names != nil {
-				t.Errorf("address 8: %q %v %v, want not in the code cache", names, in, err)
+			if frames, in, err := c.Frames(8); in || err != nil || frames != nil {
+				t.Errorf("address 8: %v %v %v, want not in the code cache", frames, in, err)
 			}
 		})
 	}

@@ -78,3 +78,44 @@ func TestUnsigned5(t *testing.T) {
 		}
 	}
 }
+
+// lineTable writes a ConstMethod line number table as HotSpot's
+// CompressedLineNumberWriteStream does, entries of (bytecode index, line).
+func lineTable(x byte, entries ...[2]int) []byte {
+	zigzag := func(v int) uint32 { return uint32(int32(v)<<1 ^ int32(v)>>31) }
+	var out []byte
+	bci, line := 0, 0
+	for _, e := range entries {
+		db, dl := e[0]-bci, e[1]-line
+		if db >= 0 && db < 32 && dl >= 0 && dl < 8 && (db|dl) != 0 && db<<3|dl != 0xFF {
+			out = append(out, byte(db<<3|dl))
+		} else {
+			out = append(out, 0xFF)
+			out = append(out, writeUnsigned5(zigzag(db), x)...)
+			out = append(out, writeUnsigned5(zigzag(dl), x)...)
+		}
+		bci, line = e[0], e[1]
+	}
+	return append(out, 0)
+}
+
+func TestLineTable(t *testing.T) {
+	for _, x := range []byte{0, 1} {
+		table := lineTable(x, [2]int{0, 10}, [2]int{5, 12}, [2]int{300, 100}, [2]int{310, 99})
+		if end := lineTableEnd(append(table, 7, 7, 7), x); end != len(table) {
+			t.Errorf("x=%d: table of %d bytes ends at %d", x, len(table), end)
+		}
+		if end := lineTableEnd(table[:len(table)-1], x); end != 0 {
+			t.Errorf("x=%d: a cut table ends at %d", x, end)
+		}
+		m := &javaMethod{lineTable: table, codeSize: 400}
+		for bci, want := range map[int]int{-1: 10, 0: 10, 3: 10, 5: 12, 299: 12, 300: 100, 305: 100, 310: 99, 399: 99, 10000: 10} {
+			if got := m.line(bci, x); got != want {
+				t.Errorf("x=%d: bytecode %d at line %d, want %d", x, bci, got, want)
+			}
+		}
+	}
+	if got := (&javaMethod{codeSize: 10}).line(3, 0); got != 0 {
+		t.Errorf("no table: line %d, want 0", got)
+	}
+}

@@ -138,13 +138,23 @@ type nmethodScopes struct {
 
 func (n *nmethodScopes) bytes() int { return len(n.pcs) + len(n.scopes) + len(n.metadata) }
 
-// inlined returns the Method* of the scopes at pc in the nmethod at blob
-// (its first hdr bytes read), innermost first and ending with method, the
-// nmethod's own: just method where the nmethod records no scope there.
-func (c *CodeCache) inlined(blob uint64, hdr []byte, pc, method uint64) ([]uint64, error) {
+// inlined returns the Method* and bytecode index of the scopes at pc in
+// the nmethod at blob (its first hdr bytes read), innermost first and
+// ending with method, the nmethod's own: just method (no bytecode index)
+// where the nmethod records no scope there.
+// scopeAt is a method at a bytecode index (noBCI: not known).
+type scopeAt struct {
+	method uint64
+	bci    int
+}
+
+const noBCI = -2
+
+func (c *CodeCache) inlined(blob uint64, hdr []byte, pc, method uint64) ([]scopeAt, error) {
 	s := &c.l.scopes
+	alone := []scopeAt{{method: method, bci: noBCI}}
 	if !s.ok {
-		return []uint64{method}, nil
+		return alone, nil
 	}
 	id := binary.LittleEndian.Uint32(hdr[s.compileID:])
 	n := c.scopeCache[blob]
@@ -164,7 +174,7 @@ func (c *CodeCache) inlined(blob uint64, hdr []byte, pc, method uint64) ([]uint6
 		}
 	}
 	if pc < n.codeBegin {
-		return []uint64{method}, nil
+		return alone, nil
 	}
 	// HotSpot's approximate match (PcDescContainer): the first PcDesc at
 	// or after the offset. A caller's frame is at its return address less
@@ -178,26 +188,27 @@ func (c *CodeCache) inlined(blob uint64, hdr []byte, pc, method uint64) ([]uint6
 			break
 		}
 	}
-	var chain []uint64
+	var chain []scopeAt
 	// Each enclosing scope is described before the one it encloses: the
 	// offsets fall, which also ends any loop in a corrupt stream.
 	for limit := uint64(len(n.scopes)); scope != 0 && scope < limit && len(chain) < maxInlinedScopes; {
 		r := unsigned5{b: n.scopes[scope:], x: s.exclusion}
 		sender, idx := r.next(), r.next()
-		_ = r.next() // the bytecode index, plus one
+		// The bytecode index plus one (InvocationEntryBci, -1, is 0).
+		bci := int(r.next()) - 1
 		if r.err != nil {
 			return nil, fmt.Errorf("nmethod %#x: scope at %d: %w", blob, scope, r.err)
 		}
 		if idx == 0 || 8*uint64(idx) > uint64(len(n.metadata)) {
 			return nil, fmt.Errorf("nmethod %#x: scope at %d: method %d of %d", blob, scope, idx, len(n.metadata)/8)
 		}
-		chain = append(chain, binary.LittleEndian.Uint64(n.metadata[8*(idx-1):]))
+		chain = append(chain, scopeAt{binary.LittleEndian.Uint64(n.metadata[8*(idx-1):]), bci})
 		limit, scope = scope, uint64(sender)
 	}
 	// The outermost scope is the nmethod's own method; a chain that ends
 	// elsewhere was not read right, and its method alone is what is sure.
-	if len(chain) == 0 || chain[len(chain)-1] != method {
-		return []uint64{method}, nil
+	if len(chain) == 0 || chain[len(chain)-1].method != method {
+		return alone, nil
 	}
 	return chain, nil
 }
