@@ -38,9 +38,10 @@ var perfMapLookWaits = []time.Duration{250 * time.Millisecond, 750 * time.Millis
 const perfMapLookEvery = 250 * time.Millisecond
 
 // jitSymbols is a process's perf map (JIT runtimes: Node.js, Java, .NET,
-// Python -X perf), opened the first time one of its stacks has a frame in
-// memory no file backs. It lives as long as the program: a refreshed
-// process entry takes it over, an exec starts a new one.
+// Python -X perf) and, for a HotSpot JVM, its code cache, opened the first
+// time one of its stacks has a frame in memory no file backs. It lives as
+// long as the program: a refreshed process entry takes it over, an exec
+// starts a new one.
 type jitSymbols struct {
 	m        *perfmap.Map
 	reported atomic.Bool // its problems were logged once
@@ -99,10 +100,12 @@ func (e *processEntry) jitFor(pid int) *jitSymbols {
 
 // nameJITFrames names the user frames the symbolizer could not resolve in
 // anonymous executable memory (or in memory mapped after the process was
-// read) from the process's perf map, marking them profile.frame.type=jit.
-// What the runtime appended to the map is read at most once per interval
-// (readBefore is the interval's drain time), before the interval's first
-// lookup (perfmap.Map.Lookup).
+// read), marking them profile.frame.type=jit: a HotSpot JVM's from its code
+// cache first (nameHotSpotCode), with the methods inlined at each as
+// frames of their own, so the frames returned may be more than given;
+// then from the process's perf map. What the runtime appended to the map
+// is read at most once per interval (readBefore is the interval's drain
+// time), before the interval's first lookup (perfmap.Map.Lookup).
 func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuilder.Frame, readBefore time.Time) []profilebuilder.Frame {
 	if proc.snapshot == nil {
 		return frames
