@@ -33,6 +33,7 @@ import (
 // no name rather than a wrong one, and a JVM whose layout is not the one
 // described gives an error, never a guess.
 type CodeCache struct {
+	reader
 	mem  *os.File
 	l    layout
 	heap []codeHeap
@@ -120,8 +121,8 @@ func OpenCodeCache(procRoot string, pid int, libjvm Mapping, budget *ScopeBudget
 	if err != nil {
 		return nil, fmt.Errorf("open the JVM's memory: %w", err)
 	}
-	c := &CodeCache{mem: mem, methods: map[uint64]*javaMethod{}, scopeCache: map[uint64]*nmethodScopes{}, budget: budget}
-	if c.l, err = readLayout(&pagedReader{mem: mem, pages: map[uint64][]byte{}}, syms, bias); err != nil {
+	c := &CodeCache{reader: reader{fileMemory{mem}}, mem: mem, methods: map[uint64]*javaMethod{}, scopeCache: map[uint64]*nmethodScopes{}, budget: budget}
+	if c.l, err = readLayout(reader{&pagedMemory{mem: mem, pages: map[uint64][]byte{}}}, syms, bias); err != nil {
 		mem.Close()
 		return nil, err
 	}
@@ -179,7 +180,7 @@ var ErrNotReady = errors.New("the JVM is starting")
 
 // readLayout reads gHotSpotVMStructs and gHotSpotVMTypes and picks the
 // fields CodeCache uses.
-func readLayout(r *pagedReader, syms map[string]uint64, bias uint64) (layout, error) {
+func readLayout(r reader, syms map[string]uint64, bias uint64) (layout, error) {
 	var l layout
 	word := func(name string) (uint64, error) {
 		a, ok := syms[name]
@@ -211,8 +212,11 @@ func readLayout(r *pagedReader, syms map[string]uint64, bias uint64) (layout, er
 
 	fields := map[string]uint64{} // "Type::_field" → offset, or static address
 	err = r.entries(words[0], words[1], words[2], func(e []byte) error {
+		if le(e, words[3]) == 0 {
+			return nil // no field name: nothing to look up by
+		}
 		typeName, err := r.cstring(le(e, words[2]))
-		if err != nil || typeName == "" {
+		if err != nil {
 			return err
 		}
 		field, err := r.cstring(le(e, words[3]))
@@ -232,7 +236,7 @@ func readLayout(r *pagedReader, syms map[string]uint64, bias uint64) (layout, er
 	sizes := map[string]uint64{}
 	err = r.entries(words[6], words[7], words[8], func(e []byte) error {
 		typeName, err := r.cstring(le(e, words[8]))
-		if err == nil && typeName != "" {
+		if err == nil {
 			sizes[typeName] = le(e, typeSizeOff)
 		}
 		return err
@@ -642,47 +646,6 @@ func javaType(d string) (string, string, error) {
 	return t + strings.Repeat("[]", dims), rest, nil
 }
 
-func (c *CodeCache) read(addr uint64, b []byte) error {
-	if _, err := c.mem.ReadAt(b, int64(addr)); err != nil {
-		return fmt.Errorf("read the JVM's memory at %#x: %w", addr, err)
-	}
-	return nil
-}
-
-func (c *CodeCache) u64(addr uint64) (uint64, error) {
-	var b [8]byte
-	err := c.read(addr, b[:])
-	return binary.LittleEndian.Uint64(b[:]), err
-}
-
-func (c *CodeCache) u16(addr uint64) (uint16, error) {
-	var b [2]byte
-	err := c.read(addr, b[:])
-	return binary.LittleEndian.Uint16(b[:]), err
-}
-
-func (c *CodeCache) u32(addr uint64) (uint32, error) {
-	var b [4]byte
-	err := c.read(addr, b[:])
-	return binary.LittleEndian.Uint32(b[:]), err
-}
-
-// cstring reads a NUL-terminated string of at most maxNameBytes.
-func (c *CodeCache) cstring(addr uint64) (string, error) {
-	if addr == 0 {
-		return "", errors.New("no name")
-	}
-	var b [maxNameBytes]byte
-	n, err := c.mem.ReadAt(b[:], int64(addr))
-	if i := bytes.IndexByte(b[:n], 0); i >= 0 {
-		return string(b[:i]), nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read the JVM's memory at %#x: %w", addr, err)
-	}
-	return "", fmt.Errorf("name at %#x: longer than %d bytes", addr, maxNameBytes)
-}
-
 // le is the little-endian word at off in b (0 past its end).
 func le(b []byte, off uint64) uint64 {
 	if off+8 > uint64(len(b)) {
@@ -691,17 +654,75 @@ func le(b []byte, off uint64) uint64 {
 	return binary.LittleEndian.Uint64(b[off:])
 }
 
-// pagedReader reads the JVM's description once, at open: thousands of
+// memory is the JVM's memory, read one way or another.
+type memory interface {
+	read(addr uint64, b []byte) error
+}
+
+// reader reads words and names from the JVM's memory.
+type reader struct{ memory }
+
+func (r reader) u64(addr uint64) (uint64, error) {
+	var b [8]byte
+	err := r.read(addr, b[:])
+	return binary.LittleEndian.Uint64(b[:]), err
+}
+
+func (r reader) u32(addr uint64) (uint32, error) {
+	var b [4]byte
+	err := r.read(addr, b[:])
+	return binary.LittleEndian.Uint32(b[:]), err
+}
+
+func (r reader) u16(addr uint64) (uint16, error) {
+	var b [2]byte
+	err := r.read(addr, b[:])
+	return binary.LittleEndian.Uint16(b[:]), err
+}
+
+// cstring reads a NUL-terminated string of at most maxNameBytes, a page
+// at a time: a short name near the end of a mapping is still read.
+func (r reader) cstring(addr uint64) (string, error) {
+	if addr == 0 {
+		return "", errors.New("no name")
+	}
+	var b [maxNameBytes]byte
+	for n := 0; n < maxNameBytes; {
+		a := addr + uint64(n)
+		chunk := b[n : n+min(maxNameBytes-n, pageSize-int(a&(pageSize-1)))]
+		if err := r.read(a, chunk); err != nil {
+			return "", err
+		}
+		if i := bytes.IndexByte(chunk, 0); i >= 0 {
+			return string(b[:n+i]), nil
+		}
+		n += len(chunk)
+	}
+	return "", fmt.Errorf("name at %#x: longer than %d bytes", addr, maxNameBytes)
+}
+
+// fileMemory reads straight from the JVM's mem file: the lookups, each at
+// its own address.
+type fileMemory struct{ mem *os.File }
+
+func (m fileMemory) read(addr uint64, b []byte) error {
+	if _, err := m.mem.ReadAt(b, int64(addr)); err != nil {
+		return fmt.Errorf("read the JVM's memory at %#x: %w", addr, err)
+	}
+	return nil
+}
+
+// pagedMemory reads the JVM's description once, at open: thousands of
 // entries whose names lie together in libjvm.so's read-only data, read a
 // page at a time rather than a read per name.
-type pagedReader struct {
+type pagedMemory struct {
 	mem   *os.File
 	pages map[uint64][]byte
 }
 
 const pageSize = 4096
 
-func (r *pagedReader) page(addr uint64) ([]byte, error) {
+func (r *pagedMemory) page(addr uint64) ([]byte, error) {
 	base := addr &^ (pageSize - 1)
 	if p, ok := r.pages[base]; ok {
 		return p, nil
@@ -714,7 +735,7 @@ func (r *pagedReader) page(addr uint64) ([]byte, error) {
 	return p, nil
 }
 
-func (r *pagedReader) read(addr uint64, b []byte) error {
+func (r *pagedMemory) read(addr uint64, b []byte) error {
 	for len(b) > 0 {
 		p, err := r.page(addr)
 		if err != nil {
@@ -726,35 +747,9 @@ func (r *pagedReader) read(addr uint64, b []byte) error {
 	return nil
 }
 
-func (r *pagedReader) u64(addr uint64) (uint64, error) {
-	var b [8]byte
-	err := r.read(addr, b[:])
-	return binary.LittleEndian.Uint64(b[:]), err
-}
-
-func (r *pagedReader) cstring(addr uint64) (string, error) {
-	if addr == 0 {
-		return "", nil
-	}
-	var s []byte
-	for len(s) < maxNameBytes {
-		p, err := r.page(addr)
-		if err != nil {
-			return "", err
-		}
-		chunk := p[addr&(pageSize-1):]
-		if i := bytes.IndexByte(chunk, 0); i >= 0 {
-			return string(append(s, chunk[:i]...)), nil
-		}
-		s = append(s, chunk...)
-		addr += uint64(len(chunk))
-	}
-	return "", fmt.Errorf("name at %#x: longer than %d bytes", addr, maxNameBytes)
-}
-
 // entries calls f with each entry of the table at base (stride bytes
 // each) up to the one whose type name (the pointer at nameOff) is 0.
-func (r *pagedReader) entries(base, stride, nameOff uint64, f func([]byte) error) error {
+func (r reader) entries(base, stride, nameOff uint64, f func([]byte) error) error {
 	if stride < 16 || stride > maxVMStride || nameOff+8 > stride {
 		return fmt.Errorf("%w: entries of %d bytes", errNotDescribed, stride)
 	}
