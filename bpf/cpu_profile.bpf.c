@@ -442,6 +442,48 @@ struct {
 	__type(value, struct proc_unwind);
 } proc_unwind_scratch SEC(".maps");
 
+// A HotSpot JVM's code cache, as the JVM describes its own structures
+// (gHotSpotVMStructs, read by user space: internal/hotspot). HotSpot's
+// compiled code (C2's, and C1's and the runtime stubs') keeps no frame
+// pointer unless the JVM runs with -XX:+PreserveFramePointer, and has no
+// unwind tables: each CodeBlob records its frame's size instead, which is
+// how HotSpot walks its own stacks. A frame in one of the heaps is
+// unwound with it (hotspot_frame); without it the walk skipped the
+// compiled frames between the leaf and the interpreter.
+#define MAX_JVM_HEAPS 4
+#define HOTSPOT_SEGMAP_HOPS 16 // each hop goes back up to 254 segments
+#define HOTSPOT_MAX_FRAME_WORDS (1 << 16)
+
+struct jvm_heap {
+	__u64 low;    // reserved code memory [low, high)
+	__u64 high;
+	__u64 segmap; // one byte per segment: 0 starts a block, else how far back
+	__u32 shift;  // log2 of the segment size
+	__u32 _pad;
+};
+
+struct jvm_unwind {
+	struct jvm_heap heap[MAX_JVM_HEAPS];
+	__u32 n;
+	__u32 block_header;     // sizeof(HeapBlock): the CodeBlob follows it
+	__u32 off_size;         // CodeBlob::_size (int, bytes)
+	__u32 off_frame_size;   // CodeBlob::_frame_size (int, words)
+	__u32 off_frame_complete; // CodeBlob::_frame_complete_offset: int (JDK 9-22) or int16 (23+), read as int16
+	__u32 off_code;         // CodeBlob::_code_begin (an address) or _code_offset (an int, from the blob)
+	__u32 code_is_offset;
+	__u32 _pad;
+};
+
+// Written by user space once a JVM's code cache is read; deleted at the
+// process's exec and exit. Past 256 JVMs on a node, the others' compiled
+// frames are walked by frame pointer.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct jvm_unwind);
+} jvm_unwinds SEC(".maps");
+
 // proc_unwinds' key of the found-only entries: the proc_unwind a sampled
 // process that has none is walked with, holding no mappings from
 // user space, only what the walk finds in the process's memory map. A
@@ -527,6 +569,7 @@ const struct unwind_mapping *unused_unwind_mapping __attribute__((unused));
 const struct proc_unwind *unused_proc_unwind __attribute__((unused));
 const struct exe_key *unused_exe_key __attribute__((unused));
 const struct exe_unwind *unused_exe_unwind __attribute__((unused));
+const struct jvm_unwind *unused_jvm_unwind __attribute__((unused));
 
 static __always_inline struct sample_stats *stats_for(__u32 set)
 {
@@ -607,6 +650,7 @@ static __always_inline __u64 user_sp_word(void)
 struct user_unwind {
 	struct stack_trace *t;   // the per-CPU scratch stack being filled
 	struct proc_unwind *pu;  // the process's mappings
+	struct jvm_unwind *jvm;  // its code cache when it is a HotSpot JVM, else NULL
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
@@ -849,6 +893,125 @@ static __always_inline int after_call(__u64 ra)
 #undef CODE_BYTE
 }
 
+// hotspot_epilogue says where the caller's frame is when a JVM's leaf pc
+// (its frame complete) is in an epilogue, where the frame is being taken
+// down and its size no longer holds: 1 with *cfa_off and *rbp_saved set,
+// else 0. HotSpot's x86-64 epilogues are "add rsp, N; pop rbp; [safepoint
+// poll]; ret"; the patterns are the ones the OpenTelemetry eBPF profiler
+// checks, and the poll of JDK 17+ ("cmp rsp, [r15+X]; ja stub; ret").
+static __always_inline int hotspot_epilogue(__u64 pc, __u32 *cfa_off, __u32 *rbp_saved)
+{
+	__u8 c[16]; // c[1] is the byte at pc
+	int ret = 0;
+
+	if (bpf_probe_read_user(c, sizeof(c), (void *)(pc - 1)) != 0)
+		return 0;
+	if (c[1] == 0xc3)
+		goto pc_only; // ret: the return address at rsp
+	for (int i = 2; i < (int)sizeof(c); i++)
+		ret |= c[i] == 0xc3;
+	if (!ret)
+		return 0; // no ret ahead: not an epilogue
+	if (c[1] == 0x5d) {
+		*cfa_off = 16; // pop rbp: rbp, then the return address
+		*rbp_saved = 1;
+		return 1;
+	}
+	if ((c[1] == 0x41 && c[2] == 0x85 && c[3] == 0x02 && c[4] == 0xc3) || // test [r10], eax; ret
+	    (c[1] == 0x0f && (c[2] == 0x85 || c[2] == 0x87) && c[7] == 0xc3) || // jne/ja (the poll's stub); ret
+	    c[0] == 0x5d || c[0] == 0xc9) // just after pop rbp or leave
+		goto pc_only;
+	return 0;
+pc_only:
+	*cfa_off = 8;
+	*rbp_saved = 0;
+	return 1;
+}
+
+// hotspot_frame looks pc up in the JVM's code cache and, when its CodeBlob
+// has a frame size (compiled methods, runtime stubs), sets *cfa_off (the
+// caller's stack pointer is sp + *cfa_off, the return address below it)
+// and *rbp_saved (the caller's rbp is saved at cfa - 16) and returns 1.
+// Returns 0 for code outside the code cache and for blobs without a frame
+// size (the interpreter, adapters, StubRoutines), which keep rbp as a
+// frame pointer. leaf: pc was sampled (frame 0), not a return address. A
+// global function: verified once.
+__noinline int hotspot_frame(struct jvm_unwind *j, __u64 pc, __u32 leaf, __u32 *cfa_off, __u32 *rbp_saved)
+{
+	__u64 low = 0, segmap = 0, seg, blob, code = 0, at;
+	__u32 shift = 0, size = 0, off, found = 0, code32 = 0;
+	__s32 words = 0;
+	__s16 complete = 0;
+	__u8 tag = 0;
+
+	if (!j || !cfa_off || !rbp_saved)
+		return 0;
+	for (int k = 0; k < MAX_JVM_HEAPS; k++) {
+		if (k >= j->n)
+			break;
+		if (pc >= j->heap[k].low && pc < j->heap[k].high) {
+			low = j->heap[k].low;
+			segmap = j->heap[k].segmap;
+			shift = j->heap[k].shift & 31;
+			found = 1;
+			break;
+		}
+	}
+	if (!found)
+		return 0;
+	// A return address may be just past its call's blob.
+	at = leaf ? pc : pc - 1;
+	seg = (at - low) >> shift;
+	found = 0;
+	for (int k = 0; k < HOTSPOT_SEGMAP_HOPS; k++) {
+		if (bpf_probe_read_user(&tag, 1, (void *)(segmap + seg)) != 0)
+			return 0;
+		if (tag == 0) {
+			found = 1;
+			break;
+		}
+		if (tag == 0xff || tag > seg)
+			return 0; // a free block, or a corrupt map
+		seg -= tag;
+	}
+	if (!found)
+		return 0;
+	blob = low + (seg << shift) + j->block_header;
+	if (bpf_probe_read_user(&size, sizeof(size), (void *)(blob + j->off_size)) != 0 || at < blob || at - blob >= size)
+		return 0;
+	if (bpf_probe_read_user(&words, sizeof(words), (void *)(blob + j->off_frame_size)) != 0 || words <= 0 ||
+	    words > HOTSPOT_MAX_FRAME_WORDS)
+		return 0;
+	*rbp_saved = 1;
+	*cfa_off = (__u32)words * 8;
+	if (!leaf)
+		return 1; // a call site: the frame is whole
+	if (bpf_probe_read_user(&complete, sizeof(complete), (void *)(blob + j->off_frame_complete)) != 0)
+		return 0;
+	off = j->off_code;
+	if (j->code_is_offset) {
+		if (bpf_probe_read_user(&code32, sizeof(code32), (void *)(blob + off)) != 0)
+			return 0;
+		code = blob + code32;
+	} else if (bpf_probe_read_user(&code, sizeof(code), (void *)(blob + off)) != 0) {
+		return 0;
+	}
+	if (complete >= 0 && pc >= code && pc < code + complete) {
+		// In the prologue (stack bang, push rbp, sub rsp): the frame is
+		// not built yet. Its last instruction allocates the frame, so
+		// near its end rbp is pushed already.
+		if (pc + 4 >= code + complete) {
+			*cfa_off = 16;
+		} else {
+			*cfa_off = 8;
+			*rbp_saved = 0;
+		}
+		return 1;
+	}
+	hotspot_epilogue(pc, cfa_off, rbp_saved);
+	return 1;
+}
+
 // unwind_step records the current frame and moves the state to its caller.
 // Returns 1 (stop) at the end of the stack.
 static long unwind_step(__u64 i, void *ctx)
@@ -895,6 +1058,18 @@ static long unwind_step(__u64 i, void *ctx)
 		cfa = s->sp + 8 + ((s->pc & 15) >= row.cfa_off ? 8 : 0);
 		break;
 	default:
+		// A JVM's compiled code: its frame size, as a row would give it.
+		if (s->jvm) {
+			__u32 off = 0, saved = 0;
+
+			if (hotspot_frame(s->jvm, s->pc, n == 0, &off, &saved)) {
+				kind = CFA_RSP;
+				row.kind = CFA_RSP;
+				row.rbp_off8 = saved ? -2 : 0;
+				cfa = s->sp + off;
+				break;
+			}
+		}
 		// No rule: the frame pointer. rbp 0 is where frame-pointer code
 		// ends (_start, thread entry, Go's goexit) — unless a frame below
 		// lost it.
@@ -1005,6 +1180,7 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 	if (!regs)
 		return 0;
 	s.t = t;
+	s.jvm = bpf_map_lookup_elem(&jvm_unwinds, &pid);
 	s.pu = bpf_map_lookup_elem(&proc_unwinds, &pid);
 	if (!s.pu) {
 		__u32 key = FOUND_ONLY_KEY | (bpf_get_smp_processor_id() * found_only_slots + pid % found_only_slots);
@@ -1013,14 +1189,15 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 		__u64 image_at;
 
 		if (exec_at) {
-			if (bpf_ktime_get_ns() - *exec_at > FOUND_ONLY_NS)
+			// A JVM's compiled frames need the walk, tables or not.
+			if (bpf_ktime_get_ns() - *exec_at > FOUND_ONLY_NS && !s.jvm)
 				return -1;
 			image_at = *exec_at;
 		} else {
 			// Not exec'd since the sampler started: a child forked
 			// without an exec is walked with its parent's mappings.
 			parent = forked_from(task);
-			if (!parent)
+			if (!parent && !s.jvm)
 				return -1;
 			image_at = task->start_time; // tells it from a later pid's
 		}
@@ -1349,6 +1526,7 @@ static __always_inline void proc_exec_locked(struct task_struct *p)
 		bpf_map_update_elem(&exec_times, &pid, &now, BPF_ANY);
 		// The old image's tables describe mappings that are gone.
 		bpf_map_delete_elem(&proc_unwinds, &pid);
+		bpf_map_delete_elem(&jvm_unwinds, &pid);
 		exe_unwind_at_exec(p, pid);
 	}
 	// Only a process user space knows needs telling: it drops what it read
@@ -1400,6 +1578,7 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 		return 0; // other threads of the process live on
 	if (dwarf_unwind) {
 		bpf_map_delete_elem(&proc_unwinds, &pid);
+		bpf_map_delete_elem(&jvm_unwinds, &pid);
 		bpf_map_delete_elem(&exec_times, &pid);
 		bpf_map_delete_elem(&mapped_files, &pid);
 	}

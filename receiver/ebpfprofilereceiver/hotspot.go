@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/hotspot"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
 )
 
 // hotSpotOpenTries bounds the drains that try to read a JVM's code cache
@@ -50,6 +51,10 @@ type hotSpotCode struct {
 	// has no name for.
 	names   map[uint64][]hotspot.Frame
 	namesAt time.Time
+	// unwoundBy: the sampler told how to unwind the JVM's compiled frames
+	// (a sampler turned off and on again by the kill switch is told
+	// again).
+	unwoundBy *sampler.Sampler
 }
 
 // readable reports whether the JVM's code cache is open.
@@ -104,6 +109,10 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 		h.cache = c
 		r.countJVM("code_cache")
 	}
+	if h.unwoundBy != r.sampler {
+		h.unwoundBy = r.sampler
+		r.unwindHotSpot(proc, h.cache)
+	}
 	if !h.namesAt.Equal(drain) || len(h.names) >= maxHotSpotNames {
 		h.names, h.namesAt = map[uint64][]hotspot.Frame{}, drain
 	}
@@ -116,6 +125,28 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 	}
 	h.names[addr] = frames
 	return frames, frames != nil
+}
+
+// unwindHotSpot has the sampler unwind the JVM's compiled frames with the
+// frame sizes its code cache records: HotSpot's compiled code keeps no
+// frame pointer (unless -XX:+PreserveFramePointer), so the walk skipped
+// from a compiled leaf to the first interpreted frame or stub, and named
+// nothing between. Needs the in-kernel walk (unwinding: auto). The frames
+// sampled before the JVM's code cache was first read (its first interval)
+// are walked by frame pointer.
+func (r *profileReceiver) unwindHotSpot(proc *processEntry, c *hotspot.CodeCache) {
+	if r.sampler == nil || r.hotSpotUnwindOff || r.cfg.Unwinding != UnwindingAuto {
+		return
+	}
+	pid := proc.snapshot.PID
+	u, ok := c.Unwind()
+	if !ok {
+		r.set.Logger.Debug("hotspot: the JVM does not describe its frames; its compiled frames are walked by frame pointer", zap.Int("pid", pid))
+		return
+	}
+	if err := r.sampler.SetJVMUnwind(uint32(pid), u); err != nil {
+		r.set.Logger.Debug("hotspot: compiled frames are walked by frame pointer", zap.Int("pid", pid), zap.Error(err))
+	}
 }
 
 // countJVM counts a JVM by how its JIT-compiled frames are named.

@@ -739,15 +739,26 @@ func compileJava(t *testing.T, class, source string) (java, dir string) {
 	if err != nil {
 		t.Fatalf("java is needed (make deps installs openjdk-17-jdk-headless): %v", err)
 	}
+	return java, compileJavaWith(t, java, class, source)
+}
+
+// compileJavaWith compiles class from source with the javac beside java
+// into a temporary directory.
+func compileJavaWith(t *testing.T, java, class, source string) (dir string) {
+	t.Helper()
 	dir = t.TempDir()
 	src := filepath.Join(dir, class+".java")
 	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("javac", "-d", dir, src).CombinedOutput(); err != nil {
+	javac := filepath.Join(filepath.Dir(java), "javac")
+	if _, err := os.Stat(javac); err != nil {
+		javac = "javac" // java from PATH is a link; its javac is too
+	}
+	if out, err := exec.Command(javac, "-d", dir, src).CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
-	return java, dir
+	return dir
 }
 
 // TestJavaJITFramesNamedOnRequest: with java_perf_map and no jcmd, the
@@ -942,4 +953,85 @@ func TestPerfMapSymlinkRefused(t *testing.T) {
 	if logs.FilterMessageSnippet("perf map").FilterFieldKey("error").Len() == 0 {
 		t.Errorf("no log line about the refused perf map; logs: %v", logs.All())
 	}
+}
+
+// TestJavaCompiledFramesUnwound: inlineJava with nothing inlined and no
+// -XX:+PreserveFramePointer, so round, each hot and via method and each
+// leaf are compiled methods of their own, none keeping a frame pointer.
+// With each JDK installed, every sample in a leaf is walked through them
+// with the frame sizes of their code cache's blobs, up to the thread's
+// start (JavaMain). Walked by frame pointer alone (hotSpotUnwindOff), the same
+// stacks went from the leaf to whatever rbp held: that the program keeps
+// no frame pointer is checked too, with the first JDK.
+func TestJavaCompiledFramesUnwound(t *testing.T) {
+	jdks := testworkload.JDKs(t)
+	for i, java := range jdks {
+		t.Run(filepath.Base(filepath.Dir(filepath.Dir(java))), func(t *testing.T) {
+			whole, named, _ := runUnwoundJava(t, java, false)
+			t.Logf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", whole, named)
+			if whole*10 < named*9 {
+				t.Errorf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", whole, named)
+			}
+		})
+		if i == 0 {
+			t.Run("frame pointers only", func(t *testing.T) {
+				whole, _, leaves := runUnwoundJava(t, java, true)
+				t.Logf("%d of %d samples in a leaf as JavaMain;…;round;hotX;viaX;leafX", whole, leaves)
+				if leaves < 100 || whole*10 > leaves {
+					t.Errorf("walked by frame pointer, %d of %d samples in a leaf as JavaMain;…;round;hotX;viaX;leafX: the program's compiled code keeps its frame pointer, and the test shows nothing", whole, leaves)
+				}
+			})
+		}
+	}
+}
+
+// runUnwoundJava runs inlineJava for TestJavaCompiledFramesUnwound and
+// counts its samples: whole, those in a leaf walked up to JavaMain through
+// round and the leaf's hot and via methods; named, those in the hot
+// methods (at least 100 unless framePointers); leaves, those whose
+// innermost Java frame is a leaf.
+func runUnwoundJava(t *testing.T, java string, framePointers bool) (whole, named, leaves int64) {
+	dir := compileJavaWith(t, java, "Inline", inlineJava)
+	run := startRuntime(t, java, "-XX:-PreserveFramePointer", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Inline::*", "-cp", dir, "Inline", "6")
+	pid := run.cmd.Process.Pid
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiverWith(t, cfg, func(r *profileReceiver) { r.hotSpotUnwindOff = framePointers })
+	run.runGated(t, r)
+	measured := run.measuredAlive(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the program's own measurement: %v", measured)
+	tl := testworkload.TallyProcessSince(sink.AllProfiles(), pid, run.gatedAt)
+	// The shares are not checked against the program's measurement: the
+	// measuring itself (ThreadMXBean) falls in hotC's part and weighs more
+	// on some JDKs (Temurin 25: hotC 15 % of the measured time, against the
+	// 10 % of its work). TestJavaInlinedMethodsNamedFromTheCodeCache checks
+	// them.
+	for _, n := range tallyJITSplit(tl).inFunc {
+		named += n
+	}
+	if !framePointers && named < 100 {
+		t.Errorf("only %d samples in the hot methods (want ≥ 100); top:%s", named, tl.Top(5))
+	}
+	for stack, n := range tl.Folded {
+		frames := testworkload.UserFrames(stack)
+		if len(frames) == 0 || !strings.Contains(frames[len(frames)-1], "Inline.leaf") {
+			continue
+		}
+		leaves += n
+		for _, fn := range designedSplit {
+			x := fn[len(fn)-1:]
+			if i := len(frames) - 4; i > 0 && strings.Contains(frames[i], "Inline.round(") && strings.Contains(frames[i+1], ".hot"+x+"(") &&
+				strings.Contains(frames[i+2], ".via"+x+"(") && strings.Contains(frames[i+3], ".leaf"+x+"(") &&
+				slices.Contains(frames[:i], "JavaMain") {
+				whole += n
+			}
+		}
+	}
+	if whole*10 < leaves*9 {
+		t.Logf("top:%s", tl.Top(5))
+	}
+	return whole, named, leaves
 }

@@ -57,6 +57,9 @@ type profileReceiver struct {
 	// hotSpotCodeOff: JVMs' code caches are not read (tests of the perf
 	// map request, which stands in when a code cache cannot be read).
 	hotSpotCodeOff bool
+	// hotSpotUnwindOff: JVMs' compiled frames are walked by frame pointer
+	// (tests of what the code cache's frame sizes add).
+	hotSpotUnwindOff bool
 
 	// mu guards the sampler and everything that symbolizes (the frame
 	// buffers below are shared).

@@ -79,6 +79,7 @@ type layout struct {
 	symbolLength, symbolBody                uint64
 	scopes                                  scopeLayout
 	lines                                   lineLayout
+	frames                                  frameLayout
 	blobHeader                              int // bytes read of a blob: past every field used
 }
 
@@ -298,6 +299,7 @@ func readLayout(r reader, syms map[string]uint64, bias uint64) (layout, error) {
 	}
 	l.scopes = readScopeLayout(fields, sizes, major)
 	l.lines = readLineLayout(fields, sizes)
+	l.frames = readFrameLayout(fields)
 	end := max(l.blobName, l.blobSize, l.nmethodMethod, l.scopes.headerEnd()) + 8
 	if end > maxBlobHeader {
 		return l, fmt.Errorf("%w: a CodeBlob field at offset %d", errNotDescribed, end)

@@ -14,32 +14,8 @@ import (
 	"time"
 
 	"github.com/hotpath-dev/hotpath/internal/procmaps"
+	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
-
-// installedJDKs are the java binaries of the JDKs under /usr/lib/jvm, one
-// per JDK (Debian's alternatives link one JDK under several names); make
-// deps installs openjdk-17-jdk-headless, a machine may have more.
-func installedJDKs(t *testing.T) []string {
-	t.Helper()
-	found, _ := filepath.Glob("/usr/lib/jvm/*/bin/java")
-	seen := map[string]bool{}
-	var out []string
-	for _, java := range found {
-		real, err := filepath.EvalSymlinks(java)
-		if err != nil || seen[real] {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(filepath.Dir(real), "javac")); err != nil {
-			continue // a runtime without a compiler: Busy cannot be built with it
-		}
-		seen[real] = true
-		out = append(out, real)
-	}
-	if len(out) == 0 {
-		t.Fatal("no JDK under /usr/lib/jvm (make deps installs openjdk-17-jdk-headless)")
-	}
-	return out
-}
 
 // openJVMCodeCache opens the code cache of the running JVM pid, its
 // scopes kept within budget.
@@ -107,7 +83,7 @@ func readPerfMap(t testing.TB, path string) []perfMapEntry {
 // ("long Busy.spin(long)"), the interpreter, stubs and adapters. Code the
 // JIT replaced between the map and the reads may differ: at most 1 %.
 func TestCodeCacheNamesAsThePerfMap(t *testing.T) {
-	for _, java := range installedJDKs(t) {
+	for _, java := range testworkload.JDKs(t) {
 		t.Run(filepath.Base(filepath.Dir(filepath.Dir(java))), func(t *testing.T) {
 			cmd := startJVM(t, java, nil)
 			pid := cmd.Process.Pid

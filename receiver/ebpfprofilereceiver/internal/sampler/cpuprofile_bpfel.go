@@ -46,6 +46,26 @@ type cpuProfileGoTraceKey struct {
 	G    uint64
 }
 
+type cpuProfileJvmUnwind struct {
+	_    structs.HostLayout
+	Heap [4]struct {
+		_      structs.HostLayout
+		Low    uint64
+		High   uint64
+		Segmap uint64
+		Shift  uint32
+		Pad    uint32
+	}
+	N                uint32
+	BlockHeader      uint32
+	OffSize          uint32
+	OffFrameSize     uint32
+	OffFrameComplete uint32
+	OffCode          uint32
+	CodeIsOffset     uint32
+	Pad              uint32
+}
+
 type cpuProfileLifecycleEvent struct {
 	_        structs.HostLayout
 	Kind     uint32
@@ -184,6 +204,7 @@ const (
 	cpuProfileMapExecTimes            = "exec_times"
 	cpuProfileMapGoTraces             = "go_traces"
 	cpuProfileMapInExec               = "in_exec"
+	cpuProfileMapJvmUnwinds           = "jvm_unwinds"
 	cpuProfileMapMappedFiles          = "mapped_files"
 	cpuProfileMapProcUnwindScratch    = "proc_unwind_scratch"
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
@@ -208,6 +229,7 @@ const (
 	cpuProfileVarTraceLookup          = "trace_lookup"
 	cpuProfileVarUnusedExeKey         = "unused_exe_key"
 	cpuProfileVarUnusedExeUnwind      = "unused_exe_unwind"
+	cpuProfileVarUnusedJvmUnwind      = "unused_jvm_unwind"
 	cpuProfileVarUnusedLifecycleEvent = "unused_lifecycle_event"
 	cpuProfileVarUnusedProcUnwind     = "unused_proc_unwind"
 	cpuProfileVarUnusedPyProc         = "unused_py_proc"
@@ -282,6 +304,7 @@ type cpuProfileMapSpecs struct {
 	ExecTimes         *ebpf.MapSpec `ebpf:"exec_times"`
 	GoTraces          *ebpf.MapSpec `ebpf:"go_traces"`
 	InExec            *ebpf.MapSpec `ebpf:"in_exec"`
+	JvmUnwinds        *ebpf.MapSpec `ebpf:"jvm_unwinds"`
 	MappedFiles       *ebpf.MapSpec `ebpf:"mapped_files"`
 	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.MapSpec `ebpf:"proc_unwinds"`
@@ -307,6 +330,7 @@ type cpuProfileVariableSpecs struct {
 	TraceLookup          *ebpf.VariableSpec `ebpf:"trace_lookup"`
 	UnusedExeKey         *ebpf.VariableSpec `ebpf:"unused_exe_key"`
 	UnusedExeUnwind      *ebpf.VariableSpec `ebpf:"unused_exe_unwind"`
+	UnusedJvmUnwind      *ebpf.VariableSpec `ebpf:"unused_jvm_unwind"`
 	UnusedLifecycleEvent *ebpf.VariableSpec `ebpf:"unused_lifecycle_event"`
 	UnusedProcUnwind     *ebpf.VariableSpec `ebpf:"unused_proc_unwind"`
 	UnusedPyProc         *ebpf.VariableSpec `ebpf:"unused_py_proc"`
@@ -348,6 +372,7 @@ type cpuProfileMaps struct {
 	ExecTimes         *ebpf.Map `ebpf:"exec_times"`
 	GoTraces          *ebpf.Map `ebpf:"go_traces"`
 	InExec            *ebpf.Map `ebpf:"in_exec"`
+	JvmUnwinds        *ebpf.Map `ebpf:"jvm_unwinds"`
 	MappedFiles       *ebpf.Map `ebpf:"mapped_files"`
 	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
 	ProcUnwinds       *ebpf.Map `ebpf:"proc_unwinds"`
@@ -375,6 +400,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.ExecTimes,
 		m.GoTraces,
 		m.InExec,
+		m.JvmUnwinds,
 		m.MappedFiles,
 		m.ProcUnwindScratch,
 		m.ProcUnwinds,
@@ -401,6 +427,7 @@ type cpuProfileVariables struct {
 	TraceLookup          *ebpf.Variable `ebpf:"trace_lookup"`
 	UnusedExeKey         *ebpf.Variable `ebpf:"unused_exe_key"`
 	UnusedExeUnwind      *ebpf.Variable `ebpf:"unused_exe_unwind"`
+	UnusedJvmUnwind      *ebpf.Variable `ebpf:"unused_jvm_unwind"`
 	UnusedLifecycleEvent *ebpf.Variable `ebpf:"unused_lifecycle_event"`
 	UnusedProcUnwind     *ebpf.Variable `ebpf:"unused_proc_unwind"`
 	UnusedPyProc         *ebpf.Variable `ebpf:"unused_py_proc"`

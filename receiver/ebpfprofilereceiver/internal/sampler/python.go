@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/python"
 )
@@ -114,21 +113,7 @@ func (s *Sampler) SetPythonProcess(pid uint32, p PythonProcess) error {
 		FrameBase:          base,
 		FrameWindow:        window,
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("python frames: sampler is closed")
-	}
-	if !s.dwarf {
-		return errNoDWARF
-	}
-	if err := s.objs.PyProcs.Update(pid, &v, ebpf.UpdateAny); err != nil {
-		if errors.Is(err, unix.E2BIG) {
-			return fmt.Errorf("python frames of pid %d: %d processes have them already (the limit)", pid, MaxPythonProcesses)
-		}
-		return fmt.Errorf("python frames of pid %d: %w", pid, err)
-	}
-	return nil
+	return s.setProcess(s.objs.PyProcs, "python frames", pid, &v, MaxPythonProcesses)
 }
 
 // DeletePythonProcess stops the Python frame walk for pid.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/hotspot"
 )
 
 // MaxUnwindMappings is how many mappings with unwind tables one process can
@@ -198,19 +199,25 @@ func (s *Sampler) SetProcessUnwind(pid uint32, ms []UnwindMapping) error {
 	if err != nil {
 		return err
 	}
+	return s.setProcess(s.objs.ProcUnwinds, "unwind tables", pid, &v, s.maxUnwindProcesses)
+}
+
+// setProcess writes pid's entry v of m, a per-process map of the in-kernel
+// walk (what: its errors' words); limit is the map's size.
+func (s *Sampler) setProcess(m *ebpf.Map, what string, pid uint32, v any, limit int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errors.New("unwind tables: sampler is closed")
+		return fmt.Errorf("%s: sampler is closed", what)
 	}
 	if !s.dwarf {
 		return errNoDWARF
 	}
-	if err := s.objs.ProcUnwinds.Update(pid, &v, ebpf.UpdateAny); err != nil {
+	if err := m.Update(pid, v, ebpf.UpdateAny); err != nil {
 		if errors.Is(err, unix.E2BIG) {
-			return fmt.Errorf("unwind tables of pid %d: %d processes have tables already (the limit)", pid, s.maxUnwindProcesses)
+			return fmt.Errorf("%s of pid %d: %d processes have them already (the limit)", what, pid, limit)
 		}
-		return fmt.Errorf("unwind tables of pid %d: %w", pid, err)
+		return fmt.Errorf("%s of pid %d: %w", what, pid, err)
 	}
 	return nil
 }
@@ -389,4 +396,26 @@ func (s *Sampler) ProgramStats() (time.Duration, uint64, error) {
 		return 0, 0, fmt.Errorf("program stats: %w", err)
 	}
 	return st.Runtime, st.RunCount, nil
+}
+
+// MaxJVMHeaps is how many code heaps of a JVM the kernel's walk knows
+// (JDK 9+ segments its code cache into three).
+const MaxJVMHeaps = len(cpuProfileJvmUnwind{}.Heap)
+
+// SetJVMUnwind makes the sampler unwind the compiled frames of the HotSpot
+// JVM pid (HotSpot's code keeps no frame pointer) with the frame sizes its
+// code cache records. The kernel forgets it at the process's exec or exit.
+func (s *Sampler) SetJVMUnwind(pid uint32, u hotspot.Unwind) error {
+	if len(u.Heaps) == 0 || len(u.Heaps) > MaxJVMHeaps {
+		return fmt.Errorf("JVM unwinding of pid %d: %d code heaps (1 to %d)", pid, len(u.Heaps), MaxJVMHeaps)
+	}
+	v := cpuProfileJvmUnwind{N: uint32(len(u.Heaps)), BlockHeader: u.BlockHeader, OffSize: u.Size, OffFrameSize: u.FrameSize,
+		OffFrameComplete: u.FrameComplete, OffCode: u.Code}
+	if u.CodeIsOffset {
+		v.CodeIsOffset = 1
+	}
+	for i, h := range u.Heaps {
+		v.Heap[i].Low, v.Heap[i].High, v.Heap[i].Segmap, v.Heap[i].Shift = h.Low, h.High, h.Segmap, h.SegmentShift
+	}
+	return s.setProcess(s.objs.JvmUnwinds, "JVM unwinding", pid, &v, int(s.objs.JvmUnwinds.MaxEntries()))
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/hotspot"
 )
 
 func TestUnwindTablesAPI(t *testing.T) {
@@ -428,4 +429,66 @@ func execText(t *testing.T, pid int, bin string) (start, end uint64) {
 	}
 	t.Fatalf("no executable mapping of %s in pid %d:\n%s", bin, pid, raw)
 	return 0, 0
+}
+
+// TestJVMUnwindForgottenAtExecAndExit: a JVM's entry (SetJVMUnwind) is
+// the kernel's to drop: at the process's exec (the code heaps are gone
+// with the old image) and at its exit (a later process with its pid is no
+// JVM). Entries with no heap or more than the walk knows are refused.
+func TestJVMUnwindForgottenAtExecAndExit(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 19, Interval: time.Second, DWARFUnwind: true})
+	bin := sleeperBinary(t)
+	u := hotspot.Unwind{Heaps: []hotspot.CodeHeap{{Low: 0x7f0000000000, High: 0x7f0000100000, Segmap: 0x7f1000000000, SegmentShift: 7}},
+		BlockHeader: 16, Size: 12, FrameSize: 28, FrameComplete: 20, Code: 32}
+	for _, bad := range []hotspot.Unwind{{}, {Heaps: make([]hotspot.CodeHeap, MaxJVMHeaps+1)}} {
+		if err := s.SetJVMUnwind(1, bad); err == nil {
+			t.Errorf("SetJVMUnwind with %d heaps: no error", len(bad.Heaps))
+		}
+	}
+	cmd := exec.Command("/bin/sh", "-c", "read line; exec "+bin)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := uint32(cmd.Process.Pid)
+	var got cpuProfileJvmUnwind
+	if err := s.SetJVMUnwind(pid, u); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.objs.JvmUnwinds.Lookup(pid, &got); err != nil || got.N != 1 || got.Heap[0].Low != u.Heaps[0].Low || got.OffFrameSize != u.FrameSize {
+		t.Fatalf("entry of pid %d: %+v, %v", pid, got, err)
+	}
+	// The shell execs the sleeper, which prints once it runs.
+	if _, err := fmt.Fprintln(stdin, "go"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.objs.JvmUnwinds.Lookup(pid, &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("entry of pid %d after its exec: %v, want gone", pid, err)
+	}
+	if err := s.SetJVMUnwind(pid, u); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if err := s.objs.JvmUnwinds.Lookup(pid, &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("entry of exited pid %d: %v, want gone", pid, err)
+	}
+	// Without the in-kernel walk there is nothing to give it to.
+	fp := openSampler(t, Config{FrequencyHz: 19, Interval: time.Second})
+	if err := fp.SetJVMUnwind(pid, u); !errors.Is(err, errNoDWARF) {
+		t.Errorf("SetJVMUnwind without DWARF unwinding: %v, want errNoDWARF", err)
+	}
 }
