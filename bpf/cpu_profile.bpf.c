@@ -471,8 +471,28 @@ struct jvm_unwind {
 	__u32 off_frame_complete; // CodeBlob::_frame_complete_offset: int (JDK 9-22) or int16 (23+), read as int16
 	__u32 off_code;         // CodeBlob::_code_begin (an address) or _code_offset (an int, from the blob)
 	__u32 code_is_offset;
+	__u32 const_method;      // Method::_constMethod
+	__u64 interp_lo;         // the template interpreter's code [interp_lo, interp_hi)
+	__u64 interp_hi;
+	__u32 const_method_size; // sizeof(ConstMethod): the bytecodes follow it
 	__u32 _pad;
 };
+
+// An interpreted Java frame's entry in a user stack, in place of its pc:
+// JAVA_INTERPRETED, the bytecode index (JAVA_NO_BCI when unknown) at bit
+// 47, and the Method* (a user address, below 2^47). No code address has
+// bit 63 set; user space names the method and its line.
+#define JAVA_INTERPRETED (1ULL << 63)
+#define JAVA_BCI_SHIFT 47
+#define JAVA_NO_BCI 0xffffULL
+#define JAVA_METHOD_MASK ((1ULL << JAVA_BCI_SHIFT) - 1)
+
+// The interpreter's frame (x86-64, JDK 9+: frame_x86.hpp), in words from
+// rbp: the sender's stack pointer at -1, the Method* at -3, the bytecode
+// pointer at -8 (saved at calls; r13 while the frame runs).
+#define INTERP_SENDER_SP 1
+#define INTERP_METHOD 3
+#define INTERP_BCP 8
 
 // Written by user space once a JVM's code cache is read; deleted at the
 // process's exec and exit. Past 256 JVMs on a node, the others' compiled
@@ -654,6 +674,7 @@ struct user_unwind {
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
+	__u64 r13; // the sampled frame's: a running interpreter's bytecode pointer
 	__u32 n;
 	__u8 end;
 	__u8 leaf_cfi;
@@ -1012,6 +1033,52 @@ __noinline int hotspot_frame(struct jvm_unwind *j, __u64 pc, __u32 leaf, __u32 *
 	return 1;
 }
 
+// interp_step is where hotspot_interpreted found an interpreted frame's
+// caller, and the frame's entry for the stack.
+struct interp_step {
+	__u64 frame; // JAVA_INTERPRETED | bci | Method*
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+};
+
+// hotspot_interpreted walks an interpreted Java frame (pc in the JVM's
+// template interpreter, rbp its frame pointer): its caller's pc, rbp and
+// stack pointer (the interpreter keeps the sender's, which a compiled
+// caller's frame size is counted from: rbp + 16 is short of it by the
+// callee's locals), and the frame's entry for the stack. bcp: the leaf's
+// bytecode pointer (r13), 0 for a caller's (read from the frame). Returns
+// 0 when rbp does not look like the frame's (at the method's entry, before
+// the frame is built): the frame pointer is followed then. A global
+// function: verified once.
+__noinline int hotspot_interpreted(struct jvm_unwind *j, __u64 sp, __u64 bp, __u64 bcp, struct interp_step *out)
+{
+	__u64 w[INTERP_BCP + 2]; // rbp - 8*INTERP_BCP .. rbp + 8
+	__u64 method, sender, cm = 0, bci = JAVA_NO_BCI;
+
+	if (!j || !out)
+		return 0;
+	if (bp < sp || bp >= sp + 0x10000)
+		return 0;
+	if (bpf_probe_read_user(w, sizeof(w), (void *)(bp - 8 * INTERP_BCP)) != 0)
+		return 0;
+	// w[INTERP_BCP - k] is the word at rbp - 8k.
+	method = w[INTERP_BCP - INTERP_METHOD];
+	sender = w[INTERP_BCP - INTERP_SENDER_SP];
+	if (!bcp)
+		bcp = w[0];
+	if (sender <= bp || method == 0 || method > JAVA_METHOD_MASK)
+		return 0;
+	if (bpf_probe_read_user(&cm, sizeof(cm), (void *)(method + j->const_method)) == 0 && cm &&
+	    bcp >= cm + j->const_method_size && bcp - (cm + j->const_method_size) < JAVA_NO_BCI)
+		bci = bcp - (cm + j->const_method_size);
+	out->frame = JAVA_INTERPRETED | bci << JAVA_BCI_SHIFT | method;
+	out->sp = sender;
+	out->pc = w[INTERP_BCP + 1];
+	out->bp = w[INTERP_BCP];
+	return 1;
+}
+
 // unwind_step records the current frame and moves the state to its caller.
 // Returns 1 (stop) at the end of the stack.
 static long unwind_step(__u64 i, void *ctx)
@@ -1058,6 +1125,24 @@ static long unwind_step(__u64 i, void *ctx)
 		cfa = s->sp + 8 + ((s->pc & 15) >= row.cfa_off ? 8 : 0);
 		break;
 	default:
+		// A JVM's interpreted frame: its method in place of its pc, and
+		// its caller from the frame's own records.
+		if (s->jvm && s->pc >= s->jvm->interp_lo && s->pc < s->jvm->interp_hi) {
+			struct interp_step is = {};
+
+			if (hotspot_interpreted(s->jvm, s->sp, s->bp, n == 0 ? s->r13 : 0, &is)) {
+				t->ips[n] = is.frame;
+				if (n == 0)
+					s->leaf_cfi = 1; // its caller is known: no leaf-caller recovery
+				s->bp_lost = 0;
+				if (!is.pc)
+					return 1;
+				s->pc = is.pc;
+				s->sp = is.sp;
+				s->bp = is.bp;
+				return 0;
+			}
+		}
 		// A JVM's compiled code: its frame size, as a row would give it.
 		if (s->jvm) {
 			__u32 off = 0, saved = 0;
@@ -1252,6 +1337,7 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 	s.pc = regs->ip;
 	s.sp = regs->sp;
 	s.bp = regs->bp;
+	s.r13 = regs->r13;
 	if (!s.pc)
 		return 0;
 	bpf_loop(MAX_STACK_DEPTH + 1, unwind_step, &s, 0);

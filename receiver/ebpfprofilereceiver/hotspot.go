@@ -84,12 +84,51 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 	h := &j.code
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed || h.failed {
+	c := r.hotSpotCodeLocked(proc, h, drain)
+	if c == nil {
 		return nil, false
+	}
+	if !h.namesAt.Equal(drain) || len(h.names) >= maxHotSpotNames {
+		h.names, h.namesAt = map[uint64][]hotspot.Frame{}, drain
+	}
+	if frames, ok := h.names[addr]; ok {
+		return frames, frames != nil
+	}
+	frames, _, err := c.Frames(addr)
+	if err != nil {
+		r.set.Logger.Debug("hotspot: code address not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
+	}
+	h.names[addr] = frames
+	return frames, frames != nil
+}
+
+// nameInterpreted names an interpreted frame of a JVM from the Method*
+// the kernel found in it, at bytecode index bci (-1: unknown).
+func (r *profileReceiver) nameInterpreted(proc *processEntry, j *jitSymbols, method uint64, bci int, drain time.Time) (hotspot.Frame, bool) {
+	h := &j.code
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := r.hotSpotCodeLocked(proc, h, drain)
+	if c == nil {
+		return hotspot.Frame{}, false
+	}
+	f, err := c.Interpreted(method, bci)
+	if err != nil {
+		r.set.Logger.Debug("hotspot: interpreted method not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
+		return hotspot.Frame{}, false
+	}
+	return f, true
+}
+
+// hotSpotCodeLocked returns the JVM's code cache, opened on the first
+// drain that needs it, or nil when it cannot be read. h.mu is held.
+func (r *profileReceiver) hotSpotCodeLocked(proc *processEntry, h *hotSpotCode, drain time.Time) *hotspot.CodeCache {
+	if h.closed || h.failed {
+		return nil
 	}
 	if h.cache == nil {
 		if !h.triedAt.Before(drain) {
-			return nil, false // tried in this drain
+			return nil // tried in this drain
 		}
 		h.triedAt = drain
 		h.tries++
@@ -104,7 +143,7 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 				r.countJVM("unreadable")
 				r.reportHotSpotCode(proc, err)
 			}
-			return nil, false
+			return nil
 		}
 		h.cache = c
 		r.countJVM("code_cache")
@@ -113,18 +152,7 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 		h.unwoundBy = r.sampler
 		r.unwindHotSpot(proc, h.cache)
 	}
-	if !h.namesAt.Equal(drain) || len(h.names) >= maxHotSpotNames {
-		h.names, h.namesAt = map[uint64][]hotspot.Frame{}, drain
-	}
-	if frames, ok := h.names[addr]; ok {
-		return frames, frames != nil
-	}
-	frames, _, err := h.cache.Frames(addr)
-	if err != nil {
-		r.set.Logger.Debug("hotspot: code address not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
-	}
-	h.names[addr] = frames
-	return frames, frames != nil
+	return h.cache
 }
 
 // unwindHotSpot has the sampler unwind the JVM's compiled frames with the

@@ -763,7 +763,9 @@ const (
 func hasUnmappedUserFrame(frames []profilebuilder.Frame) bool {
 	for i := range frames {
 		if frames[i].Kind != profilebuilder.Kernel && frames[i].Mapping == nil {
-			return true
+			if _, _, java := sampler.JavaInterpreted(frames[i].Address); !java {
+				return true
+			}
 		}
 	}
 	return false

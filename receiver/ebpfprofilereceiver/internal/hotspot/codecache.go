@@ -37,6 +37,8 @@ type CodeCache struct {
 	mem  *os.File
 	l    layout
 	heap []codeHeap
+	// interpLow, interpHigh: the template interpreter's code.
+	interpLow, interpHigh uint64
 	// methods: names (and source lines) by Method*, which lives as long
 	// as its class: a method compiled again (another tier, after a
 	// deoptimization) keeps them without reading them again. Bounded by
@@ -128,6 +130,10 @@ func OpenCodeCache(procRoot string, pid int, libjvm Mapping, budget *ScopeBudget
 		return nil, err
 	}
 	if err := c.readHeaps(); err != nil {
+		mem.Close()
+		return nil, err
+	}
+	if err := c.readInterpreter(); err != nil {
 		mem.Close()
 		return nil, err
 	}

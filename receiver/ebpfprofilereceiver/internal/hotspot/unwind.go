@@ -10,6 +10,9 @@ package hotspot
 // frameLayout is where a CodeBlob keeps what unwinding its frame needs.
 type frameLayout struct {
 	ok            bool
+	interpCode    uint64 // AbstractInterpreter::_code: the address of its StubQueue*
+	stubBuffer    uint64 // StubQueue::_stub_buffer
+	bufferLimit   uint64 // StubQueue::_buffer_limit (an int)
 	frameSize     uint64 // CodeBlob::_frame_size: an int, in words
 	frameComplete uint64 // CodeBlob::_frame_complete_offset: an int (JDK 9-22) or int16 (23+), from the code's start
 	code          uint64 // CodeBlob::_code_begin (an address, JDK 9-22) or _code_offset (an int from the blob, 23+)
@@ -27,7 +30,55 @@ func readFrameLayout(fields map[string]uint64) frameLayout {
 		return frameLayout{}
 	}
 	l.ok = ok1 && ok2
+	var ok3, ok4, ok5 bool
+	l.interpCode, ok3 = fields["AbstractInterpreter::_code"]
+	l.stubBuffer, ok4 = fields["StubQueue::_stub_buffer"]
+	l.bufferLimit, ok5 = fields["StubQueue::_buffer_limit"]
+	if !ok3 || !ok4 || !ok5 {
+		l.interpCode = 0 // interpreted frames are followed by frame pointer, unnamed
+	}
 	return l
+}
+
+// readInterpreter reads where the template interpreter's code is: its
+// interpreted frames are named from the Method* in them. [0, 0) when the
+// JVM does not say.
+func (c *CodeCache) readInterpreter() error {
+	f := c.l.frames
+	if f.interpCode == 0 {
+		return nil
+	}
+	q, err := c.u64(f.interpCode)
+	if err != nil || q == 0 {
+		return err
+	}
+	buf, err := c.u64(q + f.stubBuffer)
+	if err != nil {
+		return err
+	}
+	limit, err := c.u32(q + f.bufferLimit)
+	if err != nil {
+		return err
+	}
+	if buf != 0 && limit > 0 && limit < 64<<20 {
+		c.interpLow, c.interpHigh = buf, buf+uint64(limit)
+	}
+	return nil
+}
+
+// Interpreted returns the frame of an interpreted method (its Method*, as
+// the sampler found it in the interpreter's frame) at bytecode index bci
+// (-1: unknown, the frame gets no line).
+func (c *CodeCache) Interpreted(method uint64, bci int) (Frame, error) {
+	m, err := c.method(method)
+	if err != nil {
+		return Frame{}, err
+	}
+	f := Frame{Function: m.name, File: m.file}
+	if bci >= 0 {
+		f.Line = m.line(bci, c.l.scopes.exclusion)
+	}
+	return f, nil
 }
 
 // CodeHeap is one heap of a JVM's code cache: its reserved code memory
@@ -44,13 +95,18 @@ type CodeHeap struct {
 // the offsets in a CodeBlob of its size, frame size, frame-complete offset
 // and code start.
 type Unwind struct {
-	Heaps         []CodeHeap
-	BlockHeader   uint32
-	Size          uint32
-	FrameSize     uint32
-	FrameComplete uint32
-	Code          uint32
-	CodeIsOffset  bool
+	Heaps []CodeHeap
+	// InterpreterLow, InterpreterHigh: the template interpreter's code
+	// (0, 0: unknown); ConstMethod: Method::_constMethod's offset and
+	// ConstMethodSize sizeof(ConstMethod), after which the bytecodes are.
+	InterpreterLow, InterpreterHigh uint64
+	ConstMethod, ConstMethodSize    uint32
+	BlockHeader                     uint32
+	Size                            uint32
+	FrameSize                       uint32
+	FrameComplete                   uint32
+	Code                            uint32
+	CodeIsOffset                    bool
 }
 
 // Unwind returns how the JVM's compiled frames are unwound; ok is false
@@ -69,5 +125,9 @@ func (c *CodeCache) Unwind() (u Unwind, ok bool) {
 	u.FrameComplete = uint32(f.frameComplete)
 	u.Code = uint32(f.code)
 	u.CodeIsOffset = f.codeIsOffset
+	if c.l.lines.ok {
+		u.InterpreterLow, u.InterpreterHigh = c.interpLow, c.interpHigh
+		u.ConstMethod, u.ConstMethodSize = uint32(c.l.methodConstMethod), uint32(c.l.lines.constMethodSize)
+	}
 	return u, true
 }

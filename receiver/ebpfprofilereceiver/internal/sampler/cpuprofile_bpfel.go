@@ -63,6 +63,10 @@ type cpuProfileJvmUnwind struct {
 	OffFrameComplete uint32
 	OffCode          uint32
 	CodeIsOffset     uint32
+	ConstMethod      uint32
+	InterpLo         uint64
+	InterpHi         uint64
+	ConstMethodSize  uint32
 	Pad              uint32
 }
 

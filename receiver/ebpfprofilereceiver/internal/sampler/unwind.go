@@ -398,6 +398,30 @@ func (s *Sampler) ProgramStats() (time.Duration, uint64, error) {
 	return st.Runtime, st.RunCount, nil
 }
 
+// An interpreted Java frame's entry in a user stack, in place of its pc
+// (bpf/cpu_profile.bpf.c, hotspot_interpreted): bit 63 (no code address
+// has it), the bytecode index at bit 47 (javaNoBCI: unknown), the Method*
+// below.
+const (
+	javaInterpreted = 1 << 63
+	javaBCIShift    = 47
+	javaNoBCI       = 0xffff
+)
+
+// JavaInterpreted decodes a user stack's entry for an interpreted Java
+// frame: the Method* and the bytecode index (-1 when unknown); ok is false
+// for any other entry (a code address).
+func JavaInterpreted(entry uint64) (method uint64, bci int, ok bool) {
+	if entry&javaInterpreted == 0 {
+		return 0, 0, false
+	}
+	bci = int(entry >> javaBCIShift & javaNoBCI)
+	if bci == javaNoBCI {
+		bci = -1
+	}
+	return entry & (1<<javaBCIShift - 1), bci, true
+}
+
 // MaxJVMHeaps is how many code heaps of a JVM the kernel's walk knows
 // (JDK 9+ segments its code cache into three).
 const MaxJVMHeaps = len(cpuProfileJvmUnwind{}.Heap)
@@ -414,6 +438,7 @@ func (s *Sampler) SetJVMUnwind(pid uint32, u hotspot.Unwind) error {
 	if u.CodeIsOffset {
 		v.CodeIsOffset = 1
 	}
+	v.InterpLo, v.InterpHi, v.ConstMethod, v.ConstMethodSize = u.InterpreterLow, u.InterpreterHigh, u.ConstMethod, u.ConstMethodSize
 	for i, h := range u.Heaps {
 		v.Heap[i].Low, v.Heap[i].High, v.Heap[i].Segmap, v.Heap[i].Shift = h.Low, h.High, h.Segmap, h.SegmentShift
 	}
