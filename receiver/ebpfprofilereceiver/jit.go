@@ -120,20 +120,21 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	unnamed, inAnon := 0, 0
 	for i := range frames {
 		f := &frames[i]
-		if method, bci, ok := sampler.JavaInterpreted(f.Address); ok && f.Kind != profilebuilder.Kernel {
-			// An interpreted frame: named from its Method*, else as
-			// the code cache names the interpreter's code.
-			f.Address, f.Function, f.Kind = 0, "Interpreter", profilebuilder.JIT
+		if method, bci, ok := sampler.JavaInterpreted(f.Address); ok && f.Kind != profilebuilder.Kernel && !r.hotSpotCodeOff {
 			if j == nil {
 				j = proc.jitFor(proc.snapshot.PID)
 			}
-			if r.hotSpotCodeOff {
+			// Only a JVM's walk enters interpreted frames so; elsewhere
+			// such a word is a frame-pointer walk's stray value.
+			if j.isHotSpot(proc.snapshot) {
+				// Named from its Method*, else as the code cache names
+				// the interpreter's code.
+				f.Address, f.Function, f.Kind = 0, "Interpreter", profilebuilder.JIT
+				if jf, ok := r.nameInterpreted(proc, j, method, bci, readBefore); ok {
+					f.Function, f.File, f.Line = jf.Function, jf.File, int64(jf.Line)
+				}
 				continue
 			}
-			if jf, ok := r.nameInterpreted(proc, j, method, bci, readBefore); ok {
-				f.Function, f.File, f.Line = jf.Function, jf.File, int64(jf.Line)
-			}
-			continue
 		}
 		if f.Kind == profilebuilder.Kernel || f.Function != "" || !anonymousCode(f.Mapping) {
 			continue

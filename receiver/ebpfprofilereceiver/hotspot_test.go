@@ -1,0 +1,37 @@
+package ebpfprofilereceiver
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
+)
+
+// TestInterpretedEntryOutsideAJVM: a user stack's word with bit 63 set is
+// an interpreted Java frame only in a JVM, whose walk puts it there. In any
+// other process it is a frame-pointer walk's stray value: it is not named
+// Interpreter, and no code cache is looked for (a process without
+// libjvm.so was counted as a JVM whose code cache could not be read).
+func TestInterpretedEntryOutsideAJVM(t *testing.T) {
+	r, err := newReceiver(receivertest.NewNopSettings(typeStr), createDefaultConfig(), new(consumertest.ProfilesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := &processEntry{snapshot: &symbolize.Process{PID: os.Getpid(), Mappings: []symbolize.Mapping{{Start: 0x400000, Limit: 0x401000, Path: "/usr/bin/app"}}}}
+	stray := uint64(1)<<63 | 5<<47 | 0x7f0000001000
+	frames := r.nameJITFrames(proc, []profilebuilder.Frame{{Address: stray}}, time.Now())
+	if len(frames) != 1 || frames[0].Function != "" || frames[0].Address != stray || frames[0].Kind == profilebuilder.JIT {
+		t.Errorf("frame of a stray word in a process that is no JVM: %+v", frames)
+	}
+	if j := proc.jit.Load(); j != nil {
+		if j.code.tries != 0 || j.code.failed {
+			t.Errorf("a code cache was looked for: %d tries, failed %v", j.code.tries, j.code.failed)
+		}
+		j.close()
+	}
+}
