@@ -136,8 +136,10 @@ public class Split {
 		// agent would never read it.
 		while (System.in.available() == 0) round(false);
 		new BufferedReader(new InputStreamReader(System.in)).readLine();
-		long end = System.nanoTime() + (long) (seconds * 1e9);
-		while (System.nanoTime() < end) round(true);
+		// seconds of the thread's CPU time, not of the clock: on a loaded
+		// machine the samples come with the CPU time (a minute at most).
+		long cpu = (long) (seconds * 1e9), cap = System.nanoTime() + 60_000_000_000L;
+		while (a + b + c < cpu && System.nanoTime() < cap) round(true);
 		System.out.println("{\"hotA\":" + a + ",\"hotB\":" + b + ",\"hotC\":" + c + "}");
 		System.out.flush();
 		if (sink == 42) System.err.println(sink);
@@ -625,8 +627,8 @@ public class Inline {
 		while (System.in.available() == 0) round(false);
 		BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
 		in.readLine();
-		long end = System.nanoTime() + (long) (seconds * 1e9);
-		while (System.nanoTime() < end) round(true);
+		long cpu = (long) (seconds * 1e9), cap = System.nanoTime() + 60_000_000_000L;
+		while (a + b + c < cpu && System.nanoTime() < cap) round(true);
 		System.out.println("{\"hotA\":" + a + ",\"hotB\":" + b + ",\"hotC\":" + c + "}");
 		System.out.flush();
 		if (sink == 42) System.err.println(sink);
@@ -681,13 +683,12 @@ func TestJavaInlinedMethodsNamedFromTheCodeCache(t *testing.T) {
 	// Each frame's file and line, from its method's line table at the
 	// scope's bytecode index: the one-line methods' own lines, and
 	// round's call of hotA.
-	lineOf := func(code string) string { return inlineJavaLine(t, code) }
 	at := frameLines(sink.AllProfiles())
 	for fn, want := range map[string]string{
-		"int Inline.leafA(int, int)": lineOf("static int leafA("),
-		"int Inline.viaA(int, int)":  lineOf("static int viaA("),
-		"int Inline.hotA(int)":       lineOf("static int hotA("),
-		"void Inline.round(boolean)": lineOf("sink ^= hotA(6 * unit);"),
+		"int Inline.leafA(int, int)": inlineJavaLine(t, "static int leafA("),
+		"int Inline.viaA(int, int)":  inlineJavaLine(t, "static int viaA("),
+		"int Inline.hotA(int)":       inlineJavaLine(t, "static int hotA("),
+		"void Inline.round(boolean)": inlineJavaLine(t, "sink ^= hotA(6 * unit);"),
 	} {
 		t.Logf("%s: want %s, at %v", fn, want, at[fn])
 		if !at[fn][want] {
@@ -1006,7 +1007,6 @@ func TestJavaCompiledFramesUnwound(t *testing.T) {
 // stack pointer the interpreter keeps, the compiled frame's size counted
 // from it.
 func TestJavaInterpretedFramesNamed(t *testing.T) {
-	lineOf := func(code string) string { return inlineJavaLine(t, code) }
 	whole := func(t *testing.T, u unwoundJava) {
 		t.Logf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", u.whole, u.named)
 		if u.whole*10 < u.named*9 {
@@ -1021,11 +1021,11 @@ func TestJavaInterpretedFramesNamed(t *testing.T) {
 			whole(t, u)
 			at := frameLines(u.all)
 			for fn, want := range map[string]string{
-				"int Inline.leafA(int, int)":           lineOf("static int leafA("),
-				"int Inline.viaA(int, int)":            lineOf("static int viaA("),
-				"int Inline.hotA(int)":                 lineOf("static int hotA("),
-				"void Inline.round(boolean)":           lineOf("sink ^= hotA(6 * unit);"),
-				"void Inline.main(java.lang.String[])": lineOf("while (System.nanoTime() < end) round(true);"),
+				"int Inline.leafA(int, int)":           inlineJavaLine(t, "static int leafA("),
+				"int Inline.viaA(int, int)":            inlineJavaLine(t, "static int viaA("),
+				"int Inline.hotA(int)":                 inlineJavaLine(t, "static int hotA("),
+				"void Inline.round(boolean)":           inlineJavaLine(t, "sink ^= hotA(6 * unit);"),
+				"void Inline.main(java.lang.String[])": inlineJavaLine(t, "while (a + b + c < cpu && System.nanoTime() < cap) round(true);"),
 			} {
 				if !at[fn][want] {
 					t.Errorf("%s: no frame at %s; at %v", fn, want, at[fn])

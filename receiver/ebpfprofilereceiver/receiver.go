@@ -57,8 +57,9 @@ type profileReceiver struct {
 	// hotSpotCodeOff: JVMs' code caches are not read (tests of the perf
 	// map request, which stands in when a code cache cannot be read).
 	hotSpotCodeOff bool
-	// hotSpotUnwindOff: JVMs' compiled frames are walked by frame pointer
-	// (tests of what the code cache's frame sizes add).
+	// hotSpotUnwindOff: the kernel is not given JVMs' code heaps nor their
+	// interpreter's range, so compiled and interpreted frames are walked by
+	// frame pointer (tests of what the kernel's HotSpot steps add).
 	hotSpotUnwindOff bool
 
 	// mu guards the sampler and everything that symbolizes (the frame
@@ -760,6 +761,9 @@ const (
 	idleIntervals = 4
 )
 
+// hasUnmappedUserFrame says whether a user frame lies in no mapping the
+// process's snapshot knows, so that the maps are read again. An interpreted
+// Java frame (bit 63 set) is in no mapping by design: it asks no re-read.
 func hasUnmappedUserFrame(frames []profilebuilder.Frame) bool {
 	for i := range frames {
 		if frames[i].Kind != profilebuilder.Kernel && frames[i].Mapping == nil {
