@@ -40,6 +40,7 @@ type Process struct {
 	// DeferLoads, when set, leaves addresses in binaries whose symbol table
 	// is not cached yet unresolved instead of reading the table now (the
 	// agent's per-binary work is over budget and this process is small).
+	// The unwinder's MappingTable is not deferred.
 	DeferLoads atomic.Bool
 
 	mu    sync.Mutex

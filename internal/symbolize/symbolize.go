@@ -284,7 +284,10 @@ func (s *Symbolizer) table(p *Process, m *Mapping) *SymbolTable {
 // layout and .eh_frame now, not its names (the unwinder attaching a
 // process): while the file's debug file is on its way it gets a table read
 // without it, which no cache keeps (the named one is read once the file
-// is here), instead of nil.
+// is here), instead of nil. Nor is its load deferred (Process.DeferLoads):
+// an attach is one-time work its caller decided to do now, and a binary
+// whose table it does not get is left out of the process's tables until
+// the process is read again (its stacks cut at the binary's frames).
 func (s *Symbolizer) tableFor(p *Process, m *Mapping, layoutOnly bool) *SymbolTable {
 	if m.Path == "[vdso]" {
 		s.vdsoOnce.Do(func() { s.vdso, s.vdsoSize, _ = loadVDSO(s.procRoot) })
@@ -309,7 +312,7 @@ func (s *Symbolizer) tableFor(p *Process, m *Mapping, layoutOnly bool) *SymbolTa
 			s.mu.Unlock()
 			return nil // closed before it was ever needed
 		}
-		if p.DeferLoads.Load() {
+		if p.DeferLoads.Load() && !layoutOnly {
 			// Over the agent's budget for per-binary work: the frame keeps
 			// its address and mapping (and so its build ID); the file stays
 			// open for a later interval. Counted once per process and file.

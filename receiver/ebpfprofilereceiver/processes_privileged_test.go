@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
@@ -77,22 +78,61 @@ func TestOneTimeWorkDeferredOverBudget(t *testing.T) {
 	}
 }
 
+// deferredChain is a process of chainC (built without frame pointers),
+// read with the one-time budget spent: the unwind worker deferred its
+// tables.
+type deferredChain struct {
+	bin   string
+	pid   int
+	work  *binaryWork
+	table *processTable
+	sym   *symbolize.Symbolizer
+	e     *processEntry
+}
+
+func startDeferredChain(t *testing.T) deferredChain {
+	t.Helper()
+	d := deferredChain{bin: buildNoFP(t, "chain", chainC, "main", "level1", "level2", "level3", "level4", "level5", "level6"), work: spentBudget()}
+	d.table, d.sym = newTestTable(t, d.work, true)
+	d.pid = testworkload.Start(t, d.bin, "60").Process.Pid
+	d.table.seen(d.pid, 0, eventView{})
+	if d.e = d.table.lookup(d.pid); d.e.snapshot == nil {
+		t.Fatalf("pid %d not read", d.pid)
+	}
+	waitFor(t, 10*time.Second, "the unwind worker to defer the process", func() bool { return d.table.isUnwindDeferred(d.e) })
+	return d
+}
+
+// An attach that goes ahead (a heavy process, a capture, the worker in a
+// new budget interval) while the last drain's plan deferred the process's
+// symbol loads still gets a table for each of its binaries: the unwinder
+// reads the binaries through their symbol tables, and one it did not get
+// was left out of the process's tables until the process was read again,
+// its stacks cut at that binary's frames for as long as it ran.
+func TestAttachNotDeferredWithTheSymbolLoads(t *testing.T) {
+	d := startDeferredChain(t)
+	table, sym, e, bin := d.table, d.sym, d.e, d.bin
+	e.snapshot.DeferLoads.Store(true)
+	table.attachUnwind(e, true)
+	if table.isUnwindDeferred(e) || !e.dwarf.Load() {
+		t.Fatalf("attached while its symbol loads were deferred: deferred %v, dwarf %v (want its binaries' tables)", table.isUnwindDeferred(e), e.dwarf.Load())
+	}
+	// Symbolization is still deferred for binaries not read; the attach
+	// read the program's, so its frames are named.
+	addr := symbolAddress(t, e.snapshot, bin, "level3")
+	if frames := sym.User(e.snapshot, []uint64{addr}, nil); len(frames) != 1 || frames[0].Function != "level3" {
+		t.Errorf("after the attach: frames %+v, want level3", frames)
+	}
+}
+
 // A small process read while the budget was spent, and sampled since, gets
 // its unwind tables as the next budget interval begins, not only once it has
 // many samples: until then its stacks through binaries without frame
 // pointers are cut, and a long-lived service with little CPU (most of a
 // node's) never becomes heavy.
 func TestDeferredTablesAttachedInTheNextBudgetInterval(t *testing.T) {
-	bin := buildNoFP(t, "chain", chainC, "main", "level1", "level2", "level3", "level4", "level5", "level6")
-	work := spentBudget()
-	table, _ := newTestTable(t, work, true)
-	pid := testworkload.Start(t, bin, "60").Process.Pid
-	table.seen(pid, 0, eventView{})
-	e := table.lookup(pid)
-	if e.snapshot == nil {
-		t.Fatalf("pid %d not read", pid)
-	}
-	waitFor(t, 10*time.Second, "the unwind worker to defer the process", func() bool { return table.isUnwindDeferred(e) })
+	d := startDeferredChain(t)
+	table, work, e, pid := d.table, d.work, d.e, d.pid
 
 	metrics, _ := testSelfMetrics(t)
 	r := &profileReceiver{procs: table, work: work, metrics: metrics}
