@@ -120,8 +120,9 @@ func (r *profileReceiver) nameInterpreted(proc *processEntry, j *jitSymbols, met
 	return f, true
 }
 
-// hotSpotCodeLocked returns the JVM's code cache, opened on the first
-// drain that needs it, or nil when it cannot be read. h.mu is held.
+// hotSpotCodeLocked returns the JVM's code cache, opened after the JVM's
+// start (openHotSpotEarly) or on the first drain that needs it, or nil
+// when it cannot be read. r.mu and h.mu are held.
 func (r *profileReceiver) hotSpotCodeLocked(proc *processEntry, h *hotSpotCode, drain time.Time) *hotspot.CodeCache {
 	if h.closed || h.failed {
 		return nil
@@ -148,11 +149,54 @@ func (r *profileReceiver) hotSpotCodeLocked(proc *processEntry, h *hotSpotCode, 
 		h.cache = c
 		r.countJVM("code_cache")
 	}
+	r.unwindHotSpotOnce(proc, h)
+	return h.cache
+}
+
+// openHotSpotEarly reads the code cache of JVM proc as soon as it has one,
+// on the looks that follow its start (holdPerfMap), and has the kernel
+// walk its compiled and interpreted frames from then on. Read at the first
+// drain that met one of its frames, as before, a JVM's first interval was
+// walked by frame pointer: stacks cut at the first compiled frame, every
+// interpreted one "Interpreter" or [unknown], and so all of every JVM that
+// ended within it (a CI job's javac, a build tool's short run). A JVM not
+// ready (or not readable) yet is left to the next look and to the drains,
+// which report what cannot be read.
+func (r *profileReceiver) openHotSpotEarly(proc *processEntry, j *jitSymbols) {
+	if r.hotSpotCodeOff {
+		return
+	}
+	h := &j.code
+	h.mu.Lock()
+	if h.cache == nil && !h.closed && !h.failed {
+		if c, err := r.openHotSpotCode(proc); err == nil {
+			h.cache = c
+			r.countJVM("code_cache")
+		}
+	}
+	open := h.cache != nil
+	h.mu.Unlock()
+	if !open {
+		return
+	}
+	// The sampler is r.mu's, which the drain holds before h.mu.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cache != nil {
+		r.unwindHotSpotOnce(proc, h)
+	}
+}
+
+// unwindHotSpotOnce tells the sampler how to unwind the JVM's frames
+// (unwindHotSpot) unless it was told: once per sampler, as the kill switch
+// makes a new one. r.mu and h.mu are held, h's code cache open.
+func (r *profileReceiver) unwindHotSpotOnce(proc *processEntry, h *hotSpotCode) {
 	if h.unwoundBy != r.sampler {
 		h.unwoundBy = r.sampler
 		r.unwindHotSpot(proc, h.cache)
 	}
-	return h.cache
 }
 
 // unwindHotSpot has the sampler unwind the JVM's compiled frames with the
@@ -160,8 +204,8 @@ func (r *profileReceiver) hotSpotCodeLocked(proc *processEntry, h *hotSpotCode, 
 // frame pointer (unless -XX:+PreserveFramePointer), so the walk skipped
 // from a compiled leaf to the first interpreted frame or stub, and named
 // nothing between. Needs the in-kernel walk (unwinding: auto). The frames
-// sampled before the JVM's code cache was first read (its first interval)
-// are walked by frame pointer.
+// sampled before the JVM's code cache was first read (its first moments,
+// openHotSpotEarly) are walked by frame pointer.
 func (r *profileReceiver) unwindHotSpot(proc *processEntry, c *hotspot.CodeCache) {
 	if r.sampler == nil || r.hotSpotUnwindOff || r.cfg.Unwinding != UnwindingAuto {
 		return

@@ -388,9 +388,10 @@ func anonymousPath(path string) bool {
 // was first read (lookAgain: started is its start time), whatever its
 // memory: a runtime writes its map and maps its code after its start
 // (Node.js here: 70 and 100 ms), and a code mapping that is writable too
-// (V8's) is not a change of executable memory the kernel reports. done is
-// true when there is nothing more to look for: the map is open, or the
-// process is gone.
+// (V8's) is not a change of executable memory the kernel reports. A JVM's
+// code cache is opened on the same looks (openHotSpot). done is true when
+// there is nothing more to look for: the map or the JVM's code cache is
+// open, or the process is gone.
 func (t *processTable) holdPerfMap(pid int, lookAgain bool, started uint64) (done bool) {
 	t.mu.Lock()
 	e := t.entries[pid]
@@ -408,10 +409,16 @@ func (t *processTable) holdPerfMap(pid int, lookAgain bool, started uint64) (don
 	if j == nil {
 		return false
 	}
+	// A JVM's code cache is read as soon as the JVM has one.
+	hotSpotOpen := false
+	if t.openHotSpot != nil && j.isHotSpot(e.snapshot) {
+		t.openHotSpot(e, j)
+		hotSpotOpen = j.code.readable()
+	}
 	if err := j.m.Hold(); err != nil {
 		t.logger.Debug("hold perf map", zap.Int("pid", pid), zap.Error(err))
 	}
-	return j.m.Held()
+	return j.m.Held() || hotSpotOpen
 }
 
 // perfMapLook is a look for a process's perf map to come (holdPerfMap).

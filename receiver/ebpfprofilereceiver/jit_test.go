@@ -768,6 +768,17 @@ func compileJavaWith(t *testing.T, java, class, source string) (dir string) {
 	return dir
 }
 
+// jitOf is the JIT state of pid's entry in r, nil before there is one.
+func jitOf(r *profileReceiver, pid int) *jitSymbols {
+	r.procs.mu.Lock()
+	e := r.procs.entries[pid]
+	r.procs.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	return e.jit.Load()
+}
+
 // TestJavaJITFramesNamedOnRequest: with java_perf_map and no jcmd, the
 // receiver asks the JVM for its perf map once its JIT-compiled frames come
 // up unnamed (the waiting loop runs the same methods), and the measured
@@ -785,13 +796,7 @@ func TestJavaJITFramesNamedOnRequest(t *testing.T) {
 	cfg.JavaPerfMap = true
 	r, sink := startReceiverWith(t, cfg, func(r *profileReceiver) { r.hotSpotCodeOff = true })
 	waitFor(t, 60*time.Second, "the receiver to read the perf map the JVM wrote on its request", func() bool {
-		r.procs.mu.Lock()
-		e := r.procs.entries[pid]
-		r.procs.mu.Unlock()
-		if e == nil {
-			return false
-		}
-		j := e.jit.Load()
+		j := jitOf(r, pid)
 		if j == nil {
 			return false
 		}
@@ -998,6 +1003,54 @@ func TestJavaCompiledFramesUnwound(t *testing.T) {
 	}
 }
 
+// TestJavaWalkedBeforeTheFirstDrain: a JVM's code cache is read within
+// moments of its start, not at the first drain that meets one of its
+// frames, so the kernel walks its compiled frames from then on: with a
+// 10-minute interval and no drain until the receiver shuts down, every
+// sample of inlineJava's hot methods is walked whole. The code cache was
+// read at the first drain, and a JVM's first interval walked by frame
+// pointer: all of one that ended within it (a CI job's javac), whose
+// stacks went from JavaCalls::call_helper to a run of [unknown] frames.
+func TestJavaWalkedBeforeTheFirstDrain(t *testing.T) {
+	java := testworkload.JDKs(t)[0]
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	cfg.Interval = MaxInterval
+	r, sink := startReceiver(t, cfg)
+	// No drain while the test runs: past the next interval boundary if it
+	// is less than a minute away.
+	if next := alignedStart(time.Now(), cfg.Interval).Add(cfg.Interval); time.Until(next) < time.Minute {
+		waitFor(t, 2*time.Minute, "the interval boundary", func() bool { return time.Now().After(next.Add(time.Second)) })
+	}
+	run := startInlineJava(t, java, "-XX:CompileCommand=dontinline,Inline::*")
+	pid := run.cmd.Process.Pid
+	waitFor(t, 30*time.Second, "the JVM's code cache read and given to the kernel, with no drain", func() bool {
+		j := jitOf(r, pid)
+		if j == nil {
+			return false
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		j.code.mu.Lock()
+		defer j.code.mu.Unlock()
+		if j.code.tries > 0 {
+			t.Fatalf("a drain tried to read the code cache (%d tries) before it was read early", j.code.tries)
+		}
+		return j.code.cache != nil && j.code.unwoundBy == r.sampler
+	})
+	if n := len(sink.AllProfiles()); n != 0 {
+		t.Fatalf("%d profiles emitted before the shutdown: a drain ran", n)
+	}
+	// The interval began before the JVM: its samples are all counted,
+	// its warm-up's too.
+	measured, all := run.drained(t, r, sink)
+	u := countUnwoundJava(t, all, testworkload.TallyProcess(all, pid), measured, true)
+	t.Logf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", u.whole, u.named)
+	if u.whole*10 < u.named*9 {
+		t.Errorf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", u.whole, u.named)
+	}
+}
+
 // TestJavaInterpretedFramesNamed: inlineJava run by the interpreter alone
 // (-Xint), with each JDK installed. Every Java frame was one "Interpreter"
 // frame; the kernel's walk puts each interpreted frame's Method* and
@@ -1057,24 +1110,45 @@ type unwoundJava struct {
 // switches the kernel's HotSpot steps off. Unless it does, it wants at
 // least 100 samples in the hot methods.
 func runUnwoundJava(t *testing.T, java string, framePointers bool, options ...string) unwoundJava {
-	dir := compileJavaWith(t, java, "Inline", inlineJava)
-	argv := append([]string{java, "-XX:-PreserveFramePointer", "-XX:CompileCommand=quiet"}, options...)
-	run := startRuntime(t, append(argv, "-cp", dir, "Inline", "6")...)
-	pid := run.cmd.Process.Pid
+	run := startInlineJava(t, java, options...)
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
 	r, sink := startReceiverWith(t, cfg, func(r *profileReceiver) { r.hotSpotUnwindOff = framePointers })
+	measured, all := run.drained(t, r, sink)
+	return countUnwoundJava(t, all, testworkload.TallyProcessSince(all, run.cmd.Process.Pid, run.gatedAt), measured, !framePointers)
+}
+
+// startInlineJava starts inlineJava (6 CPU-seconds measured) with java,
+// no frame pointer kept and the JVM options given.
+func startInlineJava(t *testing.T, java string, options ...string) *runtimeRun {
+	dir := compileJavaWith(t, java, "Inline", inlineJava)
+	argv := append([]string{java, "-XX:-PreserveFramePointer", "-XX:CompileCommand=quiet"}, options...)
+	return startRuntime(t, append(argv, "-cp", dir, "Inline", "6")...)
+}
+
+// drained lets run (inlineJava) do its measured work once r has read it,
+// and returns the program's measurement and what r emitted by the time it
+// shut down, the program still running.
+func (run *runtimeRun) drained(t *testing.T, r *profileReceiver, sink *consumertest.ProfilesSink) (map[string]float64, []pprofile.Profiles) {
+	t.Helper()
 	run.runGated(t, r)
-	u := unwoundJava{measured: run.measuredAlive(t)}
+	measured := run.measuredAlive(t)
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	u.all = sink.AllProfiles()
-	u.tally = testworkload.TallyProcessSince(u.all, pid, run.gatedAt)
+	return measured, sink.AllProfiles()
+}
+
+// countUnwoundJava counts inlineJava's samples in tally (of all, the
+// program measuring measured); with wantNamed, it wants at least 100
+// samples in the hot methods.
+func countUnwoundJava(t *testing.T, all []pprofile.Profiles, tally testworkload.Tally, measured map[string]float64, wantNamed bool) unwoundJava {
+	t.Helper()
+	u := unwoundJava{measured: measured, all: all, tally: tally}
 	for _, n := range tallyJITSplit(u.tally).inFunc {
 		u.named += n
 	}
-	if !framePointers && u.named < 100 {
+	if wantNamed && u.named < 100 {
 		t.Errorf("only %d samples in the hot methods (want ≥ 100); top:%s", u.named, u.tally.Top(5))
 	}
 	for stack, n := range u.tally.Folded {

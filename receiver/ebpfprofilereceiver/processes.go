@@ -118,6 +118,9 @@ type processTable struct {
 	// onRead, when set, is told the files of each process read (trace
 	// context markers are looked up per binary from them).
 	onRead func(pid int, snap *symbolize.Process)
+	// openHotSpot, when set, is given each JVM the perf map's looks meet
+	// (holdPerfMap), to read its code cache as soon as it has one.
+	openHotSpot func(e *processEntry, j *jitSymbols)
 
 	// attachQueue feeds the worker that attaches unwind tables needing
 	// one-time work (attachWorker).

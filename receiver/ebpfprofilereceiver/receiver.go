@@ -146,6 +146,7 @@ func (r *profileReceiver) start(ctx context.Context, host component.Host) error 
 	}
 	r.symbolizer = symbolize.New(opts)
 	r.procs = newProcessTable(r.cfg, r.host, r.set.Logger, r.symbolizer, r.work)
+	r.procs.openHotSpot = r.openHotSpotEarly
 	if bc := r.cfg.BinaryCache; bc.Directory != "" {
 		c, err := binarycache.Open(bc.Directory, int64(bc.MaxMiB)<<20, r.set.Logger)
 		if err != nil {

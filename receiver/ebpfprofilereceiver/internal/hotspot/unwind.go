@@ -1,5 +1,7 @@
 package hotspot
 
+import "fmt"
+
 // HotSpot's compiled code (C2's, C1's, the runtime stubs') keeps no frame
 // pointer unless the JVM runs with -XX:+PreserveFramePointer, and it has
 // no unwind tables. Each CodeBlob records the size of its frame instead,
@@ -49,8 +51,14 @@ func (c *CodeCache) readInterpreter() error {
 		return nil
 	}
 	q, err := c.u64(f.interpCode)
-	if err != nil || q == 0 {
+	if err != nil {
 		return err
+	}
+	if q == 0 {
+		// Generated right after the code cache is set up, before any
+		// Java code runs: a JVM read in between is read again later,
+		// else its interpreted frames would stay walked by frame pointer.
+		return fmt.Errorf("%w: its interpreter is not generated yet", ErrNotReady)
 	}
 	buf, err := c.u64(q + f.stubBuffer)
 	if err != nil {
