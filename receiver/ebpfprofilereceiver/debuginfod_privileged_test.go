@@ -63,11 +63,12 @@ int main(int argc, char **argv) {
 	printf("ready\n");
 	fflush(stdout);
 	SETTLE();
-	clock_gettime(CLOCK_MONOTONIC, &start);
+	/* seconds of CPU time: on a loaded machine the samples come with it */
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
 	for (;;) {
 		app_static_spin(200000);
 		lib_work(200000);
-		clock_gettime(CLOCK_MONOTONIC, &now);
+		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
 		if ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 >= seconds) break;
 	}
 	return 0;

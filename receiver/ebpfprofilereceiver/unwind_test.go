@@ -23,6 +23,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/procmaps"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/controlapi"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/sampler"
@@ -153,16 +155,33 @@ static void settle(void)
 `
 
 // startSettled starts a settling workload and lets it burn once every
-// receiver has read it (and, with unwinding: auto, attached its tables).
+// receiver has read it as it is now, all its code mapped (and, with
+// unwinding: auto, attached its tables). A read taken while the dynamic
+// loader was at work has tables for part of the libraries, and the re-read
+// after the loader's next mapping waits up to a second (mapsRereadEvery):
+// on a loaded machine stacks through the others were cut for that long.
 func startSettled(t *testing.T, bin, seconds string, rs ...*profileReceiver) *exec.Cmd {
 	t.Helper()
 	return testworkload.StartGated(t, bin, seconds, func(pid int) bool {
+		raw, err := procmaps.Read("/proc", pid)
+		if err != nil {
+			return false
+		}
+		code, err := procmaps.ParseExecutable(raw)
+		if err != nil {
+			t.Fatalf("pid %d's memory map: %v", pid, err)
+		}
 		for _, r := range rs {
 			r.procs.mu.Lock()
 			e := r.procs.entries[pid]
 			r.procs.mu.Unlock()
 			if e == nil || e.snapshot == nil || (r.cfg.Unwinding == UnwindingAuto && !e.dwarf.Load()) {
 				return false
+			}
+			for _, m := range code {
+				if m.Path != "" && !strings.HasPrefix(m.Path, "[") && !slices.ContainsFunc(e.snapshot.Mappings, func(s symbolize.Mapping) bool { return s.Start == m.Start }) {
+					return false
+				}
 			}
 		}
 		return true
