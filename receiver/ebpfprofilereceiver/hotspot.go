@@ -75,7 +75,8 @@ func (h *hotSpotCode) close() {
 }
 
 // nameHotSpotCode names the code at addr of a JVM (proc maps libjvm.so)
-// from its code cache, opened on the first drain that needs it: the
+// from its code cache (opened after the JVM's start, or by the first
+// drain that needs it): the
 // methods inlined there, innermost first, then the compiled method; or
 // the one name of other code. ok is false where the code cache has no
 // name (the JVM exited, the code was freed since the sample, or the

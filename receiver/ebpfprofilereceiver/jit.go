@@ -39,8 +39,9 @@ var perfMapLookWaits = []time.Duration{250 * time.Millisecond, 750 * time.Millis
 const perfMapLookEvery = 250 * time.Millisecond
 
 // jitSymbols is a process's perf map (JIT runtimes: Node.js, Java, .NET,
-// Python -X perf) and, for a HotSpot JVM, its code cache, opened the first
-// time one of its stacks has a frame in memory no file backs. It lives as
+// Python -X perf) and, for a HotSpot JVM, its code cache; made on the
+// perf map's first look, or the first time one of its stacks has a frame
+// in memory no file backs. It lives as
 // long as the program: a refreshed process entry takes it over, an exec
 // starts a new one.
 type jitSymbols struct {
