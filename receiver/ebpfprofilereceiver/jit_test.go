@@ -130,8 +130,12 @@ public class Split {
 
 	public static void main(String[] args) throws Exception {
 		double seconds = Double.parseDouble(args[0]);
-		long warm = System.nanoTime() + 1_500_000_000L;
-		while (System.nanoTime() < warm) round(false);
+		// Warmed up by CPU time, not the clock: on a loaded machine the
+		// JIT's tiers then settle before the measured phase, as they do
+		// on a quiet one (code replaced during it is named at the drain
+		// from what took its place).
+		long warm = TMX.getCurrentThreadCpuTime() + 1_500_000_000L, warmCap = System.nanoTime() + 60_000_000_000L;
+		while (TMX.getCurrentThreadCpuTime() < warm && System.nanoTime() < warmCap) round(false);
 		System.out.println("ready");
 		System.out.flush();
 		// Spin until told to go: an idle process is never sampled, so the
@@ -622,8 +626,12 @@ public class Inline {
 
 	public static void main(String[] args) throws Exception {
 		double seconds = Double.parseDouble(args[0]);
-		long warm = System.nanoTime() + 3_000_000_000L;
-		while (System.nanoTime() < warm) round(false);
+		// Warmed up by CPU time, not the clock: on a loaded machine the
+		// JIT's tiers then settle before the measured phase, as they do
+		// on a quiet one (code replaced during it is named at the drain
+		// from what took its place).
+		long warm = TMX.getCurrentThreadCpuTime() + 3_000_000_000L, warmCap = System.nanoTime() + 60_000_000_000L;
+		while (TMX.getCurrentThreadCpuTime() < warm && System.nanoTime() < warmCap) round(false);
 		System.out.println("ready");
 		System.out.flush();
 		while (System.in.available() == 0) round(false);
