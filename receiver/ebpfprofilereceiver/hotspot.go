@@ -175,9 +175,14 @@ func (r *profileReceiver) openHotSpotEarly(proc *processEntry, j *jitSymbols) {
 			r.countJVM("code_cache")
 		}
 	}
-	open := h.cache != nil
+	// Not open, or the sampler told already (the looks and every re-read
+	// of its memory map come here): r.mu, which a drain holds for its
+	// whole symbolization, is not waited for again. A sampler made since
+	// (the kill switch) is told by the next drain that names one of the
+	// JVM's frames.
+	skip := h.cache == nil || h.unwoundBy != nil
 	h.mu.Unlock()
-	if !open {
+	if skip {
 		return
 	}
 	// The sampler is r.mu's, which the drain holds before h.mu.
