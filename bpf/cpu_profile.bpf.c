@@ -181,6 +181,10 @@ enum event_kind {
 	// A code object on a walked CPython process's stack for the first
 	// time (python_walk.h): user space reads it while the process lives.
 	EVENT_PY_CODE = 5,
+	// A JVM's compiled or interpreted frame on a walked stack for the
+	// first time (report_jvm_frame): user space names it while the JVM
+	// lives.
+	EVENT_JAVA_FRAME = 6,
 };
 
 struct lifecycle_event {
@@ -194,7 +198,10 @@ struct lifecycle_event {
 	// The process's command name (its thread-group leader's comm), so a
 	// process that exits before user space reads /proc still gets a name.
 	char comm[16];
-	// EVENT_PY_CODE: the code object's address; 0 for the other kinds.
+	// EVENT_PY_CODE: the code object's address; EVENT_JAVA_FRAME: the
+	// frame as the stack holds it (an interpreted frame's entry) or its
+	// code address (a caller's: its call's, one before the return
+	// address); 0 for the other kinds.
 	__u64 code;
 	// The process's cgroup on the cgroup v2 hierarchy at the event (the
 	// kernfs id: the inode number of its directory; the root's on a host
@@ -619,6 +626,73 @@ static __always_inline void submit_event(struct lifecycle_event *ev, __u32 kind,
 	bpf_ringbuf_submit(ev, 0);
 }
 
+// A key of the maps of what was reported to user space once per process
+// (py_codes_reported, jvm_frames_reported): the process and the code
+// object or frame.
+struct reported_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 code;
+};
+
+// report_once sends code to user space as an event of kind for the current
+// process, unless reported (an LRU map of reported_key to the process's
+// start time: a reused pid is another process) has it for this process. A
+// forgotten key is reported again, which user space answers from its
+// cache. The entry is made only once the record is taken: with the ring
+// full the next sample tries again. half_full: only while the events ring
+// is at most half full, so that reports that come in hundreds a second
+// never take the room of an exec's or an exit's event.
+static __always_inline void report_once(void *reported, __u32 kind, __u64 code, __u32 half_full)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct reported_key k = {};
+	struct lifecycle_event *ev;
+	struct sample_stats *st;
+	__u64 start, *at;
+
+	if (!task)
+		return;
+	k.tgid = task->tgid;
+	k.code = code;
+	start = task->group_leader->start_boottime;
+	at = bpf_map_lookup_elem(reported, &k);
+	if (at && *at == start)
+		return;
+	if (half_full && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2)
+		return;
+	st = stats_for(active_set & 1);
+	if (!st)
+		return;
+	ev = reserve_event(st);
+	if (!ev)
+		return;
+	submit_event(ev, kind, task, code);
+	bpf_map_update_elem(reported, &k, &start, BPF_ANY);
+}
+
+// A JVM's frames already reported with EVENT_JAVA_FRAME. The samples of a
+// JVM are named at the interval's drain, from its memory, which is gone
+// once it exits: a build's javac, a test run's JVM, the last interval of
+// any JVM. 8,192 entries are about 700 KB of kernel memory, charged to the
+// agent's cgroup.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct reported_key);
+	__type(value, __u64);
+} jvm_frames_reported SEC(".maps");
+
+// report_jvm_frame sends frame, a frame of the current process (a JVM the
+// sampler walks with its code cache), to user space once per process, while
+// the events ring is at most half full: a JVM's warm-up finds hundreds of
+// new frames a second. A global function: verified once.
+__noinline int report_jvm_frame(__u64 frame)
+{
+	report_once(&jvm_frames_reported, EVENT_JAVA_FRAME, frame, 1);
+	return 0;
+}
+
 static __always_inline void emit(struct sample_stats *st, __u32 kind, struct task_struct *task)
 {
 	struct lifecycle_event *ev = reserve_event(st);
@@ -956,7 +1030,9 @@ pc_only:
 // Returns 0 for code outside the code cache and for blobs without a frame
 // size (the interpreter, adapters, StubRoutines), which keep rbp as a
 // frame pointer. leaf: pc was sampled (frame 0), not a return address. A
-// global function: verified once.
+// frame found is reported (report_jvm_frame) from here, not from the walk's
+// callback, where the call was 22 k more instructions to verify. A global
+// function: verified once.
 __noinline int hotspot_frame(struct jvm_unwind *j, __u64 pc, __u32 leaf, __u32 *cfa_off, __u32 *rbp_saved)
 {
 	__u64 low = 0, segmap = 0, seg, blob, code = 0, at;
@@ -1005,6 +1081,7 @@ __noinline int hotspot_frame(struct jvm_unwind *j, __u64 pc, __u32 leaf, __u32 *
 		return 0;
 	*rbp_saved = 1;
 	*cfa_off = (__u32)words * 8;
+	report_jvm_frame(at);
 	if (!leaf)
 		return 1; // a call site: the frame is whole
 	if (bpf_probe_read_user(&complete, sizeof(complete), (void *)(blob + j->off_frame_complete)) != 0)
@@ -1132,6 +1209,7 @@ static long unwind_step(__u64 i, void *ctx)
 
 			if (hotspot_interpreted(s->jvm, s->sp, s->bp, n == 0 ? s->r13 : 0, &is)) {
 				t->ips[n] = is.frame;
+				report_jvm_frame(is.frame);
 				if (n == 0)
 					s->leaf_cfi = 1; // its caller is known: no leaf-caller recovery
 				s->bp_lost = 0;

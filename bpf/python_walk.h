@@ -90,51 +90,20 @@ volatile const __u32 python_walk = 0;
 
 const struct py_proc *unused_py_proc __attribute__((unused));
 
-struct py_code_key {
-	__u32 tgid;
-	__u32 _pad;
-	__u64 code;
-};
-
-// Code objects already reported with EVENT_PY_CODE, with the start time of
-// the process they were reported for (a reused pid is another process).
-// LRU: a forgotten one is reported again, which user space answers from
-// its cache. 4,096 entries are about 360 KB of kernel memory, charged to
-// the agent's cgroup.
+// Code objects already reported with EVENT_PY_CODE (report_once). 4,096
+// entries are about 360 KB of kernel memory, charged to the agent's cgroup.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
-	__type(key, struct py_code_key);
+	__type(key, struct reported_key);
 	__type(value, __u64);
 } py_codes_reported SEC(".maps");
 
 // report_py_code sends code to user space unless it was sent for this
-// process before. The entry is made only once the record is taken: with the
-// ring full the next sample tries again.
+// process before.
 static __always_inline void report_py_code(__u64 code)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct py_code_key k = {};
-	struct lifecycle_event *ev;
-	struct sample_stats *st;
-	__u64 start, *reported;
-
-	if (!task)
-		return;
-	k.tgid = task->tgid;
-	k.code = code;
-	start = task->group_leader->start_boottime;
-	reported = bpf_map_lookup_elem(&py_codes_reported, &k);
-	if (reported && *reported == start)
-		return;
-	st = stats_for(active_set & 1);
-	if (!st)
-		return;
-	ev = reserve_event(st);
-	if (!ev)
-		return;
-	submit_event(ev, EVENT_PY_CODE, task, code);
-	bpf_map_update_elem(&py_codes_reported, &k, &start, BPF_ANY);
+	report_once(&py_codes_reported, EVENT_PY_CODE, code, 0);
 }
 
 struct py_walk {

@@ -32,6 +32,11 @@ const hotSpotScopeBytes = 2 << 20
 // addresses; past it they are read again.
 const maxHotSpotNames = 1 << 12
 
+// maxJavaFramesSeen bounds each of the two generations of a JVM's frames
+// named while it ran (hotSpotCode.seen): 4,096 frames (a service's hot
+// code, its warm-up's, a javac's whole run) are a few hundred KB.
+const maxJavaFramesSeen = 1 << 12
+
 // hotSpotCode names a HotSpot JVM's generated code (JIT-compiled methods,
 // the interpreter, stubs) from the JVM's own memory (hotspot.CodeCache),
 // with no perf map, no flag and no request to the JVM. It is used on the
@@ -55,6 +60,36 @@ type hotSpotCode struct {
 	// (a sampler turned off and on again by the kill switch is told
 	// again).
 	unwoundBy *sampler.Sampler
+	// seen, seenOlder: the names of the JVM's frames (code addresses,
+	// interpreted frames' entries; hotspot.CodeCache.Frames) as they were
+	// read while it ran: when the kernel first found the frame on a stack
+	// (sampler.EventJavaFrame) and at each drain that named it. A drain
+	// reads the JVM's memory, which is gone once it exits: these name the
+	// frames of a JVM that exited before the drain (a build's javac, a
+	// test run's JVM, the last interval of any JVM). seen is the newer
+	// generation; when it fills (maxJavaFramesSeen) it becomes seenOlder
+	// and the older one goes, so what the drains keep naming stays.
+	seen, seenOlder map[uint64][]hotspot.Frame
+}
+
+// remember keeps frames as the name of the JVM's frame key. h.mu is held.
+func (h *hotSpotCode) remember(key uint64, frames []hotspot.Frame) {
+	if len(h.seen) >= maxJavaFramesSeen {
+		h.seen, h.seenOlder = nil, h.seen
+	}
+	if h.seen == nil {
+		h.seen = map[uint64][]hotspot.Frame{}
+	}
+	h.seen[key] = frames
+}
+
+// remembered returns the name remember kept for key. h.mu is held.
+func (h *hotSpotCode) remembered(key uint64) ([]hotspot.Frame, bool) {
+	if f, ok := h.seen[key]; ok {
+		return f, true
+	}
+	f, ok := h.seenOlder[key]
+	return f, ok
 }
 
 // readable reports whether the JVM's code cache is open.
@@ -96,16 +131,26 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 		return frames, frames != nil
 	}
 	frames, _, err := c.Frames(addr)
-	if err != nil {
-		r.set.Logger.Debug("hotspot: code address not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
+	switch {
+	case err == nil && frames != nil:
+		h.remember(addr, frames)
+	case err != nil:
+		// The JVM exited (or freed the code) since the sample: named as
+		// it was while the JVM ran, if it was.
+		if seen, ok := h.remembered(addr); ok {
+			frames = seen
+		} else {
+			r.set.Logger.Debug("hotspot: code address not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
+		}
 	}
 	h.names[addr] = frames
 	return frames, frames != nil
 }
 
-// nameInterpreted names an interpreted frame of a JVM from the Method*
-// the kernel found in it, at bytecode index bci (-1: unknown).
-func (r *profileReceiver) nameInterpreted(proc *processEntry, j *jitSymbols, method uint64, bci int, drain time.Time) (hotspot.Frame, bool) {
+// nameInterpreted names an interpreted frame of a JVM (frame, the stack's
+// entry: sampler.JavaInterpreted) from the Method* the kernel found in it,
+// at its bytecode index.
+func (r *profileReceiver) nameInterpreted(proc *processEntry, j *jitSymbols, frame uint64, drain time.Time) (hotspot.Frame, bool) {
 	h := &j.code
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -113,12 +158,56 @@ func (r *profileReceiver) nameInterpreted(proc *processEntry, j *jitSymbols, met
 	if c == nil {
 		return hotspot.Frame{}, false
 	}
+	method, bci, _ := sampler.JavaInterpreted(frame)
 	f, err := c.Interpreted(method, bci)
 	if err != nil {
+		if seen, ok := h.remembered(frame); ok {
+			return seen[0], true // the JVM exited since the sample
+		}
 		r.set.Logger.Debug("hotspot: interpreted method not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
 		return hotspot.Frame{}, false
 	}
+	h.remember(frame, []hotspot.Frame{f})
 	return f, true
+}
+
+// nameJavaFrameNow names a frame of JVM pid (started at start, in clock
+// ticks) that the kernel found on one of its stacks for the first time
+// (sampler.EventJavaFrame), while the JVM runs: its samples are named at
+// the interval's drain, from its memory, and a JVM that exited by then has
+// none left to read. The drain names a live JVM's frames from its memory
+// again, as the code is then; the name kept here is what names them once
+// the JVM is gone. Only JVMs whose code cache is open are walked so.
+func (r *profileReceiver) nameJavaFrameNow(pid int, start, frame uint64) {
+	r.procs.mu.Lock()
+	var j *jitSymbols
+	if e := r.procs.entries[pid]; e != nil && (e.startTime == 0 || e.startTime == start) {
+		j = e.jit.Load()
+	}
+	r.procs.mu.Unlock()
+	if j == nil {
+		return
+	}
+	h := &j.code
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cache == nil {
+		return
+	}
+	if _, ok := h.remembered(frame); ok {
+		return // reported again: the kernel's map forgot it
+	}
+	var frames []hotspot.Frame
+	if method, bci, ok := sampler.JavaInterpreted(frame); ok {
+		f, err := h.cache.Interpreted(method, bci)
+		if err != nil {
+			return // left to the drain, as without this read
+		}
+		frames = []hotspot.Frame{f}
+	} else if frames, _, _ = h.cache.Frames(frame); frames == nil {
+		return
+	}
+	h.remember(frame, frames)
 }
 
 // hotSpotCodeLocked returns the JVM's code cache, opened after the JVM's

@@ -121,7 +121,7 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	unnamed, inAnon := 0, 0
 	for i := range frames {
 		f := &frames[i]
-		if method, bci, ok := sampler.JavaInterpreted(f.Address); ok && f.Kind != profilebuilder.Kernel && !r.hotSpotCodeOff {
+		if _, _, ok := sampler.JavaInterpreted(f.Address); ok && f.Kind != profilebuilder.Kernel && !r.hotSpotCodeOff {
 			if j == nil {
 				j = proc.jitFor(proc.snapshot.PID)
 			}
@@ -130,8 +130,9 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 			if j.isHotSpot(proc.snapshot) {
 				// Named from its Method*, else as the code cache names
 				// the interpreter's code.
+				frame := f.Address
 				f.Address, f.Function, f.Kind = 0, "Interpreter", profilebuilder.JIT
-				if jf, ok := r.nameInterpreted(proc, j, method, bci, readBefore); ok {
+				if jf, ok := r.nameInterpreted(proc, j, frame, readBefore); ok {
 					f.Function, f.File, f.Line = jf.Function, jf.File, int64(jf.Line)
 				}
 				continue

@@ -1021,32 +1021,15 @@ func TestJavaCompiledFramesUnwound(t *testing.T) {
 // stacks went from JavaCalls::call_helper to a run of [unknown] frames.
 func TestJavaWalkedBeforeTheFirstDrain(t *testing.T) {
 	java := testworkload.JDKs(t)[0]
-	cfg := testConfig()
-	cfg.TraceContext.Enabled = false
-	cfg.Interval = MaxInterval
-	r, sink := startReceiver(t, cfg)
-	// No drain while the test runs: past the next interval boundary if it
-	// is less than a minute away.
-	if next := alignedStart(time.Now(), cfg.Interval).Add(cfg.Interval); time.Until(next) < time.Minute {
-		waitFor(t, 2*time.Minute, "the interval boundary", func() bool { return time.Now().After(next.Add(time.Second)) })
-	}
+	r, sink := startReceiverWithoutDrain(t)
 	// The boundary's drain, if it was waited for, emitted before the JVM.
 	emitted := len(sink.AllProfiles())
 	run := startInlineJava(t, java, "-XX:CompileCommand=dontinline,Inline::*")
 	pid := run.cmd.Process.Pid
-	waitFor(t, 30*time.Second, "the JVM's code cache read and given to the kernel, with no drain", func() bool {
-		j := jitOf(r, pid)
-		if j == nil {
-			return false
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		j.code.mu.Lock()
-		defer j.code.mu.Unlock()
+	waitForJVMWalked(t, r, pid, func(j *jitSymbols) {
 		if j.code.tries > 0 {
 			t.Fatalf("a drain tried to read the code cache (%d tries) before it was read early", j.code.tries)
 		}
-		return j.code.cache != nil && j.code.unwoundBy == r.sampler
 	})
 	if n := len(sink.AllProfiles()); n != emitted {
 		t.Fatalf("%d profiles emitted after the JVM's start, before the shutdown: a drain ran", n-emitted)
@@ -1059,6 +1042,84 @@ func TestJavaWalkedBeforeTheFirstDrain(t *testing.T) {
 	if u.whole*10 < u.named*9 {
 		t.Errorf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", u.whole, u.named)
 	}
+}
+
+// TestJavaFramesOfAnExitedJVM: a JVM that exits before the interval's
+// drain (a build's javac, a test run's JVM, the last interval of any JVM)
+// has its frames named: the kernel reports each of a walked JVM's frames
+// the first time it is on a stack, and the receiver names it then, while
+// the JVM runs. inlineJava, compiled and interpreted (-Xint), with a
+// 10-minute interval: the only drain is the shutdown's, after both
+// programs exited. Without the reports no Java frame is named (the drain
+// reads the JVM's memory, which is gone).
+func TestJavaFramesOfAnExitedJVM(t *testing.T) {
+	java := testworkload.JDKs(t)[0]
+	r, sink := startReceiverWithoutDrain(t)
+	emitted := len(sink.AllProfiles())
+	runs := map[string]*runtimeRun{
+		"compiled":    startInlineJava(t, java, "-XX:CompileCommand=dontinline,Inline::*"),
+		"interpreted": startInlineJava(t, java, "-Xint"),
+	}
+	measured := map[string]map[string]float64{}
+	for _, run := range runs {
+		waitForJVMWalked(t, r, run.cmd.Process.Pid, nil)
+		run.runGated(t, r)
+	}
+	for name, run := range runs {
+		measured[name] = run.measured(t) // and exited
+	}
+	if n := len(sink.AllProfiles()); n != emitted {
+		t.Fatalf("%d profiles emitted after the JVMs' start, before the shutdown: a drain ran", n-emitted)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	all := sink.AllProfiles()
+	for name, run := range runs {
+		t.Run(name, func(t *testing.T) {
+			u := countUnwoundJava(t, all, testworkload.TallyProcess(all, run.cmd.Process.Pid), measured[name], true)
+			t.Logf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", u.whole, u.named)
+			if u.whole*10 < u.named*9 {
+				t.Errorf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", u.whole, u.named)
+			}
+		})
+	}
+}
+
+// startReceiverWithoutDrain starts a receiver with a 10-minute interval,
+// and waits past the next interval boundary if it is less than a minute
+// away: no drain runs until the receiver shuts down.
+func startReceiverWithoutDrain(t *testing.T) (*profileReceiver, *consumertest.ProfilesSink) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	cfg.Interval = MaxInterval
+	r, sink := startReceiver(t, cfg)
+	if next := alignedStart(time.Now(), cfg.Interval).Add(cfg.Interval); time.Until(next) < time.Minute {
+		waitFor(t, 2*time.Minute, "the interval boundary", func() bool { return time.Now().After(next.Add(time.Second)) })
+	}
+	return r, sink
+}
+
+// waitForJVMWalked waits until r has read JVM pid's code cache and told
+// the kernel to walk its frames with it; check, if not nil, looks at the
+// JVM's state on each try (r.mu and its code's mu held).
+func waitForJVMWalked(t *testing.T, r *profileReceiver, pid int, check func(*jitSymbols)) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "the JVM's code cache read and given to the kernel, with no drain", func() bool {
+		j := jitOf(r, pid)
+		if j == nil {
+			return false
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		j.code.mu.Lock()
+		defer j.code.mu.Unlock()
+		if check != nil {
+			check(j)
+		}
+		return j.code.cache != nil && j.code.unwoundBy == r.sampler
+	})
 }
 
 // TestJavaInterpretedFramesNamed: inlineJava run by the interpreter alone

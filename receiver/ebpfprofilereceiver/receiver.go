@@ -420,6 +420,8 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 			if py := r.procs.python.Load(); py != nil {
 				py.readCode(pid, ev.Code)
 			}
+		case sampler.EventJavaFrame:
+			r.nameJavaFrameNow(pid, ev.StartTime, ev.Code)
 		}
 		r.procs.eventHandled(ev)
 	}

@@ -107,13 +107,6 @@ type cpuProfileProcUnwind struct {
 	Found       [16]cpuProfileFoundMapping
 }
 
-type cpuProfilePyCodeKey struct {
-	_    structs.HostLayout
-	Tgid uint32
-	Pad  uint32
-	Code uint64
-}
-
 type cpuProfilePyProc struct {
 	_                  structs.HostLayout
 	Runtime            uint64
@@ -131,6 +124,13 @@ type cpuProfilePyProc struct {
 	FrameBase          uint16
 	FrameWindow        uint16
 	_                  [6]byte
+}
+
+type cpuProfileReportedKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Code uint64
 }
 
 type cpuProfileSampleKey struct {
@@ -208,6 +208,7 @@ const (
 	cpuProfileMapExecTimes            = "exec_times"
 	cpuProfileMapGoTraces             = "go_traces"
 	cpuProfileMapInExec               = "in_exec"
+	cpuProfileMapJvmFramesReported    = "jvm_frames_reported"
 	cpuProfileMapJvmUnwinds           = "jvm_unwinds"
 	cpuProfileMapMappedFiles          = "mapped_files"
 	cpuProfileMapProcUnwindScratch    = "proc_unwind_scratch"
@@ -308,6 +309,7 @@ type cpuProfileMapSpecs struct {
 	ExecTimes         *ebpf.MapSpec `ebpf:"exec_times"`
 	GoTraces          *ebpf.MapSpec `ebpf:"go_traces"`
 	InExec            *ebpf.MapSpec `ebpf:"in_exec"`
+	JvmFramesReported *ebpf.MapSpec `ebpf:"jvm_frames_reported"`
 	JvmUnwinds        *ebpf.MapSpec `ebpf:"jvm_unwinds"`
 	MappedFiles       *ebpf.MapSpec `ebpf:"mapped_files"`
 	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
@@ -376,6 +378,7 @@ type cpuProfileMaps struct {
 	ExecTimes         *ebpf.Map `ebpf:"exec_times"`
 	GoTraces          *ebpf.Map `ebpf:"go_traces"`
 	InExec            *ebpf.Map `ebpf:"in_exec"`
+	JvmFramesReported *ebpf.Map `ebpf:"jvm_frames_reported"`
 	JvmUnwinds        *ebpf.Map `ebpf:"jvm_unwinds"`
 	MappedFiles       *ebpf.Map `ebpf:"mapped_files"`
 	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
@@ -404,6 +407,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.ExecTimes,
 		m.GoTraces,
 		m.InExec,
+		m.JvmFramesReported,
 		m.JvmUnwinds,
 		m.MappedFiles,
 		m.ProcUnwindScratch,

@@ -37,6 +37,11 @@ const (
 	// process's stack for the first time: read it now, while the process
 	// lives, since its samples are symbolized only at the interval's end.
 	EventPythonCode EventKind = 5
+	// EventJavaFrame: a frame (Code) of a JVM walked with its code cache
+	// (SetJVMUnwind) was on a stack for the first time: name it now, while
+	// the JVM lives, since its samples are symbolized only at the
+	// interval's end.
+	EventJavaFrame EventKind = 6
 )
 
 func (k EventKind) String() string {
@@ -51,6 +56,8 @@ func (k EventKind) String() string {
 		return "maps_changed"
 	case EventPythonCode:
 		return "python_code"
+	case EventJavaFrame:
+		return "java_frame"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -67,7 +74,10 @@ type ProcEvent struct {
 	// event (at most 15 bytes): the name of a process that exits before
 	// its /proc files can be read.
 	Comm string
-	// Code is the code object's address (EventPythonCode).
+	// Code is the code object's address (EventPythonCode), or the JVM's
+	// frame (EventJavaFrame: an interpreted frame's entry, JavaInterpreted,
+	// or a code address; a caller's is its call's, one before the return
+	// address).
 	Code uint64
 	// CgroupID is the process's cgroup on the cgroup v2 hierarchy at the
 	// event (the inode number of its directory; at an exec, the cgroup the
