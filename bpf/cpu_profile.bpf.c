@@ -1029,10 +1029,10 @@ pc_only:
 // and *rbp_saved (the caller's rbp is saved at cfa - 16) and returns 1.
 // Returns 0 for code outside the code cache and for blobs without a frame
 // size (the interpreter, adapters, StubRoutines), which keep rbp as a
-// frame pointer. leaf: pc was sampled (frame 0), not a return address. A
-// frame found is reported (report_jvm_frame) from here, not from the walk's
-// callback, where the call was 22 k more instructions to verify. A global
-// function: verified once.
+// frame pointer. leaf: pc was sampled (frame 0), not a return address.
+// Code found in a blob, with a frame size or not, is reported
+// (report_jvm_frame) from here, not from the walk's callback, where the call
+// was 22 k more instructions to verify. A global function: verified once.
 __noinline int hotspot_frame(struct jvm_unwind *j, __u64 pc, __u32 leaf, __u32 *cfa_off, __u32 *rbp_saved)
 {
 	__u64 low = 0, segmap = 0, seg, blob, code = 0, at;
@@ -1076,12 +1076,12 @@ __noinline int hotspot_frame(struct jvm_unwind *j, __u64 pc, __u32 leaf, __u32 *
 	blob = low + (seg << shift) + j->block_header;
 	if (bpf_probe_read_user(&size, sizeof(size), (void *)(blob + j->off_size)) != 0 || at < blob || at - blob >= size)
 		return 0;
+	report_jvm_frame(at);
 	if (bpf_probe_read_user(&words, sizeof(words), (void *)(blob + j->off_frame_size)) != 0 || words <= 0 ||
 	    words > HOTSPOT_MAX_FRAME_WORDS)
 		return 0;
 	*rbp_saved = 1;
 	*cfa_off = (__u32)words * 8;
-	report_jvm_frame(at);
 	if (!leaf)
 		return 1; // a call site: the frame is whole
 	if (bpf_probe_read_user(&complete, sizeof(complete), (void *)(blob + j->off_frame_complete)) != 0)

@@ -1082,6 +1082,18 @@ func TestJavaFramesOfAnExitedJVM(t *testing.T) {
 			if u.whole*10 < u.named*9 {
 				t.Errorf("%d of %d samples in the hot methods as JavaMain;…;round;hotX;viaX;leafX", u.whole, u.named)
 			}
+			// The stubs between them are named too (the call stub under
+			// main, once the JVM is gone as while it runs).
+			var unknown int64
+			for stack, n := range u.tally.Folded {
+				if strings.Contains(stack, "Inline.round(") && strings.Contains(stack, profileschema.UnknownFrame) {
+					unknown += n
+				}
+			}
+			t.Logf("%d samples under round with an unnamed frame", unknown)
+			if unknown*10 > u.named {
+				t.Errorf("%d samples under round with an unnamed frame, of %d in the hot methods; top:%s", unknown, u.named, u.tally.Top(3))
+			}
 		})
 	}
 }
