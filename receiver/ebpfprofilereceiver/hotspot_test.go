@@ -1,6 +1,7 @@
 package ebpfprofilereceiver
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/hotpath-dev/hotpath/internal/symbolize"
+	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/hotspot"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/profilebuilder"
 )
 
@@ -33,5 +35,34 @@ func TestInterpretedEntryOutsideAJVM(t *testing.T) {
 			t.Errorf("a code cache was looked for: %d tries, failed %v", j.code.tries, j.code.failed)
 		}
 		j.close()
+	}
+}
+
+// TestJavaFramesSeenKeepTwoGenerations: the names of a JVM's frames read
+// while it ran are bounded (two generations of maxJavaFramesSeen), and a
+// frame the drains keep naming stays when the newer generation fills and
+// the older one goes.
+func TestJavaFramesSeenKeepTwoGenerations(t *testing.T) {
+	var h hotSpotCode
+	name := func(k uint64) []hotspot.Frame { return []hotspot.Frame{{Function: fmt.Sprint("m", k)}} }
+	const hot = 1 << 40 // named at every drain
+	for k := range uint64(3 * maxJavaFramesSeen) {
+		h.remember(k, name(k))
+		if k%1000 == 0 {
+			h.remember(hot, name(hot))
+		}
+	}
+	if n := len(h.seen) + len(h.seenOlder); n > 2*maxJavaFramesSeen {
+		t.Errorf("%d names kept, want at most %d", n, 2*maxJavaFramesSeen)
+	}
+	if f, ok := h.remembered(hot); !ok || f[0].Function != fmt.Sprint("m", uint64(hot)) {
+		t.Errorf("the frame the drains keep naming: %v %v", f, ok)
+	}
+	last := uint64(3*maxJavaFramesSeen - 1)
+	if f, ok := h.remembered(last); !ok || f[0].Function != fmt.Sprint("m", last) {
+		t.Errorf("the last frame reported: %v %v", f, ok)
+	}
+	if _, ok := h.remembered(0); ok {
+		t.Error("the first frame, two generations back, is still kept")
 	}
 }
