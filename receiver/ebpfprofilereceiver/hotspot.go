@@ -69,22 +69,30 @@ type hotSpotCode struct {
 	// test run's JVM, the last interval of any JVM). seen is the newer
 	// generation; when it fills (maxJavaFramesSeen) it becomes seenOlder
 	// and the older one goes, so what the drains keep naming stays.
-	seen, seenOlder map[uint64][]hotspot.Frame
+	seen, seenOlder map[uint64]seenFrame
+}
+
+// seenFrame is the name of a JVM's frame read while the JVM ran;
+// reportedAt: when the kernel's report of it was read (zero when a drain
+// read it).
+type seenFrame struct {
+	frames     []hotspot.Frame
+	reportedAt time.Time
 }
 
 // remember keeps frames as the name of the JVM's frame key. h.mu is held.
-func (h *hotSpotCode) remember(key uint64, frames []hotspot.Frame) {
+func (h *hotSpotCode) remember(key uint64, frames []hotspot.Frame, reportedAt time.Time) {
 	if len(h.seen) >= maxJavaFramesSeen {
 		h.seen, h.seenOlder = nil, h.seen
 	}
 	if h.seen == nil {
-		h.seen = map[uint64][]hotspot.Frame{}
+		h.seen = map[uint64]seenFrame{}
 	}
-	h.seen[key] = frames
+	h.seen[key] = seenFrame{frames, reportedAt}
 }
 
 // remembered returns the name remember kept for key. h.mu is held.
-func (h *hotSpotCode) remembered(key uint64) ([]hotspot.Frame, bool) {
+func (h *hotSpotCode) remembered(key uint64) (seenFrame, bool) {
 	if f, ok := h.seen[key]; ok {
 		return f, true
 	}
@@ -120,6 +128,15 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 	h := &j.code
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// A frame the kernel first reported in this interval was read within
+	// milliseconds of its first sample: it is named from that read, not
+	// from the code there at the drain, which the JIT may have freed and
+	// reused for other code since (a JVM's warm-up replaces code every
+	// second: 798d0e4's CI failure). Frames reported earlier are read again,
+	// as the code at an address may have changed since.
+	if s, ok := h.remembered(addr); ok && s.reportedAt.After(drain.Add(-r.cfg.Interval)) {
+		return s.frames, true
+	}
 	c := r.hotSpotCodeLocked(proc, h, drain)
 	if c == nil {
 		return nil, false
@@ -133,12 +150,12 @@ func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, add
 	frames, _, err := c.Frames(addr)
 	switch {
 	case err == nil && frames != nil:
-		h.remember(addr, frames)
+		h.remember(addr, frames, time.Time{})
 	case err != nil:
 		// The JVM exited (or freed the code) since the sample: named as
 		// it was while the JVM ran, if it was.
 		if seen, ok := h.remembered(addr); ok {
-			frames = seen
+			frames = seen.frames
 		} else {
 			r.set.Logger.Debug("hotspot: code address not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
 		}
@@ -162,12 +179,12 @@ func (r *profileReceiver) nameInterpreted(proc *processEntry, j *jitSymbols, fra
 	f, err := c.Interpreted(method, bci)
 	if err != nil {
 		if seen, ok := h.remembered(frame); ok {
-			return seen[0], true // the JVM exited since the sample
+			return seen.frames[0], true // the JVM exited since the sample
 		}
 		r.set.Logger.Debug("hotspot: interpreted method not named", zap.Int("pid", proc.snapshot.PID), zap.Error(err))
 		return hotspot.Frame{}, false
 	}
-	h.remember(frame, []hotspot.Frame{f})
+	h.remember(frame, []hotspot.Frame{f}, time.Time{})
 	return f, true
 }
 
@@ -175,9 +192,12 @@ func (r *profileReceiver) nameInterpreted(proc *processEntry, j *jitSymbols, fra
 // ticks) that the kernel found on one of its stacks for the first time
 // (sampler.EventJavaFrame), while the JVM runs: its samples are named at
 // the interval's drain, from its memory, and a JVM that exited by then has
-// none left to read. The drain names a live JVM's frames from its memory
-// again, as the code is then; the name kept here is what names them once
-// the JVM is gone. Only JVMs whose code cache is open are walked so.
+// none left to read. The name kept here names the frame at the drain of
+// this interval (read within milliseconds of the frame's first sample,
+// before the JIT could free and reuse its code), and at any later drain
+// that cannot read the JVM's memory (the JVM is gone); a later drain of a
+// live JVM reads the frame again. Only JVMs whose code cache is open are
+// walked so.
 func (r *profileReceiver) nameJavaFrameNow(pid int, start, frame uint64) {
 	r.procs.mu.Lock()
 	var j *jitSymbols
@@ -207,7 +227,7 @@ func (r *profileReceiver) nameJavaFrameNow(pid int, start, frame uint64) {
 	} else if frames, _, _ = h.cache.Frames(frame); frames == nil {
 		return
 	}
-	h.remember(frame, frames)
+	h.remember(frame, frames, time.Now())
 }
 
 // hotSpotCodeLocked returns the JVM's code cache, opened after the JVM's
