@@ -119,11 +119,13 @@ func (h *hotSpotCode) close() {
 
 // nameHotSpotCode names the code at addr of a JVM (proc maps libjvm.so)
 // from its code cache (opened after the JVM's start, or by the first
-// drain that needs it): the
-// methods inlined there, innermost first, then the compiled method; or
-// the one name of other code. ok is false where the code cache has no
-// name (the JVM exited, the code was freed since the sample, or the
-// address is not in its code cache): the perf map, if any, is asked next.
+// drain that needs it), or from what was read of it while the JVM ran
+// (hotSpotCode.seen): the methods inlined there, innermost first, then the
+// compiled method; or the one name of other code. ok is false where
+// neither has a name (the JVM exited or the code was freed before the
+// address was read, or the address is not in its code cache): the perf
+// map, if any, is asked next. h.names stays beside h.seen: it also keeps,
+// for one drain, the addresses that gave no name.
 func (r *profileReceiver) nameHotSpotCode(proc *processEntry, j *jitSymbols, addr uint64, drain time.Time) (frames []hotspot.Frame, ok bool) {
 	h := &j.code
 	h.mu.Lock()
