@@ -185,6 +185,9 @@ enum event_kind {
 	// first time (report_jvm_frame): user space names it while the JVM
 	// lives.
 	EVENT_JAVA_FRAME = 6,
+	// A Node.js (V8) function on a walked stack for the first time
+	// (v8_function): user space names it while the process lives.
+	EVENT_V8_FUNCTION = 7,
 };
 
 struct lifecycle_event {
@@ -201,7 +204,8 @@ struct lifecycle_event {
 	// EVENT_PY_CODE: the code object's address; EVENT_JAVA_FRAME: the
 	// frame as the stack holds it (an interpreted frame's entry) or its
 	// code address (a caller's: its call's, one before the return
-	// address); 0 for the other kinds.
+	// address); EVENT_V8_FUNCTION: the SharedFunctionInfo (tagged); 0 for
+	// the other kinds.
 	__u64 code;
 	// The process's cgroup on the cgroup v2 hierarchy at the event (the
 	// kernfs id: the inode number of its directory; the root's on a host
@@ -511,6 +515,42 @@ struct {
 	__type(value, struct jvm_unwind);
 } jvm_unwinds SEC(".maps");
 
+// A Node.js process's V8 layout (internal/nodev8, from the v8dbg_
+// constants V8 exports for postmortem debuggers). V8's generated code
+// (the interpreter's builtins, Sparkplug's, Maglev's and TurboFan's code)
+// keeps a frame pointer, and a JavaScript frame holds its context and its
+// JSFunction at fixed offsets from it; a typed frame (entry, exit, stub)
+// holds a Smi marker where the context would be. The walk puts a
+// JavaScript frame's SharedFunctionInfo, the function as its source
+// defines it (shared by its closures and by every tier of its code), in
+// place of the frame's pc (V8_FUNCTION): interpreted frames are otherwise
+// all InterpreterEntryTrampoline, and compiled ones code no file names.
+struct v8_proc {
+	__s32 fp_context;  // bytes from rbp: a JS frame's context (a heap object), a typed frame's Smi marker
+	__s32 fp_function; // a JS frame's JSFunction
+	__u32 off_map;     // HeapObject::map
+	__u32 off_type;    // Map::instance_type (u16)
+	__u32 off_shared;  // JSFunction::shared
+	__u16 function_first; // instance types of JSFunction objects
+	__u16 function_last;
+};
+
+// Written by user space once it has read a Node.js process's layout;
+// deleted at the process's exec and exit.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct v8_proc);
+} v8_procs SEC(".maps");
+
+// A JavaScript frame's entry in a user stack: V8_FUNCTION and its
+// SharedFunctionInfo, a tagged pointer (bit 0 set) below 2^47. No code
+// address has bit 62 set, and a Java entry has bit 63.
+#define V8_FUNCTION (1ULL << 62)
+#define V8_TAG_MASK 3ULL
+#define V8_HEAP_OBJECT 1ULL
+
 // proc_unwinds' key of the found-only entries: the proc_unwind a sampled
 // process that has none is walked with, holding no mappings from
 // user space, only what the walk finds in the process's memory map. A
@@ -597,6 +637,7 @@ const struct proc_unwind *unused_proc_unwind __attribute__((unused));
 const struct exe_key *unused_exe_key __attribute__((unused));
 const struct exe_unwind *unused_exe_unwind __attribute__((unused));
 const struct jvm_unwind *unused_jvm_unwind __attribute__((unused));
+const struct v8_proc *unused_v8_proc __attribute__((unused));
 
 static __always_inline struct sample_stats *stats_for(__u32 set)
 {
@@ -693,6 +734,16 @@ __noinline int report_jvm_frame(__u64 frame)
 	return 0;
 }
 
+// A Node.js process's functions already reported with EVENT_V8_FUNCTION
+// (v8_function), so that a script or test run that exits before the
+// interval's drain keeps its names. 4,096 entries, about 350 KB.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct reported_key);
+	__type(value, __u64);
+} v8_functions_reported SEC(".maps");
+
 static __always_inline void emit(struct sample_stats *st, __u32 kind, struct task_struct *task)
 {
 	struct lifecycle_event *ev = reserve_event(st);
@@ -745,6 +796,7 @@ struct user_unwind {
 	struct stack_trace *t;   // the per-CPU scratch stack being filled
 	struct proc_unwind *pu;  // the process's mappings
 	struct jvm_unwind *jvm;  // its code cache when it is a HotSpot JVM, else NULL
+	struct v8_proc *v8;      // its V8 layout when it is a Node.js process, else NULL
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
@@ -1157,6 +1209,40 @@ __noinline int hotspot_interpreted(struct jvm_unwind *j, __u64 sp, __u64 bp, __u
 }
 
 // unwind_step records the current frame and moves the state to its caller.
+// v8_function returns the SharedFunctionInfo of the JavaScript frame
+// whose frame pointer is bp, tagged as the frame holds it, or 0 for any
+// other frame: a typed frame (a Smi marker where a JS frame's context is),
+// a word that is no heap object, a function slot whose object's map is
+// not a JSFunction's. A function is reported the first time it is on one
+// of the process's stacks, while the events ring is at most half full.
+// A global function: verified once.
+__noinline __u64 v8_function(struct v8_proc *v, __u64 bp)
+{
+	__u64 context = 0, function = 0, map = 0, shared = 0;
+	__u16 type = 0;
+
+	if (!v || !bp)
+		return 0;
+	if (bpf_probe_read_user(&context, sizeof(context), (void *)(bp + (__s64)v->fp_context)) != 0 ||
+	    (context & V8_TAG_MASK) != V8_HEAP_OBJECT)
+		return 0;
+	if (bpf_probe_read_user(&function, sizeof(function), (void *)(bp + (__s64)v->fp_function)) != 0 ||
+	    (function & V8_TAG_MASK) != V8_HEAP_OBJECT)
+		return 0;
+	function &= ~V8_TAG_MASK;
+	if (bpf_probe_read_user(&map, sizeof(map), (void *)(function + v->off_map)) != 0 ||
+	    (map & V8_TAG_MASK) != V8_HEAP_OBJECT)
+		return 0;
+	if (bpf_probe_read_user(&type, sizeof(type), (void *)((map & ~V8_TAG_MASK) + v->off_type)) != 0 ||
+	    type < v->function_first || type > v->function_last)
+		return 0;
+	if (bpf_probe_read_user(&shared, sizeof(shared), (void *)(function + v->off_shared)) != 0 ||
+	    (shared & V8_TAG_MASK) != V8_HEAP_OBJECT || shared >= V8_FUNCTION)
+		return 0;
+	report_once(&v8_functions_reported, EVENT_V8_FUNCTION, shared, 1);
+	return shared;
+}
+
 // Returns 1 (stop) at the end of the stack.
 static long unwind_step(__u64 i, void *ctx)
 {
@@ -1168,7 +1254,7 @@ static long unwind_step(__u64 i, void *ctx)
 	struct stack_trace *t = s->t;
 	struct proc_unwind *pu = s->pu;
 	struct unwind_row row = {};
-	__u64 cfa, ra = 0, bp = s->bp;
+	__u64 cfa, ra = 0, bp = s->bp, shared;
 	__u8 kind = CFA_NONE;
 
 	if (!t || !pu) {
@@ -1240,6 +1326,10 @@ static long unwind_step(__u64 i, void *ctx)
 			s->end = END_INVALID;
 			return 1;
 		}
+		// V8's code (no rows): a JavaScript frame is its function.
+		shared = v8_function(s->v8, s->bp);
+		if (shared)
+			t->ips[n] = V8_FUNCTION | shared;
 		// A leaf without rows whose caller has them: a function built
 		// with frame pointers that GCC gave no frame (a comparator or a
 		// callback that calls nothing), called from a library without
@@ -1344,6 +1434,7 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 		return 0;
 	s.t = t;
 	s.jvm = bpf_map_lookup_elem(&jvm_unwinds, &pid);
+	s.v8 = bpf_map_lookup_elem(&v8_procs, &pid);
 	s.pu = bpf_map_lookup_elem(&proc_unwinds, &pid);
 	if (!s.pu) {
 		__u32 key = FOUND_ONLY_KEY | (bpf_get_smp_processor_id() * found_only_slots + pid % found_only_slots);
@@ -1353,14 +1444,14 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 
 		if (exec_at) {
 			// A JVM's compiled frames need the walk, tables or not.
-			if (bpf_ktime_get_ns() - *exec_at > FOUND_ONLY_NS && !s.jvm)
+			if (bpf_ktime_get_ns() - *exec_at > FOUND_ONLY_NS && !s.jvm && !s.v8)
 				return -1;
 			image_at = *exec_at;
 		} else {
 			// Not exec'd since the sampler started: a child forked
 			// without an exec is walked with its parent's mappings.
 			parent = forked_from(task);
-			if (!parent && !s.jvm)
+			if (!parent && !s.jvm && !s.v8)
 				return -1;
 			image_at = task->start_time; // tells it from a later pid's
 		}
@@ -1691,6 +1782,7 @@ static __always_inline void proc_exec_locked(struct task_struct *p)
 		// The old image's tables describe mappings that are gone.
 		bpf_map_delete_elem(&proc_unwinds, &pid);
 		bpf_map_delete_elem(&jvm_unwinds, &pid);
+		bpf_map_delete_elem(&v8_procs, &pid);
 		exe_unwind_at_exec(p, pid);
 	}
 	// Only a process user space knows needs telling: it drops what it read
@@ -1743,6 +1835,7 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	if (dwarf_unwind) {
 		bpf_map_delete_elem(&proc_unwinds, &pid);
 		bpf_map_delete_elem(&jvm_unwinds, &pid);
+		bpf_map_delete_elem(&v8_procs, &pid);
 		bpf_map_delete_elem(&exec_times, &pid);
 		bpf_map_delete_elem(&mapped_files, &pid);
 	}

@@ -60,16 +60,14 @@ type hotSpotCode struct {
 	// (a sampler turned off and on again by the kill switch is told
 	// again).
 	unwoundBy *sampler.Sampler
-	// seen, seenOlder: the names of the JVM's frames (code addresses,
-	// interpreted frames' entries; hotspot.CodeCache.Frames) as they were
-	// read while it ran: when the kernel first found the frame on a stack
+	// seen: the names of the JVM's frames (code addresses, interpreted
+	// frames' entries; hotspot.CodeCache.Frames) as they were read while
+	// it ran: when the kernel first found the frame on a stack
 	// (sampler.EventJavaFrame) and at each drain that named it. A drain
 	// reads the JVM's memory, which is gone once it exits: these name the
 	// frames of a JVM that exited before the drain (a build's javac, a
-	// test run's JVM, the last interval of any JVM). seen is the newer
-	// generation; when it fills (maxJavaFramesSeen) it becomes seenOlder
-	// and the older one goes, so what the drains keep naming stays.
-	seen, seenOlder map[uint64]seenFrame
+	// test run's JVM, the last interval of any JVM).
+	seen namesSeen[seenFrame]
 }
 
 // seenFrame is the name of a JVM's frame read while the JVM ran;
@@ -82,22 +80,12 @@ type seenFrame struct {
 
 // remember keeps frames as the name of the JVM's frame key. h.mu is held.
 func (h *hotSpotCode) remember(key uint64, frames []hotspot.Frame, reportedAt time.Time) {
-	if len(h.seen) >= maxJavaFramesSeen {
-		h.seen, h.seenOlder = nil, h.seen
-	}
-	if h.seen == nil {
-		h.seen = map[uint64]seenFrame{}
-	}
-	h.seen[key] = seenFrame{frames, reportedAt}
+	h.seen.remember(key, seenFrame{frames, reportedAt}, maxJavaFramesSeen)
 }
 
 // remembered returns the name remember kept for key. h.mu is held.
 func (h *hotSpotCode) remembered(key uint64) (seenFrame, bool) {
-	if f, ok := h.seen[key]; ok {
-		return f, true
-	}
-	f, ok := h.seenOlder[key]
-	return f, ok
+	return h.seen.remembered(key)
 }
 
 // readable reports whether the JVM's code cache is open.
@@ -201,12 +189,7 @@ func (r *profileReceiver) nameInterpreted(proc *processEntry, j *jitSymbols, fra
 // live JVM reads the frame again. Only JVMs whose code cache is open are
 // walked so.
 func (r *profileReceiver) nameJavaFrameNow(pid int, start, frame uint64) {
-	r.procs.mu.Lock()
-	var j *jitSymbols
-	if e := r.procs.entries[pid]; e != nil && (e.startTime == 0 || e.startTime == start) {
-		j = e.jit.Load()
-	}
-	r.procs.mu.Unlock()
+	j := r.procs.jitSymbolsOf(pid, start)
 	if j == nil {
 		return
 	}

@@ -52,7 +52,7 @@ func TestJavaFramesSeenKeepTwoGenerations(t *testing.T) {
 			h.remember(hot, name(hot), time.Time{})
 		}
 	}
-	if n := len(h.seen) + len(h.seenOlder); n > 2*maxJavaFramesSeen {
+	if n := h.seen.len(); n > 2*maxJavaFramesSeen {
 		t.Errorf("%d names kept, want at most %d", n, 2*maxJavaFramesSeen)
 	}
 	if f, ok := h.remembered(hot); !ok || f.frames[0].Function != fmt.Sprint("m", uint64(hot)) {

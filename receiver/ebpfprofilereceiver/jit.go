@@ -55,6 +55,8 @@ type jitSymbols struct {
 	notHotSpot atomic.Pointer[symbolize.Process]
 	// code: a HotSpot JVM's generated code, named from its memory.
 	code hotSpotCode
+	// v8: a Node.js process's JavaScript functions, named from its memory.
+	v8 v8Functions
 
 	// The requests to a HotSpot JVM to write its map (java_perf_map).
 	askMu     sync.Mutex
@@ -79,6 +81,7 @@ type jitSymbols struct {
 func (j *jitSymbols) close() {
 	_ = j.m.Close()
 	j.code.close()
+	j.v8.close()
 	j.askMu.Lock()
 	f := j.written
 	j.written, j.closed = nil, true
@@ -86,6 +89,19 @@ func (j *jitSymbols) close() {
 	if f != nil {
 		_ = f.Remove() // a file that cannot be removed stays, as without the option
 	}
+}
+
+// jitSymbolsOf returns the JIT symbols of the process pid started at
+// start (clock ticks), if its entry has them: the process a kernel's
+// report (a JVM's frame, a Node.js function) came from, not one that
+// reused its pid. A process not in the table is not read for it.
+func (t *processTable) jitSymbolsOf(pid int, start uint64) *jitSymbols {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.entries[pid]; e != nil && (e.startTime == 0 || e.startTime == start) {
+		return e.jit.Load()
+	}
+	return nil
 }
 
 // jitFor returns e's perf map, creating it on first use.
@@ -121,6 +137,20 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	unnamed, inAnon := 0, 0
 	for i := range frames {
 		f := &frames[i]
+		if sfi, ok := sampler.V8Function(f.Address); ok && f.Kind != profilebuilder.Kernel {
+			if j == nil {
+				j = proc.jitFor(proc.snapshot.PID)
+			}
+			// Only a walk with the process's V8 layout puts a function
+			// in a stack.
+			if _, isV8 := v8Binary(proc.snapshot); isV8 {
+				f.Address, f.Function, f.Kind = 0, "[unknown]", profilebuilder.JIT
+				if vf, ok := r.nameV8Function(proc, j, sfi, readBefore); ok {
+					f.Function, f.File, f.Line = vf.Name, vf.File, int64(vf.Line)
+				}
+				continue
+			}
+		}
 		if _, _, ok := sampler.JavaInterpreted(f.Address); ok && f.Kind != profilebuilder.Kernel && !r.hotSpotCodeOff {
 			if j == nil {
 				j = proc.jitFor(proc.snapshot.PID)
@@ -188,6 +218,37 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	}
 	return withInlined(frames, inlined)
 }
+
+// namesSeen keeps the names of a JIT runtime's frames (a JVM's code, a
+// Node.js process's functions) read while the process ran, by the key its
+// stacks hold, for the drains that can no longer read it (it exited). Two
+// generations of at most max names each: when the newer fills, it becomes
+// the older and the older one goes, so what the drains keep naming (and
+// so remembering again) stays.
+type namesSeen[V any] struct {
+	newer, older map[uint64]V
+}
+
+func (s *namesSeen[V]) remember(key uint64, v V, max int) {
+	if len(s.newer) >= max {
+		s.newer, s.older = nil, s.newer
+	}
+	if s.newer == nil {
+		s.newer = map[uint64]V{}
+	}
+	s.newer[key] = v
+}
+
+func (s *namesSeen[V]) remembered(key uint64) (V, bool) {
+	if v, ok := s.newer[key]; ok {
+		return v, true
+	}
+	v, ok := s.older[key]
+	return v, ok
+}
+
+// len is how many names are kept.
+func (s *namesSeen[V]) len() int { return len(s.newer) + len(s.older) }
 
 // inlinedAt is the methods a JIT inlined at frames[i], innermost first.
 type inlinedAt struct {
@@ -417,10 +478,16 @@ func (t *processTable) holdPerfMap(pid int, lookAgain bool, started uint64) (don
 		t.openHotSpot(e, j)
 		hotSpotOpen = j.code.readable()
 	}
+	// So is a Node.js process's V8 layout.
+	v8Open := false
+	if t.openV8 != nil {
+		t.openV8(e, j)
+		v8Open = j.v8.readable()
+	}
 	if err := j.m.Hold(); err != nil {
 		t.logger.Debug("hold perf map", zap.Int("pid", pid), zap.Error(err))
 	}
-	return j.m.Held() || hotSpotOpen
+	return j.m.Held() || hotSpotOpen || v8Open
 }
 
 // perfMapLook is a look for a process's perf map to come (holdPerfMap).

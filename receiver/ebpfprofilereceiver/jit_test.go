@@ -215,6 +215,13 @@ func (r *runtimeRun) runGated(t *testing.T, rs ...*profileReceiver) {
 			if e == nil || e.snapshot == nil || (rc.procs.unwind.Load() != nil && !e.unwindDecided.Load()) {
 				return false
 			}
+			// A Node.js process: its JavaScript frames are put in its
+			// stacks as functions once the kernel has its V8 layout.
+			if _, node := v8Binary(e.snapshot); node && !rc.v8Off && rc.cfg.Unwinding == UnwindingAuto {
+				if j := e.jit.Load(); j == nil || !j.v8.settled(rc.sampler) {
+					return false
+				}
+			}
 		}
 		return true
 	}
@@ -392,8 +399,66 @@ func TestNodeJITFramesOfAnExitedProcess(t *testing.T) {
 	checkScriptSplitWith(t, cfg, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
 }
 
+// TestNodeFunctionsNamedFromV8: Node.js without --perf-basic-prof. The
+// kernel puts each JavaScript frame's function in the stack, and the agent
+// names it from the process's V8 heap, with its script and first line:
+// interpreted, baseline and optimized frames alike. (--no-turbo-inlining:
+// an inlined function is named as the function it was inlined into, as
+// with a perf map.)
+func TestNodeFunctionsNamedFromV8(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
+	}
+	checkV8Split(t, testConfig(), node)
+}
+
+// TestNodeFunctionsOfAnExitedProcess: a Node.js program that exits before
+// the interval ends keeps its functions' names: each was named when the
+// kernel first reported it, while the program ran. The interval is longer
+// than the test, so the only drain is the receiver's last, after the
+// program exited.
+func TestNodeFunctionsOfAnExitedProcess(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
+	}
+	cfg := testConfig()
+	cfg.Interval = time.Hour
+	checkV8Split(t, cfg, node)
+}
+
+// checkV8Split runs the Node.js split without a perf map and checks it
+// as checkScriptSplitWith does, and hotA's first line (line 2 of splitJS).
+func checkV8Split(t *testing.T, cfg *Config, node string) {
+	t.Helper()
+	cfg.TraceContext.Enabled = false
+	res := runSplit(t, cfg, "split.js", splitJS, node, "--no-turbo-inlining")
+	minSamples := int64(0.25 * testworkload.ExpectedSamples(res.cmd, cfg.FrequencyHz))
+	tallyJITSplit(res.tally).check(t, res.measured, minSamples, res.tally)
+	assertFrameFileLine(t, res.profiles, "hotA", res.script, 2, profileschema.FrameTypeJIT)
+	// The caller between the loop and the hot functions is named too.
+	var timed, hot int64
+	for stack, n := range res.tally.Folded {
+		frames := testworkload.UserFrames(stack)
+		if slices.ContainsFunc(frames, func(f string) bool {
+			return strings.HasPrefix(f, "hot") && strings.HasSuffix(f, profileschema.JITSuffix)
+		}) {
+			hot += n
+			if slices.Contains(frames, "timed"+profileschema.JITSuffix) {
+				timed += n
+			}
+		}
+	}
+	t.Logf("%d of %d samples in the hot functions under timed", timed, hot)
+	if timed*10 < hot*9 {
+		t.Errorf("%d of %d samples in the hot functions under timed, want ≥ 90 %%; top:%s", timed, hot, res.tally.Top(5))
+	}
+}
+
 // TestNodeJITFramesWithoutAMapAreUnknown: Node.js without --perf-basic-prof
-// writes no map, so nothing names its compiled code. Those frames are
+// writes no map, and with its V8 heap not read (v8Off: a binary whose
+// layout cannot be used) nothing names its compiled code. Those frames are
 // profileschema.UnknownFrame: one frame, not one per sampled instruction
 // named by its address (which named nothing: the code was in anonymous
 // memory of a process that is gone), so its samples in the same JS
@@ -416,6 +481,7 @@ func TestNodeJITFramesWithoutAMapAreUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.v8Off = true
 	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}

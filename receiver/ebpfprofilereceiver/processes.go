@@ -121,6 +121,9 @@ type processTable struct {
 	// openHotSpot, when set, is given each JVM the perf map's looks meet
 	// (holdPerfMap), to read its code cache as soon as it has one.
 	openHotSpot func(e *processEntry, j *jitSymbols)
+	// openV8, when set, is given each process the perf map's looks meet,
+	// to read a Node.js process's V8 layout as soon as it is seen.
+	openV8 func(e *processEntry, j *jitSymbols)
 
 	// attachQueue feeds the worker that attaches unwind tables needing
 	// one-time work (attachWorker).

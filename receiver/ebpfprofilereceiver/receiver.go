@@ -61,6 +61,13 @@ type profileReceiver struct {
 	// interpreter's range, so compiled and interpreted frames are walked by
 	// frame pointer (tests of what the kernel's HotSpot steps add).
 	hotSpotUnwindOff bool
+	// v8Layouts: the V8 layout (*nodev8.Layout) or the error of each
+	// Node.js binary read, by device and inode; v8Unread: the binaries
+	// whose layout could not be used, logged once each.
+	v8Layouts, v8Unread sync.Map
+	// v8Off: Node.js processes' functions are not named from their memory
+	// (tests of the perf map's path).
+	v8Off bool
 
 	// mu guards the sampler and everything that symbolizes (the frame
 	// buffers below are shared).
@@ -147,6 +154,7 @@ func (r *profileReceiver) start(ctx context.Context, host component.Host) error 
 	r.symbolizer = symbolize.New(opts)
 	r.procs = newProcessTable(r.cfg, r.host, r.set.Logger, r.symbolizer, r.work)
 	r.procs.openHotSpot = r.openHotSpotEarly
+	r.procs.openV8 = r.openV8Early
 	if bc := r.cfg.BinaryCache; bc.Directory != "" {
 		c, err := binarycache.Open(bc.Directory, int64(bc.MaxMiB)<<20, r.set.Logger)
 		if err != nil {
@@ -422,6 +430,8 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 			}
 		case sampler.EventJavaFrame:
 			r.nameJavaFrameNow(pid, ev.StartTime, ev.Code)
+		case sampler.EventV8Function:
+			r.nameV8FunctionNow(pid, ev.StartTime, ev.Code)
 		}
 		r.procs.eventHandled(ev)
 	}
@@ -766,11 +776,13 @@ const (
 
 // hasUnmappedUserFrame says whether a user frame lies in no mapping the
 // process's snapshot knows, so that the maps are read again. An interpreted
-// Java frame (bit 63 set) is in no mapping by design: it asks no re-read.
+// Java frame (bit 63 set) and a JavaScript function (bit 62) are in no
+// mapping by design: they ask no re-read.
 func hasUnmappedUserFrame(frames []profilebuilder.Frame) bool {
 	for i := range frames {
 		if frames[i].Kind != profilebuilder.Kernel && frames[i].Mapping == nil {
-			if _, _, java := sampler.JavaInterpreted(frames[i].Address); !java {
+			_, _, java := sampler.JavaInterpreted(frames[i].Address)
+			if _, js := sampler.V8Function(frames[i].Address); !java && !js {
 				return true
 			}
 		}

@@ -143,7 +143,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.ReceiverEbpfprofileProcessEventsLost, err = builder.meter.Int64Counter(
 		"otelcol_receiver_ebpfprofile_process_events_lost",
-		metric.WithDescription("Process events (first sample, exec, exit, code mapped, a Python code object or a JVM's frame first on a stack) the kernel dropped because the receiver fell behind reading them and their ring buffer was full. A process whose first sample was dropped is announced at its next sample (counted again each time); until then a drain that meets it reads it, and one that has exited by then loses its names. A dropped code object or frame is reported again at its next sample. [Alpha]"),
+		metric.WithDescription("Process events (first sample, exec, exit, code mapped, a Python code object, a JVM's frame or a Node.js function first on a stack) the kernel dropped because the receiver fell behind reading them and their ring buffer was full. A process whose first sample was dropped is announced at its next sample (counted again each time); until then a drain that meets it reads it, and one that has exited by then loses its names. A dropped code object, frame or function is reported again at its next sample. [Alpha]"),
 		metric.WithUnit("{event}"),
 	)
 	errs = errors.Join(errs, err)

@@ -178,7 +178,7 @@ func AssertEqualReceiverEbpfprofileMemoryMapLookups(t *testing.T, tt *componentt
 func AssertEqualReceiverEbpfprofileProcessEventsLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_process_events_lost",
-		Description: "Process events (first sample, exec, exit, code mapped, a Python code object or a JVM's frame first on a stack) the kernel dropped because the receiver fell behind reading them and their ring buffer was full. A process whose first sample was dropped is announced at its next sample (counted again each time); until then a drain that meets it reads it, and one that has exited by then loses its names. A dropped code object or frame is reported again at its next sample. [Alpha]",
+		Description: "Process events (first sample, exec, exit, code mapped, a Python code object, a JVM's frame or a Node.js function first on a stack) the kernel dropped because the receiver fell behind reading them and their ring buffer was full. A process whose first sample was dropped is announced at its next sample (counted again each time); until then a drain that meets it reads it, and one that has exited by then loses its names. A dropped code object, frame or function is reported again at its next sample. [Alpha]",
 		Unit:        "{event}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

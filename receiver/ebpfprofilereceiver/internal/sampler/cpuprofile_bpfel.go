@@ -193,6 +193,17 @@ type cpuProfileUnwindRow struct {
 	CfaOff  uint16
 }
 
+type cpuProfileV8Proc struct {
+	_             structs.HostLayout
+	FpContext     int32
+	FpFunction    int32
+	OffMap        uint32
+	OffType       uint32
+	OffShared     uint32
+	FunctionFirst uint16
+	FunctionLast  uint16
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -222,6 +233,8 @@ const (
 	cpuProfileMapStats                = "stats"
 	cpuProfileMapTracesCtxV1          = "traces_ctx_v1"
 	cpuProfileMapUnwindTables         = "unwind_tables"
+	cpuProfileMapV8FunctionsReported  = "v8_functions_reported"
+	cpuProfileMapV8Procs              = "v8_procs"
 	cpuProfileProgCaptureSample       = "capture_sample"
 	cpuProfileProgCpuSample           = "cpu_sample"
 	cpuProfileProgProcExec            = "proc_exec"
@@ -243,6 +256,7 @@ const (
 	cpuProfileVarUnusedStackTrace     = "unused_stack_trace"
 	cpuProfileVarUnusedUnwindMapping  = "unused_unwind_mapping"
 	cpuProfileVarUnusedUnwindRow      = "unused_unwind_row"
+	cpuProfileVarUnusedV8Proc         = "unused_v8_proc"
 )
 
 // loadCpuProfile returns the embedded CollectionSpec for cpuProfile.
@@ -298,31 +312,33 @@ type cpuProfileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cpuProfileMapSpecs struct {
-	CaptureCounts     *ebpf.MapSpec `ebpf:"capture_counts"`
-	CapturePids       *ebpf.MapSpec `ebpf:"capture_pids"`
-	CaptureStacks     *ebpf.MapSpec `ebpf:"capture_stacks"`
-	CaptureStats      *ebpf.MapSpec `ebpf:"capture_stats"`
-	Counts0           *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1           *ebpf.MapSpec `ebpf:"counts_1"`
-	Events            *ebpf.MapSpec `ebpf:"events"`
-	ExeUnwinds        *ebpf.MapSpec `ebpf:"exe_unwinds"`
-	ExecTimes         *ebpf.MapSpec `ebpf:"exec_times"`
-	GoTraces          *ebpf.MapSpec `ebpf:"go_traces"`
-	InExec            *ebpf.MapSpec `ebpf:"in_exec"`
-	JvmFramesReported *ebpf.MapSpec `ebpf:"jvm_frames_reported"`
-	JvmUnwinds        *ebpf.MapSpec `ebpf:"jvm_unwinds"`
-	MappedFiles       *ebpf.MapSpec `ebpf:"mapped_files"`
-	ProcUnwindScratch *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
-	ProcUnwinds       *ebpf.MapSpec `ebpf:"proc_unwinds"`
-	PyCodesReported   *ebpf.MapSpec `ebpf:"py_codes_reported"`
-	PyProcs           *ebpf.MapSpec `ebpf:"py_procs"`
-	SeenPids          *ebpf.MapSpec `ebpf:"seen_pids"`
-	StackScratch      *ebpf.MapSpec `ebpf:"stack_scratch"`
-	Stacks0           *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1           *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats             *ebpf.MapSpec `ebpf:"stats"`
-	TracesCtxV1       *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
-	UnwindTables      *ebpf.MapSpec `ebpf:"unwind_tables"`
+	CaptureCounts       *ebpf.MapSpec `ebpf:"capture_counts"`
+	CapturePids         *ebpf.MapSpec `ebpf:"capture_pids"`
+	CaptureStacks       *ebpf.MapSpec `ebpf:"capture_stacks"`
+	CaptureStats        *ebpf.MapSpec `ebpf:"capture_stats"`
+	Counts0             *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1             *ebpf.MapSpec `ebpf:"counts_1"`
+	Events              *ebpf.MapSpec `ebpf:"events"`
+	ExeUnwinds          *ebpf.MapSpec `ebpf:"exe_unwinds"`
+	ExecTimes           *ebpf.MapSpec `ebpf:"exec_times"`
+	GoTraces            *ebpf.MapSpec `ebpf:"go_traces"`
+	InExec              *ebpf.MapSpec `ebpf:"in_exec"`
+	JvmFramesReported   *ebpf.MapSpec `ebpf:"jvm_frames_reported"`
+	JvmUnwinds          *ebpf.MapSpec `ebpf:"jvm_unwinds"`
+	MappedFiles         *ebpf.MapSpec `ebpf:"mapped_files"`
+	ProcUnwindScratch   *ebpf.MapSpec `ebpf:"proc_unwind_scratch"`
+	ProcUnwinds         *ebpf.MapSpec `ebpf:"proc_unwinds"`
+	PyCodesReported     *ebpf.MapSpec `ebpf:"py_codes_reported"`
+	PyProcs             *ebpf.MapSpec `ebpf:"py_procs"`
+	SeenPids            *ebpf.MapSpec `ebpf:"seen_pids"`
+	StackScratch        *ebpf.MapSpec `ebpf:"stack_scratch"`
+	Stacks0             *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1             *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats               *ebpf.MapSpec `ebpf:"stats"`
+	TracesCtxV1         *ebpf.MapSpec `ebpf:"traces_ctx_v1"`
+	UnwindTables        *ebpf.MapSpec `ebpf:"unwind_tables"`
+	V8FunctionsReported *ebpf.MapSpec `ebpf:"v8_functions_reported"`
+	V8Procs             *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // cpuProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -345,6 +361,7 @@ type cpuProfileVariableSpecs struct {
 	UnusedStackTrace     *ebpf.VariableSpec `ebpf:"unused_stack_trace"`
 	UnusedUnwindMapping  *ebpf.VariableSpec `ebpf:"unused_unwind_mapping"`
 	UnusedUnwindRow      *ebpf.VariableSpec `ebpf:"unused_unwind_row"`
+	UnusedV8Proc         *ebpf.VariableSpec `ebpf:"unused_v8_proc"`
 }
 
 // cpuProfileObjects contains all objects after they have been loaded into the kernel.
@@ -367,31 +384,33 @@ func (o *cpuProfileObjects) Close() error {
 //
 // It can be passed to loadCpuProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cpuProfileMaps struct {
-	CaptureCounts     *ebpf.Map `ebpf:"capture_counts"`
-	CapturePids       *ebpf.Map `ebpf:"capture_pids"`
-	CaptureStacks     *ebpf.Map `ebpf:"capture_stacks"`
-	CaptureStats      *ebpf.Map `ebpf:"capture_stats"`
-	Counts0           *ebpf.Map `ebpf:"counts_0"`
-	Counts1           *ebpf.Map `ebpf:"counts_1"`
-	Events            *ebpf.Map `ebpf:"events"`
-	ExeUnwinds        *ebpf.Map `ebpf:"exe_unwinds"`
-	ExecTimes         *ebpf.Map `ebpf:"exec_times"`
-	GoTraces          *ebpf.Map `ebpf:"go_traces"`
-	InExec            *ebpf.Map `ebpf:"in_exec"`
-	JvmFramesReported *ebpf.Map `ebpf:"jvm_frames_reported"`
-	JvmUnwinds        *ebpf.Map `ebpf:"jvm_unwinds"`
-	MappedFiles       *ebpf.Map `ebpf:"mapped_files"`
-	ProcUnwindScratch *ebpf.Map `ebpf:"proc_unwind_scratch"`
-	ProcUnwinds       *ebpf.Map `ebpf:"proc_unwinds"`
-	PyCodesReported   *ebpf.Map `ebpf:"py_codes_reported"`
-	PyProcs           *ebpf.Map `ebpf:"py_procs"`
-	SeenPids          *ebpf.Map `ebpf:"seen_pids"`
-	StackScratch      *ebpf.Map `ebpf:"stack_scratch"`
-	Stacks0           *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1           *ebpf.Map `ebpf:"stacks_1"`
-	Stats             *ebpf.Map `ebpf:"stats"`
-	TracesCtxV1       *ebpf.Map `ebpf:"traces_ctx_v1"`
-	UnwindTables      *ebpf.Map `ebpf:"unwind_tables"`
+	CaptureCounts       *ebpf.Map `ebpf:"capture_counts"`
+	CapturePids         *ebpf.Map `ebpf:"capture_pids"`
+	CaptureStacks       *ebpf.Map `ebpf:"capture_stacks"`
+	CaptureStats        *ebpf.Map `ebpf:"capture_stats"`
+	Counts0             *ebpf.Map `ebpf:"counts_0"`
+	Counts1             *ebpf.Map `ebpf:"counts_1"`
+	Events              *ebpf.Map `ebpf:"events"`
+	ExeUnwinds          *ebpf.Map `ebpf:"exe_unwinds"`
+	ExecTimes           *ebpf.Map `ebpf:"exec_times"`
+	GoTraces            *ebpf.Map `ebpf:"go_traces"`
+	InExec              *ebpf.Map `ebpf:"in_exec"`
+	JvmFramesReported   *ebpf.Map `ebpf:"jvm_frames_reported"`
+	JvmUnwinds          *ebpf.Map `ebpf:"jvm_unwinds"`
+	MappedFiles         *ebpf.Map `ebpf:"mapped_files"`
+	ProcUnwindScratch   *ebpf.Map `ebpf:"proc_unwind_scratch"`
+	ProcUnwinds         *ebpf.Map `ebpf:"proc_unwinds"`
+	PyCodesReported     *ebpf.Map `ebpf:"py_codes_reported"`
+	PyProcs             *ebpf.Map `ebpf:"py_procs"`
+	SeenPids            *ebpf.Map `ebpf:"seen_pids"`
+	StackScratch        *ebpf.Map `ebpf:"stack_scratch"`
+	Stacks0             *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1             *ebpf.Map `ebpf:"stacks_1"`
+	Stats               *ebpf.Map `ebpf:"stats"`
+	TracesCtxV1         *ebpf.Map `ebpf:"traces_ctx_v1"`
+	UnwindTables        *ebpf.Map `ebpf:"unwind_tables"`
+	V8FunctionsReported *ebpf.Map `ebpf:"v8_functions_reported"`
+	V8Procs             *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *cpuProfileMaps) Close() error {
@@ -421,6 +440,8 @@ func (m *cpuProfileMaps) Close() error {
 		m.Stats,
 		m.TracesCtxV1,
 		m.UnwindTables,
+		m.V8FunctionsReported,
+		m.V8Procs,
 	)
 }
 
@@ -444,6 +465,7 @@ type cpuProfileVariables struct {
 	UnusedStackTrace     *ebpf.Variable `ebpf:"unused_stack_trace"`
 	UnusedUnwindMapping  *ebpf.Variable `ebpf:"unused_unwind_mapping"`
 	UnusedUnwindRow      *ebpf.Variable `ebpf:"unused_unwind_row"`
+	UnusedV8Proc         *ebpf.Variable `ebpf:"unused_v8_proc"`
 }
 
 // cpuProfilePrograms contains all programs after they have been loaded into the kernel.

@@ -42,6 +42,11 @@ const (
 	// the JVM lives, since its samples are symbolized only at the
 	// interval's end.
 	EventJavaFrame EventKind = 6
+	// EventV8Function: a JavaScript function (Code: its
+	// SharedFunctionInfo, tagged) of a Node.js process walked with its V8
+	// layout (SetV8) was on a stack for the first time: name it now,
+	// while the process lives.
+	EventV8Function EventKind = 7
 )
 
 func (k EventKind) String() string {
@@ -58,6 +63,8 @@ func (k EventKind) String() string {
 		return "python_code"
 	case EventJavaFrame:
 		return "java_frame"
+	case EventV8Function:
+		return "v8_function"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -77,7 +84,8 @@ type ProcEvent struct {
 	// Code is the code object's address (EventPythonCode), or the JVM's
 	// frame (EventJavaFrame: an interpreted frame's entry, JavaInterpreted,
 	// or a code address; a caller's is its call's, one before the return
-	// address).
+	// address), or the JavaScript function's SharedFunctionInfo
+	// (EventV8Function).
 	Code uint64
 	// CgroupID is the process's cgroup on the cgroup v2 hierarchy at the
 	// event (the inode number of its directory; at an exec, the cgroup the

@@ -9,7 +9,7 @@
 // caller can read /proc/PID/maps while a process is still alive.
 package sampler
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind -type found_mapping -type exe_key -type exe_unwind -type jvm_unwind -type py_proc cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type sample_key -type sample_stats -type stack_trace -type lifecycle_event -type unwind_row -type unwind_mapping -type proc_unwind -type found_mapping -type exe_key -type exe_unwind -type jvm_unwind -type v8_proc -type py_proc cpuProfile ../../../../bpf/cpu_profile.bpf.c -- -I../../../../bpf
 
 import (
 	"errors"
@@ -199,6 +199,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		cpuProfileMapPyProcs:      s.objs.PyProcs,
 		cpuProfileMapMappedFiles:  s.objs.MappedFiles,
 		cpuProfileMapJvmUnwinds:   s.objs.JvmUnwinds,
+		cpuProfileMapV8Procs:      s.objs.V8Procs,
 	}
 	maps.Copy(s.shared, traceMaps)
 	s.sets = [2]mapSet{
@@ -210,7 +211,7 @@ func open(cfg Config, editSpec func(*ebpf.CollectionSpec)) (*Sampler, error) {
 		return nil, fmt.Errorf("set active map set: %w", err)
 	}
 	s.mapBytes, err = mapMemory(s.objs.Counts0, s.objs.Counts1, s.objs.Stacks0, s.objs.Stacks1,
-		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds, s.objs.ExecTimes, s.objs.PyProcs, s.objs.MappedFiles, s.objs.JvmUnwinds)
+		s.objs.Stats, s.objs.SeenPids, s.objs.Events, s.objs.Bss, s.objs.UnwindTables, s.objs.ProcUnwinds, s.objs.ExecTimes, s.objs.PyProcs, s.objs.MappedFiles, s.objs.JvmUnwinds, s.objs.V8Procs)
 	if err != nil {
 		s.closeObjects()
 		return nil, err
@@ -285,6 +286,7 @@ func (s *Sampler) attachLifecycle(spec *ebpf.CollectionSpec, cache *btf.Cache) e
 		cpuProfileMapUnwindTables:      s.objs.UnwindTables,
 		cpuProfileMapMappedFiles:       s.objs.MappedFiles, // dropped at exit
 		cpuProfileMapJvmUnwinds:        s.objs.JvmUnwinds,  // dropped at exec and exit
+		cpuProfileMapV8Procs:           s.objs.V8Procs,     // dropped at exec and exit
 	}
 	// The exit program drops an exiting thread's trace context, so it must
 	// see the same maps as the sampler (or the sampler's placeholders).

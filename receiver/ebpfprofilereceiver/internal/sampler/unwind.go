@@ -422,6 +422,22 @@ func JavaInterpreted(entry uint64) (method uint64, bci int, ok bool) {
 	return entry & (1<<javaBCIShift - 1), bci, true
 }
 
+// A JavaScript frame's entry in a user stack, in place of its pc
+// (bpf/cpu_profile.bpf.c, v8_function): bit 62 (no code address has it;
+// a Java entry has bit 63) and the function's SharedFunctionInfo, a
+// tagged pointer.
+const v8Function = 1 << 62
+
+// V8Function decodes a user stack's entry for a JavaScript frame: the
+// function's SharedFunctionInfo as V8 stores it (tagged); ok is false for
+// any other entry.
+func V8Function(entry uint64) (sfi uint64, ok bool) {
+	if entry&(javaInterpreted|v8Function) != v8Function {
+		return 0, false
+	}
+	return entry &^ v8Function, true
+}
+
 // MaxJVMHeaps is how many code heaps of a JVM the kernel's walk knows
 // (JDK 9+ segments its code cache into three).
 const MaxJVMHeaps = len(cpuProfileJvmUnwind{}.Heap)
