@@ -464,8 +464,12 @@ func (t *processTable) holdPerfMap(pid int, lookAgain bool, started uint64) (don
 	}
 	// Made while the entry is in the table: an entry closed after this
 	// closes its perf map too, and Hold on a closed map does nothing.
+	// A Node.js process's functions are named from its first read on,
+	// not from the first look (250 ms later): most of a short script's
+	// life.
 	j := e.jit.Load()
-	if j == nil && (lookAgain || hasAnonymousCode(e.snapshot)) {
+	_, node := v8Binary(e.snapshot)
+	if j == nil && (lookAgain || hasAnonymousCode(e.snapshot) || (node && t.openV8 != nil)) {
 		j = e.jitFor(pid)
 	}
 	t.mu.Unlock()

@@ -130,9 +130,12 @@ func (r *profileReceiver) v8LayoutOf(pid int, m symbolize.Mapping) (*nodev8.Layo
 // memory on the looks that follow its start (holdPerfMap), and has the
 // kernel put its JavaScript functions in its stacks from then on. A
 // binary without a usable layout is logged once, and its JavaScript
-// frames are named from a perf map only, as before.
+// frames are named from a perf map only (--perf-basic-prof), as with
+// unwinding: frame_pointer.
 func (r *profileReceiver) openV8Early(proc *processEntry, j *jitSymbols) {
-	if r.v8Off {
+	// Only the in-kernel walk puts functions in the stacks: with frame
+	// pointers alone, JavaScript frames are named from a perf map.
+	if r.v8Off || r.cfg.Unwinding != UnwindingAuto {
 		return
 	}
 	m, ok := v8Binary(proc.snapshot)
@@ -168,7 +171,7 @@ func (r *profileReceiver) openV8Early(proc *processEntry, j *jitSymbols) {
 	defer v.mu.Unlock()
 	if v.namer != nil && v.setBy != r.sampler {
 		v.setBy = r.sampler
-		if r.sampler == nil || r.cfg.Unwinding != UnwindingAuto {
+		if r.sampler == nil {
 			return
 		}
 		if err := r.sampler.SetV8(uint32(proc.snapshot.PID), v.layout); err != nil {

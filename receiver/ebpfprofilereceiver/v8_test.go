@@ -76,3 +76,26 @@ func TestV8FunctionsSeenKeepTwoGenerations(t *testing.T) {
 		t.Error("the first function, two generations back, is still kept")
 	}
 }
+
+// TestV8NotReadWithFramePointers: with unwinding: frame_pointer the kernel
+// puts no function in a stack, so a Node.js process's layout and memory
+// are not read, and its perf map's looks go on as before (a V8 process
+// read counted as done looking).
+func TestV8NotReadWithFramePointers(t *testing.T) {
+	cfg := createDefaultConfig()
+	cfg.Unwinding = UnwindingFramePointer
+	r, err := newReceiver(receivertest.NewNopSettings(typeStr), cfg, new(consumertest.ProfilesSink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := &processEntry{snapshot: &symbolize.Process{PID: os.Getpid(), Mappings: []symbolize.Mapping{{Start: 0x400000, Limit: 0x401000, Path: "/usr/bin/node"}}}}
+	r.procs = &processTable{procRoot: "/proc"}
+	j := proc.jitFor(os.Getpid())
+	defer j.close()
+	r.openV8Early(proc, j)
+	j.v8.mu.Lock()
+	defer j.v8.mu.Unlock()
+	if j.v8.namer != nil || j.v8.failed {
+		t.Errorf("a Node.js process was read with unwinding: frame_pointer (memory open %v, failed %v)", j.v8.namer != nil, j.v8.failed)
+	}
+}

@@ -28,8 +28,8 @@
 // object's type is checked (its map, and the map's map) before it is
 // trusted, so memory that V8's garbage collector freed or moved since the
 // sample gives an error, not a wrong name. Scripts are cached per Namer,
-// 256 at most, and each entry is checked against the Script's fields at
-// each use.
+// 256 at most with 1 MB of line tables over all of them, and each entry
+// is checked against the Script's fields at each use.
 //
 // What it does not do: it names the function whose frame it is, not the
 // functions optimized code inlined into it, and gives the function's first

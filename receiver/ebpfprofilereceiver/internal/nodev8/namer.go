@@ -23,7 +23,7 @@ const (
 	maxContextLocals   = 1 << 16 // context locals of a ScopeInfo believed
 	scopeTailSlots     = 8       // ScopeInfo slots read after the locals: name, inferred name, positions
 	maxCachedScripts   = 256     // scripts kept per Namer ...
-	maxCachedLineEnds  = 4 << 20 // ... and line-table entries kept over all of them
+	maxCachedLineEnds  = 1 << 18 // ... and line-table entries kept over all of them (1 MB)
 	sourceChunkBytes   = 64 << 10
 	anonymousName      = "(anonymous)"
 	lowestHeapAddress  = 1 << 16
