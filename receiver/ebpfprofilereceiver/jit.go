@@ -130,6 +130,9 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 	}
 	var j *jitSymbols
 	var inlined []inlinedAt
+	// node: the process maps node's binary, looked up at its first
+	// JavaScript frame, once per stack rather than per frame.
+	var node *bool
 	// unnamed: frames the map did not name; inAnon: those of them in
 	// anonymous memory the process had mapped when it was read, a JIT's
 	// code (the others may be in memory mapped since, or no code at all:
@@ -143,7 +146,11 @@ func (r *profileReceiver) nameJITFrames(proc *processEntry, frames []profilebuil
 			}
 			// Only a walk with the process's V8 layout puts a function
 			// in a stack.
-			if _, isV8 := v8Binary(proc.snapshot); isV8 {
+			if node == nil {
+				_, isV8 := v8Binary(proc.snapshot)
+				node = &isV8
+			}
+			if *node {
 				f.Address, f.Function, f.Kind = 0, "[unknown]", profilebuilder.JIT
 				if vf, ok := r.nameV8Function(proc, j, sfi, readBefore); ok {
 					f.Function, f.File, f.Line = vf.Name, vf.File, int64(vf.Line)
