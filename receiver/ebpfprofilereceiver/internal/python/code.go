@@ -28,9 +28,9 @@ const (
 
 // Process resolves one CPython process's code objects by reading its
 // memory (/proc/PID/mem). Code objects are cached by address and checked
-// again once per interval (their type and name pointers), so a freed code
-// object whose memory now holds something else is not named after it. It
-// is not safe for concurrent use.
+// again once per interval (their type and name pointers), so a code object
+// that took a freed one's address is named after itself. It is not safe
+// for concurrent use.
 type Process struct {
 	memPath  string
 	in       *Interpreter
@@ -45,6 +45,7 @@ type codeInfo struct {
 	lineTable []byte
 	header    [3]uint64 // filename, qualname, linetable pointers when read
 	checked   time.Time
+	freed     bool // its memory held no code object at its last check
 }
 
 // NewProcess prepares to resolve the code objects of process pid, which
@@ -69,24 +70,32 @@ func (p *Process) Close() error {
 }
 
 // Resolve names the frame running code object code at instruction instr
-// (what the kernel recorded: see frameAt). Entries cached before notBefore are checked again first.
+// (what the kernel recorded: see frameAt). Entries cached before notBefore
+// are checked again first.
 func (p *Process) Resolve(code, instr uint64, notBefore time.Time) (Frame, error) {
 	ci, ok := p.codes[code]
 	if ok && !ci.checked.Before(notBefore) {
 		return ci.frameAt(code, instr, &p.in.Offsets), nil
 	}
 	header, first, err := p.readHeader(code)
-	if err != nil && ok && !errors.Is(err, errNotCode) {
+	if err != nil && ok {
 		// The process exited (its last interval is drained after it is
-		// gone): what was read while it lived is the best there is.
+		// gone), or the code object was freed and its memory holds
+		// something else: the kernel recorded the address while the code
+		// object ran, so its name is still the frame's. Not marked
+		// checked: the next check looks again, for a code object that
+		// takes the address (which the kernel does not report again).
+		if errors.Is(err, errNotCode) {
+			ci.freed = true
+		}
 		return ci.frameAt(code, instr, &p.in.Offsets), nil
 	}
 	if err != nil {
-		p.forget(code)
 		return Frame{}, err
 	}
 	if ok && header == ci.header {
 		ci.checked = time.Now()
+		ci.freed = false
 		return ci.frameAt(code, instr, &p.in.Offsets), nil
 	}
 	ci, err = p.readCode(header, first)
@@ -96,24 +105,40 @@ func (p *Process) Resolve(code, instr uint64, notBefore time.Time) (Frame, error
 	}
 	p.forget(code)
 	if len(p.codes) >= maxCachedCodes || p.bytes+ci.size() > maxCachedBytes {
-		clear(p.codes) // rare: a process creating code objects without end
-		p.bytes = 0
+		p.makeRoom()
 	}
 	p.codes[code] = ci
 	p.bytes += ci.size()
 	return ci.frameAt(code, instr, &p.in.Offsets), nil
 }
 
+// makeRoom empties a full cache: the entries of freed code objects go
+// first; when that frees less than a quarter, all go (rare: a process
+// creating live code objects without end). A live code object dropped is
+// read again at the drain while the process lives; only a process that
+// exits before it loses that name.
+func (p *Process) makeRoom() {
+	for code, ci := range p.codes {
+		if ci.freed {
+			p.forget(code)
+		}
+	}
+	if len(p.codes) >= maxCachedCodes*3/4 || p.bytes > maxCachedBytes*3/4 {
+		clear(p.codes)
+		p.bytes = 0
+	}
+}
+
 // Recheck checks again every cached code object last checked before
 // before, as Resolve does at a drain: one freed and replaced by another at
-// the same address is read again, one whose memory now holds something else
-// is dropped. Each address is reported by the kernel once per process, so
-// without this a code object created where a freed one was (a module's
-// top-level code runs once and is freed; the functions compiled next often
-// take its memory) keeps the freed one's name, and for a process that exits
-// before the drain that name is what its samples get. It returns how many
-// entries were checked; once the process is gone, what was read stays
-// (Resolve's rule).
+// the same address is read again. Each address is reported by the kernel
+// once per process, so without this a code object created where a freed
+// one was (a module's top-level code runs once and is freed; the functions
+// compiled next often take its memory) keeps the freed one's name, and for
+// a process that exits before the drain that name is what its samples get.
+// One whose memory holds something else for now keeps its name and is
+// looked at again at the next check (Resolve). It returns how many entries
+// were checked.
 func (p *Process) Recheck(before time.Time) int {
 	var stale []uint64
 	for code, ci := range p.codes {
@@ -122,7 +147,7 @@ func (p *Process) Recheck(before time.Time) int {
 		}
 	}
 	for _, code := range stale {
-		_, _ = p.Resolve(code, 0, before) // an error drops the entry, unless the process is gone
+		_, _ = p.Resolve(code, 0, before)
 	}
 	return len(stale)
 }

@@ -18,7 +18,8 @@ var replaceCodePy string
 
 // Replacer is a CPython process holding the code object of a function
 // "first" at First (and make's at Make) until Replace frees it and has
-// another function's, "second", take its address.
+// another function's, "second", take its address, or ReplaceWithData has
+// a bytes object take it.
 type Replacer struct {
 	PID         int
 	First, Make uint64
@@ -61,15 +62,29 @@ func StartReplacer(t testing.TB, python string) *Replacer {
 	return r
 }
 
-// Replace frees first's code object and returns once a code object of
-// "second" took its address.
+// Replace frees what holds first's address and returns once a code object
+// of "second" took it.
 func (r *Replacer) Replace(t testing.TB) {
 	t.Helper()
-	if _, err := io.WriteString(r.stdin, "\n"); err != nil {
+	r.refill(t, "code")
+}
+
+// ReplaceWithData frees what holds first's address and returns once a
+// bytes object took it: the address holds something other than a code
+// object, as a freed code object's memory often does before a code object
+// takes it again.
+func (r *Replacer) ReplaceWithData(t testing.TB) {
+	t.Helper()
+	r.refill(t, "data")
+}
+
+func (r *Replacer) refill(t testing.TB, with string) {
+	t.Helper()
+	if _, err := io.WriteString(r.stdin, with+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	if line, err := r.lines.ReadString('\n'); err != nil || line != "reused\n" {
-		t.Fatalf("the freed code object's address %#x was not reused: %q %v", r.First, line, err)
+		t.Fatalf("the freed address %#x was not taken by a new object (%s): %q %v", r.First, with, line, err)
 	}
 }
 
