@@ -125,7 +125,7 @@ if wants agent; then
 fi
 
 if wants unwinding; then
-	echo "== unwinding: the agent with unwinding: frame_pointer vs auto (interleaved, 4 runs) on code without frame pointers"
+	echo "== unwinding: the agent with unwinding: frame_pointer vs auto (interleaved, 6 runs) on code without frame pointers, a python3 loop and a node loop"
 	run ./bin/hotpath-bench unwinding -out "$work/unwinding.json" -dir "$work/unwinding" \
 		-steady "$BENCH_UNWIND_STEADY"
 fi

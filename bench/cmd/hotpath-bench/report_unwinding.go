@@ -47,7 +47,7 @@ func runDWARFShare(r *unwindRun) float64 {
 }
 
 // runNoFPShare is the part of the kept samples the workload without frame
-// pointers (the C program and python, Workload[1:]) should account for:
+// pointers (the C program and python, Workload[1:3]) should account for:
 // their CPU time × 19 Hz ÷ samples kept.
 func runNoFPShare(r *unwindRun) float64 {
 	if r.SamplesKept <= 0 || len(r.WorkloadCPU) < 3 {
@@ -66,7 +66,7 @@ func unwindingRows(res *unwindingResult) []row {
 			rows = append(rows, row{Figure: "unwinding: " + mode, Measured: "no run in this mode", Status: "ERROR"})
 			continue
 		}
-		how := fmt.Sprintf("utime+stime of the agent (/proc/PID/stat) over %.0f s windows, unwinding: %s, while hotpath-burn (half the CPUs), a C program built with %s and a python3 loop run; %d runs interleaved with the other modes",
+		how := fmt.Sprintf("utime+stime of the agent (/proc/PID/stat) over %.0f s windows, unwinding: %s, while hotpath-burn (half the CPUs), a C program built with %s, a python3 loop and a node loop run; %d runs interleaved with the other modes",
 			res.SteadySeconds, mode, res.NativeCFlags, cpu.N)
 		rows = append(rows,
 			row{fmt.Sprintf("agent CPU, %% of one core (19 Hz, unwinding: %s, code without frame pointers)", mode), "< 1 %", "≤ 0.25 %",
@@ -84,7 +84,7 @@ func unwindingRows(res *unwindingResult) []row {
 	ratio := with.Median / without.Median
 	rows = append(rows, row{"agent CPU with the CPython frame walk ÷ without it (unwinding: auto, python_frames true / false)", "—", fmt.Sprintf("≤ %.1f×", pythonWalkGoal),
 		fmt.Sprintf("%.2f× (%.3f %% / %.3f %% of a core, medians of %d and %d runs)", ratio, with.Median, without.Median, with.N, without.N), verdict(ratio, pythonWalkGoal, true),
-		"the unwinding phase's workload (a python3 loop beside a C program without frame pointers and hotpath-burn), runs interleaved; the walk's BPF cost per sample is in the Unwinding section"})
+		"the unwinding phase's workload (a python3 loop and a node loop beside a C program without frame pointers and hotpath-burn), runs interleaved; the walk's BPF cost per sample is in the Unwinding section"})
 	return rows
 }
 
@@ -94,7 +94,7 @@ func unwindingRows(res *unwindingResult) []row {
 func unwindingSection(res *unwindingResult) string {
 	var b strings.Builder
 	b.WriteString("## Unwinding: auto vs frame_pointer, and the CPython walk (19 Hz)\n\n")
-	fmt.Fprintf(&b, "Same workload in every run, started before the agent: %s. Runs in order %s, %.0f s steady window each after %.0f s of warm-up; agent flags %s plus `--set=receivers.ebpfprofile.unwinding=MODE` (auto_no_python: `unwinding=auto` and `python_frames=false`). BPF program time: %s. Load average (1/5/15 min) at the phase's start and end: %v.\n\n",
+	fmt.Fprintf(&b, "Same workload in every run, started before the agent: %s. Runs in order %s, %.0f s steady window each after %.0f s of warm-up; agent flags %s plus `--set=receivers.ebpfprofile.unwinding=MODE` (auto_no_python: `unwinding=auto` and `python_frames=false`). With auto the kernel also walks the node loop's V8 frames for their functions, and the agent names them from node's memory; with frame_pointer it does neither. BPF program time: %s. Load average (1/5/15 min) at the phase's start and end: %v.\n\n",
 		"`"+strings.Join(res.Workload, "`, `")+"`", modeOrder(res), res.SteadySeconds, res.WarmupSeconds, strings.Join(res.AgentArgs, " "), res.BPFStats, res.LoadAvg)
 	type figure struct {
 		name  string

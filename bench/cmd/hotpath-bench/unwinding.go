@@ -152,6 +152,16 @@ while True:
     mid(10000)
 `
 
+// nodeLoop is the JavaScript workload: V8's compiled code, which keeps frame
+// pointers but has no unwind rows, so that with unwinding: auto the kernel
+// also walks V8's frames for their functions (and user space names them
+// from the process's memory), and with frame_pointer it does neither.
+const nodeLoop = `
+function leaf(n) { let s = 0; for (let i = 0; i < n; i++) s += i * i % 7; return s; }
+function mid(n) { return leaf(n) + 1; }
+for (;;) mid(10000);
+`
+
 func unwindingCmd(args []string) error {
 	fs := flag.NewFlagSet("unwinding", flag.ExitOnError)
 	out := fs.String("out", "unwinding.json", "result file")
@@ -159,6 +169,7 @@ func unwindingCmd(args []string) error {
 	steady := fs.Duration("steady", 45*time.Second, "steady window per run (covers several 15 s intervals)")
 	warmup := fs.Duration("warmup", 20*time.Second, "time after the ready line before the steady window (past the first interval, when tables are built and loaded)")
 	python := fs.String("python", "", "python3 for the interpreter workload (default /usr/bin/python3, else python3 from PATH)")
+	nodeFlag := fs.String("node", "", "node for the JavaScript workload (default /usr/bin/node, else node from PATH)")
 	_ = fs.Parse(args)
 	if *steady < 15*time.Second {
 		return fmt.Errorf("-steady must be at least 15s")
@@ -172,6 +183,10 @@ func unwindingCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	node, err := findNode(*nodeFlag)
+	if err != nil {
+		return err
+	}
 	native, err := buildC(r.dir, "unwind-native", nativeSource, nil, nil)
 	if err != nil {
 		return err
@@ -182,7 +197,7 @@ func unwindingCmd(args []string) error {
 	// one run's agent CPU by 0.7 % of a core and the CPython ratio from
 	// 0.49x to 3.64x between two runs of the same code (2026-11-25).
 	baseArgs = append(baseArgs, "--set=receivers.ebpfprofile.include.executables=["+
-		strings.Join([]string{"hotpath-burn", filepath.Base(native), filepath.Base(py) + "*"}, ",")+"]")
+		strings.Join([]string{"hotpath-burn", filepath.Base(native), filepath.Base(py) + "*", filepath.Base(node)}, ",")+"]")
 	res := &unwindingResult{CPUs: runtime.NumCPU(), AgentConfig: r.agentCfg, AgentArgs: baseArgs,
 		SteadySeconds: steady.Seconds(), WarmupSeconds: warmup.Seconds(), NativeCFlags: nativeCFlags}
 	res.LoadAvg = append(res.LoadAvg, loadAvg())
@@ -215,7 +230,7 @@ func unwindingCmd(args []string) error {
 
 	for i, mode := range unwindModes {
 		r.agentArgs = append(append([]string(nil), baseArgs...), modeArgs(mode)...)
-		run, workload, err := r.unwindRun(mode, native, py, *steady, *warmup)
+		run, workload, err := r.unwindRun(mode, native, py, node, *steady, *warmup)
 		if err != nil {
 			return fmt.Errorf("run %d (%s): %w", i+1, mode, err)
 		}
@@ -236,13 +251,14 @@ func unwindingCmd(args []string) error {
 
 // unwindRun starts the workload, then the agent in r.agentArgs' mode, and
 // measures one steady window.
-func (r *agentRun) unwindRun(mode, native, python string, window, warmup time.Duration) (*unwindRun, []string, error) {
+func (r *agentRun) unwindRun(mode, native, python, node string, window, warmup time.Duration) (*unwindRun, []string, error) {
 	run := &unwindRun{Mode: mode, LoadAvg: loadAvg()}
 	threads := max(1, runtime.NumCPU()/2)
 	cmds := []*exec.Cmd{
 		exec.Command(r.burn, "-threads", fmt.Sprint(threads), "-duration", (warmup + window + 5*time.Minute).String()),
 		exec.Command(native),
 		exec.Command(python, "-c", pythonLoop),
+		exec.Command(node, "-e", nodeLoop),
 	}
 	var desc []string
 	var pids []int
@@ -261,8 +277,11 @@ func (r *agentRun) unwindRun(mode, native, python string, window, warmup time.Du
 		}
 		pids = append(pids, c.Process.Pid)
 		d := strings.Join(c.Args, " ")
-		if c.Path == python {
+		switch c.Path {
+		case python:
 			d = python + " -c '<busy loop: leaf() under mid(), forever>'"
+		case node:
+			d = node + " -e '<busy loop: leaf() under mid(), forever>'"
 		}
 		desc = append(desc, d)
 	}
@@ -468,6 +487,21 @@ func findPython(flagged string) (string, error) {
 	p, err := exec.LookPath("python3")
 	if err != nil {
 		return "", errors.New("no python3 for the interpreter workload (-python)")
+	}
+	return p, nil
+}
+
+// findNode prefers the distribution's node, as findPython does.
+func findNode(flagged string) (string, error) {
+	if flagged != "" {
+		return flagged, nil
+	}
+	if _, err := os.Stat("/usr/bin/node"); err == nil {
+		return "/usr/bin/node", nil
+	}
+	p, err := exec.LookPath("node")
+	if err != nil {
+		return "", errors.New("no node for the JavaScript workload (-node)")
 	}
 	return p, nil
 }
