@@ -272,7 +272,7 @@ func churnCmd(args []string) error {
 		return fmt.Errorf("no frequency_hz in %s", r.agentCfg)
 	}
 	hz, _ := strconv.ParseFloat(string(m[1]), 64)
-	py, err := findPython(*python)
+	py, err := findRuntime(*python, "python3", "-python")
 	if err != nil {
 		return err
 	}

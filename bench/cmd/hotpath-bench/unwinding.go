@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -179,11 +178,11 @@ func unwindingCmd(args []string) error {
 		return err
 	}
 	baseArgs := r.agentArgs
-	py, err := findPython(*python)
+	py, err := findRuntime(*python, "python3", "-python")
 	if err != nil {
 		return err
 	}
-	node, err := findNode(*nodeFlag)
+	node, err := findRuntime(*nodeFlag, "node", "-node")
 	if err != nil {
 		return err
 	}
@@ -475,33 +474,19 @@ func enableBPFStats() (restore func(), was string, err error) {
 	return restore, was, nil
 }
 
-// findPython prefers the distribution's interpreter (what runs in
-// production on Debian), not a version manager's shim.
-func findPython(flagged string) (string, error) {
+// findRuntime returns flagged, else the distribution's /usr/bin/name (what
+// runs in production on Debian, not a version manager's shim), else name
+// from PATH.
+func findRuntime(flagged, name, flag string) (string, error) {
 	if flagged != "" {
 		return flagged, nil
 	}
-	if _, err := os.Stat("/usr/bin/python3"); err == nil {
-		return "/usr/bin/python3", nil
+	if _, err := os.Stat("/usr/bin/" + name); err == nil {
+		return "/usr/bin/" + name, nil
 	}
-	p, err := exec.LookPath("python3")
+	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", errors.New("no python3 for the interpreter workload (-python)")
-	}
-	return p, nil
-}
-
-// findNode prefers the distribution's node, as findPython does.
-func findNode(flagged string) (string, error) {
-	if flagged != "" {
-		return flagged, nil
-	}
-	if _, err := os.Stat("/usr/bin/node"); err == nil {
-		return "/usr/bin/node", nil
-	}
-	p, err := exec.LookPath("node")
-	if err != nil {
-		return "", errors.New("no node for the JavaScript workload (-node)")
+		return "", fmt.Errorf("no %s for the workload (%s)", name, flag)
 	}
 	return p, nil
 }
