@@ -18,8 +18,10 @@ type Frame struct {
 //
 //   - V8 (Node.js): "JS:*hotA /srv/app.js:12:3", the character after "JS:"
 //     being the tier ("~" interpreted, "^" Sparkplug, "+" Maglev, "*"
-//     TurboFan); older V8 writes "LazyCompile:" or "Function:". The tiers
-//     of one function become one function, as in a Go or C profile.
+//     TurboFan), followed in newer V8 (node 24) by "'" for code compiled
+//     context-specialized ("JS:*'hotA", "JS:+'hotA");
+//     older V8 writes "LazyCompile:" or "Function:". The tiers of one
+//     function become one function, as in a Go or C profile.
 //   - CPython ≥ 3.12 -X perf: "py::hotA:/srv/app.py".
 func Describe(name string) Frame {
 	for _, prefix := range []string{"JS:", "LazyCompile:", "Function:"} {
@@ -39,6 +41,7 @@ func Describe(name string) Frame {
 func describeV8(rest string) Frame {
 	if rest != "" && strings.ContainsRune("~^+*", rune(rest[0])) {
 		rest = rest[1:]
+		rest = strings.TrimPrefix(rest, "'")
 	}
 	fn, loc, _ := strings.Cut(rest, " ")
 	if fn == "" {

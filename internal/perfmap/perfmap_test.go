@@ -70,6 +70,8 @@ func TestDescribe(t *testing.T) {
 	for name, want := range map[string]Frame{
 		"JS:*hotA /tmp/x.js:1:14":                {"hotA", "/tmp/x.js", 1},
 		"JS:^hotB file:///srv/a:b.mjs:20:3":      {"hotB", "file:///srv/a:b.mjs", 20},
+		"JS:*'hotA /tmp/x.js:1:14":               {"hotA", "/tmp/x.js", 1}, // node 24: context-specialized TurboFan code
+		"JS:+'timed /tmp/x.js:2:15":              {"timed", "/tmp/x.js", 2},
 		"LazyCompile:~f /x.js:3:1":               {"f", "/x.js", 3},
 		"JS:* /x.js:3:1":                         {"(anonymous)", "/x.js", 3},
 		"py::hot_a:/srv/app.py":                  {"hot_a", "/srv/app.py", 0},
