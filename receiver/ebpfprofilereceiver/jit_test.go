@@ -52,7 +52,18 @@ import (
 
 var designedSplit = []string{"hotA", "hotB", "hotC"}
 
-// splitJS: Node.js. --no-turbo-inlining keeps the three functions out of
+// nodeNoInlining are the flags that keep V8's optimizing compilers from
+// inlining: TurboFan's, and Maglev's, which node 22 and later run by
+// default (node 24 inlined timed into its caller for 11 % of the split's
+// samples with TurboFan's inlining alone switched off).
+var nodeNoInlining = []string{"--no-turbo-inlining", "--no-maglev-inlining"}
+
+// nodeArgv is node with nodeNoInlining, then args.
+func nodeArgv(node string, args ...string) []string {
+	return append(append([]string{node}, nodeNoInlining...), args...)
+}
+
+// splitJS: Node.js. nodeNoInlining keeps the three functions out of
 // their caller's optimized code (else the caller's name would hold their
 // samples, correctly but not what this test checks).
 const splitJS = `
@@ -380,7 +391,7 @@ func TestNodeJITFramesNamedFromPerfMap(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node is needed (make deps installs nodejs): %v", err)
 	}
-	checkScriptSplit(t, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
+	checkScriptSplit(t, "split.js", splitJS, nodeArgv(node, "--perf-basic-prof")...)
 }
 
 // TestNodeJITFramesOfAnExitedProcess: a Node.js program that exits before
@@ -396,15 +407,15 @@ func TestNodeJITFramesOfAnExitedProcess(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.Interval = time.Hour
-	checkScriptSplitWith(t, cfg, "split.js", splitJS, node, "--perf-basic-prof", "--no-turbo-inlining")
+	checkScriptSplitWith(t, cfg, "split.js", splitJS, nodeArgv(node, "--perf-basic-prof")...)
 }
 
 // TestNodeFunctionsNamedFromV8: Node.js without --perf-basic-prof. The
 // kernel puts each JavaScript frame's function in the stack, and the agent
 // names it from the process's V8 heap, with its script and first line:
-// interpreted, baseline and optimized frames alike. (--no-turbo-inlining:
-// an inlined function is named as the function it was inlined into, as
-// with a perf map.)
+// interpreted, baseline and optimized frames alike. (nodeNoInlining: an
+// inlined function is named as the function it was inlined into, as with
+// a perf map.)
 func TestNodeFunctionsNamedFromV8(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -433,7 +444,7 @@ func TestNodeFunctionsOfAnExitedProcess(t *testing.T) {
 func checkV8Split(t *testing.T, cfg *Config, node string) {
 	t.Helper()
 	cfg.TraceContext.Enabled = false
-	res := runSplit(t, cfg, "split.js", splitJS, node, "--no-turbo-inlining")
+	res := runSplit(t, cfg, "split.js", splitJS, nodeArgv(node)...)
 	minSamples := int64(0.25 * testworkload.ExpectedSamples(res.cmd, cfg.FrequencyHz))
 	tallyJITSplit(res.tally).check(t, res.measured, minSamples, res.tally)
 	assertFrameFileLine(t, res.profiles, "hotA", res.script, 2, profileschema.FrameTypeJIT)
@@ -486,8 +497,8 @@ func TestNodeJITFramesWithoutAMapAreUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two programs of one file: one line for both.
-	run := startRuntime(t, node, "--no-turbo-inlining", script, "3")
-	again := startRuntime(t, node, "--no-turbo-inlining", script, "3")
+	run := startRuntime(t, nodeArgv(node, script, "3")...)
+	again := startRuntime(t, nodeArgv(node, script, "3")...)
 	run.runGated(t, r)
 	again.runGated(t, r)
 	run.measured(t)
@@ -1009,8 +1020,8 @@ func TestPerfMapSymlinkRefused(t *testing.T) {
 	if err := r.Start(context.Background(), componenttest.NewNopHost()); err != nil {
 		t.Fatal(err)
 	}
-	planted := startRuntime(t, node, "--no-turbo-inlining", script, "3")
-	linked := startRuntime(t, node, "--no-turbo-inlining", script, "3")
+	planted := startRuntime(t, nodeArgv(node, script, "3")...)
+	linked := startRuntime(t, nodeArgv(node, script, "3")...)
 	plantedMap := fmt.Sprintf("/tmp/perf-%d.map", planted.cmd.Process.Pid)
 	linkedMap := fmt.Sprintf("/tmp/perf-%d.map", linked.cmd.Process.Pid)
 	if err := os.WriteFile(plantedMap, []byte("0 7fffffffffff PLANTED\n"), 0o644); err != nil {

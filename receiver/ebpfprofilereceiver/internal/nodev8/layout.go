@@ -359,6 +359,11 @@ func layoutOf(d v8dbg, version uint32) (*Layout, error) {
 	l.sfiScriptOrDebugInfo = uint32(need("class_SharedFunctionInfo__script_or_debug_info__HeapObject",
 		"class_SharedFunctionInfo__script_or_debug_info__Object",
 		"class_SharedFunctionInfo__script__Tagged_HeapObject_"))
+	if _, ok := d.lookup("class_SharedFunctionInfo__script__Tagged_HeapObject_"); ok {
+		// V8 12.1 on keeps a function's DebugInfo in a table of the
+		// isolate: the field holds the script only (node 22 and 24).
+		l.debugInfoType = 0
+	}
 	if v, ok := d.lookup("class_SharedFunctionInfo__function_data__Object", "class_SharedFunctionInfo__function_data__Tagged_Object_"); ok {
 		l.sfiFunctionData = uint32(v)
 	} else {
