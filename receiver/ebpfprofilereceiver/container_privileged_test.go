@@ -209,13 +209,12 @@ func TestSamplesBeforeAnExecHaveTheCgroupOfTheExec(t *testing.T) {
 	dir := containerCgroup(t, podUID, containerID)
 	joiner := testworkload.CompileC(t, "joiner", []byte(joinThenExecC), "-O1", "-fno-omit-frame-pointer")
 
-	cfg := testConfig()
-	// One drain, at shutdown: the samples from after the join are all
-	// drained after the exec. A drain between the join and the exec would
-	// give them the entry read before the join, whose cgroup is not read
-	// again without an exec.
-	cfg.Interval = time.Minute
-	r, sink := startReceiver(t, cfg)
+	// No drain until the receiver's last: the samples from after the join
+	// are all drained after the exec. A drain between the join and the
+	// exec gives them the entry read before the join, whose cgroup is not
+	// read again without an exec (stop 90's CI: a minute's interval ended
+	// there, and 5 samples of after_join had no container).
+	r, sink := startReceiverWithoutDrain(t)
 	cmd := exec.Command(joiner, filepath.Join(dir, "cgroup.procs"), "0.3", "0.3")
 	cmd.Env = append(os.Environ(), "OTEL_SERVICE_NAME=joiner")
 	stdin, err := cmd.StdinPipe()
@@ -262,6 +261,12 @@ func TestSamplesBeforeAnExecHaveTheCgroupOfTheExec(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
+	}
+	r.procs.mu.Lock()
+	drained := !r.procs.lastDrain.IsZero()
+	r.procs.mu.Unlock()
+	if drained {
+		t.Fatal("a drain ran before the shutdown")
 	}
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
