@@ -1182,18 +1182,20 @@ func TestJavaFramesOfAnExitedJVM(t *testing.T) {
 }
 
 // startReceiverWithoutDrain starts a receiver with a 10-minute interval,
-// and waits past the next interval boundary if it is less than a minute
-// away: no drain runs until the receiver shuts down.
+// after the next interval boundary if it is less than a minute away: no
+// drain runs until the receiver shuts down (a test that takes under a
+// minute). It waits before the start, so that the boundary's drain does
+// not run, rather than after it, when that drain may still be under way
+// (or its profiles not yet handed over) on a loaded machine.
 func startReceiverWithoutDrain(t *testing.T) (*profileReceiver, *consumertest.ProfilesSink) {
 	t.Helper()
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
 	cfg.Interval = MaxInterval
-	r, sink := startReceiver(t, cfg)
 	if next := alignedStart(time.Now(), cfg.Interval).Add(cfg.Interval); time.Until(next) < time.Minute {
-		waitFor(t, 2*time.Minute, "the interval boundary", func() bool { return time.Now().After(next.Add(time.Second)) })
+		waitFor(t, 2*time.Minute, "the interval boundary", func() bool { return time.Now().After(next) })
 	}
-	return r, sink
+	return startReceiver(t, cfg)
 }
 
 // waitForJVMWalked waits until r has read JVM pid's code cache and told
