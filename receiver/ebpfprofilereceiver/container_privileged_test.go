@@ -234,12 +234,7 @@ func TestSamplesBeforeAnExecHaveTheCgroupOfTheExec(t *testing.T) {
 		t.Fatalf("joiner did not start: %q %v", line, err)
 	}
 	pid := cmd.Process.Pid
-	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to read pid %d", pid), func() bool {
-		r.procs.mu.Lock()
-		defer r.procs.mu.Unlock()
-		e := r.procs.entries[pid]
-		return e != nil && e.snapshot != nil
-	})
+	waitRead(t, r, pid)
 	if _, err := stdin.Write([]byte{'\n'}); err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,18 @@ func waitExitSeen(t testing.TB, r *profileReceiver, pid int) {
 	})
 }
 
+// waitRead waits until the receiver has read pid (an entry with what was
+// read of its memory map).
+func waitRead(t testing.TB, r *profileReceiver, pid int) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to read pid %d", pid), func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e := r.procs.entries[pid]
+		return e != nil && e.snapshot != nil
+	})
+}
+
 func TestSamplesRealProcessesWithSymbolsAndShares(t *testing.T) {
 	cBin := testworkload.BuildC(t)
 	goBin := testworkload.BuildGo(t, "")
@@ -410,12 +422,7 @@ func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
 			t.Fatalf("child pid %q: %v", lines.Text(), err)
 		}
 		children[int64(last)] = true
-		waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to read child %d before its exec", last), func() bool {
-			r.procs.mu.Lock()
-			defer r.procs.mu.Unlock()
-			e := r.procs.entries[last]
-			return e != nil && e.snapshot != nil
-		})
+		waitRead(t, r, last) // the child waits for the byte below to exec
 		if _, err := stdin.Write([]byte{'\n'}); err != nil {
 			t.Fatal(err)
 		}
