@@ -413,8 +413,7 @@ func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
 	// Each child execs once the receiver has read it: a child read only
 	// after its exec (its first-sample event handled late, on a loaded
 	// machine) leaves nothing to name its samples from before, which is
-	// not what this test is about (CI with make run and three JIT services
-	// beside it: one child's 14 samples unnamed).
+	// not what this test is about.
 	children := map[int64]bool{}
 	var last int
 	for lines.Scan() {
