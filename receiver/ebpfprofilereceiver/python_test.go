@@ -270,8 +270,18 @@ func checkPythonFramesBefore311(t *testing.T, py string) {
 // CPython 3.10 or older sits right after a _PyEval_EvalFrameDefault frame.
 func checkEvalFramePerPythonFrame(t *testing.T, res splitRun) {
 	t.Helper()
-	var placed, misplaced int64
+	var placed, misplaced, beforeGate int64
+	var elsewhere testworkload.Tally
 	for stack, n := range res.tally.Folded {
+		// Before the gate, the interpreter may run before the receiver
+		// has built its binaries' unwind tables: those stacks are
+		// frame-pointer walks that end early (CPython from pyenv keeps no
+		// frame pointers), and their Python frames have no eval frame to
+		// go in at. How many there are depends on the machine's load.
+		if pythonBeforeGate(stack) {
+			beforeGate += n
+			continue
+		}
 		frames := testworkload.UserFrames(stack)
 		for i, f := range frames {
 			if slices.Contains(splitPyFunctions, f) {
@@ -279,15 +289,16 @@ func checkEvalFramePerPythonFrame(t *testing.T, res splitRun) {
 					placed += n
 				} else {
 					misplaced += n
+					elsewhere.Add(stack, n)
 				}
 			}
 		}
 	}
-	t.Logf("Python frames right after an eval frame: %d, elsewhere: %d", placed, misplaced)
+	t.Logf("Python frames right after an eval frame: %d, elsewhere: %d (samples before the gate, not counted: %d)", placed, misplaced, beforeGate)
 	// A native stack the unwinder cut short has too few eval frames (see
 	// checkPythonSplit's outsideEval).
 	if placed == 0 || misplaced*10 > placed {
-		t.Errorf("%d Python frames right after their _PyEval_EvalFrameDefault, %d elsewhere (want ≤ 10 %%); top:%s", placed, misplaced, res.tally.Top(4))
+		t.Errorf("%d Python frames right after their _PyEval_EvalFrameDefault, %d elsewhere (want ≤ 10 %%); elsewhere:%s", placed, misplaced, elsewhere.Top(6))
 	}
 }
 
@@ -333,7 +344,7 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 		// CPython 3.15's share fell to 0.896 (164 of 183; 0.98-0.999 on a
 		// quiet machine), and the unnamed samples of a run like it were
 		// mostly imports and start-up.
-		if strings.Contains(stack, "_PyEval_EvalFrameDefault") && !strings.Contains(stack, "wait_for_go") && !pythonStartUp(stack) {
+		if strings.Contains(stack, "_PyEval_EvalFrameDefault") && !pythonBeforeGate(stack) {
 			inPython += n
 			if found != "" {
 				namedInPython += n
@@ -372,11 +383,12 @@ func checkPythonSplit(t *testing.T, cfg *Config, res splitRun) {
 	assertFrameFileLine(t, res.profiles, "hotA", res.script, 5, "python")
 }
 
-// pythonStartUp reports whether a stack is CPython starting (its own
-// modules, before the script runs) or the script importing a module: the
-// program before its measured loop.
-func pythonStartUp(stack string) bool {
-	return strings.Contains(stack, "Py_InitializeFromConfig") || strings.Contains(stack, "PyImport_ImportModuleLevelObject")
+// pythonBeforeGate reports whether a stack of splitPyZlib is from before
+// its measured loop: the wait for the gate (wait_for_go spins), CPython
+// starting (its own modules, before the script runs) or the script
+// importing a module.
+func pythonBeforeGate(stack string) bool {
+	return strings.Contains(stack, "wait_for_go") || strings.Contains(stack, "Py_InitializeFromConfig") || strings.Contains(stack, "PyImport_ImportModuleLevelObject")
 }
 
 // A CPython the agent has no offsets for stays native-only: no Python
