@@ -213,6 +213,17 @@ struct lifecycle_event {
 	// process that is gone before its /proc/PID/cgroup is read: at an exec,
 	// the one the new image runs in.
 	__u64 cgroup_id;
+	// The process's parent (its real parent's tgid) at the event. A forked
+	// child runs its parent's image until it execs, and is often first
+	// read after the exec (a shell's child execs within microseconds):
+	// its samples from before are named against the parent's image.
+	__u32 ppid;
+	__u32 _pad;
+	// When the event was sent (bpf_ktime_get_ns, CLOCK_MONOTONIC): at an
+	// exec, user space tells by it whether a read of the process found the
+	// new image, also once the process is gone (exec_times forgets it at
+	// the exit).
+	__u64 at_ns;
 };
 
 // Sizes below are placeholders: the loader sets max_entries from the config
@@ -611,7 +622,8 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 64 * 1024);
+	// 1,820 events of 64 bytes (and a header of 8 each).
+	__uint(max_entries, 128 * 1024);
 } events SEC(".maps");
 
 // Which map set the programs write to (0 or 1). Written by user space through
@@ -662,6 +674,9 @@ static __always_inline void submit_event(struct lifecycle_event *ev, __u32 kind,
 	ev->pid = task->tgid;
 	ev->start_ns = task->group_leader->start_boottime;
 	ev->cgroup_id = task->cgroups->dfl_cgrp->kn->id;
+	ev->ppid = task->real_parent->tgid;
+	ev->_pad = 0;
+	ev->at_ns = bpf_ktime_get_ns();
 	__builtin_memset(ev->comm, 0, sizeof(ev->comm));
 	bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), task->group_leader->comm);
 	bpf_ringbuf_submit(ev, 0);

@@ -344,7 +344,7 @@ func TestGoneBeforeItsReadTakesTheContainerOfItsCgroup(t *testing.T) {
 	_ = left.Process.Kill()
 	_ = left.Wait()
 	table.execed(left.Process.Pid, eventView{comm: "program", cgroup: cgroup})
-	if _, res := table.leftImageOf(left.Process.Pid); res.Container != want {
-		t.Errorf("the image left at an exec handled after the process was gone: container %+v, want %+v", res.Container, want)
+	if c, _ := table.leftImagesOf(left.Process.Pid); c[0].resource.Container != want {
+		t.Errorf("the image left at an exec handled after the process was gone: container %+v, want %+v", c[0].resource.Container, want)
 	}
 }

@@ -171,11 +171,19 @@ type processTable struct {
 type eventView struct {
 	comm   string
 	cgroup uint64
+	// parent is the process's parent at the event and start when the
+	// process started (clock ticks after boot); 0: not known. At an exec
+	// they find the image a forked child ran until then (leftImage).
+	parent int
+	start  uint64
+	// at is when the event was sent, on the kernel's exec clock
+	// (processEntry.readMono's); 0: not known.
+	at uint64
 }
 
 // viewOf is what ev says of its process.
 func viewOf(ev sampler.ProcEvent) eventView {
-	return eventView{comm: ev.Comm, cgroup: ev.CgroupID}
+	return eventView{comm: ev.Comm, cgroup: ev.CgroupID, parent: int(ev.PPID), start: ev.StartTime, at: ev.At}
 }
 
 // queuedName is what the latest queued first-sample or exec event of a pid
@@ -207,6 +215,20 @@ type leftImage struct {
 	// the service and container of a new image that exits before it can
 	// be read.
 	view eventView
+	// parent is the process's parent at the exec, where it had been read
+	// (its pid; 0: no such parent). A child forked by a shell execs within
+	// microseconds, so the receiver mostly reads it first after its exec,
+	// or never, or while the exec runs (the read finds the new image, the
+	// exec event comes after it): until the exec it ran its parent's image
+	// (a copy of its memory, or the memory itself after vfork), and its
+	// samples from before are named against the parent's entry when entry
+	// does not fit them (leftImagesOf), under the parent's service.
+	// inContainer is the container of the cgroup the child exec'd in,
+	// where known (containerKnown): the work before the exec is the
+	// container's, as for an entry of its own.
+	parent         int
+	inContainer    cgroupattr.Container
+	containerKnown bool
 }
 
 // buildIDCacheSize bounds the executables whose build IDs are remembered.
@@ -357,7 +379,9 @@ func (t *processTable) execed(pid int, view eventView) bool {
 	t.execs[pid]++
 	e := t.entries[pid]
 	t.mu.Unlock()
-	if after, known := t.execAfterRead(pid, e); known && !after {
+	// An entry of a process gone before its read names nothing: leave
+	// drops it.
+	if e != nil && e.snapshot != nil && t.readAfterExec(pid, e, view) {
 		t.mu.Lock()
 		kept := t.entries[pid] == e
 		if kept {
@@ -366,6 +390,9 @@ func (t *processTable) execed(pid int, view eventView) bool {
 		}
 		t.mu.Unlock()
 		if kept {
+			// What was read is the new image: the image before the exec
+			// was never read, and may be the parent's.
+			t.leaveToParent(pid, view)
 			return false
 		}
 	}
@@ -373,37 +400,108 @@ func (t *processTable) execed(pid int, view eventView) bool {
 	return true
 }
 
+// readAfterExec reports whether e's read began after the exec that view
+// announces: what was read is the new image. The event's time tells, also
+// for a process gone by now; else the kernel's record of the process's
+// last exec (execAfterRead) does, while it lives.
+func (t *processTable) readAfterExec(pid int, e *processEntry, view eventView) bool {
+	if view.at != 0 && e.readMono != 0 {
+		return view.at < e.readMono
+	}
+	after, known := t.execAfterRead(pid, e)
+	return known && !after
+}
+
+// leaveToParent records pid's exec as leave does for a process whose image
+// before the exec was never read: its samples from before are named against
+// its parent's entry, if the parent was read and started before it
+// (leftImage.parent). It keeps pid's entry.
+func (t *processTable) leaveToParent(pid int, view eventView) {
+	left := leftImage{at: time.Now(), view: view}
+	t.setParent(&left, pid)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	prev := t.left[pid]
+	t.left[pid] = left
+	t.mu.Unlock()
+	prev.entry.close()
+}
+
+// setParent gives left (pid's, at the exec its view announces) the
+// process's parent, if the parent was read.
+func (t *processTable) setParent(left *leftImage, pid int) {
+	if t.parentEntry(pid, left.view) != nil {
+		left.parent = left.view.parent
+		left.inContainer, left.containerKnown = t.containerOfCgroup(left.view.cgroup)
+	}
+}
+
+// parentEntry is the entry of pid's parent at its exec (view.parent), or
+// nil: no parent known, not read, or a later process under its pid.
+func (t *processTable) parentEntry(pid int, view eventView) *processEntry {
+	if view.parent <= 0 || view.parent == pid {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.parentEntryLocked(view)
+}
+
+func (t *processTable) parentEntryLocked(view eventView) *processEntry {
+	p := t.entries[view.parent]
+	if p == nil || p.snapshot == nil || (view.start != 0 && p.startTime > view.start) {
+		return nil
+	}
+	return p
+}
+
 // leave moves pid's entry aside as the image it left at an exec, replacing
 // the one an earlier exec left; the entry's unwind tables go (the kernel
 // dropped them at the exec), its snapshot stays open to name the samples
 // taken before the exec. view is the exec event's.
 func (t *processTable) leave(pid int, view eventView) {
-	// The cgroup is read only for a process that was read: most exec'ing
-	// processes (a shell's children) never were.
+	// Most exec'ing processes (a shell's children) were never read, or
+	// were gone before their read: their image before the exec may be
+	// their parent's. An entry of a process gone before its read names
+	// nothing; a drain names the new image afresh, by the exec event's
+	// view. (A read that began before the exec is not installed: execed
+	// counted the exec first.)
 	t.mu.Lock()
-	wasRead := t.entries[pid] != nil
-	t.mu.Unlock()
-	var cgroup cgroupattr.Container
-	cgroupRead := false
-	if wasRead {
-		var err error
-		cgroup, err = cgroupattr.Read(t.procRoot, pid)
-		cgroupRead = err == nil
-		if !cgroupRead {
-			// Gone: the cgroup the exec event names, where the node has
-			// cgroup v2; else the cgroup of its read stays.
-			cgroup, cgroupRead = t.containerOfCgroup(view.cgroup)
-		}
+	e := t.entries[pid]
+	gone := e != nil && e.snapshot == nil
+	if gone {
+		delete(t.entries, pid)
 	}
+	t.mu.Unlock()
+	if e == nil || gone {
+		if gone {
+			e.close()
+			t.detachFromKernel(pid)
+		}
+		t.leaveToParent(pid, view)
+		return
+	}
+	cgroup, err := cgroupattr.Read(t.procRoot, pid)
+	cgroupRead := err == nil
+	if !cgroupRead {
+		// Gone: the cgroup the exec event names, where the node has
+		// cgroup v2; else the cgroup of its read stays.
+		cgroup, cgroupRead = t.containerOfCgroup(view.cgroup)
+	}
+	left := leftImage{at: time.Now(), view: view}
+	t.setParent(&left, pid)
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return // closeAll took every entry
 	}
-	e := t.entries[pid]
+	e = t.entries[pid]
 	delete(t.entries, pid)
 	prev := t.left[pid]
-	left := leftImage{entry: e, at: time.Now(), view: view}
+	left.entry = e
 	if e != nil {
 		left.resource = e.resource
 		if cgroupRead {
@@ -418,13 +516,41 @@ func (t *processTable) leave(pid int, view eventView) {
 	}
 }
 
-// leftImageOf returns what was read of the image pid left at its last
-// exec (nil if nothing) and the resource its samples go under.
-func (t *processTable) leftImageOf(pid int) (*processEntry, profilebuilder.Process) {
+// leftCandidate is an image a process may have run before its last exec
+// and the resource its samples from then go under.
+type leftCandidate struct {
+	entry    *processEntry
+	resource profilebuilder.Process
+}
+
+// leftImagesOf returns the images pid may have run before its last exec,
+// the first n of c, in the order to try: what was read of its own, then its
+// parent's (leftImage.parent) under its own pid.
+func (t *processTable) leftImagesOf(pid int) (c [2]leftCandidate, n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l := t.left[pid]
-	return l.entry, l.resource
+	l, ok := t.left[pid]
+	if !ok {
+		return c, 0
+	}
+	if l.entry != nil {
+		c[n] = leftCandidate{entry: l.entry, resource: l.resource}
+		n++
+	}
+	if l.parent == 0 {
+		return c, n
+	}
+	p := t.parentEntryLocked(eventView{parent: l.parent, start: l.view.start})
+	if p == nil {
+		return c, n // gone, or its pid reused
+	}
+	res := p.resource
+	res.PID = uint32(pid)
+	if l.containerKnown {
+		res.Container = l.inContainer
+	}
+	c[n] = leftCandidate{entry: p, resource: res}
+	return c, n + 1
 }
 
 // execAfterRead reports whether the kernel recorded pid's last exec after

@@ -661,20 +661,25 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 	for i := range samples {
 		s := &samples[i]
 		proc := r.procs.lookup(int(s.PID))
-		left, leftResource := r.procs.leftImageOf(int(s.PID))
-		if filter && !proc.keep && left == nil {
+		lefts, nLeft := r.procs.leftImagesOf(int(s.PID))
+		if filter && !proc.keep && nLeft == 0 {
 			filtered += s.Count
 			continue
 		}
 		py := takePythonFrames(s)
 		frames := r.symbolizeSample(proc, s)
-		if left != nil && len(s.UserStack) > 0 && hasUnmappedUserFrame(frames) {
+		resource, fromLeft := proc.resource, false
+		if nLeft > 0 && len(s.UserStack) > 0 && hasUnmappedUserFrame(frames) {
 			// Taken before the process exec'd, if its user frames lie in
 			// the image it left: the new image's are elsewhere (its own
 			// layout) or not mapped yet.
-			if lf := r.symbolizeSample(left, s); !hasUnmappedUserFrame(lf) {
-				proc, frames = left, lf
-			} else {
+			for _, l := range lefts[:nLeft] {
+				if lf := r.symbolizeSample(l.entry, s); !hasUnmappedUserFrame(lf) {
+					proc, frames, resource, fromLeft = l.entry, lf, l.resource, true
+					break
+				}
+			}
+			if !fromLeft {
 				frames = r.symbolizeSample(proc, s)
 			}
 		}
@@ -683,11 +688,7 @@ func (r *profileReceiver) addSamplesLocked(b *profilebuilder.Builder, samples []
 			continue
 		}
 		kept += s.Count
-		resource := proc.resource
-		if proc == left {
-			resource = leftResource
-		}
-		if proc.snapshot != nil && proc != left && hasUnmappedUserFrame(frames) {
+		if proc.snapshot != nil && !fromLeft && hasUnmappedUserFrame(frames) {
 			// nil: the entry went meanwhile (exec, exit) and no new read
 			// could replace it; keep symbolizing with what we have.
 			if fresh := r.procs.refresh(int(s.PID), readBefore); fresh != nil && fresh != proc {

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -345,7 +346,12 @@ const forkExecC = burnC + `
 
 __attribute__((noinline)) void child_work(double secs) { burn(secs); }
 __attribute__((noinline)) void after_exec_work(double secs) { burn(secs); }
+__attribute__((noinline)) void parent_work(double secs) { burn(secs); }
 
+/* forker N CHILD_SECS EXECD EXECD_SECS [PARENT_SECS]: N children, one after
+   another, each working CHILD_SECS, then exec'ing EXECD once a byte comes
+   on stdin. With PARENT_SECS, forker first works that long (so that it is
+   sampled and read), then waits for a byte before its first fork. */
 int main(int argc, char **argv) {
 	if (strcmp(basename(argv[0]), "execd") == 0) {
 		after_exec_work(atof(argv[1]));
@@ -353,6 +359,12 @@ int main(int argc, char **argv) {
 	}
 	printf("%p\n", (void *)child_work);
 	fflush(stdout);
+	if (argc > 5) {
+		char c;
+		parent_work(atof(argv[5]));
+		if (read(0, &c, 1) != 1)
+			return 125;
+	}
 	for (int i = 0, n = atoi(argv[1]); i < n; i++) {
 		pid_t pid = fork();
 		if (pid == 0) {
@@ -377,39 +389,11 @@ int main(int argc, char **argv) {
 // program's (whose layout their addresses do not fit) and not none. The new
 // program's own samples are its own.
 func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
-	forker := testworkload.CompileC(t, "forker", []byte(forkExecC), "-O1", "-fno-omit-frame-pointer")
-	execd := filepath.Join(filepath.Dir(forker), "execd")
-	bin, err := os.ReadFile(forker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(execd, bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-
 	cfg := testConfig()
 	r, sink := startReceiver(t, cfg)
-	cmd := exec.Command(forker, "8", "0.3", execd, "0.1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	if !lines.Scan() {
-		t.Fatalf("forker printed nothing: %v", lines.Err())
-	}
-	childWorkAt, err := strconv.ParseUint(strings.TrimPrefix(lines.Text(), "0x"), 16, 64)
-	if err != nil {
-		t.Fatalf("child_work's address %q: %v", lines.Text(), err)
-	}
+	f := startForker(t, "8", "0.3", "0.1")
+	cmd, stdin, lines := f.cmd, f.stdin, f.lines
+	var err error
 	// Each child execs once the receiver has read it: a child read only
 	// after its exec (its first-sample event handled late, on a loaded
 	// machine) leaves nothing to name its samples from before, which is
@@ -427,7 +411,7 @@ func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("%s: %v", forker, err)
+		t.Fatalf("%s: %v", cmd.Path, err)
 	}
 	if len(children) != 8 {
 		t.Fatalf("forker printed %d child pids, want 8", len(children))
@@ -436,14 +420,143 @@ func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	c := f.tallyChildren(sink.AllProfiles(), children)
+	// The children's CPU time (wait4 counts reaped descendants) is 3/4
+	// child_work; half of what that calls for allows for timer slack.
+	if want := int64(0.5 * 0.75 * testworkload.ExpectedSamples(cmd, cfg.FrequencyHz)); c.childWork < want {
+		t.Errorf("%d samples in child_work under service forker, want at least %d (of %d samples of the children)", c.childWork, want, c.total)
+	}
+	// Every child was read before its exec; the allowance is for the odd
+	// sample that none of the reads fits.
+	c.check(t)
+}
 
+// A child the receiver reads only after its exec (its first-sample event
+// handled late: a shell's child, which execs within microseconds, nearly
+// always is) has no image of its own from before the exec. It ran its
+// parent's until then, and its samples from before are named against the
+// parent's, under the parent's service. The test holds the receiver's
+// process table while the child works and execs, as a reader busy with
+// other processes would keep its event waiting.
+func TestSamplesFromBeforeAnExecOfAChildReadAfterItHaveItsParentsImage(t *testing.T) {
+	r, sink := startReceiver(t, testConfig())
+	// forker works 0.2 s in parent_work (sampled, so read), then waits for
+	// a byte to fork its child; the child works 0.3 s in child_work, waits
+	// for a byte and execs execd, which works 0.3 s.
+	f := startForker(t, "1", "0.3", "0.3", "0.2")
+	waitRead(t, r, f.cmd.Process.Pid)
+	r.procs.mu.Lock()
+	held := true
+	release := func() {
+		if held {
+			held = false
+			r.procs.mu.Unlock()
+		}
+	}
+	defer release()
+	if _, err := f.stdin.Write([]byte("\n\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !f.lines.Scan() {
+		t.Fatalf("forker printed no child pid: %v", f.lines.Err())
+	}
+	child, err := strconv.Atoi(f.lines.Text())
+	if err != nil {
+		t.Fatalf("child pid %q: %v", f.lines.Text(), err)
+	}
+	waitFor(t, 30*time.Second, fmt.Sprintf("child %d to exec execd", child), func() bool {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
+		if err != nil {
+			t.Fatalf("child %d gone before it was seen to exec: %v", child, err)
+		}
+		return strings.TrimSpace(string(comm)) == "execd"
+	})
+	release()
+	if err := f.cmd.Wait(); err != nil {
+		t.Fatalf("%s: %v", f.cmd.Path, err)
+	}
+	waitExitSeen(t, r, child)
+	r.procs.mu.Lock()
+	left := r.procs.left[child]
+	r.procs.mu.Unlock()
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if left.entry != nil {
+		t.Fatalf("child %d was read before its exec: the test plays a child read after it", child)
+	}
+	c := f.tallyChildren(sink.AllProfiles(), map[int64]bool{int64(child): true})
+	// 0.3 s of child_work at 99 Hz is about 30 samples.
+	if c.childWork < 10 {
+		t.Errorf("%d samples in child_work under service forker, want at least 10 (of %d samples of the child)", c.childWork, c.total)
+	}
+	c.check(t)
+}
+
+// forkerRun is a running forker (forkExecC) and its pipes.
+type forkerRun struct {
+	cmd   *exec.Cmd
+	stdin io.Writer
+	lines *bufio.Scanner
+	// childWorkAt is child_work's address, forker's first line.
+	childWorkAt uint64
+}
+
+// startForker compiles forkExecC as forker and execd (one program, two
+// names) and starts forker with N CHILD_SECS EXECD EXECD_SECS and extra.
+func startForker(t *testing.T, n, childSecs, execdSecs string, extra ...string) forkerRun {
+	t.Helper()
+	forker := testworkload.CompileC(t, "forker", []byte(forkExecC), "-O1", "-fno-omit-frame-pointer")
+	execd := filepath.Join(filepath.Dir(forker), "execd")
+	bin, err := os.ReadFile(forker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(execd, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(forker, append([]string{n, childSecs, execd, execdSecs}, extra...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		t.Fatalf("forker printed nothing: %v", lines.Err())
+	}
+	at, err := strconv.ParseUint(strings.TrimPrefix(lines.Text(), "0x"), 16, 64)
+	if err != nil {
+		t.Fatalf("child_work's address %q: %v", lines.Text(), err)
+	}
+	return forkerRun{cmd: cmd, stdin: stdin, lines: lines, childWorkAt: at}
+}
+
+// forkedChildren is what a receiver emitted of a forker's children.
+type forkedChildren struct {
+	total, childWork, afterExec, unnamedBeforeExec int64
+	wrong                                          map[string]int64 // "service: stack" of samples under the wrong service
+	unmapped                                       testworkload.Tally
+}
+
+// tallyChildren counts the samples of the children (pids) in all: in
+// child_work under forker's service, in after_exec_work under execd's, and
+// from before an exec left unnamed (an unknown frame in forker's code).
+func (f forkerRun) tallyChildren(all []pprofile.Profiles, children map[int64]bool) forkedChildren {
 	// inForker: an address in forker's code (a few KiB), where every stack
 	// from before an exec passes (main, child_work, burn).
-	inForker := func(a uint64) bool { return a > childWorkAt-64<<10 && a < childWorkAt+64<<10 }
+	inForker := func(a uint64) bool { return a > f.childWorkAt-64<<10 && a < f.childWorkAt+64<<10 }
 	var total, childWork, afterExec, unnamedBeforeExec int64
-	wrong := map[string]int64{} // "service: stack" of samples under the wrong service
+	wrong := map[string]int64{}
 	var unmapped testworkload.Tally
-	for _, pd := range sink.AllProfiles() {
+	for _, pd := range all {
 		dict := pd.Dictionary()
 		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
 			if v, _ := res.Attributes().Get(profileschema.AttrProcessPID); !children[v.Int()] {
@@ -469,24 +582,25 @@ func TestSamplesFromBeforeAnExecKeepTheImageTheyRanIn(t *testing.T) {
 			}
 		})
 	}
-	// The children's CPU time (wait4 counts reaped descendants) is 3/4
-	// child_work; half of what that calls for allows for timer slack.
-	if want := int64(0.5 * 0.75 * testworkload.ExpectedSamples(cmd, cfg.FrequencyHz)); childWork < want {
-		t.Errorf("%d samples in child_work under service forker, want at least %d (of %d samples of the children)", childWork, want, total)
+	return forkedChildren{total: total, childWork: childWork, afterExec: afterExec, unnamedBeforeExec: unnamedBeforeExec, wrong: wrong, unmapped: unmapped}
+}
+
+// check wants samples after the exec under execd, none under a wrong
+// service, and at most a tenth of those from before an exec unnamed (the
+// odd sample that no read fits). An execd gone before it could be read has
+// its own unnamed frames, elsewhere.
+func (c forkedChildren) check(t *testing.T) {
+	t.Helper()
+	if c.afterExec == 0 {
+		t.Errorf("no sample in after_exec_work under service execd (of %d samples of the children)", c.total)
 	}
-	if afterExec == 0 {
-		t.Errorf("no sample in after_exec_work under service execd (of %d samples of the children)", total)
-	}
-	for stack, n := range wrong {
+	for stack, n := range c.wrong {
 		t.Errorf("%d samples under the wrong service: %s", n, stack)
 	}
 	t.Logf("%d samples of the children: %d in child_work under forker, %d in after_exec_work under execd, %d from before an exec unnamed",
-		total, childWork, afterExec, unnamedBeforeExec)
-	// Every child was read before its exec; the allowance is for the odd
-	// sample that none of the reads fits. An execd gone before it could be
-	// read has its own unnamed frames, elsewhere.
-	if unnamedBeforeExec > max(2, (childWork+unnamedBeforeExec)/10) {
+		c.total, c.childWork, c.afterExec, c.unnamedBeforeExec)
+	if c.unnamedBeforeExec > max(2, (c.childWork+c.unnamedBeforeExec)/10) {
 		t.Errorf("%d samples from before an exec (frames in forker's code) are unnamed, %d named; children's samples with frames in no mapping (%d):%s",
-			unnamedBeforeExec, childWork, unmapped.Total, unmapped.Top(5))
+			c.unnamedBeforeExec, c.childWork, c.unmapped.Total, c.unmapped.Top(5))
 	}
 }

@@ -78,6 +78,9 @@ type cpuProfileLifecycleEvent struct {
 	Comm     [16]int8
 	Code     uint64
 	CgroupId uint64
+	Ppid     uint32
+	Pad      uint32
+	AtNs     uint64
 }
 
 type cpuProfileMappedFiles struct {

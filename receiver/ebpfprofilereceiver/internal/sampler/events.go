@@ -93,6 +93,12 @@ type ProcEvent struct {
 	// /proc/PID/cgroup can be read (cgroupattr.IDs). On a host with cgroup
 	// v1 alone it is the root's.
 	CgroupID uint64
+	// PPID is the process's parent at the event: at an exec, the process
+	// whose image a forked child ran until then (0: not known).
+	PPID uint32
+	// At is when the kernel sent the event, in ns on CLOCK_MONOTONIC
+	// (MonotonicNow's clock).
+	At uint64
 }
 
 // lifecycleEventSize is sizeof(struct lifecycle_event), and commOffset
@@ -104,6 +110,8 @@ const (
 	commEnd            = commOffset + len(cpuProfileLifecycleEvent{}.Comm)
 	codeOffset         = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.Code))
 	cgroupOffset       = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.CgroupId))
+	ppidOffset         = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.Ppid))
+	atOffset           = int(unsafe.Offsetof(cpuProfileLifecycleEvent{}.AtNs))
 )
 
 // nsPerClockTick converts the kernel's start_boottime to /proc's clock
@@ -195,6 +203,8 @@ func (s *Sampler) forward(raw []byte) bool {
 		Comm:      unix.ByteSliceToString(raw[commOffset:commEnd]),
 		Code:      binary.NativeEndian.Uint64(raw[codeOffset : codeOffset+8]),
 		CgroupID:  binary.NativeEndian.Uint64(raw[cgroupOffset : cgroupOffset+8]),
+		PPID:      binary.NativeEndian.Uint32(raw[ppidOffset : ppidOffset+4]),
+		At:        binary.NativeEndian.Uint64(raw[atOffset : atOffset+8]),
 	}
 	select {
 	case s.events <- ev:

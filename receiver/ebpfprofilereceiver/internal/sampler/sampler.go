@@ -106,7 +106,7 @@ type mapSet struct {
 }
 
 // eventQueueLen is how many lifecycle events wait in Events() for the
-// receiver before the kernel's ring buffer (64 KB, some 1,600 events) fills
+// receiver before the kernel's ring buffer (128 KiB, 1,820 events) fills
 // behind them; a test shrinks it to fill the ring.
 var eventQueueLen = 4096
 

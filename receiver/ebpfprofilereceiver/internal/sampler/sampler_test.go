@@ -738,7 +738,7 @@ func TestExitIsTheLastThreads(t *testing.T) {
 // and its exit was reported for a process user space had not heard of.)
 func TestAnnouncementLostToAFullRingIsSentAgain(t *testing.T) {
 	// Nothing waits in the queue: the one event the reader holds, then the
-	// ring, a page of it (about 100 events).
+	// ring, a page of it (56 events).
 	eventQueueLen = 0
 	t.Cleanup(func() { eventQueueLen = 4096 })
 	s, err := open(Config{FrequencyHz: 999, Interval: 5 * time.Second}, func(spec *ebpf.CollectionSpec) {
@@ -1040,7 +1040,8 @@ func goroutineState(t *testing.T, fn string) string {
 // Every lifecycle event carries the cgroup v2 id of the process's cgroup,
 // which is the inode number of the cgroup's directory (what
 // cgroupattr.IDs looks up): a process born into a cgroup of its own is
-// seen, execs and exits with that cgroup's id.
+// seen, execs and exits with that cgroup's id. Each also carries the
+// process's parent, the test.
 func TestEventsCarryTheProcessCgroup(t *testing.T) {
 	dir, id := cgrouptest.Make(t, fmt.Sprintf("hotpath-sampler-test-%d", os.Getpid()))
 	cg, err := os.Open(dir)
@@ -1078,6 +1079,9 @@ os.execv(sys.argv[1], [sys.argv[1], "300", "1"])`
 			got[ev.Kind]++
 			if ev.CgroupID != id {
 				t.Errorf("%s event: cgroup id %d, want %d (%s)", ev.Kind, ev.CgroupID, id, dir)
+			}
+			if ev.PPID != uint32(os.Getpid()) {
+				t.Errorf("%s event: parent %d, want %d (the test)", ev.Kind, ev.PPID, os.Getpid())
 			}
 		case <-timeout:
 			t.Fatalf("events of pid %d: %v, want exec and exit", pid, got)
