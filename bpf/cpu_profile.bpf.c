@@ -437,7 +437,8 @@ struct mapped_files {
 	struct mapped_file f[MAX_MAPPED_FILES];
 };
 
-// By thread group id; LRU, dropped at exit. User space sizes it.
+// By thread group id; LRU, dropped at exit (a sampled process's by user space,
+// at its exit event). User space sizes it.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1);
@@ -1852,10 +1853,18 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 		bpf_map_delete_elem(&jvm_unwinds, &pid);
 		bpf_map_delete_elem(&v8_procs, &pid);
 		bpf_map_delete_elem(&exec_times, &pid);
-		bpf_map_delete_elem(&mapped_files, &pid);
 	}
-	if (bpf_map_delete_elem(&seen_pids, &pid) != 0)
-		return 0; // never sampled: user space has nothing to forget
+	if (bpf_map_delete_elem(&seen_pids, &pid) != 0) {
+		// Never sampled: user space has nothing to forget.
+		if (dwarf_unwind)
+			bpf_map_delete_elem(&mapped_files, &pid);
+		return 0;
+	}
+	// A sampled process's list of mapped files stays for user space, which
+	// takes it at this exit event: the files of a process gone before it
+	// could be read (a shell's short command) name its samples. Lost with
+	// the event, it is an LRU entry that no walk matches (other address
+	// space) and an exec in the pid starts afresh.
 	st = stats_for(active_set & 1);
 	if (!st)
 		return 0;

@@ -85,7 +85,10 @@ type Symbolizer struct {
 	// layouts are the tables read for the unwinder while their binary's
 	// debug file is on its way (tableFor's layoutOnly), by file identity:
 	// read once however many processes of the binary start meanwhile.
-	layouts  map[fileid.ID]weak.Pointer[SymbolTable]
+	layouts map[fileid.ID]weak.Pointer[SymbolTable]
+	// known is the files snapshots saw, by identity without size, for
+	// SnapshotKnown.
+	known    map[fileid.ID]knownFile
 	memo     symbolMemo
 	loading  singleflight.Group // tables being read, by file identity
 	loads    uint64
@@ -126,6 +129,7 @@ func New(opts Options) *Symbolizer {
 		debugFiles: opts.DebugFiles,
 		cache:      newTableCache(opts.MaxTables, opts.MaxTableBytes),
 		layouts:    map[fileid.ID]weak.Pointer[SymbolTable]{},
+		known:      map[fileid.ID]knownFile{},
 	}
 }
 
@@ -166,6 +170,7 @@ func (s *Symbolizer) SnapshotMaps(pid int, maps []byte) (*Process, error) {
 		// A table evicted between the stat and here leaves pf without a
 		// file: its frames stay addresses until the process is read again.
 	}
+	s.rememberFilesLocked(p)
 	return p, nil
 }
 

@@ -115,6 +115,10 @@ type processTable struct {
 	// kernel saw pid exec last (sampler.LastExec): it knows at once what
 	// the exec event tells user space later.
 	lastExec atomic.Pointer[func(pid int) (uint64, bool)]
+	// mappedFiles, when set (unwinding: auto, sampler open), takes the
+	// executable file mappings the kernel saw an exited process make
+	// (sampler.TakeMappedFiles).
+	mappedFiles atomic.Pointer[func(pid int) []symbolize.KnownMapping]
 	// onRead, when set, is told the files of each process read (trace
 	// context markers are looked up per binary from them).
 	onRead func(pid int, snap *symbolize.Process)
@@ -755,12 +759,59 @@ func (t *processTable) eventHandled(ev sampler.ProcEvent) {
 	t.mu.Unlock()
 }
 
+// exited records pid's exit, reported at at. A process gone before it
+// could be read (its entry has no snapshot, or it has no entry: an exec
+// dropped one that had none) is given a snapshot of the executable files
+// the kernel saw it map (symbolize.SnapshotKnown): its samples are named
+// where another process's read has those files' tables in memory. A
+// shell's short commands (ls, true, a compiler's driver) are mostly such
+// processes: they exit within milliseconds of their first sample.
 func (t *processTable) exited(pid int, at time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e, ok := t.entries[pid]; ok {
-		e.exitedAt = at
+	var known []symbolize.KnownMapping
+	if take := t.mappedFiles.Load(); take != nil {
+		known = (*take)(pid) // also frees the kernel's list
 	}
+	n := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, readAt: at, readMono: sampler.MonotonicNow(), exitedAt: at}
+	t.mu.Lock()
+	e := t.entries[pid]
+	readOrFiltered := e != nil && (e.snapshot != nil || !e.keep)
+	if e != nil {
+		e.exitedAt = at
+		n.resource, n.keep, n.startTime, n.readAt, n.readMono, n.execs = e.resource, e.keep, e.startTime, e.readAt, e.readMono, e.execs
+	}
+	view := t.left[pid].view // the program it exec'd, if it did lately
+	if q, queued := t.queued[pid]; queued {
+		view = q.view
+	}
+	t.mu.Unlock()
+	if len(known) == 0 || readOrFiltered {
+		return // read while it lived (or filtered out)
+	}
+	if e == nil {
+		if t.goneBeforeRead(n, pid, view); !n.keep {
+			return
+		}
+	}
+	if n.snapshot = t.symbolizer.SnapshotKnown(pid, known); n.snapshot == nil {
+		return // none of its files has a table in memory
+	}
+	for _, m := range n.snapshot.Mappings {
+		n.mappings = append(n.mappings, profilebuilder.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path})
+	}
+	t.mu.Lock()
+	installed := !t.closed && t.entries[pid] == e
+	if installed {
+		if e != nil {
+			n.sampledAt, n.mapsReadAt, n.endedEarly = e.sampledAt, e.mapsReadAt, e.endedEarly
+		}
+		t.installLocked(pid, n)
+	}
+	t.mu.Unlock()
+	if !installed {
+		n.close()
+		return
+	}
+	e.close()
 }
 
 // forgetExitedBefore drops processes whose exit was reported before the
@@ -990,13 +1041,7 @@ func (t *processTable) readProcess(pid int, start uint64, view eventView) *proce
 	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
 	info, err := procinfo.Read(t.procRoot, pid, start)
 	if err != nil {
-		// Exited before we could look: its frames stay as raw addresses,
-		// its service is the command name the kernel sent, if any (a
-		// short-lived compiler or shell command on a busy node), and its
-		// container the one of the cgroup the kernel sent.
-		e.resource.ServiceName = profileschema.ProcessService("", "", view.comm)
-		e.resource.Container, _ = t.containerOfCgroup(view.cgroup)
-		e.keep = t.cfg.Include.empty() && !t.cfg.Exclude.matches(pid, "", "", e.resource.ServiceName)
+		t.goneBeforeRead(e, pid, view)
 		return e
 	}
 	e.startTime = info.StartTime
@@ -1053,6 +1098,17 @@ func (t *processTable) readProcess(pid int, start uint64, view eventView) *proce
 		}
 	}
 	return e
+}
+
+// goneBeforeRead fills e for pid, which exited before it could be read:
+// its frames stay as raw addresses (unless exited names them from the
+// files the kernel saw it map), its service is the command name the kernel
+// sent, if any (a short-lived compiler or shell command on a busy node),
+// and its container the one of the cgroup the kernel sent.
+func (t *processTable) goneBeforeRead(e *processEntry, pid int, view eventView) {
+	e.resource.ServiceName = profileschema.ProcessService("", "", view.comm)
+	e.resource.Container, _ = t.containerOfCgroup(view.cgroup)
+	e.keep = t.cfg.Include.empty() && !t.cfg.Exclude.matches(pid, "", "", e.resource.ServiceName)
 }
 
 // attachUnwind gives the process unwind tables when it needs them. Tables
@@ -1124,6 +1180,24 @@ func (t *processTable) setExecClock(lastExec func(pid uint32) (uint64, bool, err
 		return ns, ok
 	}
 	t.lastExec.Store(&f)
+}
+
+// setMappedFiles makes exited take each exited process's file mappings
+// from the kernel's record (sampler.TakeMappedFiles). A failed take counts
+// as none and is passed to onErr.
+func (t *processTable) setMappedFiles(take func(pid uint32) ([]sampler.MappedFile, error), onErr func(pid int, err error)) {
+	f := func(pid int) []symbolize.KnownMapping {
+		files, err := take(uint32(pid))
+		if err != nil {
+			onErr(pid, err)
+		}
+		known := make([]symbolize.KnownMapping, len(files))
+		for i, m := range files {
+			known[i] = symbolize.KnownMapping{Start: m.Start, Limit: m.End, Offset: m.Offset, File: m.File}
+		}
+		return known
+	}
+	t.mappedFiles.Store(&f)
 }
 
 func (t *processTable) setUnwinder(u *unwinder.Unwinder) {

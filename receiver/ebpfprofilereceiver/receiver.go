@@ -277,6 +277,9 @@ func (r *profileReceiver) startSamplingLocked(kernelTypes *btf.Cache) error {
 		r.procs.setExecClock(s.LastExec, func(pid int, err error) {
 			r.set.Logger.Debug("exec time", zap.Int("pid", pid), zap.Error(err))
 		})
+		r.procs.setMappedFiles(s.TakeMappedFiles, func(pid int, err error) {
+			r.set.Logger.Debug("files mapped by an exited process", zap.Int("pid", pid), zap.Error(err))
+		})
 		r.procs.setUnwinder(r.unwind)
 		if r.cfg.PythonFrames {
 			r.procs.setPython(newPythonFrames(s, r.symbolizer, r.set.Logger, r.metrics.tb.ReceiverEbpfprofilePythonProcesses))

@@ -495,6 +495,89 @@ func TestSamplesFromBeforeAnExecOfAChildReadAfterItHaveItsParentsImage(t *testin
 	c.check(t)
 }
 
+// goneC works in its own code for argv[1] seconds and exits.
+const goneC = burnC + `
+__attribute__((noinline)) void own_work(double secs) { burn(secs); }
+
+int main(int argc, char **argv) {
+	own_work(atof(argv[1]));
+	return 0;
+}
+`
+
+// A program gone before the receiver could read it (a shell's short
+// commands exit within milliseconds of their first sample, before their
+// reader gets to them on a busy node) has its samples named from the
+// executable files the kernel saw it map, with the tables a read of an
+// earlier process of those files put in memory. The test holds the
+// receiver's process table while the program runs and exits, as a reader
+// busy with other processes keeps its first-sample event waiting.
+func TestProgramGoneBeforeItsReadIsNamedFromTheFilesItMapped(t *testing.T) {
+	r, sink := startReceiverWithoutDrain(t)
+	// -O1 omits frame pointers: reading the first run attaches the
+	// program's unwind table, which loads its symbol table too.
+	bin := testworkload.CompileC(t, "goneprog", []byte(goneC), "-O1")
+	first := exec.Command(bin, "30")
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Process.Kill(); _ = first.Wait() })
+	waitRead(t, r, first.Process.Pid)
+	waitFor(t, 30*time.Second, "the first run's unwinding decided", func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e := r.procs.entries[first.Process.Pid]
+		return e != nil && e.unwindDecided.Load()
+	})
+	_ = first.Process.Kill()
+	_ = first.Wait()
+
+	r.procs.mu.Lock()
+	gone := exec.Command(bin, "0.3")
+	err := gone.Start()
+	if err == nil {
+		err = gone.Wait()
+	}
+	r.procs.mu.Unlock()
+	if err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	pid := gone.Process.Pid
+	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to handle pid %d's exit", pid), func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e := r.procs.entries[pid]
+		return e != nil && !e.exitedAt.IsZero()
+	})
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tally := testworkload.TallyProcess(sink.AllProfiles(), pid)
+	var named int64
+	var unnamed testworkload.Tally
+	for stack, n := range tally.Folded {
+		frames := testworkload.UserFrames(stack)
+		if slices.Contains(frames, "own_work") {
+			named += n
+		}
+		if slices.Contains(frames, profileschema.UnknownFrame) {
+			unnamed.Add(stack, n)
+		}
+	}
+	t.Logf("pid %d, service %q: %d samples, %d in own_work, %d with an unnamed frame", pid, tally.Service, tally.Total, named, unnamed.Total)
+	// 0.3 s at 99 Hz is about 30 samples, fewer on a busy machine; with
+	// no names from the files it mapped, every one is unnamed.
+	if named == 0 {
+		t.Errorf("no sample of pid %d in own_work (of %d); top stacks:%s", pid, tally.Total, tally.Top(5))
+	}
+	if unnamed.Total > max(2, tally.Total/10) {
+		t.Errorf("%d of pid %d's %d samples have an unnamed frame:%s", unnamed.Total, pid, tally.Total, unnamed.Top(5))
+	}
+	if tally.Service != "goneprog" {
+		t.Errorf("pid %d's service is %q, want its command name goneprog", pid, tally.Service)
+	}
+}
+
 // forkerRun is a running forker (forkExecC) and its pipes.
 type forkerRun struct {
 	cmd   *exec.Cmd

@@ -152,6 +152,11 @@ type toolStacks struct {
 	Unread  float64 `json:"unread"`
 	User    float64 `json:"with_user_frames"`
 	Whole   float64 `json:"reaching_entry"`
+	// All is every sample of the tool, and Unknown those with a frame in
+	// no file the agent knew of ([unknown]: the process was gone before
+	// it was read, and nothing else named it).
+	All     float64 `json:"samples"`
+	Unknown float64 `json:"with_unknown_frame"`
 }
 
 // containerSamples are one service's samples in the window by whether
@@ -197,12 +202,15 @@ GROUP BY service_id ORDER BY service_id`, run.ContainerID, ts(run.WindowStart), 
 const churnToolServices = `^(cc1|([a-z0-9_]+-)*as|([a-z0-9_]+-)*ld(\.bfd)?|python3(\.[0-9]+)?)$`
 
 // countToolStacks asks the agent's SQL endpoint how many of the churn's
-// tools' stacks in the window reach their program's entry.
+// tools' stacks in the window reach their program's entry, and how many
+// have a frame in no file the agent knew of.
 func countToolStacks(run *churnRun, client sqlquery.Client, ts func(time.Time) string) error {
 	user := `NOT stack_frames[1] LIKE '%\_[k]' ESCAPE '\'`
 	stmt := fmt.Sprintf(`SELECT service_id, (sum(sample_count) FILTER (WHERE build_id = ''))::BIGINT,
        (sum(sample_count) FILTER (WHERE build_id <> '' AND %[1]s))::BIGINT,
-       (sum(sample_count) FILTER (WHERE build_id <> '' AND %[1]s AND (stack_frames[1] IN ('_start', '__libc_start_main', '__libc_start_call_main', '_dl_start_user') OR stack_frames[2] = '__libc_start_main')))::BIGINT
+       (sum(sample_count) FILTER (WHERE build_id <> '' AND %[1]s AND (stack_frames[1] IN ('_start', '__libc_start_main', '__libc_start_call_main', '_dl_start_user') OR stack_frames[2] = '__libc_start_main')))::BIGINT,
+       sum(sample_count)::BIGINT,
+       (sum(sample_count) FILTER (WHERE list_contains(stack_frames, '[unknown]')))::BIGINT
 FROM cpu_profile_samples_local_decoded
 WHERE timestamp >= %[2]s AND timestamp < %[3]s AND regexp_matches(service_id, '%[4]s')
 GROUP BY service_id ORDER BY service_id`, user, ts(run.WindowStart), ts(run.WindowEnd), churnToolServices)
@@ -213,7 +221,8 @@ GROUP BY service_id ORDER BY service_id`, user, ts(run.WindowStart), ts(run.Wind
 		return fmt.Errorf("query the churn's tools' stacks: %w", err)
 	}
 	for _, row := range rows.Rows {
-		run.ToolStacks = append(run.ToolStacks, toolStacks{Service: fmt.Sprint(row[0]), Unread: number(row[1]), User: number(row[2]), Whole: number(row[3])})
+		run.ToolStacks = append(run.ToolStacks, toolStacks{Service: fmt.Sprint(row[0]), Unread: number(row[1]), User: number(row[2]), Whole: number(row[3]),
+			All: number(row[4]), Unknown: number(row[5])})
 	}
 	return nil
 }

@@ -134,6 +134,8 @@ func churnRows(res *churnResult) []row {
 			leavesVerdict(r), "top_functions(service, window) of the agent's local DuckDB; NOISY: off by more than 3 pp but within 2 binomial σ of its samples"})
 		rows = append(rows, row{tag + ": stacks of the churn's tools reaching their program's entry", "—", "—", toolStacksString(r), "info",
 			"samples of services " + churnToolServices + " in the window's intervals of the agent's local DuckDB whose root frame is _start, __libc_start_main, __libc_start_call_main or _dl_start_user, or calls __libc_start_main; of those with a build ID (the process was read) and a user frame"})
+		rows = append(rows, row{tag + ": samples of the churn's tools with an [unknown] frame", "—", "—", toolUnknownString(r), "info",
+			"samples of services " + churnToolServices + " in the window's intervals of the agent's local DuckDB with a frame [unknown] (in no file the agent knew of: the process was gone before it was read), of all their samples; a frame in a file without symbols (cc1+0x…) is not counted"})
 		if r.ContainerID != "" {
 			share, s := containerSamplesString(r)
 			rows = append(rows, row{tag + ": the workload's samples with its container's id", "—", fmt.Sprintf("≥ %.0f %%", containerSamplesGoal), s,
@@ -206,6 +208,23 @@ func toolStacksString(r *churnRun) string {
 		all = fmt.Sprintf("%.1f %% of %.0f", 100*whole/user, user)
 	}
 	return fmt.Sprintf("%s (%s; %.0f more in processes never read)", all, strings.Join(parts, ", "), unread)
+}
+
+// toolUnknownString is the share of the churn's tools' samples with a
+// frame in no file the agent knew of, in all and per tool.
+func toolUnknownString(r *churnRun) string {
+	var all, unknown float64
+	var parts []string
+	for _, t := range r.ToolStacks {
+		all, unknown = all+t.All, unknown+t.Unknown
+		if t.All > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f of %.0f", t.Service, t.Unknown, t.All))
+		}
+	}
+	if all == 0 {
+		return "not measured"
+	}
+	return fmt.Sprintf("%.1f %% (%.0f of %.0f: %s)", 100*unknown/all, unknown, all, strings.Join(parts, ", "))
 }
 
 // lastMinute summarizes the last 60 of once-a-second samples.

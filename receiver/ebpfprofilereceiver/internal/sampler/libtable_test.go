@@ -905,3 +905,54 @@ func overlayLibraryTableFound(t *testing.T, s *Sampler, check func(*testing.T, S
 	check(t, got.stats)
 	t.Logf("stacks in the container's library reaching its program: %d of %d; %s", got.whole, got.inLeaf, lookups(got.stats))
 }
+
+// The kernel keeps a sampled process's list of mapped files past its exit
+// for user space, which takes it at the exit event: the receiver names a
+// process gone before it could be read from it. Taking the list frees it.
+func TestExitedProcessLeavesItsMappedFilesToUserSpace(t *testing.T) {
+	s := openSampler(t, Config{FrequencyHz: 199, Interval: 5 * time.Second, DWARFUnwind: true})
+	if err := s.MappingsErr(); err != nil {
+		t.Fatalf("mapped_files not kept: %v", err)
+	}
+	events := recordEvents(t, s)
+	bin := burner(t)
+	cmd := exec.Command(bin, "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	events.watchExit(pid)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	events.waitExit(t, s, "the burner")
+	files, err := s.TakeMappedFiles(uint32(pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]fileid.ID{}
+	for _, path := range []string{bin, "/lib64/ld-linux-x86-64.so.2"} {
+		id, err := fileid.Of(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[path] = id
+	}
+	for path, id := range want {
+		found := false
+		for _, f := range files {
+			if id.Size = 0; f.File == id {
+				found = true
+				if f.Start >= f.End || f.Offset%uint64(os.Getpagesize()) != 0 {
+					t.Errorf("%s's mapping %#x-%#x at offset %#x is no mapping", path, f.Start, f.End, f.Offset)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no mapping of %s (%+v) among the %d the kernel kept for pid %d: %+v", path, id, len(files), pid, files)
+		}
+	}
+	if again, err := s.TakeMappedFiles(uint32(pid)); err != nil || len(again) != 0 {
+		t.Errorf("taken a second time: %d mappings, error %v; want none", len(again), err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 	"unsafe"
@@ -459,4 +460,50 @@ func (s *Sampler) SetJVMUnwind(pid uint32, u hotspot.Unwind) error {
 		v.Heap[i].Low, v.Heap[i].High, v.Heap[i].Segmap, v.Heap[i].Shift = h.Low, h.High, h.Segmap, h.SegmentShift
 	}
 	return s.setProcess(s.objs.JvmUnwinds, "JVM unwinding", pid, &v, int(s.objs.JvmUnwinds.MaxEntries()))
+}
+
+// MappedFile is an executable file mapping the kernel saw a process make
+// (map mapped_files): the file by its identity, not its path.
+type MappedFile struct {
+	Start, End uint64 // runtime address range [Start, End)
+	Offset     uint64 // file offset mapped at Start
+	// File is the file's identity without its size (0), which the
+	// kernel does not record.
+	File fileid.ID
+}
+
+// TakeMappedFiles returns the executable file mappings the kernel kept for
+// pid (those of its last address space, up to 16) and
+// forgets them. The kernel leaves a sampled process's list to user space at
+// its exit: call it at each exit event, also to free the entry. Nothing
+// when the list is not kept (no DWARF unwinding, or no tp_btf/ma_write).
+func (s *Sampler) TakeMappedFiles(pid uint32) ([]MappedFile, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.dwarf || s.mappingsErr != nil {
+		return nil, nil
+	}
+	var mf cpuProfileMappedFiles
+	if err := s.objs.MappedFiles.LookupAndDelete(&pid, &mf); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("mapped files of pid %d: %w", pid, err)
+	}
+	var out []MappedFile
+	for _, f := range mf.F[:min(int(mf.N), len(mf.F))] {
+		if f.Check == 0 || f.Check != mappedCheck(f.Start, f.End, f.Pgoff, f.Key) {
+			continue // being written when the process ended
+		}
+		out = append(out, MappedFile{Start: f.Start, End: f.End, Offset: f.Pgoff * uint64(os.Getpagesize()),
+			File: fileid.ID{Dev: unix.Mkdev(uint32(f.Key.Dev>>20), uint32(f.Key.Dev&(1<<20-1))), Inode: f.Key.Ino, Mtime: f.Key.MtimeNs}})
+	}
+	return out, nil
+}
+
+// mappedCheck is mapped_check in cpu_profile.bpf.c: a slot's hash of the
+// rest, which tells a whole slot from one a writer had not finished.
+func mappedCheck(start, end, pgoff uint64, k cpuProfileExeKey) uint32 {
+	h := (start ^ (end << 7) ^ (pgoff << 13) ^ (k.Ino << 29) ^ k.Dev ^ uint64(k.MtimeNs)) * 0x9e3779b97f4a7c15
+	return uint32(h>>32) | 1
 }
