@@ -451,12 +451,15 @@ func (t *processTable) parentEntry(pid int, view eventView) *processEntry {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.parentEntryLocked(view)
+	return t.parentEntryLocked(view.parent, view.start)
 }
 
-func (t *processTable) parentEntryLocked(view eventView) *processEntry {
-	p := t.entries[view.parent]
-	if p == nil || p.snapshot == nil || (view.start != 0 && p.startTime > view.start) {
+// parentEntryLocked is the entry of process parent if it was read and
+// started no later than its child, which started at childStart (0: not
+// known); nil otherwise. t.mu is held.
+func (t *processTable) parentEntryLocked(parent int, childStart uint64) *processEntry {
+	p := t.entries[parent]
+	if p == nil || p.snapshot == nil || (childStart != 0 && p.startTime > childStart) {
 		return nil
 	}
 	return p
@@ -544,7 +547,7 @@ func (t *processTable) leftImagesOf(pid int) (c [2]leftCandidate, n int) {
 	if l.parent == 0 {
 		return c, n
 	}
-	p := t.parentEntryLocked(eventView{parent: l.parent, start: l.view.start})
+	p := t.parentEntryLocked(l.parent, l.view.start)
 	if p == nil {
 		return c, n // gone, or its pid reused
 	}
