@@ -774,23 +774,28 @@ func (t *processTable) exited(pid int, at time.Time) {
 	if take := t.mappedFiles.Load(); take != nil {
 		known = (*take)(pid) // also frees the kernel's list
 	}
-	n := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, readAt: at, readMono: sampler.MonotonicNow(), exitedAt: at}
 	t.mu.Lock()
 	e := t.entries[pid]
-	readOrFiltered := e != nil && (e.snapshot != nil || !e.keep)
 	if e != nil {
 		e.exitedAt = at
-		n.resource, n.keep, n.startTime, n.readAt, n.readMono, n.execs = e.resource, e.keep, e.startTime, e.readAt, e.readMono, e.execs
 	}
-	view := t.left[pid].view // the program it exec'd, if it did lately
-	if q, queued := t.queued[pid]; queued {
-		view = q.view
-	}
-	t.mu.Unlock()
-	if len(known) == 0 || readOrFiltered {
+	if len(known) == 0 || (e != nil && (e.snapshot != nil || !e.keep)) {
+		t.mu.Unlock()
 		return // read while it lived (or filtered out)
 	}
+	n := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, exitedAt: at}
+	var view eventView
+	if e != nil {
+		n.resource, n.keep, n.startTime, n.readAt, n.readMono, n.execs = e.resource, e.keep, e.startTime, e.readAt, e.readMono, e.execs
+	} else {
+		view = t.left[pid].view // the program it exec'd, if it did lately
+		if q, queued := t.queued[pid]; queued {
+			view = q.view
+		}
+	}
+	t.mu.Unlock()
 	if e == nil {
+		n.readAt, n.readMono = at, sampler.MonotonicNow()
 		if t.goneBeforeRead(n, pid, view); !n.keep {
 			return
 		}
@@ -1188,15 +1193,11 @@ func (t *processTable) setExecClock(lastExec func(pid uint32) (uint64, bool, err
 // setMappedFiles makes exited take each exited process's file mappings
 // from the kernel's record (sampler.TakeMappedFiles). A failed take counts
 // as none and is passed to onErr.
-func (t *processTable) setMappedFiles(take func(pid uint32) ([]sampler.MappedFile, error), onErr func(pid int, err error)) {
+func (t *processTable) setMappedFiles(take func(pid uint32) ([]symbolize.KnownMapping, error), onErr func(pid int, err error)) {
 	f := func(pid int) []symbolize.KnownMapping {
-		files, err := take(uint32(pid))
+		known, err := take(uint32(pid))
 		if err != nil {
 			onErr(pid, err)
-		}
-		known := make([]symbolize.KnownMapping, len(files))
-		for i, m := range files {
-			known[i] = symbolize.KnownMapping{Start: m.Start, Limit: m.End, Offset: m.Offset, File: m.File}
 		}
 		return known
 	}

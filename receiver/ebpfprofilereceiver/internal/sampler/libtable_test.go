@@ -943,8 +943,8 @@ func TestExitedProcessLeavesItsMappedFilesToUserSpace(t *testing.T) {
 		for _, f := range files {
 			if id.Size = 0; f.File == id {
 				found = true
-				if f.Start >= f.End || f.Offset%uint64(os.Getpagesize()) != 0 {
-					t.Errorf("%s's mapping %#x-%#x at offset %#x is no mapping", path, f.Start, f.End, f.Offset)
+				if f.Start >= f.Limit || f.Offset%uint64(os.Getpagesize()) != 0 {
+					t.Errorf("%s's mapping %#x-%#x at offset %#x is no mapping", path, f.Start, f.Limit, f.Offset)
 				}
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/symbolize"
 	"github.com/hotpath-dev/hotpath/internal/unwindtable"
 	"github.com/hotpath-dev/hotpath/receiver/ebpfprofilereceiver/internal/hotspot"
 )
@@ -462,22 +463,13 @@ func (s *Sampler) SetJVMUnwind(pid uint32, u hotspot.Unwind) error {
 	return s.setProcess(s.objs.JvmUnwinds, "JVM unwinding", pid, &v, int(s.objs.JvmUnwinds.MaxEntries()))
 }
 
-// MappedFile is an executable file mapping the kernel saw a process make
-// (map mapped_files): the file by its identity, not its path.
-type MappedFile struct {
-	Start, End uint64 // runtime address range [Start, End)
-	Offset     uint64 // file offset mapped at Start
-	// File is the file's identity without its size (0), which the
-	// kernel does not record.
-	File fileid.ID
-}
-
 // TakeMappedFiles returns the executable file mappings the kernel kept for
-// pid (those of its last address space, up to 16) and
+// pid (those of its last address space, up to 16; by file identity, whose
+// size the kernel does not record) and
 // forgets them. The kernel leaves a sampled process's list to user space at
 // its exit: call it at each exit event, also to free the entry. Nothing
 // when the list is not kept (no DWARF unwinding, or no tp_btf/ma_write).
-func (s *Sampler) TakeMappedFiles(pid uint32) ([]MappedFile, error) {
+func (s *Sampler) TakeMappedFiles(pid uint32) ([]symbolize.KnownMapping, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || !s.dwarf || s.mappingsErr != nil {
@@ -490,12 +482,12 @@ func (s *Sampler) TakeMappedFiles(pid uint32) ([]MappedFile, error) {
 		}
 		return nil, fmt.Errorf("mapped files of pid %d: %w", pid, err)
 	}
-	var out []MappedFile
+	var out []symbolize.KnownMapping
 	for _, f := range mf.F[:min(int(mf.N), len(mf.F))] {
 		if f.Check == 0 || f.Check != mappedCheck(f.Start, f.End, f.Pgoff, f.Key) {
 			continue // being written when the process ended
 		}
-		out = append(out, MappedFile{Start: f.Start, End: f.End, Offset: f.Pgoff * uint64(os.Getpagesize()),
+		out = append(out, symbolize.KnownMapping{Start: f.Start, Limit: f.End, Offset: f.Pgoff * uint64(os.Getpagesize()),
 			File: fileid.ID{Dev: unix.Mkdev(uint32(f.Key.Dev>>20), uint32(f.Key.Dev&(1<<20-1))), Inode: f.Key.Ino, Mtime: f.Key.MtimeNs}})
 	}
 	return out, nil
