@@ -329,8 +329,9 @@ func (t *processTable) seen(pid int, start uint64, view eventView) {
 	t.mu.Unlock()
 	if settled && known.startTime != 0 {
 		// Gone, or the same process: what was read of it while it lived
-		// stays. A read now would find at best a zombie (no executable, no
-		// environment, no mappings) and its remaining samples would lose
+		// stays, as does what its exit gave a process gone before its read
+		// (exited). A read now would find at best a zombie (no executable,
+		// no environment, no mappings) and its remaining samples would lose
 		// their names and service.
 		if start == 0 {
 			var err error
@@ -1049,6 +1050,7 @@ func (t *processTable) readProcess(pid int, start uint64, view eventView) *proce
 	e := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, readAt: time.Now(), readMono: sampler.MonotonicNow()}
 	info, err := procinfo.Read(t.procRoot, pid, start)
 	if err != nil {
+		e.startTime = start
 		t.goneBeforeRead(e, pid, view)
 		return e
 	}
@@ -1112,8 +1114,15 @@ func (t *processTable) readProcess(pid int, start uint64, view eventView) *proce
 // its frames stay as raw addresses (unless exited names them from the
 // files the kernel saw it map), its service is the command name the kernel
 // sent, if any (a short-lived compiler or shell command on a busy node),
-// and its container the one of the cgroup the kernel sent.
+// and its container the one of the cgroup the kernel sent. Its start time
+// is the kernel's, if e has none yet: the first-sample event the kernel
+// sends again when it samples the process on its way out (after its exit
+// event, see seen) then keeps this entry, with its exit and the names
+// exited gave it, instead of reading the gone process once more.
 func (t *processTable) goneBeforeRead(e *processEntry, pid int, view eventView) {
+	if e.startTime == 0 {
+		e.startTime = view.start
+	}
 	e.resource.ServiceName = profileschema.ProcessService("", "", view.comm)
 	e.resource.Container, _ = t.containerOfCgroup(view.cgroup)
 	e.keep = t.cfg.Include.empty() && !t.cfg.Exclude.matches(pid, "", "", e.resource.ServiceName)

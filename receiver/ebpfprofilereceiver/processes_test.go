@@ -195,6 +195,47 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 	}
 }
 
+// A process gone before its read is sampled on its way out too, after its
+// exit event: the first-sample event that follows keeps the entry its exit
+// left (its exit time, and the names exited gave it from the files it
+// mapped), as for a process read while it lived. Replaced by another read
+// of the gone process, its last samples lost those names and the entry its
+// exit, and stayed until a drain found the pid gone. A pid reused by
+// another process (another start time) is read as the new process it is.
+func TestProcessGoneBeforeItsReadKeepsItsEntryOnItsWayOut(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := gone.Process.Pid
+	current := func() *processEntry {
+		table.mu.Lock()
+		defer table.mu.Unlock()
+		return table.entries[pid]
+	}
+	const start = 4242 // clock ticks after boot, as the kernel sends it with each event
+	view := eventView{comm: "true", start: start}
+	table.seen(pid, start, view)
+	table.exited(pid, time.Now())
+	exited := current()
+	if exited == nil || exited.exitedAt.IsZero() {
+		t.Fatalf("gone before its read, then its exit: entry %+v", exited)
+	}
+	table.seen(pid, start, view) // sampled on its way out
+	if got := current(); got != exited {
+		t.Fatalf("announced again on its way out, the entry became %+v (exited at %v)", got.resource, got.exitedAt)
+	}
+	table.seen(pid, 0, view) // the same, sent without a start time: /proc cannot tell
+	if got := current(); got != exited {
+		t.Fatalf("announced again without a start time, the entry became %+v (exited at %v)", got.resource, got.exitedAt)
+	}
+	table.seen(pid, start+1, eventView{comm: "other", start: start + 1})
+	if got := current(); got == exited || got.resource.ServiceName != "other" || !got.exitedAt.IsZero() {
+		t.Fatalf("a reused pid kept the previous process's entry: %+v", got.resource)
+	}
+}
+
 // A process that exits between its event and its read leaves an entry
 // without a snapshot (its frames stay addresses, never another process's
 // names); one whose exit was never reported is found gone by the drain's
