@@ -1189,13 +1189,20 @@ func TestJavaFramesOfAnExitedJVM(t *testing.T) {
 // (or its profiles not yet handed over) on a loaded machine.
 func startReceiverWithoutDrain(t *testing.T) (*profileReceiver, *consumertest.ProfilesSink) {
 	t.Helper()
+	return startReceiverWithoutDrainWith(t, nil)
+}
+
+// startReceiverWithoutDrainWith is startReceiverWithoutDrain with before
+// given the receiver before it starts (startReceiverWith).
+func startReceiverWithoutDrainWith(t *testing.T, before func(*profileReceiver)) (*profileReceiver, *consumertest.ProfilesSink) {
+	t.Helper()
 	cfg := testConfig()
 	cfg.TraceContext.Enabled = false
 	cfg.Interval = MaxInterval
 	if next := alignedStart(time.Now(), cfg.Interval).Add(cfg.Interval); time.Until(next) < time.Minute {
 		waitFor(t, 2*time.Minute, "the interval boundary", func() bool { return time.Now().After(next) })
 	}
-	return startReceiver(t, cfg)
+	return startReceiverWith(t, cfg, before)
 }
 
 // waitForJVMWalked waits until r has read JVM pid's code cache and told

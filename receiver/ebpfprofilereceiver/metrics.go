@@ -42,6 +42,17 @@ func (m *selfMetrics) recordWork(ctx context.Context, counts map[workCount]uint6
 	m.tb.ReceiverEbpfprofileBinaryWorkCPU.Add(ctx, cpu.Seconds())
 }
 
+// recordGoneBeforeRead counts a process that exited before it could be
+// read, at its exit event: named when the files the kernel saw it map name
+// its samples.
+func (m *selfMetrics) recordGoneBeforeRead(named bool) {
+	outcome := "unnamed"
+	if named {
+		outcome = "named"
+	}
+	m.tb.ReceiverEbpfprofileProcessesGoneBeforeRead.Add(context.Background(), 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+}
+
 func (m *selfMetrics) recordSymbolizer(ctx context.Context, st symbolize.Stats) {
 	m.tb.ReceiverEbpfprofileSymbolTables.Record(ctx, int64(st.Tables+st.Held))
 	m.tb.ReceiverEbpfprofileSymbolTableBytes.Record(ctx, int64(st.HeapBytes+st.HeldBytes+st.KernelBytes+st.MemoBytes))

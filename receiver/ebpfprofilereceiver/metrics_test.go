@@ -39,6 +39,19 @@ func TestMemoryMapLookupsAreCounted(t *testing.T) {
 	}, metricdatatest.IgnoreTimestamp())
 }
 
+// Processes gone before they could be read add up by outcome: named from
+// the files the kernel saw them map, or not.
+func TestProcessesGoneBeforeReadAreCounted(t *testing.T) {
+	m, tt := testSelfMetrics(t)
+	m.recordGoneBeforeRead(true)
+	m.recordGoneBeforeRead(false)
+	m.recordGoneBeforeRead(true)
+	metadatatest.AssertEqualReceiverEbpfprofileProcessesGoneBeforeRead(t, tt, []metricdata.DataPoint[int64]{
+		{Value: 2, Attributes: attribute.NewSet(attribute.String("outcome", "named"))},
+		{Value: 1, Attributes: attribute.NewSet(attribute.String("outcome", "unnamed"))},
+	}, metricdatatest.IgnoreTimestamp())
+}
+
 // testSelfMetrics is the receiver's self-metrics on a test telemetry.
 func testSelfMetrics(t *testing.T) (*selfMetrics, *componenttest.Telemetry) {
 	t.Helper()

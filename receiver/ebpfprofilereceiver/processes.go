@@ -42,8 +42,12 @@ type processEntry struct {
 	keep      bool
 	startTime uint64             // clock ticks after boot; tells a reused pid apart
 	snapshot  *symbolize.Process // nil when the process was gone before it could be read
-	mappings  []profilebuilder.Mapping
-	readAt    time.Time
+	// unread: the process was gone before it could be read
+	// (goneBeforeRead); a snapshot it has is of the files the kernel saw
+	// it map, given at its exit (exited).
+	unread   bool
+	mappings []profilebuilder.Mapping
+	readAt   time.Time
 	// readMono is readAt on the kernel's exec clock (sampler.MonotonicNow):
 	// an exec the kernel recorded after it may have come before or during
 	// the read, and what was read may be the image the process left.
@@ -770,7 +774,9 @@ func (t *processTable) eventHandled(ev sampler.ProcEvent) {
 // where another process's read has those files' tables in memory. A
 // shell's short commands (ls, true, a compiler's driver) are mostly such
 // processes: they exit within milliseconds of their first sample.
-func (t *processTable) exited(pid int, at time.Time) {
+// It reports whether the process was one gone before its read (not
+// filtered out) and whether its samples are named that way.
+func (t *processTable) exited(pid int, at time.Time) (unread, named bool) {
 	var known []symbolize.KnownMapping
 	if take := t.mappedFiles.Load(); take != nil {
 		known = (*take)(pid) // also frees the kernel's list
@@ -780,14 +786,21 @@ func (t *processTable) exited(pid int, at time.Time) {
 	if e != nil {
 		e.exitedAt = at
 	}
-	if len(known) == 0 || (e != nil && (e.snapshot != nil || !e.keep)) {
+	if e != nil && (e.snapshot != nil || !e.keep) {
 		t.mu.Unlock()
-		return // read while it lived (or filtered out)
+		return false, false // read while it lived (or filtered out)
+	}
+	// Else a kernel thread, or a process whose memory map could not be
+	// read, which the files it mapped name too.
+	unread = e == nil || e.unread
+	if len(known) == 0 {
+		t.mu.Unlock()
+		return unread, false // the kernel kept no list of its files
 	}
 	n := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, exitedAt: at}
 	var view eventView
 	if e != nil {
-		n.resource, n.keep, n.startTime, n.readAt, n.readMono, n.execs = e.resource, e.keep, e.startTime, e.readAt, e.readMono, e.execs
+		n.resource, n.keep, n.unread, n.startTime, n.readAt, n.readMono, n.execs = e.resource, e.keep, e.unread, e.startTime, e.readAt, e.readMono, e.execs
 	} else {
 		view = t.left[pid].view // the program it exec'd, if it did lately
 		if q, queued := t.queued[pid]; queued {
@@ -798,11 +811,11 @@ func (t *processTable) exited(pid int, at time.Time) {
 	if e == nil {
 		n.readAt, n.readMono = at, sampler.MonotonicNow()
 		if t.goneBeforeRead(n, pid, view); !n.keep {
-			return
+			return false, false
 		}
 	}
 	if n.snapshot = t.symbolizer.SnapshotKnown(pid, known); n.snapshot == nil {
-		return // none of its files has a table in memory
+		return unread, false // none of its files has a table in memory
 	}
 	for _, m := range n.snapshot.Mappings {
 		n.mappings = append(n.mappings, profilebuilder.Mapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path})
@@ -818,9 +831,10 @@ func (t *processTable) exited(pid int, at time.Time) {
 	t.mu.Unlock()
 	if !installed {
 		n.close()
-		return
+		return unread, false
 	}
 	e.close()
+	return unread, true
 }
 
 // forgetExitedBefore drops processes whose exit was reported before the
@@ -1120,6 +1134,7 @@ func (t *processTable) readProcess(pid int, start uint64, view eventView) *proce
 // event, see seen) then keeps this entry, with its exit and the names
 // exited gave it, instead of reading the gone process once more.
 func (t *processTable) goneBeforeRead(e *processEntry, pid int, view eventView) {
+	e.unread = true
 	if e.startTime == 0 {
 		e.startTime = view.start
 	}

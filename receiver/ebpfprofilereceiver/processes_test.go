@@ -167,7 +167,9 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		return table.entries[pid]
 	}
 
-	table.exited(pid, time.Now())
+	if unread, _ := table.exited(pid, time.Now()); unread {
+		t.Error("the exit of a process read while it lived reported as one gone before its read")
+	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +219,10 @@ func TestProcessGoneBeforeItsReadKeepsItsEntryOnItsWayOut(t *testing.T) {
 	const start = 4242 // clock ticks after boot, as the kernel sends it with each event
 	view := eventView{comm: "true", start: start}
 	table.seen(pid, start, view)
-	table.exited(pid, time.Now())
+	// No list of the files it mapped (no sampler here): it stays unnamed.
+	if unread, named := table.exited(pid, time.Now()); !unread || named {
+		t.Errorf("exit of a process gone before its read reported as unread %v, named %v; want true, false", unread, named)
+	}
 	exited := current()
 	if exited == nil || exited.exitedAt.IsZero() {
 		t.Fatalf("gone before its read, then its exit: entry %+v", exited)

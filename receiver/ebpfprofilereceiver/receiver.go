@@ -425,7 +425,9 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 		case sampler.EventMapsChanged:
 			r.procs.mapsChanged(pid)
 		case sampler.EventExit:
-			r.procs.exited(pid, time.Now())
+			if unread, named := r.procs.exited(pid, time.Now()); unread {
+				r.metrics.recordGoneBeforeRead(named)
+			}
 			r.traceCtx.event(ev)
 		case sampler.EventPythonCode:
 			if py := r.procs.python.Load(); py != nil {

@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/hotpath-dev/hotpath/internal/testworkload"
 )
@@ -513,7 +514,8 @@ int main(int argc, char **argv) {
 // receiver's process table while the program runs and exits, as a reader
 // busy with other processes keeps its first-sample event waiting.
 func TestProgramGoneBeforeItsReadIsNamedFromTheFilesItMapped(t *testing.T) {
-	r, sink := startReceiverWithoutDrain(t)
+	var tt *componenttest.Telemetry
+	r, sink := startReceiverWithoutDrainWith(t, func(r *profileReceiver) { r.metrics, tt = testSelfMetrics(t) })
 	// -O1 omits frame pointers: reading the first run attaches the
 	// program's unwind table, which loads its symbol table too.
 	bin := testworkload.CompileC(t, "goneprog", []byte(goneC), "-O1")
@@ -543,11 +545,25 @@ func TestProgramGoneBeforeItsReadIsNamedFromTheFilesItMapped(t *testing.T) {
 		t.Fatalf("%s: %v", bin, err)
 	}
 	pid := gone.Process.Pid
-	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to handle pid %d's exit", pid), func() bool {
+	// Its exit event gives its entry a snapshot of the files it mapped.
+	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to handle pid %d's exit and name it from the files it mapped", pid), func() bool {
 		r.procs.mu.Lock()
 		defer r.procs.mu.Unlock()
 		e := r.procs.entries[pid]
-		return e != nil && !e.exitedAt.IsZero()
+		return e != nil && !e.exitedAt.IsZero() && e.snapshot != nil
+	})
+	// Counted (with other processes of the machine gone before their read).
+	waitFor(t, 30*time.Second, "a process gone before its read counted as named", func() bool {
+		m, err := tt.GetMetric("otelcol_receiver_ebpfprofile_processes_gone_before_read")
+		if err != nil {
+			return false
+		}
+		for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			if v, _ := p.Attributes.Value("outcome"); v.AsString() == "named" && p.Value > 0 {
+				return true
+			}
+		}
+		return false
 	})
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)

@@ -23,33 +23,34 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                     metric.Meter
-	mu                                        sync.Mutex
-	registrations                             []metric.Registration
-	ReceiverEbpfprofileBinaryWork             metric.Int64Counter
-	ReceiverEbpfprofileBinaryWorkCPU          metric.Float64Counter
-	ReceiverEbpfprofileBpfMapBytes            metric.Int64Gauge
-	ReceiverEbpfprofileCPUPercent             metric.Float64Gauge
-	ReceiverEbpfprofileDebuginfodFiles        metric.Int64Counter
-	ReceiverEbpfprofileDwarfUnwound           metric.Int64Counter
-	ReceiverEbpfprofileFrequency              metric.Int64Gauge
-	ReceiverEbpfprofileJvmProcesses           metric.Int64Counter
-	ReceiverEbpfprofileLeafCaller             metric.Int64Counter
-	ReceiverEbpfprofileMemoryMapLookups       metric.Int64Counter
-	ReceiverEbpfprofileProcessEventsLost      metric.Int64Counter
-	ReceiverEbpfprofileProcesses              metric.Int64Gauge
-	ReceiverEbpfprofilePythonProcesses        metric.Int64Counter
-	ReceiverEbpfprofileSampleCPUPercent       metric.Float64Gauge
-	ReceiverEbpfprofileSamples                metric.Int64Counter
-	ReceiverEbpfprofileSamplesLost            metric.Int64Counter
-	ReceiverEbpfprofileStacksEndedEarly       metric.Int64Counter
-	ReceiverEbpfprofileSymbolTableBytes       metric.Int64Gauge
-	ReceiverEbpfprofileSymbolTables           metric.Int64Gauge
-	ReceiverEbpfprofileSymbolizeDuration      metric.Float64Histogram
-	ReceiverEbpfprofileUnwindProcesses        metric.Int64Gauge
-	ReceiverEbpfprofileUnwindTableBytes       metric.Int64Gauge
-	ReceiverEbpfprofileUnwindTables           metric.Int64Gauge
-	ReceiverEbpfprofileUnwindTablesOverBudget metric.Int64Gauge
+	meter                                      metric.Meter
+	mu                                         sync.Mutex
+	registrations                              []metric.Registration
+	ReceiverEbpfprofileBinaryWork              metric.Int64Counter
+	ReceiverEbpfprofileBinaryWorkCPU           metric.Float64Counter
+	ReceiverEbpfprofileBpfMapBytes             metric.Int64Gauge
+	ReceiverEbpfprofileCPUPercent              metric.Float64Gauge
+	ReceiverEbpfprofileDebuginfodFiles         metric.Int64Counter
+	ReceiverEbpfprofileDwarfUnwound            metric.Int64Counter
+	ReceiverEbpfprofileFrequency               metric.Int64Gauge
+	ReceiverEbpfprofileJvmProcesses            metric.Int64Counter
+	ReceiverEbpfprofileLeafCaller              metric.Int64Counter
+	ReceiverEbpfprofileMemoryMapLookups        metric.Int64Counter
+	ReceiverEbpfprofileProcessEventsLost       metric.Int64Counter
+	ReceiverEbpfprofileProcesses               metric.Int64Gauge
+	ReceiverEbpfprofileProcessesGoneBeforeRead metric.Int64Counter
+	ReceiverEbpfprofilePythonProcesses         metric.Int64Counter
+	ReceiverEbpfprofileSampleCPUPercent        metric.Float64Gauge
+	ReceiverEbpfprofileSamples                 metric.Int64Counter
+	ReceiverEbpfprofileSamplesLost             metric.Int64Counter
+	ReceiverEbpfprofileStacksEndedEarly        metric.Int64Counter
+	ReceiverEbpfprofileSymbolTableBytes        metric.Int64Gauge
+	ReceiverEbpfprofileSymbolTables            metric.Int64Gauge
+	ReceiverEbpfprofileSymbolizeDuration       metric.Float64Histogram
+	ReceiverEbpfprofileUnwindProcesses         metric.Int64Gauge
+	ReceiverEbpfprofileUnwindTableBytes        metric.Int64Gauge
+	ReceiverEbpfprofileUnwindTables            metric.Int64Gauge
+	ReceiverEbpfprofileUnwindTablesOverBudget  metric.Int64Gauge
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -150,6 +151,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.ReceiverEbpfprofileProcesses, err = builder.meter.Int64Gauge(
 		"otelcol_receiver_ebpfprofile_processes",
 		metric.WithDescription("Processes tracked. [Alpha]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ReceiverEbpfprofileProcessesGoneBeforeRead, err = builder.meter.Int64Counter(
+		"otelcol_receiver_ebpfprofile_processes_gone_before_read",
+		metric.WithDescription("Processes that exited before the receiver could read them (a shell's short commands, a compiler's driver on a busy node: gone from /proc when their first-sample event is handled), counted at their exit event, by outcome: named (their samples are named from the executable files the kernel saw them map, whose symbol tables a read of another process put in memory; unwinding auto) or unnamed (the kernel kept no list of their files, or none of those files' tables is in memory: their frames stay addresses). Their service is the command name the kernel sent. [Alpha]"),
 		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)

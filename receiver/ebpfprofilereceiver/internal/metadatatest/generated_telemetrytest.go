@@ -205,6 +205,22 @@ func AssertEqualReceiverEbpfprofileProcesses(t *testing.T, tt *componenttest.Tel
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualReceiverEbpfprofileProcessesGoneBeforeRead(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_receiver_ebpfprofile_processes_gone_before_read",
+		Description: "Processes that exited before the receiver could read them (a shell's short commands, a compiler's driver on a busy node: gone from /proc when their first-sample event is handled), counted at their exit event, by outcome: named (their samples are named from the executable files the kernel saw them map, whose symbol tables a read of another process put in memory; unwinding auto) or unnamed (the kernel kept no list of their files, or none of those files' tables is in memory: their frames stay addresses). Their service is the command name the kernel sent. [Alpha]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_receiver_ebpfprofile_processes_gone_before_read")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualReceiverEbpfprofilePythonProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_receiver_ebpfprofile_python_processes",

@@ -31,6 +31,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ReceiverEbpfprofileMemoryMapLookups.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileProcessEventsLost.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileProcesses.Record(context.Background(), 1)
+	tb.ReceiverEbpfprofileProcessesGoneBeforeRead.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofilePythonProcesses.Add(context.Background(), 1)
 	tb.ReceiverEbpfprofileSampleCPUPercent.Record(context.Background(), 1)
 	tb.ReceiverEbpfprofileSamples.Add(context.Background(), 1)
@@ -77,6 +78,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverEbpfprofileProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualReceiverEbpfprofileProcessesGoneBeforeRead(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualReceiverEbpfprofilePythonProcesses(t, testTel,
