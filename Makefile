@@ -23,7 +23,7 @@ COLLECTOR := $(BIN)/otelcol-hotpath
 RUN_DIR ?= var/run
 DEPS_STAMP := .deps-installed
 
-APT_PACKAGES := bash-completion clang llvm lld libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless curl gpgv xz-utils debian-archive-keyring debuginfod
+APT_PACKAGES := bash-completion clang llvm lld libbpf-dev bpftool gcc g++ make git libstdc++6 libc6-dbg ca-certificates util-linux chromium nodejs openjdk-17-jdk-headless curl gpgv xz-utils debian-archive-keyring debuginfod python3.11
 # CPYTHON_ROOTS holds Debian's CPython 3.9 (Debian 11's), 3.14 and 3.15, each
 # in a root of its own (scripts/cpython-roots.sh), whose frames the
 # receiver's tests walk.

@@ -670,3 +670,101 @@ func TestPythonBefore311ThreadsAndCoroutines(t *testing.T) {
 		})
 	}
 }
+
+// qualifiedPy spends its time in a method, a nested class's method and a
+// nested function: names that only co_qualname (3.11 and later) has.
+const qualifiedPy = `
+import json, select, sys, time
+
+def traced(fn):
+    return fn
+
+class Codec:
+    @traced
+    def encode(self, n):
+        x = 0
+        for i in range(n):
+            x = (x * 31 + i) & 0xffff
+        return x
+
+    class Inner:
+        def decode(self, n):
+            x = 1
+            for i in range(n):
+                x = (x * 7 + i) & 0xffff
+            return x
+
+def outer(n):
+    def inner(m):
+        x = 2
+        for i in range(m):
+            x = (x * 13 + i) & 0xffff
+        return x
+    return inner(n)
+
+cpu = {"Codec.encode": 0, "Codec.Inner.decode": 0, "outer.<locals>.inner": 0}
+def timed(name, fn, n):
+    t0 = time.thread_time_ns()
+    fn(n)
+    cpu[name] += time.thread_time_ns() - t0
+
+print("ready", flush=True)
+while not select.select([sys.stdin], [], [], 0)[0]:
+    sum(range(1000))
+sys.stdin.readline()
+codec, inner = Codec(), Codec.Inner()
+cap = time.monotonic() + 60
+while sum(cpu.values()) < float(sys.argv[1]) * 1e9 and time.monotonic() < cap:
+    timed("Codec.encode", codec.encode, 20000)
+    timed("Codec.Inner.decode", inner.decode, 20000)
+    timed("outer.<locals>.inner", outer, 20000)
+print(json.dumps(cpu), flush=True)
+`
+
+// TestPythonBefore311QualifiedNames: CPython 3.10 and 3.8 (pyenv) have no
+// co_qualname; their methods and nested functions are named as 3.11 names
+// them, from the definitions in the process's source file: each of the
+// three gets samples under its qualified name, and none under its bare
+// co_name.
+func TestPythonBefore311QualifiedNames(t *testing.T) {
+	for _, minor := range []int{10, 8} {
+		t.Run(fmt.Sprintf("3.%d", minor), func(t *testing.T) {
+			py := pythonVersion(t, 3, minor)
+			cfg := testConfig()
+			cfg.TraceContext.Enabled = false
+			script := filepath.Join(t.TempDir(), "codec.py")
+			if err := os.WriteFile(script, []byte(qualifiedPy), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, sink := startReceiver(t, cfg)
+			run := startRuntime(t, py, script, "3")
+			run.runGated(t, r)
+			measured := run.measured(t)
+			if err := r.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
+			in := map[string]int64{}
+			for stack, n := range tl.Folded {
+				for _, f := range testworkload.UserFrames(stack) {
+					switch f {
+					case "Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner", "encode", "decode", "inner":
+						in[f] += n
+					}
+				}
+			}
+			t.Logf("samples %d; by function %v; measured %v", tl.Total, in, measured)
+			for _, qual := range []string{"Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner"} {
+				// 99 Hz × its CPU seconds, at least a third of them.
+				if want := int64(measured[qual] / 1e9 * float64(cfg.FrequencyHz) / 3); in[qual] < max(want, 10) {
+					t.Errorf("%s: %d samples, want at least %d", qual, in[qual], max(want, 10))
+				}
+			}
+			for _, bare := range []string{"encode", "decode", "inner"} {
+				if in[bare] != 0 {
+					t.Errorf("%d samples in %s, named without its class or enclosing function", in[bare], bare)
+				}
+			}
+		})
+	}
+}

@@ -13,7 +13,7 @@ import (
 
 // Frame is a Python frame as a profile shows it.
 type Frame struct {
-	Function string // co_qualname: "Class.method", "outer.<locals>.inner" (3.10 and older: co_name, "method")
+	Function string // co_qualname: "Class.method", "outer.<locals>.inner" (3.10 and older: from the source, see sourcenames.go)
 	File     string // co_filename
 	Line     int    // of the instruction last executed; co_firstlineno when unknown
 }
@@ -37,7 +37,8 @@ type Process struct {
 	codeType uint64 // run-time address of PyCode_Type
 	mem      *os.File
 	codes    map[uint64]*codeInfo
-	bytes    int // held by codes
+	bytes    int         // held by codes
+	sources  sourceNames // qualified names before 3.11
 }
 
 type codeInfo struct {
@@ -51,11 +52,13 @@ type codeInfo struct {
 // NewProcess prepares to resolve the code objects of process pid, which
 // maps in with the given load bias.
 func NewProcess(procRoot string, pid int, in *Interpreter, bias uint64) *Process {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid))
 	return &Process{
-		memPath:  filepath.Join(procRoot, strconv.Itoa(pid), "mem"),
+		memPath:  filepath.Join(dir, "mem"),
 		in:       in,
 		codeType: in.CodeTypeVA + bias,
 		codes:    map[uint64]*codeInfo{},
+		sources:  sourceNames{procDir: dir},
 	}
 }
 
@@ -233,6 +236,11 @@ func (p *Process) readCode(h [3]uint64, first int) (*codeInfo, error) {
 	table, err := p.readBytes(h[2])
 	if err != nil {
 		return nil, fmt.Errorf("co_linetable (co_lnotab before 3.10): %w", err)
+	}
+	if p.in.Major == 3 && p.in.Minor < 11 {
+		if qual := p.sources.qualName(file, first, name); qual != "" {
+			name = qual
+		}
 	}
 	return &codeInfo{frame: Frame{Function: name, File: file, Line: first}, lineTable: table, header: h, checked: time.Now()}, nil
 }

@@ -68,7 +68,7 @@ type Offsets struct {
 	VarObjectSize    uint16 // PyVarObject.ob_size
 	CodeFirstLineNo  uint16 // PyCodeObject.co_firstlineno
 	CodeFilename     uint16 // PyCodeObject.co_filename
-	CodeQualName     uint16 // PyCodeObject.co_qualname (3.10 and older: co_name, the only name they have)
+	CodeQualName     uint16 // PyCodeObject.co_qualname (3.10 and older: co_name, qualified from the source by sourcenames.go)
 	CodeLineTable    uint16 // PyCodeObject.co_linetable (bytes; 3.9 and older: co_lnotab)
 	CodeAdaptive     uint16 // PyCodeObject.co_code_adaptive (the instructions; InterpreterFrames only)
 	BytesData        uint16 // PyBytesObject.ob_sval

@@ -1,0 +1,205 @@
+package python
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const qualSource = `import functools
+
+def deco(f):
+    return f
+
+class Codec:
+    """A docstring whose lines look like code:
+def fake():
+class Fake:
+    """
+
+    @deco
+    @functools.lru_cache(
+        maxsize=None,
+    )
+    def encode(self, n):
+        s = '#' ; t = "'''" # a comment with "quotes
+        return n
+
+    class Inner:
+        async def decode(self, n): return n
+
+    if True:
+        def conditional(self):
+            pass
+
+x = (1,
+def_not_a_def := 2) if False else None
+
+def outer(n):
+    def inner(m):
+        class Local:
+            def method(self):
+                pass
+        return m
+    values = [1, 2,
+        3]
+    def after(m): \
+        return m
+    return inner(n)
+
+class Empty: pass
+def last():
+	return '''
+def in_a_string():
+'''
+`
+
+func TestDefinitions(t *testing.T) {
+	got := definitions([]byte(qualSource))
+	want := map[int]definition{
+		3:  {"deco", "deco"},
+		6:  {"Codec", "Codec"},
+		12: {"encode", "Codec.encode"}, // the first decorator's line
+		16: {"encode", "Codec.encode"},
+		20: {"Inner", "Codec.Inner"},
+		21: {"decode", "Codec.Inner.decode"},
+		24: {"conditional", "Codec.conditional"}, // an if is no scope
+		30: {"outer", "outer"},
+		31: {"inner", "outer.<locals>.inner"},
+		32: {"Local", "outer.<locals>.inner.<locals>.Local"},
+		33: {"method", "outer.<locals>.inner.<locals>.Local.method"},
+		38: {"after", "outer.<locals>.after"},
+		42: {"Empty", "Empty"},
+		43: {"last", "last"},
+	}
+	for line, w := range want {
+		if got[line] != w {
+			t.Errorf("line %d: %+v, want %+v", line, got[line], w)
+		}
+	}
+	for line, d := range got {
+		if _, ok := want[line]; !ok {
+			t.Errorf("line %d: unexpected definition %+v", line, d)
+		}
+	}
+}
+
+// TestDefinitionsMatchCPython compares the qualified names read from the
+// source with the ones CPython 3.11 compiles (co_qualname) for every
+// function and class of the standard library's modules and packages: the
+// names 3.10 and older processes get from their sources.
+func TestDefinitionsMatchCPython(t *testing.T) {
+	files, _ := filepath.Glob("/usr/lib/python3.11/*.py")
+	packages, _ := filepath.Glob("/usr/lib/python3.11/*/*.py")
+	files = append(files, packages...)
+	if len(files) < 100 {
+		t.Fatalf("Debian's python3.11 and its standard library are needed: found %d modules", len(files))
+	}
+	const walk = `
+import json, sys
+out = {}
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        src = f.read()
+    try:
+        top = compile(src, path, "exec")
+    except SyntaxError:
+        continue
+    found, todo = [], [top]
+    while todo:
+        co = todo.pop()
+        for c in co.co_consts:
+            if hasattr(c, "co_qualname"):
+                todo.append(c)
+                if not c.co_name.startswith("<"):
+                    found.append([c.co_firstlineno, c.co_name, c.co_qualname])
+    out[path] = found
+print(json.dumps(out))
+`
+	out, err := exec.Command(debianPython, append([]string{"-c", walk}, files...)...).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", debianPython, err)
+	}
+	var compiled map[string][][3]json.RawMessage
+	if err := json.Unmarshal(out, &compiled); err != nil {
+		t.Fatal(err)
+	}
+	var checked, wrong int
+	for path, found := range compiled {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defs := definitions(src)
+		for _, f := range found {
+			var line int
+			var name, qual string
+			if json.Unmarshal(f[0], &line) != nil || json.Unmarshal(f[1], &name) != nil || json.Unmarshal(f[2], &qual) != nil {
+				t.Fatalf("%s: %s", path, f)
+			}
+			checked++
+			if d := defs[line]; d.name != name || d.qualName != qual {
+				wrong++
+				if wrong <= 20 {
+					t.Errorf("%s:%d: %+v, CPython compiles %s (%s)", path, line, d, qual, name)
+				}
+			}
+		}
+	}
+	t.Logf("%d functions and classes in %d modules, %d named otherwise", checked, len(compiled), wrong)
+	if checked < 5000 {
+		t.Errorf("only %d functions and classes compared", checked)
+	}
+}
+
+// A process's co_filename is read in its own root, relative to its working
+// directory when relative; only a definition of co_name at co_firstlineno
+// qualifies it, so a file changed since it was loaded keeps bare names.
+func TestQualNameFromTheProcessSource(t *testing.T) {
+	proc := t.TempDir()
+	for _, d := range []string{"root/srv/app", "cwd"} {
+		if err := os.MkdirAll(filepath.Join(proc, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(path, src string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(proc, path), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("root/srv/app/codec.py", qualSource)
+	write("cwd/main.py", "class Main:\n    def run(self):\n        pass\n")
+	s := &sourceNames{procDir: proc}
+	for _, c := range []struct {
+		file, name string
+		line       int
+		want       string
+	}{
+		{"/srv/app/codec.py", "encode", 12, "Codec.encode"},
+		{"/srv/app/codec.py", "decode", 21, "Codec.Inner.decode"},
+		{"/srv/app/codec.py", "inner", 31, "outer.<locals>.inner"},
+		{"/srv/app/codec.py", "renamed", 31, ""}, // another function there now
+		{"/srv/app/codec.py", "encode", 13, ""},  // not a definition's line
+		{"/srv/app/codec.py", "deco", 3, ""},     // a module's own: co_name is its name
+		{"main.py", "run", 2, "Main.run"},
+		{"/srv/app/missing.py", "run", 2, ""},
+		{"<frozen importlib._bootstrap>", "_find_and_load", 1165, ""},
+		{"/srv/app/codec.pyc", "encode", 12, ""},
+	} {
+		if got := s.qualName(c.file, c.line, c.name); got != c.want {
+			t.Errorf("%s:%d %s: %q, want %q", c.file, c.line, c.name, got, c.want)
+		}
+	}
+	// Each file is read once per process.
+	write("root/srv/app/codec.py", strings.Repeat("\n", 11)+"def encode(): pass\n")
+	if got := s.qualName("/srv/app/codec.py", 12, "encode"); got != "Codec.encode" {
+		t.Errorf("read again: %q", got)
+	}
+	if len(s.files) != 5 {
+		t.Errorf("%d files cached, want 5 (every co_filename asked about)", len(s.files))
+	}
+}
