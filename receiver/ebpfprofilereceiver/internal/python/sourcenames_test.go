@@ -203,3 +203,23 @@ func TestQualNameFromTheProcessSource(t *testing.T) {
 		t.Errorf("%d files cached, want 5 (every co_filename asked about)", len(s.files))
 	}
 }
+
+// FuzzDefinitions: any bytes as a source (a file the process named, which
+// need not be Python) give definitions without a panic, each qualified
+// name ending with its own name, one per line at most.
+func FuzzDefinitions(f *testing.F) {
+	f.Add([]byte(qualSource))
+	f.Add([]byte("class A:\n\tdef b(self):\n\t\tdef c(): '''\n\"\"\"\n'''\n"))
+	f.Add([]byte("@d(\n)\nasync  def\tf(x): \\\n  pass\n  class C: pass"))
+	f.Add([]byte{0xff, '\n', 'd', 'e', 'f', ' ', 0xc3, 0xa9, '(', ')', ':', '\r', '\n'})
+	f.Fuzz(func(t *testing.T, src []byte) {
+		for line, d := range definitions(src) {
+			if d.name == "" || !strings.HasSuffix(d.qualName, d.name) {
+				t.Fatalf("line %d: %+v", line, d)
+			}
+			if line < 1 || line > strings.Count(string(src), "\n")+1 {
+				t.Fatalf("line %d of a source of %d lines", line, strings.Count(string(src), "\n")+1)
+			}
+		}
+	})
+}
