@@ -721,50 +721,76 @@ while sum(cpu.values()) < float(sys.argv[1]) * 1e9 and time.monotonic() < cap:
 print(json.dumps(cpu), flush=True)
 `
 
-// TestPythonBefore311QualifiedNames: CPython 3.10 and 3.8 (pyenv) have no
-// co_qualname; their methods and nested functions are named as 3.11 names
-// them, from the definitions in the process's source file: each of the
-// three gets samples under its qualified name, and none under its bare
-// co_name.
+// TestPythonBefore311QualifiedNames: CPython 3.10 and 3.8 (pyenv; 3.8 run
+// with the script's name relative), and Debian 11's 3.9 in a root of its
+// own (the source is read in the process's root, as a container's is),
+// have no co_qualname; their methods
+// and nested functions are named as 3.11 names them, from the definitions
+// in the process's source file: each of the three gets samples under its
+// qualified name, and none under its bare co_name.
 func TestPythonBefore311QualifiedNames(t *testing.T) {
-	for _, minor := range []int{10, 8} {
-		t.Run(fmt.Sprintf("3.%d", minor), func(t *testing.T) {
-			py := pythonVersion(t, 3, minor)
-			cfg := testConfig()
-			cfg.TraceContext.Enabled = false
-			script := filepath.Join(t.TempDir(), "codec.py")
-			if err := os.WriteFile(script, []byte(qualifiedPy), 0o644); err != nil {
-				t.Fatal(err)
+	t.Run("3.10", func(t *testing.T) {
+		script := filepath.Join(t.TempDir(), "codec.py")
+		checkQualifiedNames(t, script, script, pythonVersion(t, 3, 10))
+	})
+	// 3.8 keeps a script's name as the command line gave it: relative to
+	// the process's working directory.
+	t.Run("3.8 relative", func(t *testing.T) {
+		dir := t.TempDir()
+		checkQualifiedNames(t, filepath.Join(dir, "codec.py"), "codec.py", "sh", "-c", `cd "$0" && exec "$1" "$2" "$3"`, dir, pythonVersion(t, 3, 8))
+	})
+	t.Run("Debian 3.9 in a root", func(t *testing.T) {
+		dir := os.Getenv("HOTPATH_CPYTHON_ROOTS")
+		if dir == "" {
+			t.Skip("HOTPATH_CPYTHON_ROOTS is not set: make test installs Debian's CPython 3.9 there (scripts/cpython-roots.sh)")
+		}
+		root := filepath.Join(dir, "3.9")
+		scripts, err := os.MkdirTemp(filepath.Join(root, "tmp"), "qual-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(scripts) })
+		shown := filepath.Join("/tmp", filepath.Base(scripts), "codec.py")
+		checkQualifiedNames(t, filepath.Join(scripts, "codec.py"), shown, "chroot", root, "/usr/bin/python3.9")
+	})
+}
+
+// checkQualifiedNames writes qualifiedPy to script, runs it as shown by
+// argv, and checks its three functions' names.
+func checkQualifiedNames(t *testing.T, script, shown string, argv ...string) {
+	t.Helper()
+	if err := os.WriteFile(script, []byte(qualifiedPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiver(t, cfg)
+	run := startRuntime(t, append(argv, shown, "3")...)
+	run.runGated(t, r)
+	measured := run.measured(t)
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
+	in := map[string]int64{}
+	for stack, n := range tl.Folded {
+		for _, f := range testworkload.UserFrames(stack) {
+			switch f {
+			case "Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner", "encode", "decode", "inner":
+				in[f] += n
 			}
-			r, sink := startReceiver(t, cfg)
-			run := startRuntime(t, py, script, "3")
-			run.runGated(t, r)
-			measured := run.measured(t)
-			if err := r.Shutdown(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
-			in := map[string]int64{}
-			for stack, n := range tl.Folded {
-				for _, f := range testworkload.UserFrames(stack) {
-					switch f {
-					case "Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner", "encode", "decode", "inner":
-						in[f] += n
-					}
-				}
-			}
-			t.Logf("samples %d; by function %v; measured %v", tl.Total, in, measured)
-			for _, qual := range []string{"Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner"} {
-				// 99 Hz × its CPU seconds, at least a third of them.
-				if want := int64(measured[qual] / 1e9 * float64(cfg.FrequencyHz) / 3); in[qual] < max(want, 10) {
-					t.Errorf("%s: %d samples, want at least %d", qual, in[qual], max(want, 10))
-				}
-			}
-			for _, bare := range []string{"encode", "decode", "inner"} {
-				if in[bare] != 0 {
-					t.Errorf("%d samples in %s, named without its class or enclosing function", in[bare], bare)
-				}
-			}
-		})
+		}
+	}
+	t.Logf("samples %d; by function %v; measured %v", tl.Total, in, measured)
+	for _, qual := range []string{"Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner"} {
+		// 99 Hz × its CPU seconds, at least a third of them.
+		if want := max(int64(measured[qual]/1e9*float64(cfg.FrequencyHz)/3), 10); in[qual] < want {
+			t.Errorf("%s: %d samples, want at least %d", qual, in[qual], want)
+		}
+	}
+	for _, bare := range []string{"encode", "decode", "inner"} {
+		if in[bare] != 0 {
+			t.Errorf("%d samples in %s, named without its class or enclosing function", in[bare], bare)
+		}
 	}
 }
