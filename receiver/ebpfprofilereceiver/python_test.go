@@ -596,11 +596,13 @@ func TestPythonBefore311ThreadsAndCoroutines(t *testing.T) {
 				t.Fatal(err)
 			}
 			tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
-			// spinB's samples are in its generator expression or in
-			// sum's C code that runs it.
+			// spinB's samples are in its generator expression (named in
+			// spinB, as 3.11 names it: see TestPythonBefore311QualifiedNames)
+			// or in sum's C code that runs it.
+			const genexpr = "spinB.<locals>.<genexpr>"
 			chains := map[string][][]string{
 				"spinA": {{"workerA", "spinA"}},
-				"spinB": {{"workerB", "spinB", "<genexpr>"}, {"workerB", "spinB"}},
+				"spinB": {{"workerB", "spinB", genexpr}, {"workerB", "spinB"}},
 				"spinC": {{"coroC", "spinC"}},
 			}
 			inFunc := map[string]int64{}
@@ -621,7 +623,7 @@ func TestPythonBefore311ThreadsAndCoroutines(t *testing.T) {
 						continue
 					}
 					switch all[j+1] {
-					case "<genexpr>":
+					case genexpr:
 						genOK += n
 					case "spinB", "workerB":
 						genWrong += n
@@ -629,7 +631,7 @@ func TestPythonBefore311ThreadsAndCoroutines(t *testing.T) {
 					}
 				}
 				frames := slices.DeleteFunc(testworkload.UserFrames(stack), func(f string) bool {
-					return !strings.HasPrefix(f, "spin") && !strings.HasPrefix(f, "worker") && f != "coroC" && f != "<genexpr>"
+					return !strings.HasPrefix(f, "spin") && !strings.HasPrefix(f, "worker") && f != "coroC"
 				})
 				for fn, chain := range chains {
 					if !slices.Contains(frames, fn) {
@@ -671,8 +673,9 @@ func TestPythonBefore311ThreadsAndCoroutines(t *testing.T) {
 	}
 }
 
-// qualifiedPy spends its time in a method, a nested class's method and a
-// nested function: names that only co_qualname (3.11 and later) has.
+// qualifiedPy spends its time in a method, a generator expression in a
+// method, a nested class's method and a nested function: names that only
+// co_qualname (3.11 and later) has.
 const qualifiedPy = `
 import json, select, sys, time
 
@@ -686,6 +689,9 @@ class Codec:
         for i in range(n):
             x = (x * 31 + i) & 0xffff
         return x
+
+    def total(self, n):
+        return sum(i * i & 0xffff for i in range(n))
 
     class Inner:
         def decode(self, n):
@@ -702,7 +708,7 @@ def outer(n):
         return x
     return inner(n)
 
-cpu = {"Codec.encode": 0, "Codec.Inner.decode": 0, "outer.<locals>.inner": 0}
+cpu = {"Codec.encode": 0, "Codec.total": 0, "Codec.Inner.decode": 0, "outer.<locals>.inner": 0}
 def timed(name, fn, n):
     t0 = time.thread_time_ns()
     fn(n)
@@ -716,6 +722,7 @@ codec, inner = Codec(), Codec.Inner()
 cap = time.monotonic() + 60
 while sum(cpu.values()) < float(sys.argv[1]) * 1e9 and time.monotonic() < cap:
     timed("Codec.encode", codec.encode, 20000)
+    timed("Codec.total", codec.total, 20000)
     timed("Codec.Inner.decode", inner.decode, 20000)
     timed("outer.<locals>.inner", outer, 20000)
 print(json.dumps(cpu), flush=True)
@@ -724,10 +731,10 @@ print(json.dumps(cpu), flush=True)
 // TestPythonBefore311QualifiedNames: CPython 3.10 and 3.8 (pyenv; 3.8 run
 // with the script's name relative), and Debian 11's 3.9 in a root of its
 // own (the source is read in the process's root, as a container's is),
-// have no co_qualname; their methods
-// and nested functions are named as 3.11 names them, from the definitions
-// in the process's source file: each of the three gets samples under its
-// qualified name, and none under its bare co_name.
+// have no co_qualname; their methods, nested functions and generator
+// expressions are named as 3.11 names them, from the definitions in the
+// process's source file: each of the four gets samples under its qualified
+// name, and none under its bare co_name.
 func TestPythonBefore311QualifiedNames(t *testing.T) {
 	t.Run("3.10", func(t *testing.T) {
 		script := filepath.Join(t.TempDir(), "codec.py")
@@ -756,7 +763,7 @@ func TestPythonBefore311QualifiedNames(t *testing.T) {
 }
 
 // checkQualifiedNames writes qualifiedPy to script, runs it as shown by
-// argv, and checks its three functions' names.
+// argv, and checks its four functions' names.
 func checkQualifiedNames(t *testing.T, script, shown string, argv ...string) {
 	t.Helper()
 	if err := os.WriteFile(script, []byte(qualifiedPy), 0o644); err != nil {
@@ -774,21 +781,31 @@ func checkQualifiedNames(t *testing.T, script, shown string, argv ...string) {
 	tl := testworkload.TallyProcess(sink.AllProfiles(), run.cmd.Process.Pid)
 	in := map[string]int64{}
 	for stack, n := range tl.Folded {
+		inTotal := false
 		for _, f := range testworkload.UserFrames(stack) {
 			switch f {
-			case "Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner", "encode", "decode", "inner":
+			case "Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner", "encode", "decode", "inner", "total", "Codec.total.<locals>.<genexpr>":
 				in[f] += n
+			case "Codec.total":
+				inTotal = true
+			case "<genexpr>":
+				if inTotal {
+					in[f] += n
+				}
 			}
 		}
 	}
 	t.Logf("samples %d; by function %v; measured %v", tl.Total, in, measured)
-	for _, qual := range []string{"Codec.encode", "Codec.Inner.decode", "outer.<locals>.inner"} {
+	for qual, measuredAs := range map[string]string{
+		"Codec.encode": "Codec.encode", "Codec.Inner.decode": "Codec.Inner.decode", "outer.<locals>.inner": "outer.<locals>.inner",
+		"Codec.total.<locals>.<genexpr>": "Codec.total",
+	} {
 		// 99 Hz × its CPU seconds, at least a third of them.
-		if want := max(int64(measured[qual]/1e9*float64(cfg.FrequencyHz)/3), 10); in[qual] < want {
+		if want := max(int64(measured[measuredAs]/1e9*float64(cfg.FrequencyHz)/3), 10); in[qual] < want {
 			t.Errorf("%s: %d samples, want at least %d", qual, in[qual], want)
 		}
 	}
-	for _, bare := range []string{"encode", "decode", "inner"} {
+	for _, bare := range []string{"encode", "decode", "inner", "total", "<genexpr>"} {
 		if in[bare] != 0 {
 			t.Errorf("%d samples in %s, named without its class or enclosing function", in[bare], bare)
 		}

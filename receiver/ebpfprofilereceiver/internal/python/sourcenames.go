@@ -14,57 +14,117 @@ import (
 // qualified one is not reachable from a frame. The qualified name is where
 // the function is defined, so it is read from the source, as the compiler
 // composes it (PEP 3155): each enclosing class adds "Class.", each
-// enclosing function "outer.<locals>.". A definition counts only where the
-// source still defines co_name at co_firstlineno (that line is the first
-// decorator's, else the def's or class's own): a file changed since the
-// process loaded it, or anything else, keeps the bare name.
+// enclosing function "outer.<locals>.". A def or class counts only where
+// the source still defines co_name at co_firstlineno (that line is the
+// first decorator's, else the statement's own): a file changed since the
+// process loaded it, or anything else, keeps the bare name. A lambda's or
+// comprehension's code ("<lambda>", "<listcomp>", …) is named in the def
+// or class whose body holds its first line.
 
 // Bounds on the sources read for one process: past them, further files
 // keep bare names.
 const (
 	maxSourceBytes  = 4 << 20 // a larger file is not read
 	maxSourceFiles  = 1024    // files read
-	maxSourceHeld   = 1 << 20 // bytes of the definitions kept, over all files
+	maxSourceHeld   = 1 << 20 // bytes of the definitions and bodies kept, over all files
 	definitionBytes = 64      // a kept definition's map entry and string headers
+	scopeBytes      = 32      // a kept body's line range and string header
 )
 
 // definition is a def or class statement: its own name and qualified name.
 type definition struct{ name, qualName string }
 
-// sourceNames caches, per source file of one process, its nested
-// definitions by line (the statement's line and its first decorator's): a
-// module's own functions and classes are named as co_name names them.
-type sourceNames struct {
-	procDir string // /proc/PID: the process's root and working directory
-	files   map[string]map[int]definition
-	held    int // bytes of the definitions kept
+// parsedSource is what a source's qualified names need: its nested
+// definitions by line (the statement's and its first decorator's; a
+// module's own functions and classes are named as co_name names them), and
+// every def's and class's body.
+type parsedSource struct {
+	defs   map[int]definition
+	scopes []scopeRange
+	// ambiguous are the line ranges of logical lines with more than one
+	// lambda or comprehension: those keep their bare names.
+	ambiguous [][2]int
 }
 
-// qualName is co_name's qualified name where file (co_filename) defines
-// it at line firstLine, else "".
+// scopeRange is the lines of a def's or class's body: a lambda or a
+// comprehension that starts on one of them is named in it.
+type scopeRange struct {
+	first, last int
+	prefix      string // "outer.<locals>." for a def, "Codec." for a class
+}
+
+// anonymous are the names CPython gives the code of lambdas and
+// comprehensions (3.11 qualifies them: "outer.<locals>.<listcomp>").
+var anonymous = map[string]bool{"<lambda>": true, "<listcomp>": true, "<genexpr>": true, "<dictcomp>": true, "<setcomp>": true}
+
+// sourceNames caches the parsed sources of one process, by co_filename.
+type sourceNames struct {
+	procDir string // /proc/PID: the process's root and working directory
+	files   map[string]*parsedSource
+	held    int // bytes of the definitions and bodies kept
+}
+
+// qualName is the qualified name of the code object co_name that file
+// (co_filename) defines at line firstLine, else "".
 func (s *sourceNames) qualName(file string, firstLine int, name string) string {
-	defs, ok := s.files[file]
+	src, ok := s.files[file]
 	if !ok {
 		if len(s.files) >= maxSourceFiles || s.held >= maxSourceHeld {
 			return ""
 		}
-		defs = readDefinitions(s.sourcePath(file))
-		for line, d := range defs {
+		parsed := readSource(s.sourcePath(file))
+		src = &parsed
+		for line, d := range src.defs {
 			if d.qualName == d.name {
-				delete(defs, line)
+				delete(src.defs, line)
 				continue
 			}
 			s.held += definitionBytes + len(d.name) + len(d.qualName)
 		}
-		if s.files == nil {
-			s.files = map[string]map[int]definition{}
+		for _, r := range src.scopes {
+			s.held += scopeBytes + len(r.prefix)
 		}
-		s.files[file] = defs
+		s.held += 16 * len(src.ambiguous)
+		if s.files == nil {
+			s.files = map[string]*parsedSource{}
+		}
+		s.files[file] = src
 	}
-	if d, ok := defs[firstLine]; ok && d.name == name {
+	return src.qualName(firstLine, name)
+}
+
+// qualName is the qualified name of the code object name that starts at
+// line, "" when the source does not qualify it.
+func (p *parsedSource) qualName(line int, name string) string {
+	if anonymous[name] {
+		return p.anonymousQualName(line, name)
+	}
+	if d, ok := p.defs[line]; ok && d.name == name {
 		return d.qualName
 	}
 	return ""
+}
+
+// anonymousQualName is the qualified name of a lambda's or comprehension's
+// code (name) that starts at line: in the innermost body holding the line,
+// "" at module level (its name is its own).
+func (p *parsedSource) anonymousQualName(line int, name string) string {
+	for _, r := range p.ambiguous {
+		if r[0] <= line && line <= r[1] {
+			return ""
+		}
+	}
+	best := -1
+	for k, r := range p.scopes {
+		// Bodies nest, and an inner one comes after its outer one.
+		if r.first <= line && line <= r.last && (best < 0 || r.first >= p.scopes[best].first) {
+			best = k
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	return p.scopes[best].prefix + name
 }
 
 // sourcePath is file as the process opened it: in its own root (a
@@ -82,58 +142,64 @@ func (s *sourceNames) sourcePath(file string) string {
 	return filepath.Join(s.procDir, "cwd", file)
 }
 
-// readDefinitions reads the definitions of the Python source at path (nil
-// when it cannot: gone, unreadable, not a regular file, too large).
-func readDefinitions(path string) map[int]definition {
+// readSource reads and parses the Python source at path (nothing when it
+// cannot: gone, unreadable, not a regular file, too large).
+func readSource(path string) parsedSource {
 	if path == "" {
-		return nil
+		return parsedSource{}
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil
+		return parsedSource{}
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSourceBytes {
-		return nil
+		return parsedSource{}
 	}
 	src := make([]byte, fi.Size())
 	if _, err := f.ReadAt(src, 0); err != nil {
-		return nil
+		return parsedSource{}
 	}
-	return definitions(src)
+	return parseSource(src)
 }
 
-// definitions finds every def, async def and class statement of a Python
-// source, by line. It follows the tokenizer as far as blocks need: logical
-// lines (brackets and backslashes join physical lines, strings may span
-// them), comments, and indentation (tabs to multiples of 8).
-func definitions(src []byte) map[int]definition {
+// parseSource finds every def, async def and class statement of a Python
+// source, by line, and each one's body. It follows the tokenizer as far as
+// blocks need: logical lines (brackets and backslashes join physical
+// lines, strings may span them), comments, and indentation (tabs to
+// multiples of 8).
+func parseSource(src []byte) parsedSource {
 	type scope struct {
 		indent int
 		class  bool
 		qual   string
+		body   int // index in scopes
 	}
-	defs := map[int]definition{}
+	p := parsedSource{defs: map[int]definition{}}
 	var (
 		stack      []scope
-		depth      int    // open brackets
-		quote      string // the open string's delimiter: ', ", ''' or """
-		joined     bool   // the line continues the previous one (a backslash)
-		decorator  int    // line of the first decorator of the next definition
+		sc         lineScanner
+		logical    int // the first line of the logical line scanned
+		decorator  int // line of the first decorator of the next definition
 		decoIndent int
+		header     = -1 // index in scopes of the definition whose header goes on
 	)
-	for i, text := range bytes.Split(src, []byte("\n")) {
-		if quote == "" && depth == 0 && !joined {
+	lines := bytes.Split(src, []byte("\n"))
+	for i, text := range lines {
+		line := i + 1
+		if !sc.continues() {
+			logical, sc.anonymous = line, 0
 			indent, stmt := indentation(text)
 			if len(stmt) > 0 && stmt[0] != '#' {
 				for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
+					p.scopes[stack[len(stack)-1].body].last = line - 1
 					stack = stack[:len(stack)-1]
 				}
 				switch name, class := definedName(stmt); {
 				case stmt[0] == '@':
 					if decorator == 0 {
-						decorator, decoIndent = i+1, indent
+						decorator, decoIndent = line, indent
 					}
 				case name != "":
 					qual := name
@@ -145,20 +211,47 @@ func definitions(src []byte) map[int]definition {
 						}
 					}
 					d := definition{name: name, qualName: qual}
-					defs[i+1] = d
+					p.defs[line] = d
 					if decorator != 0 && decoIndent == indent {
-						defs[decorator] = d
+						p.defs[decorator] = d
 					}
 					decorator = 0
-					stack = append(stack, scope{indent: indent, class: class, qual: qual})
+					prefix := qual + ".<locals>."
+					if class {
+						prefix = qual + "."
+					}
+					header = len(p.scopes)
+					p.scopes = append(p.scopes, scopeRange{last: len(lines), prefix: prefix})
+					stack = append(stack, scope{indent: indent, class: class, qual: qual, body: header})
 				default:
 					decorator = 0
 				}
 			}
 		}
-		quote, depth, joined = scanLine(text, quote, depth)
+		sc.scan(text)
+		if sc.continues() {
+			continue
+		}
+		if header >= 0 {
+			// The header ends on this line: the body starts on the next
+			// one, or on this one after the colon (def f(): return …).
+			p.scopes[header].first = line + 1
+			if sc.last != ':' {
+				p.scopes[header].first = line
+			}
+			header = -1
+		}
+		if sc.anonymous > 1 {
+			// One may be inside another ([[…] for …], a lambda in a
+			// comprehension): its name would need the other's.
+			p.ambiguous = append(p.ambiguous, [2]int{logical, line})
+		}
 	}
-	return defs
+	if header >= 0 {
+		// A header the file ends in (an unclosed bracket): no body.
+		p.scopes[header].first = len(lines) + 1
+	}
+	return p
 }
 
 // indentation is the line's indentation (a tab to the next multiple of 8,
@@ -213,47 +306,80 @@ func nextWord(b []byte) (string, []byte) {
 	return string(b[:end]), b[end:]
 }
 
-// scanLine follows one physical line from the state the previous line left
-// (an open string's delimiter, open brackets) and returns the state at its
-// end, and whether a backslash joins it to the next line.
-func scanLine(text []byte, quote string, depth int) (string, int, bool) {
+// lineScanner follows a source's physical lines as far as logical lines
+// need: an open string, open brackets, a backslash at the end of a line.
+type lineScanner struct {
+	quote  string // the open string's delimiter: a quote, or three
+	depth  int    // open brackets
+	joined bool   // the line continues on the next one (a backslash)
+	last   byte   // the last character outside strings and comments
+	// anonymous counts the lambdas and comprehensions ("for" inside
+	// brackets) of the logical line.
+	anonymous int
+}
+
+// continues reports whether the logical line goes on past the line scanned.
+func (sc *lineScanner) continues() bool { return sc.quote != "" || sc.depth > 0 || sc.joined }
+
+// scan follows one physical line.
+func (sc *lineScanner) scan(text []byte) {
+	sc.joined = false
 	for k := 0; k < len(text); k++ {
 		c := text[k]
-		if quote != "" {
+		if sc.quote != "" {
 			switch {
 			case c == '\\':
 				if k == len(text)-1 {
-					return quote, depth, true
+					sc.joined = true
+					return
 				}
 				k++
-			case c == quote[0] && bytes.HasPrefix(text[k:], []byte(quote)):
-				k += len(quote) - 1
-				quote = ""
+			case c == sc.quote[0] && bytes.HasPrefix(text[k:], []byte(sc.quote)):
+				k += len(sc.quote) - 1
+				sc.quote = ""
 			}
 			continue
 		}
 		switch c {
 		case '#':
-			return "", depth, false
+			return
+		case ' ', '\t', '\f', '\r':
+			continue
 		case '\'', '"':
-			quote = string(c)
+			sc.quote = string(c)
 			if k+2 < len(text) && text[k+1] == c && text[k+2] == c {
-				quote = strings.Repeat(string(c), 3)
+				sc.quote = strings.Repeat(string(c), 3)
 				k += 2
 			}
 		case '(', '[', '{':
-			depth++
+			sc.depth++
 		case ')', ']', '}':
-			depth = max(depth-1, 0)
+			sc.depth = max(sc.depth-1, 0)
 		case '\\':
 			if k == len(text)-1 {
-				return "", depth, true
+				sc.joined = true
+				return
+			}
+		default:
+			if c == '_' || c >= 0x80 || unicode.IsLetter(rune(c)) {
+				word, _ := nextWord(text[k:])
+				if word == "lambda" || (word == "for" && sc.depth > 0) {
+					sc.anonymous++
+				}
+				if len(word) > 0 {
+					k += len(word) - 1
+				}
+			} else if c >= '0' && c <= '9' {
+				// A number's letters (0x1f, 1e5, 2j) are no identifier.
+				for k+1 < len(text) && (text[k+1] == '_' || text[k+1] == '.' || unicode.IsLetter(rune(text[k+1])) || text[k+1] >= '0' && text[k+1] <= '9') {
+					k++
+				}
 			}
 		}
+		sc.last = c
 	}
-	if len(quote) == 1 {
+	if len(sc.quote) == 1 {
 		// A one-quote string ends with its line (an error CPython reports).
-		quote = ""
+		sc.quote = ""
 	}
-	return quote, depth, false
 }
