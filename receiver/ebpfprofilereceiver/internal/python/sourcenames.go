@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
 )
@@ -21,12 +23,12 @@ import (
 // comprehension's code ("<lambda>", "<listcomp>", …) is named in the def
 // or class whose body holds its first line.
 
-// Bounds on the sources read for one process: past them, further files
-// keep bare names.
+// Bounds on the sources read: past them, further files keep bare names
+// (or are read again, once the shared cache was emptied).
 const (
 	maxSourceBytes  = 4 << 20 // a larger file is not read
-	maxSourceFiles  = 1024    // files read
-	maxSourceHeld   = 1 << 20 // bytes of the definitions and bodies kept, over all files
+	maxSourceFiles  = 1024    // co_filenames looked up per process
+	maxSourceHeld   = 4 << 20 // bytes of parsed sources kept for all processes
 	definitionBytes = 64      // a kept definition's map entry and string headers
 	scopeBytes      = 32      // a kept body's line range and string header
 )
@@ -57,11 +59,10 @@ type scopeRange struct {
 // comprehensions (3.11 qualifies them: "outer.<locals>.<listcomp>").
 var anonymous = map[string]bool{"<lambda>": true, "<listcomp>": true, "<genexpr>": true, "<dictcomp>": true, "<setcomp>": true}
 
-// sourceNames caches the parsed sources of one process, by co_filename.
+// sourceNames looks up the parsed sources of one process, by co_filename.
 type sourceNames struct {
 	procDir string // /proc/PID: the process's root and working directory
 	files   map[string]*parsedSource
-	held    int // bytes of the definitions and bodies kept
 }
 
 // qualName is the qualified name of the code object co_name that file
@@ -69,28 +70,103 @@ type sourceNames struct {
 func (s *sourceNames) qualName(file string, firstLine int, name string) string {
 	src, ok := s.files[file]
 	if !ok {
-		if len(s.files) >= maxSourceFiles || s.held >= maxSourceHeld {
+		if len(s.files) >= maxSourceFiles {
 			return ""
 		}
-		parsed := readSource(s.sourcePath(file))
-		src = &parsed
-		for line, d := range src.defs {
-			if d.qualName == d.name {
-				delete(src.defs, line)
-				continue
-			}
-			s.held += definitionBytes + len(d.name) + len(d.qualName)
-		}
-		for _, r := range src.scopes {
-			s.held += scopeBytes + len(r.prefix)
-		}
-		s.held += 16 * len(src.ambiguous)
+		src = sharedSources.get(s.sourcePath(file))
 		if s.files == nil {
 			s.files = map[string]*parsedSource{}
 		}
 		s.files[file] = src
 	}
 	return src.qualName(firstLine, name)
+}
+
+// sourceKey is a source file's identity: the processes of a service (a
+// server's forked workers, each read on its own) share one parse of it.
+type sourceKey struct {
+	dev, ino    uint64
+	size, mtime int64
+}
+
+// sourceCache holds parsed sources by file identity, for all processes,
+// within limit bytes; full, it is emptied (a service's processes then
+// parse their files again, once each).
+type sourceCache struct {
+	limit int
+	mu    sync.Mutex
+	byKey map[sourceKey]*parsedSource
+	held  int
+}
+
+var sharedSources = sourceCache{limit: maxSourceHeld}
+
+// get is the parsed source at path (empty when it cannot be read: gone,
+// unreadable, not a regular file, too large, or no Python source).
+func (c *sourceCache) get(path string) *parsedSource {
+	empty := &parsedSource{}
+	if path == "" {
+		return empty
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return empty
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSourceBytes {
+		return empty
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return empty
+	}
+	key := sourceKey{dev: st.Dev, ino: st.Ino, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	c.mu.Lock()
+	src, ok := c.byKey[key]
+	c.mu.Unlock()
+	if ok {
+		return src
+	}
+	text := make([]byte, fi.Size())
+	if _, err := f.ReadAt(text, 0); err != nil {
+		return empty
+	}
+	parsed := parseSource(text)
+	src = &parsed
+	size := src.keep()
+	if size > c.limit {
+		return empty
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held+size > c.limit {
+		clear(c.byKey)
+		c.held = 0
+	}
+	if c.byKey == nil {
+		c.byKey = map[sourceKey]*parsedSource{}
+	}
+	c.byKey[key] = src
+	c.held += size
+	return src
+}
+
+// keep drops what a lookup does not need (a module's own definitions:
+// co_name is their name) and returns the bytes the rest holds.
+func (p *parsedSource) keep() int {
+	size := 0
+	for line, d := range p.defs {
+		if d.qualName == d.name {
+			delete(p.defs, line)
+			continue
+		}
+		size += definitionBytes + len(d.name) + len(d.qualName)
+	}
+	for _, r := range p.scopes {
+		size += scopeBytes + len(r.prefix)
+	}
+	return size + 16*len(p.ambiguous)
 }
 
 // qualName is the qualified name of the code object name that starts at
@@ -140,28 +216,6 @@ func (s *sourceNames) sourcePath(file string) string {
 		return filepath.Join(s.procDir, "root", file)
 	}
 	return filepath.Join(s.procDir, "cwd", file)
-}
-
-// readSource reads and parses the Python source at path (nothing when it
-// cannot: gone, unreadable, not a regular file, too large).
-func readSource(path string) parsedSource {
-	if path == "" {
-		return parsedSource{}
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return parsedSource{}
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSourceBytes {
-		return parsedSource{}
-	}
-	src := make([]byte, fi.Size())
-	if _, err := f.ReadAt(src, 0); err != nil {
-		return parsedSource{}
-	}
-	return parseSource(src)
 }
 
 // parseSource finds every def, async def and class statement of a Python

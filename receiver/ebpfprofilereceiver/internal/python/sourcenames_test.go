@@ -281,3 +281,46 @@ func FuzzDefinitions(f *testing.F) {
 		}
 	})
 }
+
+// Processes share a parse of a source file by its identity (a server's
+// forked workers are read each on its own): the same file gives the same
+// parse; a changed one, a new parse. The cache stays within its bytes.
+func TestSourcesSharedByFileIdentity(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "codec.py")
+	if err := os.WriteFile(path, []byte(qualSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &sourceCache{limit: 1 << 20}
+	first := c.get(path)
+	if first.qualName(16, "encode") != "Codec.encode" {
+		t.Fatalf("parsed %+v", first.defs)
+	}
+	if again := c.get(path); again != first {
+		t.Error("the same file was parsed again")
+	}
+	link := filepath.Join(dir, "link.py")
+	if err := os.Link(path, link); err != nil {
+		t.Fatal(err)
+	}
+	if other := c.get(link); other != first {
+		t.Error("the same file under another name was parsed again")
+	}
+	if err := os.WriteFile(path, []byte("class Codec:\n    def encode(self): pass\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changed := c.get(path)
+	if changed == first || changed.qualName(2, "encode") != "Codec.encode" {
+		t.Errorf("a changed file kept its old parse: %+v", changed.defs)
+	}
+	if c.held != first.keep()+changed.keep() {
+		t.Errorf("%d bytes held, want %d", c.held, first.keep()+changed.keep())
+	}
+	// Past the limit, the cache starts again with the new file alone.
+	small := &sourceCache{limit: first.keep() + 1}
+	small.get(link)
+	small.get(path)
+	if len(small.byKey) != 1 || small.held > small.limit {
+		t.Errorf("%d files, %d bytes held past a limit of %d", len(small.byKey), small.held, small.limit)
+	}
+}
