@@ -140,6 +140,9 @@ func (c *sourceCache) get(path string) *parsedSource {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if kept, ok := c.byKey[key]; ok {
+		return kept // parsed meanwhile for another process
+	}
 	if c.held+size > c.limit {
 		clear(c.byKey)
 		c.held = 0
