@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -322,5 +323,33 @@ func TestSourcesSharedByFileIdentity(t *testing.T) {
 	small.get(path)
 	if len(small.byKey) != 1 || small.held > small.limit {
 		t.Errorf("%d files, %d bytes held past a limit of %d", len(small.byKey), small.held, small.limit)
+	}
+}
+
+// Processes read on their own goroutines may parse one file at once: one
+// parse is kept, counted once, and given to all.
+func TestSourceParsedAtOnceIsKeptOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "codec.py")
+	if err := os.WriteFile(path, []byte(qualSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &sourceCache{limit: 1 << 20}
+	got := make([]*parsedSource, 8)
+	var wg sync.WaitGroup
+	for k := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[k] = c.get(path)
+		}()
+	}
+	wg.Wait()
+	for _, p := range got[1:] {
+		if p != got[0] {
+			t.Fatal("goroutines got different parses of one file")
+		}
+	}
+	if len(c.byKey) != 1 || c.held != got[0].keep() {
+		t.Errorf("%d parses kept, %d bytes held, want 1 and %d", len(c.byKey), c.held, got[0].keep())
 	}
 }
