@@ -352,10 +352,15 @@ __attribute__((noinline)) void parent_work(double secs) { burn(secs); }
 /* forker N CHILD_SECS EXECD EXECD_SECS [PARENT_SECS]: N children, one after
    another, each working CHILD_SECS, then exec'ing EXECD once a byte comes
    on stdin. With PARENT_SECS, forker first works that long (so that it is
-   sampled and read), then waits for a byte before its first fork. */
+   sampled and read), then waits for a byte before its first fork. With
+   EXECD_HOLD in its environment, execd exits only once a byte comes after
+   its work. */
 int main(int argc, char **argv) {
 	if (strcmp(basename(argv[0]), "execd") == 0) {
+		char c;
 		after_exec_work(atof(argv[1]));
+		if (getenv("EXECD_HOLD") && read(0, &c, 1) != 1)
+			return 125;
 		return 0;
 	}
 	printf("%p\n", (void *)child_work);
@@ -443,7 +448,11 @@ func TestSamplesFromBeforeAnExecOfAChildReadAfterItHaveItsParentsImage(t *testin
 	r, sink := startReceiver(t, testConfig())
 	// forker works 0.2 s in parent_work (sampled, so read), then waits for
 	// a byte to fork its child; the child works 0.3 s in child_work, waits
-	// for a byte and execs execd, which works 0.3 s.
+	// for a byte and execs execd, which works 0.3 s and waits for a byte
+	// to exit: it stays until the receiver has read it (on a loaded
+	// machine the held table's queue can take longer than its work, and an
+	// execd gone before its read has no image to name its own samples).
+	t.Setenv("EXECD_HOLD", "1")
 	f := startForker(t, "1", "0.3", "0.3", "0.2")
 	waitRead(t, r, f.cmd.Process.Pid)
 	r.procs.mu.Lock()
@@ -473,6 +482,15 @@ func TestSamplesFromBeforeAnExecOfAChildReadAfterItHaveItsParentsImage(t *testin
 		return strings.TrimSpace(string(comm)) == "execd"
 	})
 	release()
+	waitFor(t, 30*time.Second, fmt.Sprintf("the receiver to read child %d as execd", child), func() bool {
+		r.procs.mu.Lock()
+		defer r.procs.mu.Unlock()
+		e := r.procs.entries[child]
+		return e != nil && e.snapshot != nil && e.resource.ExeName == "execd"
+	})
+	if _, err := f.stdin.Write([]byte("\n")); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.cmd.Wait(); err != nil {
 		t.Fatalf("%s: %v", f.cmd.Path, err)
 	}
