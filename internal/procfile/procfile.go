@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -75,6 +76,20 @@ func ignoringEINTR(call func() (int, error)) (int, error) {
 			return n, err
 		}
 	}
+}
+
+// InProcess is path as the process sees it, for OpenInRoot: a relative path
+// is taken from the process's working directory (procDir/cwd); "" when
+// that cannot be read (the process is gone).
+func InProcess(procDir, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	cwd, err := os.Readlink(filepath.Join(procDir, "cwd"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(cwd, path)
 }
 
 // OpenInRoot opens name (a path inside the process, "/" its root) for

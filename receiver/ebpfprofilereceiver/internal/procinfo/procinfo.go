@@ -122,16 +122,7 @@ func readArgs(dir string) []string {
 // kept within it.
 type procFiles string
 
-func (d procFiles) Abs(path string) string {
-	if filepath.IsAbs(path) {
-		return path
-	}
-	cwd, err := os.Readlink(filepath.Join(string(d), "cwd"))
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(cwd, path)
-}
+func (d procFiles) Abs(path string) string { return procfile.InProcess(string(d), path) }
 
 // ReadFile reads a regular file of at most 1 MiB (package.json).
 func (d procFiles) ReadFile(abs string) ([]byte, error) {

@@ -2,13 +2,13 @@ package python
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/hotpath-dev/hotpath/internal/fileid"
+	"github.com/hotpath-dev/hotpath/internal/procfile"
 )
 
 // CPython 3.10 and older have no co_qualname: a code object knows only its
@@ -73,7 +73,7 @@ func (s *sourceNames) qualName(file string, firstLine int, name string) string {
 		if len(s.files) >= maxSourceFiles {
 			return ""
 		}
-		src = sharedSources.get(s.sourcePath(file))
+		src = sharedSources.get(s.procDir, s.sourcePath(file))
 		if s.files == nil {
 			s.files = map[string]*parsedSource{}
 		}
@@ -82,33 +82,32 @@ func (s *sourceNames) qualName(file string, firstLine int, name string) string {
 	return src.qualName(firstLine, name)
 }
 
-// sourceKey is a source file's identity: the processes of a service (a
-// server's forked workers, each read on its own) share one parse of it.
-type sourceKey struct {
-	dev, ino    uint64
-	size, mtime int64
-}
-
-// sourceCache holds parsed sources by file identity, for all processes,
-// within limit bytes; full, it is emptied (a service's processes then
-// parse their files again, once each).
+// sourceCache holds parsed sources by file identity (fileid.ID), for all
+// processes: the processes of a service (a server's forked workers, each
+// read on its own) share one parse of a file. It keeps at most limit
+// bytes; full, it is emptied (a service's processes then parse their files
+// again, once each).
 type sourceCache struct {
 	limit int
 	mu    sync.Mutex
-	byKey map[sourceKey]*parsedSource
+	byKey map[fileid.ID]*parsedSource
 	held  int
 }
 
 var sharedSources = sourceCache{limit: maxSourceHeld}
 
-// get is the parsed source at path (empty when it cannot be read: gone,
-// unreadable, not a regular file, too large, or no Python source).
-func (c *sourceCache) get(path string) *parsedSource {
+// get is the parsed source at path inside the process of procDir (empty
+// when it cannot be read: gone, unreadable, not a regular file, too large,
+// or no Python source). It is opened within the process's root
+// (procfile.OpenInRoot): a path the process names, or a symlink it
+// planted, does not lead to the agent's own files, and a FIFO does not
+// block the read.
+func (c *sourceCache) get(procDir, path string) *parsedSource {
 	empty := &parsedSource{}
 	if path == "" {
 		return empty
 	}
-	f, err := os.Open(path)
+	f, err := procfile.OpenInRoot(procDir, path)
 	if err != nil {
 		return empty
 	}
@@ -117,11 +116,10 @@ func (c *sourceCache) get(path string) *parsedSource {
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxSourceBytes {
 		return empty
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
+	key, err := fileid.FromInfo(fi)
+	if err != nil {
 		return empty
 	}
-	key := sourceKey{dev: st.Dev, ino: st.Ino, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 	c.mu.Lock()
 	src, ok := c.byKey[key]
 	c.mu.Unlock()
@@ -148,7 +146,7 @@ func (c *sourceCache) get(path string) *parsedSource {
 		c.held = 0
 	}
 	if c.byKey == nil {
-		c.byKey = map[sourceKey]*parsedSource{}
+		c.byKey = map[fileid.ID]*parsedSource{}
 	}
 	c.byKey[key] = src
 	c.held += size
@@ -206,8 +204,8 @@ func (p *parsedSource) anonymousQualName(line int, name string) string {
 	return p.scopes[best].prefix + name
 }
 
-// sourcePath is file as the process opened it: in its own root (a
-// container's), relative to its working directory when not absolute (3.8
+// sourcePath is file as the process opened it, inside its root (a
+// container's): relative to its working directory when not absolute (3.8
 // keeps a script's name as given on the command line). "" for what is no
 // Python source file: "<frozen importlib._bootstrap>", "<string>", a
 // module from a zip archive.
@@ -215,10 +213,7 @@ func (s *sourceNames) sourcePath(file string) string {
 	if !strings.HasSuffix(file, ".py") || s.procDir == "" {
 		return ""
 	}
-	if filepath.IsAbs(file) {
-		return filepath.Join(s.procDir, "root", file)
-	}
-	return filepath.Join(s.procDir, "cwd", file)
+	return procfile.InProcess(s.procDir, file)
 }
 
 // parseSource finds every def, async def and class statement of a Python

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -212,11 +213,14 @@ print(json.dumps(out))
 // directory when relative; only a definition of co_name at co_firstlineno
 // qualifies it, so a file changed since it was loaded keeps bare names.
 func TestQualNameFromTheProcessSource(t *testing.T) {
+	// A /proc/PID of its own: the root a directory, cwd a link to a path
+	// inside it, as the kernel shows it.
 	proc := t.TempDir()
-	for _, d := range []string{"root/srv/app", "cwd"} {
-		if err := os.MkdirAll(filepath.Join(proc, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(filepath.Join(proc, "root/srv/app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/srv/app", filepath.Join(proc, "cwd")); err != nil {
+		t.Fatal(err)
 	}
 	write := func(path, src string) {
 		t.Helper()
@@ -225,7 +229,7 @@ func TestQualNameFromTheProcessSource(t *testing.T) {
 		}
 	}
 	write("root/srv/app/codec.py", qualSource)
-	write("cwd/main.py", "class Main:\n    def run(self):\n        pass\n")
+	write("root/srv/app/main.py", "class Main:\n    def run(self):\n        pass\n")
 	s := &sourceNames{procDir: proc}
 	for _, c := range []struct {
 		file, name string
@@ -292,25 +296,26 @@ func TestSourcesSharedByFileIdentity(t *testing.T) {
 	if err := os.WriteFile(path, []byte(qualSource), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	proc := hostProcDir(t)
 	c := &sourceCache{limit: 1 << 20}
-	first := c.get(path)
+	first := c.get(proc, path)
 	if first.qualName(16, "encode") != "Codec.encode" {
 		t.Fatalf("parsed %+v", first.defs)
 	}
-	if again := c.get(path); again != first {
+	if again := c.get(proc, path); again != first {
 		t.Error("the same file was parsed again")
 	}
 	link := filepath.Join(dir, "link.py")
 	if err := os.Link(path, link); err != nil {
 		t.Fatal(err)
 	}
-	if other := c.get(link); other != first {
+	if other := c.get(proc, link); other != first {
 		t.Error("the same file under another name was parsed again")
 	}
 	if err := os.WriteFile(path, []byte("class Codec:\n    def encode(self): pass\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	changed := c.get(path)
+	changed := c.get(proc, path)
 	if changed == first || changed.qualName(2, "encode") != "Codec.encode" {
 		t.Errorf("a changed file kept its old parse: %+v", changed.defs)
 	}
@@ -319,8 +324,8 @@ func TestSourcesSharedByFileIdentity(t *testing.T) {
 	}
 	// Past the limit, the cache starts again with the new file alone.
 	small := &sourceCache{limit: first.keep() + 1}
-	small.get(link)
-	small.get(path)
+	small.get(proc, link)
+	small.get(proc, path)
 	if len(small.byKey) != 1 || small.held > small.limit {
 		t.Errorf("%d files, %d bytes held past a limit of %d", len(small.byKey), small.held, small.limit)
 	}
@@ -333,6 +338,7 @@ func TestSourceParsedAtOnceIsKeptOnce(t *testing.T) {
 	if err := os.WriteFile(path, []byte(qualSource), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	proc := hostProcDir(t)
 	c := &sourceCache{limit: 1 << 20}
 	got := make([]*parsedSource, 8)
 	var wg sync.WaitGroup
@@ -340,7 +346,7 @@ func TestSourceParsedAtOnceIsKeptOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[k] = c.get(path)
+			got[k] = c.get(proc, path)
 		}()
 	}
 	wg.Wait()
@@ -351,5 +357,42 @@ func TestSourceParsedAtOnceIsKeptOnce(t *testing.T) {
 	}
 	if len(c.byKey) != 1 || c.held != got[0].keep() {
 		t.Errorf("%d parses kept, %d bytes held, want 1 and %d", len(c.byKey), c.held, got[0].keep())
+	}
+}
+
+// hostProcDir is a /proc/PID of a process whose root is this machine's.
+func hostProcDir(t *testing.T) string {
+	t.Helper()
+	proc := t.TempDir()
+	if err := os.Symlink("/", filepath.Join(proc, "root")); err != nil {
+		t.Fatal(err)
+	}
+	return proc
+}
+
+// A process cannot lead the agent to its own files: a symlink it planted
+// to an absolute path resolves inside the process's root, and a FIFO named
+// like a source is not read (nor waited on).
+func TestSourceStaysInTheProcessRoot(t *testing.T) {
+	host := filepath.Join(t.TempDir(), "host.py")
+	if err := os.WriteFile(host, []byte("class Host:\n    def secret(self):\n        pass\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proc := t.TempDir()
+	app := filepath.Join(proc, "root/app")
+	if err := os.MkdirAll(app, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, filepath.Join(app, "link.py")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(app, "fifo.py"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &sourceNames{procDir: proc}
+	for _, file := range []string{"/app/link.py", "/app/fifo.py", "/app/../../" + host} {
+		if got := s.qualName(file, 2, "secret"); got != "" {
+			t.Errorf("%s: named %q from a file outside the process's root", file, got)
+		}
 	}
 }
