@@ -155,6 +155,14 @@ type processTable struct {
 	// lastDrain is when the previous drain began: an exited process is
 	// dropped only once a whole drain began after its exit was reported.
 	lastDrain time.Time
+	// drainStarts are when the last idleIntervals drains began, oldest
+	// first (zero until that many have): a process is idle once it was
+	// read and last sampled before the oldest, not merely idleIntervals
+	// intervals ago. A drain can take several intervals on a loaded node
+	// (the first one reads every process there is); counted in time, a
+	// process read during it and not sampled since was dropped as idle
+	// while it lived, and when it exited later it had no entry to name it.
+	drainStarts [idleIntervals]time.Time
 	// left: what was read of the image each process left at its last
 	// exec, until a drain began after the exec (leftImage).
 	left map[int]leftImage
@@ -360,10 +368,16 @@ func (t *processTable) store(pid int, e *processEntry, execs uint64) {
 		return
 	}
 	prev := t.entries[pid]
-	if prev != nil && prev != e && prev.unsettled && prev.startTime == e.startTime {
-		// Read again after its exec (execed kept it): the same program,
-		// whose perf map goes with it.
-		e.jit.Store(prev.jit.Swap(nil))
+	if prev != nil && prev != e && prev.startTime == e.startTime {
+		// The same process, read again (its first-sample event handled
+		// after a drain read it, or after its exec): the drains that had
+		// its samples still did.
+		e.sampledAt = prev.sampledAt
+		if prev.unsettled {
+			// Read again after its exec (execed kept it): the same
+			// program, whose perf map goes with it.
+			e.jit.Store(prev.jit.Swap(nil))
+		}
 	}
 	t.installLocked(pid, e)
 	t.mu.Unlock()
@@ -767,16 +781,17 @@ func (t *processTable) eventHandled(ev sampler.ProcEvent) {
 	t.mu.Unlock()
 }
 
-// exited records pid's exit, reported at at. A process gone before it
-// could be read (its entry has no snapshot, or it has no entry: an exec
-// dropped one that had none) is given a snapshot of the executable files
+// exited records pid's exit, reported at at; view is what the exit event
+// said of it. A process gone before it could be read (its entry has no
+// snapshot, or it has no entry: an exec dropped one that had none, or a
+// drain dropped it as idle) is given a snapshot of the executable files
 // the kernel saw it map (symbolize.SnapshotKnown): its samples are named
 // where another process's read has those files' tables in memory. A
 // shell's short commands (ls, true, a compiler's driver) are mostly such
 // processes: they exit within milliseconds of their first sample.
 // It reports whether the process was one gone before its read (not
 // filtered out) and whether its samples are named that way.
-func (t *processTable) exited(pid int, at time.Time) (unread, named bool) {
+func (t *processTable) exited(pid int, at time.Time, view eventView) (unread, named bool) {
 	var known []symbolize.KnownMapping
 	if take := t.mappedFiles.Load(); take != nil {
 		known = (*take)(pid) // also frees the kernel's list
@@ -798,11 +813,12 @@ func (t *processTable) exited(pid int, at time.Time) (unread, named bool) {
 		return unread, false // the kernel kept no list of its files
 	}
 	n := &processEntry{resource: profilebuilder.Process{PID: uint32(pid), Host: t.host}, exitedAt: at}
-	var view eventView
 	if e != nil {
 		n.resource, n.keep, n.unread, n.startTime, n.readAt, n.readMono, n.execs = e.resource, e.keep, e.unread, e.startTime, e.readAt, e.readMono, e.execs
-	} else {
-		view = t.left[pid].view // the program it exec'd, if it did lately
+	} else if view.comm == "" {
+		// The exit event's comm is the process's name at its end; without
+		// it, the latest a queued event or its last exec sent.
+		view = t.left[pid].view
 		if q, queued := t.queued[pid]; queued {
 			view = q.view
 		}
@@ -838,8 +854,9 @@ func (t *processTable) exited(pid int, at time.Time) (unread, named bool) {
 }
 
 // forgetExitedBefore drops processes whose exit was reported before the
-// previous drain began, and processes with no samples for idleIntervals: the
-// kernel announces those again when they next run. An exited process is kept
+// previous drain began, and processes with no samples for idleIntervals
+// drains, and as many intervals: the kernel announces those again when they
+// next run. An exited process is kept
 // through one more drain than its exit event suggests: the exit event comes
 // at the start of the kernel's exit work, which is still sampled (tearing
 // down a large address space takes a while) and may land in the next drain's
@@ -847,8 +864,15 @@ func (t *processTable) exited(pid int, at time.Time) (unread, named bool) {
 // sampled in this drain is checked for life (one stat), which catches exits
 // the kernel could not report.
 func (t *processTable) forgetExitedBefore(drain time.Time, interval time.Duration) {
-	idleSince := drain.Add(-idleIntervals * interval)
 	t.mu.Lock()
+	// Idle: no samples for idleIntervals drains and as many intervals
+	// (drainStarts).
+	idleSince := drain.Add(-idleIntervals * interval)
+	if t.drainStarts[0].Before(idleSince) {
+		idleSince = t.drainStarts[0]
+	}
+	copy(t.drainStarts[:], t.drainStarts[1:])
+	t.drainStarts[idleIntervals-1] = drain
 	exitedBefore := t.lastDrain
 	t.lastDrain = drain
 	var drop []int

@@ -3,6 +3,7 @@ package ebpfprofilereceiver
 import (
 	"bufio"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,7 +168,7 @@ func TestProcessSampledOnItsWayOutKeepsItsEntry(t *testing.T) {
 		return table.entries[pid]
 	}
 
-	if unread, _ := table.exited(pid, time.Now()); unread {
+	if unread, _ := table.exited(pid, time.Now(), eventView{}); unread {
 		t.Error("the exit of a process read while it lived reported as one gone before its read")
 	}
 	if err := cmd.Process.Kill(); err != nil {
@@ -220,7 +221,7 @@ func TestProcessGoneBeforeItsReadKeepsItsEntryOnItsWayOut(t *testing.T) {
 	view := eventView{comm: "true", start: start}
 	table.seen(pid, start, view)
 	// No list of the files it mapped (no sampler here): it stays unnamed.
-	if unread, named := table.exited(pid, time.Now()); !unread || named {
+	if unread, named := table.exited(pid, time.Now(), eventView{}); !unread || named {
 		t.Errorf("exit of a process gone before its read reported as unread %v, named %v; want true, false", unread, named)
 	}
 	exited := current()
@@ -518,5 +519,119 @@ func TestMapsChangedSoonAfterARereadIsReadLater(t *testing.T) {
 		if i > 0 && readAt().Sub(before) < mapsRereadEvery {
 			t.Errorf("re-read %v after the one before, want at least %v", readAt().Sub(before), mapsRereadEvery)
 		}
+	}
+}
+
+// idleC waits in waiting() until it is killed.
+const idleC = `
+#include <unistd.h>
+__attribute__((noinline)) void waiting(void) { pause(); }
+int main(void) { waiting(); return 0; }
+`
+
+// startIdleProg builds and starts idleC, and returns once it runs it.
+func startIdleProg(t *testing.T) (string, *exec.Cmd) {
+	t.Helper()
+	bin := testworkload.CompileC(t, "idleprog", []byte(idleC), "-O1")
+	cmd := exec.Command(bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor(t, 5*time.Second, "idleprog to exec", func() bool {
+		exe, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/exe")
+		return err == nil && exe == bin
+	})
+	return bin, cmd
+}
+
+// A process read while it lived and dropped later as idle has no entry
+// when it exits. Its entry from the files the kernel saw it map is named
+// after the exit event (its command name and start time), not the unknown
+// service: a forked child's samples from before its exec are named against
+// that entry, under its service. And idle counts drains, not only time: on
+// a loaded node a drain can take several intervals (the first one reads
+// every process there is), and a process read during it was dropped as
+// idle while it lived.
+func TestIdleProcessDroppedThenExitedKeepsItsName(t *testing.T) {
+	table, sym := newTestTable(t, newBinaryWork(0, time.Second), false)
+	bin, cmd := startIdleProg(t)
+	pid := cmd.Process.Pid
+	table.seen(pid, 0, eventView{})
+	lived := table.lookup(pid)
+	if lived.snapshot == nil {
+		t.Fatal("idleprog not read")
+	}
+	addr := symbolAddress(t, lived.snapshot, bin, "waiting")
+	if f := sym.User(lived.snapshot, []uint64{addr}, nil); len(f) != 1 || f[0].Function != "waiting" {
+		t.Fatalf("waiting() read as %+v", f)
+	}
+	var known []symbolize.KnownMapping
+	for _, m := range lived.snapshot.Mappings {
+		if m.Path == bin {
+			id := m.ID
+			id.Size = 0 // as the kernel's record has it
+			known = append(known, symbolize.KnownMapping{Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: id})
+		}
+	}
+	table.setMappedFiles(func(uint32) ([]symbolize.KnownMapping, error) { return known, nil },
+		func(_ int, err error) { t.Error(err) })
+
+	// Drains ten intervals apart, none with its samples: it stays through
+	// idleIntervals of them.
+	now := time.Now()
+	for k := 1; k <= idleIntervals; k++ {
+		table.forgetExitedBefore(now.Add(time.Duration(k)*10*time.Second), time.Second)
+		if !table.tracked(pid) {
+			t.Fatalf("dropped as idle at the drain %d after its read, each drain 10 intervals long", k)
+		}
+	}
+	table.forgetExitedBefore(now.Add((idleIntervals+1)*10*time.Second), time.Second)
+	if table.tracked(pid) {
+		t.Fatalf("not dropped after %d drains without samples", idleIntervals+1)
+	}
+
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	unread, named := table.exited(pid, time.Now(), eventView{comm: "idleprog", start: lived.startTime})
+	if !unread || !named {
+		t.Fatalf("exit after an idle drop: unread %v, named %v; want true, true", unread, named)
+	}
+	table.mu.Lock()
+	e := table.entries[pid]
+	table.mu.Unlock()
+	if e == nil || e.resource.ServiceName != "idleprog" || e.startTime != lived.startTime {
+		t.Fatalf("exited after an idle drop: entry %v, want service idleprog and start %d", entrySummary(e), lived.startTime)
+	}
+	if f := sym.User(e.snapshot, []uint64{addr}, nil); len(f) != 1 || f[0].Function != "waiting" {
+		t.Errorf("waiting() named from the files it mapped as %+v", f)
+	}
+}
+
+// entrySummary is what a failure message says of an entry.
+func entrySummary(e *processEntry) string {
+	if e == nil {
+		return "none"
+	}
+	return fmt.Sprintf("service %q, start %d, unread %v, snapshot %v", e.resource.ServiceName, e.startTime, e.unread, e.snapshot != nil)
+}
+
+// A process read again (its first-sample event handled after a drain read
+// it and counted its samples) keeps when it was last sampled: the new
+// entry is the same process, not one idle since its read.
+func TestReadAgainKeepsWhenItWasSampled(t *testing.T) {
+	table, _ := newTestTable(t, newBinaryWork(0, time.Second), false)
+	_, cmd := startIdleProg(t)
+	pid := cmd.Process.Pid
+	first := table.lookup(pid) // a drain met it first
+	sampled := time.Now()
+	table.markSampled(first, sampled)
+	again := table.read(pid, 0, eventView{})
+	table.store(pid, again, 0)
+	table.mu.Lock()
+	e := table.entries[pid]
+	table.mu.Unlock()
+	if e != again || !e.sampledAt.Equal(sampled) {
+		t.Errorf("read again: installed %v (the new read: %v), sampled at %v; want %v", entrySummary(e), e == again, e.sampledAt, sampled)
 	}
 }

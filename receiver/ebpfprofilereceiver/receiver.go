@@ -425,7 +425,7 @@ func (r *profileReceiver) handleProcessEvents(events <-chan sampler.ProcEvent) {
 		case sampler.EventMapsChanged:
 			r.procs.mapsChanged(pid)
 		case sampler.EventExit:
-			if unread, named := r.procs.exited(pid, time.Now()); unread {
+			if unread, named := r.procs.exited(pid, time.Now(), viewOf(ev)); unread {
 				r.metrics.recordGoneBeforeRead(named)
 			}
 			r.traceCtx.event(ev)
@@ -775,8 +775,8 @@ const (
 	// mapsRereadEvery bounds how often a process whose code keeps changing
 	// (a JIT) is read again.
 	mapsRereadEvery = time.Second
-	// idleIntervals without samples make a process's entry go; the kernel
-	// announces it again when it next runs.
+	// idleIntervals drains (and intervals) without samples make a
+	// process's entry go; the kernel announces it again when it next runs.
 	idleIntervals = 4
 )
 

@@ -661,7 +661,8 @@ func startForker(t *testing.T, n, childSecs, execdSecs string, extra ...string) 
 // forkedChildren is what a receiver emitted of a forker's children.
 type forkedChildren struct {
 	total, childWork, afterExec, unnamedBeforeExec int64
-	wrong                                          map[string]int64 // "service: stack" of samples under the wrong service
+	wrong                                          map[string]int64   // "service: stack" of samples under the wrong service
+	all                                            testworkload.Tally // "service: stack" of every sample, for a failure's message
 	unmapped                                       testworkload.Tally
 }
 
@@ -674,7 +675,7 @@ func (f forkerRun) tallyChildren(all []pprofile.Profiles, children map[int64]boo
 	inForker := func(a uint64) bool { return a > f.childWorkAt-64<<10 && a < f.childWorkAt+64<<10 }
 	var total, childWork, afterExec, unnamedBeforeExec int64
 	wrong := map[string]int64{}
-	var unmapped testworkload.Tally
+	var unmapped, every testworkload.Tally
 	for _, pd := range all {
 		dict := pd.Dictionary()
 		profileschema.ForEachSample(pd, func(res pcommon.Resource, _ pprofile.Profile, s pprofile.Sample) {
@@ -683,6 +684,7 @@ func (f forkerRun) tallyChildren(all []pprofile.Profiles, children map[int64]boo
 			}
 			n, service, stack := profileschema.SampleCount(s), profileschema.ServiceName(res), profileschema.FoldedStack(dict, s)
 			total += n
+			every.Add(service+": "+stack, n)
 			frames := testworkload.UserFrames(stack)
 			switch {
 			case slices.Contains(frames, "child_work") && service == "forker":
@@ -701,7 +703,7 @@ func (f forkerRun) tallyChildren(all []pprofile.Profiles, children map[int64]boo
 			}
 		})
 	}
-	return forkedChildren{total: total, childWork: childWork, afterExec: afterExec, unnamedBeforeExec: unnamedBeforeExec, wrong: wrong, unmapped: unmapped}
+	return forkedChildren{total: total, childWork: childWork, afterExec: afterExec, unnamedBeforeExec: unnamedBeforeExec, wrong: wrong, unmapped: unmapped, all: every}
 }
 
 // check wants samples after the exec under execd, none under a wrong
@@ -721,5 +723,8 @@ func (c forkedChildren) check(t *testing.T) {
 	if c.unnamedBeforeExec > max(2, (c.childWork+c.unnamedBeforeExec)/10) {
 		t.Errorf("%d samples from before an exec (frames in forker's code) are unnamed, %d named; children's samples with frames in no mapping (%d):%s",
 			c.unnamedBeforeExec, c.childWork, c.unmapped.Total, c.unmapped.Top(5))
+	}
+	if t.Failed() {
+		t.Logf("the children's samples by service and stack:%s", c.all.Top(20))
 	}
 }
