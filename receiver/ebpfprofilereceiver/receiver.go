@@ -72,9 +72,13 @@ type profileReceiver struct {
 	// mu guards the sampler and everything that symbolizes (the frame
 	// buffers below are shared).
 	mu      sync.Mutex
-	sampler *sampler.Sampler   // nil while sampling is off (kill switch)
-	unwind  *unwinder.Unwinder // unwind tables (unwinding: auto); nil with the sampler
-	hz      int                // current rate: the overhead guard may lower it
+	sampler *sampler.Sampler // nil while sampling is off (kill switch)
+	// samplerNow is sampler, for the perf map's looks (openV8Early), which
+	// compare with it without waiting for r.mu (a drain holds it for its
+	// whole symbolization).
+	samplerNow atomic.Pointer[sampler.Sampler]
+	unwind     *unwinder.Unwinder // unwind tables (unwinding: auto); nil with the sampler
+	hz         int                // current rate: the overhead guard may lower it
 	// For the control endpoint's status.
 	lastCPUPercent float64
 	capturing      bool
@@ -270,6 +274,7 @@ func (r *profileReceiver) startSamplingLocked(kernelTypes *btf.Cache) error {
 		return err
 	}
 	r.sampler = s
+	r.samplerNow.Store(s)
 	forget := func(pid int) error { return s.ForgetProcess(uint32(pid)) }
 	r.procs.forget.Store(&forget)
 	if scfg.DWARFUnwind {
@@ -317,6 +322,7 @@ func (r *profileReceiver) setSampling(ctx context.Context, on bool) error {
 		r.procs.lastExec.Store(nil)
 		err = errors.Join(err, r.sampler.Close())
 		r.sampler, r.unwind = nil, nil
+		r.samplerNow.Store(nil)
 		r.metrics.recordFrequency(ctx, 0)
 		r.mu.Unlock()
 		r.set.Logger.Warn("sampling turned off at runtime: all BPF programs detached")
@@ -361,6 +367,7 @@ func (r *profileReceiver) stopAll() error {
 		r.procs.lastExec.Store(nil)
 		err = r.sampler.Close()
 		r.sampler, r.unwind = nil, nil
+		r.samplerNow.Store(nil)
 	}
 	r.mu.Unlock()
 	r.wg.Wait()

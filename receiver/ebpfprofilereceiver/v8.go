@@ -159,7 +159,7 @@ func (r *profileReceiver) openV8Early(proc *processEntry, j *jitSymbols) {
 			}
 		}
 	}
-	skip := v.namer == nil || v.setBy == r.sampler
+	skip := v.namer == nil || v.setBy == r.samplerNow.Load()
 	v.mu.Unlock()
 	if skip {
 		return
