@@ -110,7 +110,18 @@ enum cfa_kind {
 	CFA_RBP = 2,
 	CFA_PLT = 3, // rsp + 8 + ((rip & 15) >= cfa_off ? 8 : 0)
 	CFA_END = 4, // the outermost frame: no caller
+	// A signal trampoline (glibc's __restore_rt, its CIE augmented 'S'):
+	// the handler returned into it, and rsp points at the ucontext the
+	// kernel saved the interrupted code's registers in.
+	CFA_SIGNAL = 5,
 };
+
+// Where the kernel saves the interrupted registers on x86-64: struct
+// ucontext at the trampoline's rsp (the signal frame's return address
+// popped), its uc_mcontext at +40, gregs in the order of REG_R8..REG_RIP.
+#define UC_RBP 120
+#define UC_RSP 160
+#define UC_RIP 168
 #define CFA_KIND_MASK 0x0f
 #define RBP_LOST 0x80
 
@@ -821,6 +832,9 @@ struct user_unwind {
 	__u8 end;
 	__u8 leaf_cfi;
 	__u8 bp_lost; // a frame's rule said its caller's rbp is not recoverable
+	// pc is where a signal interrupted the code, not a return address:
+	// its own row is looked up, not the one before it.
+	__u8 interrupted;
 };
 
 #define VM_EXEC 0x00000004
@@ -1281,15 +1295,41 @@ static long unwind_step(__u64 i, void *ctx)
 		s->end = END_TRUNCATED;
 		return 1;
 	}
-	t->ips[n] = s->pc;
+	// User space looks a caller's frame up one byte before its address (a
+	// return address points after its call). Where a signal came, the
+	// address is the interrupted instruction itself: it is recorded one
+	// past, so that the look-up lands on it.
+	t->ips[n] = s->pc + s->interrupted;
 	s->n = n + 1;
 
 	// Return addresses point after the call: look up the call itself.
-	if (row_of(pu, n == 0 ? s->pc : s->pc - 1, &row))
+	if (row_of(pu, n == 0 || s->interrupted ? s->pc : s->pc - 1, &row))
 		kind = row.kind & CFA_KIND_MASK;
+	s->interrupted = 0;
 	switch (kind) {
 	case CFA_END:
 		return 1;
+	case CFA_SIGNAL:
+		// The interrupted code goes on where it was: its pc, rsp and rbp
+		// from the ucontext (its rbp may be a frame pointer again, or
+		// whatever the code kept there: its own rule says).
+		if (read_word(s->sp + UC_RIP, &ra) != 0 || read_word(s->sp + UC_RSP, &cfa) != 0 ||
+		    read_word(s->sp + UC_RBP, &bp) != 0) {
+			s->end = END_UNREADABLE;
+			return 1;
+		}
+		if (!ra)
+			return 1;
+		// The handler "returned" to the trampoline's first instruction,
+		// not after a call: recorded one past, as the interrupted pc.
+		if (n > 0)
+			t->ips[n] = s->pc + 1;
+		s->pc = ra;
+		s->sp = cfa;
+		s->bp = bp;
+		s->bp_lost = 0;
+		s->interrupted = 1;
+		return 0;
 	case CFA_RSP:
 		cfa = s->sp + row.cfa_off;
 		break;

@@ -12,6 +12,7 @@
 package ehframe
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -34,6 +35,12 @@ type Rule struct {
 	// PLT is N when the expression is binutils' PLT rule,
 	// rsp + 8 + ((rip & 15) >= N ? 8 : 0); 0 for any other.
 	PLT uint8
+	// Signal: the frame is a signal trampoline (glibc's __restore_rt),
+	// whose FDE's CIE has the 'S' augmentation and whose CFA is the
+	// interrupted code's rsp as the kernel saved it in the ucontext at
+	// rsp, *(rsp + 160): that code's registers are all there (ucontext's
+	// mcontext, in the kernel's x86-64 layout), not in a frame.
+	Signal bool
 }
 
 // String prints the rule as readelf --debug-dump=frames-interp does for
@@ -77,6 +84,7 @@ type cie struct {
 	dataAlign int64
 	fdeEnc    byte
 	hasZ      bool   // 'z' augmentation: FDEs carry augmentation data
+	signal    bool   // 'S' augmentation: its FDEs are signal trampolines
 	initial   []byte // initial instructions
 }
 
@@ -239,7 +247,9 @@ func (t *Table) cieAt(off uint64) (*cie, error) {
 				if _, err := r.u8(); err != nil {
 					return nil, err
 				}
-			case 'S', 'B':
+			case 'S':
+				c.signal = true
+			case 'B':
 			default:
 				// Unknown augmentation: the length lets us skip the rest.
 			}
@@ -668,7 +678,8 @@ func (m *machine) extended(op byte, r *reader, pc uint64, emit func(uint64, Stat
 		n := uleb()
 		if err == nil {
 			if err = r.need(n); err == nil {
-				m.state.CFA = Rule{Expr: true, PLT: pltThreshold(r.b[r.p : r.p+n])}
+				expr := r.b[r.p : r.p+n]
+				m.state.CFA = Rule{Expr: true, PLT: pltThreshold(expr), Signal: m.cie.signal && bytes.Equal(expr, SignalCFAExpr)}
 				r.p += n
 			}
 		}
@@ -707,6 +718,12 @@ func (m *machine) extended(op byte, r *reader, pc uint64, emit func(uint64, Stat
 	}
 	return err
 }
+
+// SignalCFAExpr is the CFA expression of an x86-64 Linux signal
+// trampoline's FDE: DW_OP_breg7 (rsp) 160; DW_OP_deref, the rsp the kernel
+// saved in the ucontext (uc_mcontext.rsp) that rsp points at once the
+// handler returned into the trampoline.
+var SignalCFAExpr = []byte{0x77, 0xa0, 0x01, 0x06}
 
 // pltThreshold recognizes the CFA expression binutils emits for PLT
 // entries, rsp + 8 + ((rip & 15) >= N ? 8 : 0), and returns N (0 for any

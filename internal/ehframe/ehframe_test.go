@@ -714,3 +714,33 @@ func TestLocationBackwards(t *testing.T) {
 		}
 	}
 }
+
+// TestSignalTrampoline: glibc's __restore_rt FDE (a "zRS" CIE, CFA
+// *(rsp+160)) is a signal trampoline; the same expression under a CIE
+// without 'S', or another expression under one with it, is not.
+func TestSignalTrampoline(t *testing.T) {
+	const addr = 0x3000
+	cieIns := []byte{0x0c, 0x07, 0x08, 0x90, 0x01}
+	sigCFA := append([]byte{0x0f, byte(len(SignalCFAExpr))}, SignalCFAExpr...)
+	other := []byte{0x0f, 0x04, 0x77, 0xa8, 0x01, 0x06} // *(rsp+168)
+	for _, c := range []struct {
+		name, aug string
+		ins       []byte
+		want      Rule
+	}{
+		{"zRS, *(rsp+160)", "S", sigCFA, Rule{Expr: true, Signal: true}},
+		{"zR, *(rsp+160)", "", sigCFA, Rule{Expr: true}},
+		{"zRS, *(rsp+168)", "S", other, Rule{Expr: true}},
+		{"zRS, rsp+8", "S", nil, Rule{Register: RegRSP, Offset: 8}},
+	} {
+		data := ehframetest.AssembleAugmented(addr, c.aug, cieIns, ehframetest.FDE{Lo: 0x401000, N: 0x10, Ins: c.ins})
+		tab, err := New(data, addr)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		rule, ok, err := tab.CFA(0x401008)
+		if err != nil || !ok || rule != c.want {
+			t.Errorf("%s: CFA %+v (found %v, %v), want %+v", c.name, rule, ok, err, c.want)
+		}
+	}
+}

@@ -5,7 +5,8 @@
 //
 // Only what an x86-64 unwinder needs survives: how to compute the CFA (rsp
 // or rbp plus an offset, or the PLT expression), where the caller's rbp was
-// saved, and whether the frame is the outermost one. The return address is
+// saved, whether the frame is the outermost one, and whether it is a signal
+// trampoline (the interrupted code's registers are in the ucontext). The return address is
 // always at CFA-8. Rules the kernel side cannot follow (other expressions,
 // offsets out of range) become Kind None: that frame falls back to the frame
 // pointer, as it would without tables.
@@ -26,6 +27,10 @@ const (
 	RBP  = 2 // CFA = rbp + CFAOffset
 	PLT  = 3 // CFA = rsp + 8 + ((rip & 15) >= CFAOffset ? 8 : 0)
 	End  = 4 // outermost frame: no caller
+	// Signal: a signal trampoline (glibc's __restore_rt): the interrupted
+	// code's rip, rsp and rbp are in the ucontext at rsp, as the kernel
+	// saved them (ehframe.Rule.Signal).
+	Signal = 5
 
 	// RBPLost (flag in Kind): the caller's rbp is somewhere the unwinder
 	// does not follow; frame-pointer steps above this frame are not
@@ -157,6 +162,8 @@ func compile(s ehframe.State) Row {
 	}
 	var r Row
 	switch {
+	case s.CFA.Expr && s.CFA.Signal:
+		return Row{Kind: Signal}
 	case s.CFA.Expr && s.CFA.PLT != 0:
 		r.Kind, r.CFAOffset = PLT, uint16(s.CFA.PLT)
 	case s.CFA.Expr:

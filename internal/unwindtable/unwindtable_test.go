@@ -49,9 +49,9 @@ func checkInvariants(tab *Table) error {
 			if kind == PLT && (r.CFAOffset == 0 || r.CFAOffset > 15) {
 				return fmt.Errorf("row %d %+v: PLT threshold out of range", i, r)
 			}
-		case None, End:
+		case None, End, Signal:
 			if r != (Row{PC: r.PC, Kind: kind}) {
-				return fmt.Errorf("row %d %+v: a None or End row with offsets or flags", i, r)
+				return fmt.Errorf("row %d %+v: a None, End or Signal row with offsets or flags", i, r)
 			}
 		default:
 			return fmt.Errorf("row %d %+v: unknown kind", i, r)
@@ -222,6 +222,12 @@ func checkPC(t *testing.T, tab *Table, eh *ehframe.Table, x *fdeIndex, pc uint64
 		return
 	}
 	switch {
+	case rule.Expr && rule.Signal:
+		if kind != Signal {
+			fail("want Signal: a signal trampoline")
+		}
+		cov["Signal"]++
+		return
 	case rule.Expr && rule.PLT != 0:
 		if kind != PLT || row.CFAOffset != uint16(rule.PLT) {
 			fail("want PLT %d", rule.PLT)
@@ -366,7 +372,8 @@ func TestLookupMatchesCFILibc(t *testing.T) {
 	for pc := text.Addr; pc < text.Addr+text.Size; pc += step {
 		checkPC(t, tab, eh, x, pc, cov)
 	}
-	for _, k := range []string{"RSP", "End", "rbp saved", "None", "uncovered"} {
+	// Signal: __restore_rt, the trampoline a handler returns into.
+	for _, k := range []string{"RSP", "End", "rbp saved", "None", "uncovered", "Signal"} {
 		if cov[k] == 0 {
 			t.Errorf("no PC with %s checked", k)
 		}

@@ -357,6 +357,103 @@ func throughShare(tl testworkload.Tally, leaf string) (share float64, leafSample
 	return float64(ok) / float64(leafSamples), leafSamples
 }
 
+// signalC spends part of its time in a SIGALRM handler, which interrupts
+// interrupted() under outer() under main (the handler arms the next alarm,
+// 10 ms on, when it is done: the program goes on however slow the
+// machine): the handler's stack goes through glibc's signal trampoline
+// (__restore_rt), whose CFI says the interrupted code's registers are in
+// the ucontext the kernel saved on the stack.
+const signalC = `#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+
+static volatile unsigned long sink;
+
+__attribute__((noinline)) void in_handler(void) {
+	for (int i = 0; i < 1000000; i++)
+		sink = sink * 7 + i;
+}
+
+static const struct itimerval next = {{0, 0}, {0, 10000}};
+
+__attribute__((noinline)) void on_alarm(int sig) {
+	in_handler();
+	sink += sig;
+	setitimer(ITIMER_REAL, &next, 0);
+}
+
+__attribute__((noinline)) void interrupted(double secs) {
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		for (int i = 0; i < 1000000; i++)
+			sink = sink * 3 + i;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < secs);
+}
+
+__attribute__((noinline)) void outer(double secs) { interrupted(secs); sink++; }
+
+int main(int argc, char **argv) {
+	printf("ready\n");
+	fflush(stdout);
+	SETTLE();
+	struct sigaction sa = {0};
+	sa.sa_handler = on_alarm;
+	sigaction(SIGALRM, &sa, 0);
+	setitimer(ITIMER_REAL, &next, 0);
+	outer(atof(argv[1]));
+	return 0;
+}
+`
+
+// A sample in a signal handler is unwound through the signal trampoline
+// into the code the signal interrupted: the trampoline's row
+// (unwindtable.Signal) takes rip, rsp and rbp from the ucontext the kernel
+// saved, and the interrupted frame's own row (its pc is no return
+// address). Before, the trampoline had no row the kernel could follow, the
+// walk fell back to the frame pointer, and code built without one ended
+// there: main, outer and interrupted were missing from every handler
+// sample (0 of 73 here).
+func TestDWARFUnwindingThroughASignalHandler(t *testing.T) {
+	bin := buildNoFP(t, "signal", signalC, "main", "outer", "interrupted", "on_alarm", "in_handler")
+	cfg := testConfig()
+	cfg.Unwinding = UnwindingAuto
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiver(t, cfg)
+	cmd := startSettled(t, bin, "3", r)
+	_ = cmd.Wait()
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl := testworkload.TallyProcess(sink.AllProfiles(), cmd.Process.Pid)
+	// main, outer, interrupted, the trampoline (named from glibc's debug
+	// file, libc6-dbg, which make test installs: its address is no return
+	// address, and looked up one byte before it, as one, it was in the
+	// padding before the symbol), on_alarm, in_handler.
+	var whole, inHandler int64
+	for stack, n := range tl.Folded {
+		frames := testworkload.UserFrames(stack)
+		if len(frames) == 0 || frames[len(frames)-1] != "in_handler" {
+			continue
+		}
+		inHandler += n
+		if i := slices.Index(frames, "main"); i >= 0 &&
+			slices.Equal(frames[i:], []string{"main", "outer", "interrupted", "__restore_rt", "on_alarm", "in_handler"}) {
+			whole += n
+		}
+	}
+	t.Logf("in_handler: %d samples, %d with main → outer → interrupted → __restore_rt → on_alarm above it; top:%s", inHandler, whole, tl.Top(3))
+	if want := int64(0.1 * testworkload.ExpectedSamples(cmd, cfg.FrequencyHz)); inHandler < want {
+		t.Fatalf("%d samples in in_handler, want at least %d; top:%s", inHandler, want, tl.Top(5))
+	}
+	if float64(whole) < 0.9*float64(inHandler) {
+		t.Errorf("the interrupted code under %d of %d handler samples, want ≥ 90 %%; top:%s", whole, inHandler, tl.Top(8))
+	}
+}
+
 // deepC burns CPU at the bottom of a recursion deeper than the 127 frames
 // a stack holds.
 const deepC = `#include <stdio.h>

@@ -121,8 +121,16 @@ var PLTExpr = []byte{0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24,
 // address column 16, initial instructions cieIns), the FDEs in the order
 // given, and a zero terminator.
 func Assemble(addr uint64, cieIns []byte, fdes ...FDE) []byte {
+	return AssembleAugmented(addr, "", cieIns, fdes...)
+}
+
+// AssembleAugmented is Assemble with more augmentation letters after "zR"
+// that carry no data ("S": the FDEs are signal trampolines).
+func AssembleAugmented(addr uint64, more string, cieIns []byte, fdes ...FDE) []byte {
 	le32 := func(b []byte, v uint32) []byte { return binary.LittleEndian.AppendUint32(b, v) }
-	cieBody := append([]byte{0, 0, 0, 0, 1, 'z', 'R', 0, 1, 0x78, 16, 1, 0x1b}, cieIns...)
+	cieBody := append([]byte{0, 0, 0, 0, 1, 'z', 'R'}, more...)
+	cieBody = append(cieBody, 0, 1, 0x78, 16, 1, 0x1b)
+	cieBody = append(cieBody, cieIns...)
 	out := le32(nil, uint32(len(cieBody)))
 	out = append(out, cieBody...)
 	for _, f := range fdes {
