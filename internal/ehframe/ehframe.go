@@ -679,7 +679,7 @@ func (m *machine) extended(op byte, r *reader, pc uint64, emit func(uint64, Stat
 		if err == nil {
 			if err = r.need(n); err == nil {
 				expr := r.b[r.p : r.p+n]
-				m.state.CFA = Rule{Expr: true, PLT: pltThreshold(expr), Signal: m.cie.signal && bytes.Equal(expr, SignalCFAExpr)}
+				m.state.CFA = Rule{Expr: true, PLT: pltThreshold(expr), Signal: m.cie.signal && bytes.Equal(expr, signalCFAExpr)}
 				r.p += n
 			}
 		}
@@ -719,11 +719,11 @@ func (m *machine) extended(op byte, r *reader, pc uint64, emit func(uint64, Stat
 	return err
 }
 
-// SignalCFAExpr is the CFA expression of an x86-64 Linux signal
+// signalCFAExpr is the CFA expression of an x86-64 Linux signal
 // trampoline's FDE: DW_OP_breg7 (rsp) 160; DW_OP_deref, the rsp the kernel
 // saved in the ucontext (uc_mcontext.rsp) that rsp points at once the
 // handler returned into the trampoline.
-var SignalCFAExpr = []byte{0x77, 0xa0, 0x01, 0x06}
+var signalCFAExpr = []byte{0x77, 0xa0, 0x01, 0x06}
 
 // pltThreshold recognizes the CFA expression binutils emits for PLT
 // entries, rsp + 8 + ((rip & 15) >= N ? 8 : 0), and returns N (0 for any

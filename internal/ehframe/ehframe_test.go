@@ -721,7 +721,7 @@ func TestLocationBackwards(t *testing.T) {
 func TestSignalTrampoline(t *testing.T) {
 	const addr = 0x3000
 	cieIns := []byte{0x0c, 0x07, 0x08, 0x90, 0x01}
-	sigCFA := append([]byte{0x0f, byte(len(SignalCFAExpr))}, SignalCFAExpr...)
+	sigCFA := append([]byte{0x0f, byte(len(signalCFAExpr))}, signalCFAExpr...)
 	other := []byte{0x0f, 0x04, 0x77, 0xa8, 0x01, 0x06} // *(rsp+168)
 	for _, c := range []struct {
 		name, aug string

@@ -6,10 +6,10 @@
 // Only what an x86-64 unwinder needs survives: how to compute the CFA (rsp
 // or rbp plus an offset, or the PLT expression), where the caller's rbp was
 // saved, whether the frame is the outermost one, and whether it is a signal
-// trampoline (the interrupted code's registers are in the ucontext). The return address is
-// always at CFA-8. Rules the kernel side cannot follow (other expressions,
-// offsets out of range) become Kind None: that frame falls back to the frame
-// pointer, as it would without tables.
+// trampoline (the interrupted code's registers are in the ucontext). The
+// return address is always at CFA-8. Rules the kernel side cannot follow
+// (other expressions, offsets out of range) become Kind None: that frame
+// falls back to the frame pointer, as it would without tables.
 package unwindtable
 
 import (

@@ -856,13 +856,13 @@ func (t *processTable) exited(pid int, at time.Time, view eventView) (unread, na
 // forgetExitedBefore drops processes whose exit was reported before the
 // previous drain began, and processes with no samples for idleIntervals
 // drains, and as many intervals: the kernel announces those again when they
-// next run. An exited process is kept
-// through one more drain than its exit event suggests: the exit event comes
-// at the start of the kernel's exit work, which is still sampled (tearing
-// down a large address space takes a while) and may land in the next drain's
-// counts; those samples keep the process's names and service. A process not
-// sampled in this drain is checked for life (one stat), which catches exits
-// the kernel could not report.
+// next run. An exited process is kept through one more drain than its exit
+// event suggests: the exit event comes at the start of the kernel's exit
+// work, which is still sampled (tearing down a large address space takes a
+// while) and may land in the next drain's counts; those samples keep the
+// process's names and service. A process not sampled in this drain is
+// checked for life (one stat), which catches exits the kernel could not
+// report.
 func (t *processTable) forgetExitedBefore(drain time.Time, interval time.Duration) {
 	t.mu.Lock()
 	// Idle: no samples for idleIntervals drains and as many intervals
