@@ -29,7 +29,7 @@ const compactExamples = `  # stop the collector first: compact rewrites the file
 // same rows. The exporter writes batch by batch and DuckDB checkpoints every
 // 16 MB of write-ahead log, which leaves more used blocks than the data
 // needs, and free ones it only reuses, never returns: about a quarter of the
-// file in the storage bench (docs/performance.md, "Ninth pass").
+// file in the storage bench (docs/performance-history.md, "Ninth pass").
 func newCompactCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "compact [--db FILE] [--local] [--block-size BYTES]",

@@ -25,7 +25,7 @@ var (
 // loads profiles touches every page of its heap for the first time, a
 // page fault per 4 KiB; with 2 MiB pages, `hotpath profile` over 30 days
 // through a running gateway took 2,100 faults instead of 9,200 and 315 ms
-// instead of 470 (docs/performance.md, "Twenty-second pass"). The
+// instead of 470 (docs/performance-history.md, "Twenty-second pass"). The
 // reservation costs a garbage collection, which a command this large
 // makes anyway, so only commands that load profiles pay it: for `hotpath
 // sql` it was 6-8 ms more. Where the kernel has no transparent huge pages

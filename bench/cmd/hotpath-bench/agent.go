@@ -663,7 +663,7 @@ func loadAvg() []float64 {
 // warm-up. The bench is a Go binary with DuckDB linked in, whose tables
 // cost the agent about half a second of CPU; it is otherwise sampled only
 // when it wakes up, and where its first sample fell (in the warm-up or in
-// the window) decided a churn run's figure (docs/performance.md). At 19 Hz
+// the window) decided a churn run's figure (docs/performance-history.md). At 19 Hz
 // a second on each CPU is 19 samples per CPU, and about half that when the
 // phase's workloads share the CPUs: missing them all is unlikely.
 func busyEveryCPU(d time.Duration) {

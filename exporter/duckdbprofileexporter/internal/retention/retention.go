@@ -47,7 +47,7 @@ type Result struct {
 // deleted rows: without a delete no row has let go of any, and the search
 // reads every row the file holds, with the writer held (2.2 s for a
 // gateway's 30 days just after the file is opened, on the 2-vCPU VM
-// docs/performance.md measures; see unreferenced). It ran at every start
+// docs/performance-history.md measures; see unreferenced). It ran at every start
 // and every daily run of a gateway younger than its retention.
 func Apply(ctx context.Context, w *writer.Writer, p Policy, now time.Time) (Result, error) {
 	return apply(ctx, w, p, now, false)
