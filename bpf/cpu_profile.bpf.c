@@ -101,7 +101,9 @@ struct sample_stats {
 
 // Unwind rows, computed in user space from .eh_frame (internal/unwindtable):
 // the rule from pc up to the next row's pc, pc being an ELF virtual address.
-// kind: cfa_kind, plus RBP_LOST when the caller's rbp cannot be recovered.
+// kind: cfa_kind, plus RBP_LOST when the caller's rbp cannot be recovered,
+// plus where the caller's rbx is in bits 4-6 (0: unchanged; 1-6: saved at
+// CFA - 8*(k+1); RBX_LOST: not followed).
 // rbp_off8: 0 when rbp is unchanged, else it was saved at CFA + 8*rbp_off8.
 // cfa_off: the CFA's offset from its register (for CFA_PLT: the threshold).
 enum cfa_kind {
@@ -114,15 +116,21 @@ enum cfa_kind {
 	// the handler returned into it, and rsp points at the ucontext the
 	// kernel saved the interrupted code's registers in.
 	CFA_SIGNAL = 5,
+	// CFA = rbx + cfa_off: glibc's lazy-binding trampoline in ld.so
+	// (_dl_runtime_resolve_xsavec), which realigns the stack.
+	CFA_RBX = 6,
 };
 
 // Where the kernel saves the interrupted registers on x86-64: struct
 // ucontext at the trampoline's rsp (the signal frame's return address
 // popped), its uc_mcontext at +40, gregs in the order of REG_R8..REG_RIP.
 #define UC_RBP 120
+#define UC_RBX 128
 #define UC_RSP 160
 #define UC_RIP 168
 #define CFA_KIND_MASK 0x0f
+#define RBX_SHIFT 4
+#define RBX_LOST 7
 #define RBP_LOST 0x80
 
 struct unwind_row {
@@ -252,6 +260,26 @@ struct {
 	__type(key, __u64);
 	__type(value, struct stack_trace);
 } stacks_0 SEC(".maps"), stacks_1 SEC(".maps");
+
+// Where the walk keeps the rbx of the frame it is at (struct rbx_state):
+// per CPU, as the scratch stack is, and out of the verifier's sight. Kept
+// in the walk's own state, its every form (the sampled register, a saved
+// slot's address, unknown) made the verifier check the loop's callback
+// once more: four times the instructions.
+struct rbx_state {
+	// at: 0 while the frame's rbx is still the sampled register's (bx);
+	// else the address a frame below saved it at; odd when a frame below
+	// put it somewhere the walk does not follow, or had no rule.
+	__u64 bx;
+	__u64 at;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rbx_state);
+} rbx_scratch SEC(".maps");
 
 // Where a stack is taken before it is hashed: too large for the BPF stack.
 struct {
@@ -828,6 +856,7 @@ struct user_unwind {
 	__u64 sp;
 	__u64 bp;
 	__u64 r13; // the sampled frame's: a running interpreter's bytecode pointer
+	struct rbx_state *rbx;   // where the frame's rbx is (per-CPU scratch)
 	__u32 n;
 	__u8 end;
 	__u8 leaf_cfi;
@@ -1284,7 +1313,7 @@ static long unwind_step(__u64 i, void *ctx)
 	struct stack_trace *t = s->t;
 	struct proc_unwind *pu = s->pu;
 	struct unwind_row row = {};
-	__u64 cfa, ra = 0, bp = s->bp, shared;
+	__u64 cfa, ra = 0, bp = s->bp, shared, rbx;
 	__u8 kind = CFA_NONE;
 
 	if (!t || !pu) {
@@ -1324,6 +1353,8 @@ static long unwind_step(__u64 i, void *ctx)
 		// not after a call: recorded one past, as the interrupted pc.
 		if (n > 0)
 			t->ips[n] = s->pc + 1;
+		if (s->rbx)
+			s->rbx->at = s->sp + UC_RBX;
 		s->pc = ra;
 		s->sp = cfa;
 		s->bp = bp;
@@ -1343,6 +1374,20 @@ static long unwind_step(__u64 i, void *ctx)
 	case CFA_PLT:
 		cfa = s->sp + 8 + ((s->pc & 15) >= row.cfa_off ? 8 : 0);
 		break;
+	case CFA_RBX:
+		// Read only here, where a row needs it: frames that save rbx
+		// are most frames, and CFA_RBX rows are ld.so's trampolines.
+		if (!s->rbx || (s->rbx->at & 1)) {
+			s->end = END_INVALID;
+			return 1;
+		}
+		cfa = s->rbx->bx;
+		if (s->rbx->at && read_word(s->rbx->at, &cfa) != 0) {
+			s->end = END_UNREADABLE;
+			return 1;
+		}
+		cfa += row.cfa_off;
+		break;
 	default:
 		// A JVM's interpreted frame: its method in place of its pc, and
 		// its caller from the frame's own records.
@@ -1355,6 +1400,8 @@ static long unwind_step(__u64 i, void *ctx)
 				if (n == 0)
 					s->leaf_cfi = 1; // its caller is known: no leaf-caller recovery
 				s->bp_lost = 0;
+				if (s->rbx)
+					s->rbx->at = 1;
 				if (!is.pc)
 					return 1;
 				s->pc = is.pc;
@@ -1369,7 +1416,9 @@ static long unwind_step(__u64 i, void *ctx)
 
 			if (hotspot_frame(s->jvm, s->pc, n == 0, &off, &saved)) {
 				kind = CFA_RSP;
-				row.kind = CFA_RSP;
+				// Compiled Java code saves no register for its
+				// caller but rbp.
+				row.kind = CFA_RSP | (RBX_LOST << RBX_SHIFT);
 				row.rbp_off8 = saved ? -2 : 0;
 				cfa = s->sp + off;
 				break;
@@ -1404,6 +1453,9 @@ static long unwind_step(__u64 i, void *ctx)
 		// No "must move up" check here: like the kernel's own
 		// frame-pointer walk, follow rbp to another stack (Go's
 		// systemstack switches to g0 and back). The depth bounds a loop.
+		// Where this frame saved rbx, if it did, no rule says.
+		if (s->rbx)
+			s->rbx->at = 1;
 		cfa = s->bp + 16;
 		if (read_word(s->bp, &bp) != 0) {
 			s->end = END_UNREADABLE;
@@ -1422,6 +1474,9 @@ static long unwind_step(__u64 i, void *ctx)
 	if (kind != CFA_NONE) {
 		if (n == 0)
 			s->leaf_cfi = 1;
+		rbx = (row.kind >> RBX_SHIFT) & 7;
+		if (rbx && s->rbx)
+			s->rbx->at = rbx == RBX_LOST ? 1 : cfa - 8 * (rbx + 1);
 		if (row.kind & RBP_LOST) {
 			bp = 0;
 			s->bp_lost = 1;
@@ -1562,6 +1617,11 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 	s.pc = regs->ip;
 	s.sp = regs->sp;
 	s.bp = regs->bp;
+	s.rbx = bpf_map_lookup_elem(&rbx_scratch, &zero);
+	if (s.rbx) {
+		s.rbx->bx = regs->bx;
+		s.rbx->at = 0;
+	}
 	s.r13 = regs->r13;
 	if (!s.pc)
 		return 0;

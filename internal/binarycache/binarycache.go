@@ -55,8 +55,10 @@ import (
 // it) changes, or what decides it (the frame-pointer verdict's rule):
 // entries of another version are rebuilt. 2: a binary keeps frame pointers
 // only when all but one in a hundred of its functions with a frame do (1:
-// half), so the verdicts of version 1 may be wrong.
-const FormatVersion = 2
+// half), so the verdicts of version 1 may be wrong. 3: rows carry signal
+// trampolines (unwindtable.Signal) and where the caller's rbx is
+// (unwindtable.RBX), which rows of version 2 lack.
+const FormatVersion = 3
 
 // errOtherVersion is an entry an agent of another format version wrote.
 var errOtherVersion = errors.New("entry of another format version")

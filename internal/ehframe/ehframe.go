@@ -22,6 +22,7 @@ import (
 
 // DWARF register numbers on x86-64.
 const (
+	RegRBX = 3
 	RegRBP = 6
 	RegRSP = 7
 )
@@ -490,12 +491,15 @@ type RegRule struct {
 }
 
 // State is what an unwinder needs at one PC on x86-64: the CFA, where the
-// caller's rbp is, and whether there is a caller at all (the return address
-// column is undefined in the outermost frame, e.g. _start or a thread's
-// start routine). The return address itself is always at CFA-8.
+// caller's rbp and rbx are, and whether there is a caller at all (the
+// return address column is undefined in the outermost frame, e.g. _start
+// or a thread's start routine). The return address itself is always at
+// CFA-8. rbx matters where a caller's CFA is computed from it (glibc's
+// lazy-binding trampoline realigns the stack and keeps its frame in rbx).
 type State struct {
 	CFA         Rule
 	RBP         RegRule
+	RBX         RegRule
 	RAUndefined bool
 }
 
@@ -579,6 +583,8 @@ func (m *machine) setSaved(reg uint64, off int64) {
 	switch reg {
 	case RegRBP:
 		m.state.RBP = RegRule{Kind: RegAtCFA, Offset: off}
+	case RegRBX:
+		m.state.RBX = RegRule{Kind: RegAtCFA, Offset: off}
 	case regRA:
 		m.state.RAUndefined = false
 	}
@@ -588,6 +594,8 @@ func (m *machine) setKind(reg uint64, k RegKind) {
 	switch reg {
 	case RegRBP:
 		m.state.RBP = RegRule{Kind: k}
+	case RegRBX:
+		m.state.RBX = RegRule{Kind: k}
 	case regRA:
 		m.state.RAUndefined = k == RegUndefined
 	}
@@ -597,6 +605,8 @@ func (m *machine) restore(reg uint64) {
 	switch reg {
 	case RegRBP:
 		m.state.RBP = m.initial.RBP
+	case RegRBX:
+		m.state.RBX = m.initial.RBX
 	case regRA:
 		m.state.RAUndefined = m.initial.RAUndefined
 	}

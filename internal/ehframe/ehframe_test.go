@@ -62,12 +62,12 @@ func open(t testing.TB, path string) *Table {
 }
 
 // row is one row of readelf's interpreted table: its location range, the
-// CFA column and the rbp and return address columns as printed ("" when
-// readelf shows no such column for the entry).
+// CFA column and the rbp, rbx and return address columns as printed (""
+// when readelf shows no such column for the entry).
 type row struct {
-	lo, hi       uint64
-	cfa, rbp, ra string
-	fdeLo, fdeHi uint64 // the FDE the row belongs to
+	lo, hi            uint64
+	cfa, rbp, rbx, ra string
+	fdeLo, fdeHi      uint64 // the FDE the row belongs to
 }
 
 var (
@@ -150,6 +150,8 @@ func readelfRows(t *testing.T, path string) []row {
 				switch c {
 				case "rbp":
 					r.rbp = vals[i]
+				case "rbx":
+					r.rbx = vals[i]
 				case "ra":
 					r.ra = vals[i]
 				}
@@ -337,25 +339,46 @@ func TestRowsMatchReadelf(t *testing.T) {
 		{"-O2", "-fomit-frame-pointer"},
 	} {
 		t.Run(strings.Join(flags, ""), func(t *testing.T) {
-			checkRowsAgainstReadelf(t, ehframetest.BuildC(t, ehframetest.Program, flags...))
+			c := checkRowsAgainstReadelf(t, ehframetest.BuildC(t, ehframetest.Program, flags...))
+			c.require(t, "rbp saved", "other rbp rule", "ra undefined")
 		})
 	}
 	t.Run("libc", func(t *testing.T) {
-		checkRowsAgainstReadelf(t, "/lib/x86_64-linux-gnu/libc.so.6")
+		c := checkRowsAgainstReadelf(t, "/lib/x86_64-linux-gnu/libc.so.6")
+		c.require(t, "rbp saved", "other rbp rule", "ra undefined", "rbx saved")
+	})
+	// ld.so: its lazy-binding trampolines keep their CFA in rbx.
+	t.Run("ld.so", func(t *testing.T) {
+		c := checkRowsAgainstReadelf(t, "/lib64/ld-linux-x86-64.so.2")
+		c.require(t, "rbp saved", "rbx saved")
 	})
 }
 
-// wantRBP maps readelf's rbp column to a rule. readelf prints "u" both for
-// DW_CFA_undefined and for a column the FDE mentions but has not set yet
-// (or has restored to the CIE's, which never mentions rbp), which is the
-// same-value rule for a callee-saved register; so "u" may mean RegUndefined
-// only in a file that undefines rbp somewhere.
-func wantRBP(col string, undefinesRBP bool) (RegRule, bool) {
+// rowCounts counts the compared rows by the kind of rule they hold.
+type rowCounts map[string]int
+
+// require fails the test unless each kind was compared at least once.
+func (c rowCounts) require(t *testing.T, kinds ...string) {
+	t.Helper()
+	for _, k := range kinds {
+		if c[k] == 0 {
+			t.Errorf("no row with %s compared: the test covers too little (%v)", k, c)
+		}
+	}
+}
+
+// wantReg maps readelf's column of a callee-saved register (rbp, rbx) to a
+// rule. readelf prints "u" both for DW_CFA_undefined and for a column the
+// FDE mentions but has not set yet (or has restored to the CIE's, which
+// never mentions it), which is the same-value rule for a callee-saved
+// register; so "u" may mean RegUndefined only in a file that undefines the
+// register somewhere.
+func wantReg(col string, undefinesReg bool) (RegRule, bool) {
 	switch {
 	case col == "" || col == "s":
 		return RegRule{Kind: RegSame}, false
 	case col == "u":
-		return RegRule{Kind: RegSame}, undefinesRBP
+		return RegRule{Kind: RegSame}, undefinesReg
 	case col[0] == 'c':
 		off, err := strconv.ParseInt(col[1:], 10, 64)
 		if err != nil {
@@ -367,13 +390,16 @@ func wantRBP(col string, undefinesRBP bool) (RegRule, bool) {
 	return RegRule{Kind: RegOther}, false
 }
 
-func checkRowsAgainstReadelf(t *testing.T, path string) {
+// checkRowsAgainstReadelf compares every row of path's FDEs with
+// readelf's and counts them by rule.
+func checkRowsAgainstReadelf(t *testing.T, path string) rowCounts {
 	t.Helper()
 	raw, err := exec.Command("readelf", "--debug-dump=no-follow-links", "--debug-dump=frames", path).Output()
 	if err != nil {
 		t.Fatalf("readelf: %v", err)
 	}
 	undefinesRBP := bytes.Contains(raw, []byte("DW_CFA_undefined: r6 "))
+	undefinesRBX := bytes.Contains(raw, []byte("DW_CFA_undefined: r3 "))
 
 	type key struct{ lo, hi uint64 }
 	want := map[key][]row{}
@@ -393,7 +419,7 @@ func checkRowsAgainstReadelf(t *testing.T, path string) {
 	tab := open(t, path)
 	seen := map[key]bool{}
 	var prevLo uint64
-	nrows, saved, raUndef, other := 0, 0, 0, 0
+	nrows, c := 0, rowCounts{}
 	bad := tab.Rows(func(lo, hi uint64, rows []Row) {
 		k := key{lo, hi}
 		if seen[k] {
@@ -422,9 +448,16 @@ func checkRowsAgainstReadelf(t *testing.T, path string) {
 			if got := r.CFA.String(); got != e.cfa {
 				t.Errorf("%#x: CFA %s, readelf says %s", r.PC, got, e.cfa)
 			}
-			rbp, either := wantRBP(e.rbp, undefinesRBP)
+			rbp, either := wantReg(e.rbp, undefinesRBP)
 			if r.RBP != rbp && !(either && r.RBP.Kind == RegUndefined) {
 				t.Errorf("%#x: rbp rule %+v, readelf says %q", r.PC, r.RBP, e.rbp)
+			}
+			rbx, either := wantReg(e.rbx, undefinesRBX)
+			if r.RBX != rbx && !(either && r.RBX.Kind == RegUndefined) {
+				t.Errorf("%#x: rbx rule %+v, readelf says %q", r.PC, r.RBX, e.rbx)
+			}
+			if r.RBX.Kind == RegAtCFA {
+				c["rbx saved"]++
 			}
 			if r.RAUndefined != (e.ra == "u") {
 				t.Errorf("%#x: RAUndefined %v, readelf's ra column %q", r.PC, r.RAUndefined, e.ra)
@@ -432,12 +465,12 @@ func checkRowsAgainstReadelf(t *testing.T, path string) {
 			nrows++
 			switch r.RBP.Kind {
 			case RegAtCFA:
-				saved++
+				c["rbp saved"]++
 			case RegOther:
-				other++
+				c["other rbp rule"]++
 			}
 			if r.RAUndefined {
-				raUndef++
+				c["ra undefined"]++
 			}
 		}
 	})
@@ -449,13 +482,8 @@ func checkRowsAgainstReadelf(t *testing.T, path string) {
 			t.Errorf("readelf's FDE %#x..%#x missing from Rows", k.lo, k.hi)
 		}
 	}
-	// The comparison must have covered each kind of rbp and ra value.
-	if saved == 0 || other == 0 || raUndef == 0 {
-		t.Errorf("%s: %d rows with rbp saved, %d with another rbp rule, %d with ra undefined: the test covers too little",
-			path, saved, other, raUndef)
-	}
-	t.Logf("%s: %d FDEs, %d rows agree (rbp saved in %d, other rule in %d, ra undefined in %d)",
-		path, len(seen), nrows, saved, other, raUndef)
+	t.Logf("%s: %d FDEs, %d rows agree: %v", path, len(seen), nrows, c)
+	return c
 }
 
 // TestRowsHandBuilt runs instructions gcc emits rarely or never on a

@@ -1,13 +1,13 @@
 // Package unwindtable compiles a binary's .eh_frame into the compact rows
-// the in-kernel unwinder searches: one 8-byte row per change of the CFA or
-// rbp rule, sorted by address, with explicit "no rule" rows in the gaps
+// the in-kernel unwinder searches: one 8-byte row per change of the CFA,
+// rbp or rbx rule, sorted by address, with explicit "no rule" rows in the gaps
 // between functions so a binary search never lands on a neighbour's rule.
 //
-// Only what an x86-64 unwinder needs survives: how to compute the CFA (rsp
-// or rbp plus an offset, or the PLT expression), where the caller's rbp was
-// saved, whether the frame is the outermost one, and whether it is a signal
-// trampoline (the interrupted code's registers are in the ucontext). The
-// return address is always at CFA-8. Rules the kernel side cannot follow
+// Only what an x86-64 unwinder needs survives: how to compute the CFA (rsp,
+// rbp or rbx plus an offset, or the PLT expression), where the caller's rbp
+// and rbx were saved, whether the frame is the outermost one, and whether
+// it is a signal trampoline (the interrupted code's registers are in the
+// ucontext). The return address is always at CFA-8. Rules the kernel side cannot follow
 // (other expressions, offsets out of range) become Kind None: that frame
 // falls back to the frame pointer, as it would without tables.
 package unwindtable
@@ -19,8 +19,8 @@ import (
 	"github.com/hotpath-dev/hotpath/internal/ehframe"
 )
 
-// Row kinds (the low four bits of Row.Kind); the same values as enum
-// cfa_kind in bpf/cpu_profile.bpf.c.
+// Row kinds (the low four bits of Row.Kind, KindMask); the same values as
+// enum cfa_kind in bpf/cpu_profile.bpf.c.
 const (
 	None = 0 // no rule: unwind this frame with the frame pointer
 	RSP  = 1 // CFA = rsp + CFAOffset
@@ -31,12 +31,31 @@ const (
 	// code's rip, rsp and rbp are in the ucontext at rsp, as the kernel
 	// saved them (ehframe.Rule.Signal).
 	Signal = 5
+	// RBX: CFA = rbx + CFAOffset. glibc's lazy-binding trampoline
+	// (_dl_runtime_resolve_xsavec and its siblings in ld.so) realigns the
+	// stack for the registers it saves and keeps its frame in rbx; a sample
+	// in the symbol lookup it calls had its callers cut off there.
+	RBX = 6
+
+	KindMask = 0x0f
+
+	// Where the caller's rbx is (bits 4-6 of Kind, RBXShift): 0 unchanged;
+	// 1 to 6 saved at CFA - 8*(k+1), CFA-16 to CFA-56 (where a prologue's
+	// pushes put it); RBXLost anywhere else. Needed only to compute an RBX
+	// row's CFA further up the stack.
+	RBXShift = 4
+	RBXMask  = 0x70
+	RBXLost  = 7
 
 	// RBPLost (flag in Kind): the caller's rbp is somewhere the unwinder
 	// does not follow; frame-pointer steps above this frame are not
 	// trusted.
 	RBPLost = 0x80
 )
+
+// RBXRule is the rbx rule of a row's Kind: 0 unchanged, 1 to 6 saved at
+// CFA - 8*(k+1), RBXLost not followed.
+func (r Row) RBXRule() uint8 { return (r.Kind & RBXMask) >> RBXShift }
 
 // Row is one rule, valid from PC (an ELF virtual address) up to the next
 // row's PC. The layout matches struct unwind_row in the BPF program.
@@ -155,6 +174,19 @@ func sameRule(a, b Row) bool {
 	return a.Kind == b.Kind && a.RBPOffset == b.RBPOffset && a.CFAOffset == b.CFAOffset
 }
 
+// rbxRule encodes where the caller's rbx is (Row.RBXRule).
+func rbxRule(rule ehframe.RegRule) uint8 {
+	switch rule.Kind {
+	case ehframe.RegSame:
+		return 0
+	case ehframe.RegAtCFA:
+		if off := -rule.Offset; off%8 == 0 && off >= 16 && off <= 56 {
+			return uint8(off/8 - 1)
+		}
+	}
+	return RBXLost
+}
+
 // compile turns one CFI state into a row (PC left unset).
 func compile(s ehframe.State) Row {
 	if s.RAUndefined {
@@ -168,19 +200,25 @@ func compile(s ehframe.State) Row {
 		r.Kind, r.CFAOffset = PLT, uint16(s.CFA.PLT)
 	case s.CFA.Expr:
 		return Row{Kind: None}
-	case s.CFA.Register == ehframe.RegRSP || s.CFA.Register == ehframe.RegRBP:
+	case s.CFA.Register == ehframe.RegRSP || s.CFA.Register == ehframe.RegRBP || s.CFA.Register == ehframe.RegRBX:
 		if s.CFA.Offset < 0 || s.CFA.Offset > 0xffff {
 			return Row{Kind: None}
 		}
-		r.Kind, r.CFAOffset = RSP, uint16(s.CFA.Offset)
-		if s.CFA.Register == ehframe.RegRBP {
+		r.CFAOffset = uint16(s.CFA.Offset)
+		switch s.CFA.Register {
+		case ehframe.RegRSP:
+			r.Kind = RSP
+		case ehframe.RegRBP:
 			r.Kind = RBP
+		default:
+			r.Kind = RBX
 		}
 	default:
-		// CFA from another register (e.g. r10 in stack-realigning
-		// prologues): not recoverable from a sample's registers.
+		// CFA from another register (r10 in GCC's stack-realigning
+		// prologues, until rbp takes over): not recoverable.
 		return Row{Kind: None}
 	}
+	r.Kind |= rbxRule(s.RBX) << RBXShift
 	switch s.RBP.Kind {
 	case ehframe.RegSame:
 	case ehframe.RegAtCFA:

@@ -41,8 +41,8 @@ func checkInvariants(tab *Table) error {
 		return fmt.Errorf("last row %+v is not a None row", last)
 	}
 	for i, r := range rows {
-		switch kind := r.Kind &^ RBPLost; kind {
-		case RSP, RBP, PLT:
+		switch kind := r.Kind & KindMask; kind {
+		case RSP, RBP, PLT, RBX:
 			if r.Kind&RBPLost != 0 && r.RBPOffset != 0 {
 				return fmt.Errorf("row %d %+v: rbp both lost and at an offset", i, r)
 			}
@@ -200,10 +200,10 @@ func checkPC(t *testing.T, tab *Table, eh *ehframe.Table, x *fdeIndex, pc uint64
 	}
 	fail := func(format string, args ...any) {
 		t.Helper()
-		t.Fatalf("%#x: row %+v (found %v) for CFA %v, rbp %+v, ra undefined %v: %s",
-			pc, row, found, rule, st.RBP, st.RAUndefined, fmt.Sprintf(format, args...))
+		t.Fatalf("%#x: row %+v (found %v) for CFA %v, rbp %+v, rbx %+v, ra undefined %v: %s",
+			pc, row, found, rule, st.RBP, st.RBX, st.RAUndefined, fmt.Sprintf(format, args...))
 	}
-	kind := row.Kind &^ RBPLost
+	kind := row.Kind & KindMask
 	if !covered {
 		if found && kind != None {
 			fail("no FDE covers the PC, but the row has a rule")
@@ -234,7 +234,7 @@ func checkPC(t *testing.T, tab *Table, eh *ehframe.Table, x *fdeIndex, pc uint64
 		}
 		cov["PLT"]++
 	case rule.Expr,
-		rule.Register != ehframe.RegRSP && rule.Register != ehframe.RegRBP,
+		rule.Register != ehframe.RegRSP && rule.Register != ehframe.RegRBP && rule.Register != ehframe.RegRBX,
 		rule.Offset < 0 || rule.Offset > 0xffff:
 		if kind != None {
 			fail("want None: a rule the kernel cannot follow")
@@ -246,11 +246,36 @@ func checkPC(t *testing.T, tab *Table, eh *ehframe.Table, x *fdeIndex, pc uint64
 			fail("want RSP %+d", rule.Offset)
 		}
 		cov["RSP"]++
+	case rule.Register == ehframe.RegRBX:
+		if kind != RBX || int64(row.CFAOffset) != rule.Offset {
+			fail("want RBX %+d", rule.Offset)
+		}
+		cov["RBX"]++
 	default:
 		if kind != RBP || int64(row.CFAOffset) != rule.Offset {
 			fail("want RBP %+d", rule.Offset)
 		}
 		cov["RBP"]++
+	}
+	// Where the caller's rbx is.
+	switch k := row.RBXRule(); st.RBX.Kind {
+	case ehframe.RegSame:
+		if k != 0 {
+			fail("rbx unchanged")
+		}
+	case ehframe.RegAtCFA:
+		if off := -st.RBX.Offset; off%8 == 0 && off >= 16 && off <= 56 {
+			if k == 0 || k == RBXLost || -8*int64(k+1) != st.RBX.Offset {
+				fail("rbx saved at CFA%+d", st.RBX.Offset)
+			}
+			cov["rbx saved"]++
+		} else if k != RBXLost {
+			fail("rbx at CFA%+d: want RBXLost", st.RBX.Offset)
+		}
+	default:
+		if k != RBXLost {
+			fail("want RBXLost: rbx rule the kernel cannot follow")
+		}
 	}
 	// Where the caller's rbp is.
 	lost := row.Kind&RBPLost != 0
@@ -349,20 +374,42 @@ func TestLookupMatchesCFI(t *testing.T) {
 // TestLookupMatchesCFILibc runs the same check over every PC of libc's
 // .text: functions and the padding between them.
 func TestLookupMatchesCFILibc(t *testing.T) {
-	tab := build(t, libc)
-	eh, err := ehframe.New(ehframetest.Section(t, libc))
+	// Signal: __restore_rt, the trampoline a handler returns into.
+	cov := checkText(t, libc)
+	for _, k := range []string{"RSP", "End", "rbp saved", "None", "uncovered", "Signal", "rbx saved"} {
+		if cov[k] == 0 {
+			t.Errorf("no PC with %s checked", k)
+		}
+	}
+}
+
+// TestLookupMatchesCFILdSo runs it over the dynamic loader's: its
+// lazy-binding trampolines compute their CFA from rbx.
+func TestLookupMatchesCFILdSo(t *testing.T) {
+	cov := checkText(t, "/lib64/ld-linux-x86-64.so.2")
+	for _, k := range []string{"RSP", "RBX", "rbx saved"} {
+		if cov[k] == 0 {
+			t.Errorf("no PC with %s checked", k)
+		}
+	}
+}
+
+// checkText checks every PC of path's .text (every seventh with -short).
+func checkText(t *testing.T, path string) coverage {
+	tab := build(t, path)
+	eh, err := ehframe.New(ehframetest.Section(t, path))
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := newFDEIndex(t, eh)
-	ef, err := elf.Open(libc)
+	ef, err := elf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ef.Close()
 	text := ef.Section(".text")
 	if text == nil {
-		t.Fatal("libc has no .text")
+		t.Fatalf("%s has no .text", path)
 	}
 	step := uint64(1)
 	if testing.Short() {
@@ -372,13 +419,8 @@ func TestLookupMatchesCFILibc(t *testing.T) {
 	for pc := text.Addr; pc < text.Addr+text.Size; pc += step {
 		checkPC(t, tab, eh, x, pc, cov)
 	}
-	// Signal: __restore_rt, the trampoline a handler returns into.
-	for _, k := range []string{"RSP", "End", "rbp saved", "None", "uncovered", "Signal"} {
-		if cov[k] == 0 {
-			t.Errorf("no PC with %s checked", k)
-		}
-	}
-	t.Logf("%d rows: %v", len(tab.Rows), cov)
+	t.Logf("%s: %d rows: %v", path, len(tab.Rows), cov)
+	return cov
 }
 
 // TestPaddingBetweenFunctions: a PC in the alignment padding after a

@@ -162,7 +162,14 @@ static void settle(void)
 // on a loaded machine stacks through the others were cut for that long.
 func startSettled(t *testing.T, bin, seconds string, rs ...*profileReceiver) *exec.Cmd {
 	t.Helper()
-	return testworkload.StartGated(t, bin, seconds, func(pid int) bool {
+	return testworkload.StartGated(t, bin, seconds, settled(t, rs...))
+}
+
+// settled is startSettled's gate: every receiver of rs has read pid and
+// has every executable mapping of it (and its unwind tables, with
+// unwinding: auto).
+func settled(t *testing.T, rs ...*profileReceiver) func(pid int) bool {
+	return func(pid int) bool {
 		raw, err := procmaps.Read("/proc", pid)
 		if err != nil {
 			return false
@@ -185,7 +192,7 @@ func startSettled(t *testing.T, bin, seconds string, rs ...*profileReceiver) *ex
 			}
 		}
 		return true
-	})
+	}
 }
 
 // buildNoFP compiles src with -O2 -fomit-frame-pointer and checks that no
@@ -451,6 +458,86 @@ func TestDWARFUnwindingThroughASignalHandler(t *testing.T) {
 	}
 	if float64(whole) < 0.9*float64(inHandler) {
 		t.Errorf("the interrupted code under %d of %d handler samples, want ≥ 90 %%; top:%s", whole, inHandler, tl.Top(8))
+	}
+}
+
+// lazyBindC calls a libc function (rand_r: not one GCC may call once for
+// the loop) through its PLT entry in a loop. Run
+// with LD_BIND_NOT=1, ld.so resolves the symbol at every call and never
+// writes the GOT, so much of the time goes to the lazy-binding trampoline
+// (_dl_runtime_resolve_xsavec, or _xsave or _fxsave by the CPU) and the
+// symbol lookup it calls (_dl_fixup, _dl_lookup_symbol_x, …): what a
+// dynamically linked program does at each first call of a function, all
+// through its start-up. The trampoline realigns the stack to save the
+// vector registers and keeps its frame in rbx.
+const lazyBindC = `#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static volatile long sink;
+static unsigned seed = 1;
+
+__attribute__((noinline)) void resolving(double secs) {
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		for (int i = 0; i < 1000; i++)
+			sink += rand_r(&seed);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < secs);
+}
+
+__attribute__((noinline)) void outer(double secs) { resolving(secs); sink++; }
+
+int main(int argc, char **argv) {
+	printf("ready\n");
+	fflush(stdout);
+	SETTLE();
+	outer(atof(argv[1]));
+	return 0;
+}
+`
+
+// A sample in the dynamic loader's lazy binding is unwound through its
+// trampoline into the program: the trampoline's rows compute the CFA from
+// rbx (unwindtable.RBX), which the walk takes from the sample's registers
+// or from where a frame below saved it (each row says where the caller's
+// rbx is). Before, those rows had no rule the kernel could follow, the
+// walk fell back to the frame pointer, and code built without one lost its
+// callers at the trampoline: main, outer and resolving were above none of
+// the resolver's samples.
+func TestDWARFUnwindingThroughLazyBinding(t *testing.T) {
+	bin := testworkload.CompileC(t, "lazybind", []byte(settle+lazyBindC), "-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-calls", "-Wl,-z,lazy")
+	cfg := testConfig()
+	cfg.Unwinding = UnwindingAuto
+	cfg.TraceContext.Enabled = false
+	r, sink := startReceiver(t, cfg)
+	cmd := testworkload.StartGated(t, bin, "3", settled(t, r), "LD_BIND_NOT=1")
+	_ = cmd.Wait()
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl := testworkload.TallyProcess(sink.AllProfiles(), cmd.Process.Pid)
+	// ld.so's functions are named from its debug file (libc6-dbg, which
+	// make test installs).
+	var whole, inResolver int64
+	for stack, n := range tl.Folded {
+		frames := testworkload.UserFrames(stack)
+		at := slices.IndexFunc(frames, func(f string) bool { return strings.HasPrefix(f, "_dl_runtime_resolve") })
+		if at < 0 {
+			continue
+		}
+		inResolver += n
+		if at >= 3 && slices.Equal(frames[at-3:at], []string{"main", "outer", "resolving"}) {
+			whole += n
+		}
+	}
+	t.Logf("%d samples in the lazy-binding trampoline or below, %d with main → outer → resolving above it; top:%s", inResolver, whole, tl.Top(3))
+	if want := int64(0.1 * testworkload.ExpectedSamples(cmd, cfg.FrequencyHz)); inResolver < want {
+		t.Fatalf("%d samples in the lazy-binding trampoline or below, want at least %d; top:%s", inResolver, want, tl.Top(5))
+	}
+	if float64(whole) < 0.9*float64(inResolver) {
+		t.Errorf("the program above %d of %d of the resolver's samples, want ≥ 90 %%; top:%s", whole, inResolver, tl.Top(8))
 	}
 }
 

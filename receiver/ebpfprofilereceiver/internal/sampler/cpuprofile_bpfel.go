@@ -129,6 +129,12 @@ type cpuProfilePyProc struct {
 	_                  [6]byte
 }
 
+type cpuProfileRbxState struct {
+	_  structs.HostLayout
+	Bx uint64
+	At uint64
+}
+
 type cpuProfileReportedKey struct {
 	_    structs.HostLayout
 	Tgid uint32
@@ -229,6 +235,7 @@ const (
 	cpuProfileMapProcUnwinds          = "proc_unwinds"
 	cpuProfileMapPyCodesReported      = "py_codes_reported"
 	cpuProfileMapPyProcs              = "py_procs"
+	cpuProfileMapRbxScratch           = "rbx_scratch"
 	cpuProfileMapSeenPids             = "seen_pids"
 	cpuProfileMapStackScratch         = "stack_scratch"
 	cpuProfileMapStacks0              = "stacks_0"
@@ -333,6 +340,7 @@ type cpuProfileMapSpecs struct {
 	ProcUnwinds         *ebpf.MapSpec `ebpf:"proc_unwinds"`
 	PyCodesReported     *ebpf.MapSpec `ebpf:"py_codes_reported"`
 	PyProcs             *ebpf.MapSpec `ebpf:"py_procs"`
+	RbxScratch          *ebpf.MapSpec `ebpf:"rbx_scratch"`
 	SeenPids            *ebpf.MapSpec `ebpf:"seen_pids"`
 	StackScratch        *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stacks0             *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -405,6 +413,7 @@ type cpuProfileMaps struct {
 	ProcUnwinds         *ebpf.Map `ebpf:"proc_unwinds"`
 	PyCodesReported     *ebpf.Map `ebpf:"py_codes_reported"`
 	PyProcs             *ebpf.Map `ebpf:"py_procs"`
+	RbxScratch          *ebpf.Map `ebpf:"rbx_scratch"`
 	SeenPids            *ebpf.Map `ebpf:"seen_pids"`
 	StackScratch        *ebpf.Map `ebpf:"stack_scratch"`
 	Stacks0             *ebpf.Map `ebpf:"stacks_0"`
@@ -436,6 +445,7 @@ func (m *cpuProfileMaps) Close() error {
 		m.ProcUnwinds,
 		m.PyCodesReported,
 		m.PyProcs,
+		m.RbxScratch,
 		m.SeenPids,
 		m.StackScratch,
 		m.Stacks0,
