@@ -36,7 +36,7 @@ func newGateCommand() *cobra.Command {
 	fs := cmd.Flags()
 	target := addTargetFlags(fs)
 	service := fs.String("service", "", "service name; required")
-	pod := fs.String("pod", "", "only this pod (gateway tier)")
+	pod := fs.String("pod", "", "only this pod (gateway tier): its UID (k8s.pod.uid) or pod_name (k8s.pod.name where a sender set it, else host.name; the agent reads no pod names)")
 	baseline := fs.String("baseline", "", "baseline: a build ID (or prefix) or a range (\"2025-12-14 10:00 to 2025-12-14 11:00\", \"25h to 24h\", \"1h\")")
 	candidate := fs.String("candidate", "", "candidate: a build ID (or prefix) or a range")
 	since := fs.String("since", "30d", "where build IDs are looked up: from this time to now")

@@ -68,7 +68,7 @@ type selectFlags struct {
 func addSelectFlags(fs *pflag.FlagSet) *selectFlags {
 	s := &selectFlags{}
 	fs.StringVar(&s.service, "service", "", "service name (service.name); required")
-	fs.StringVar(&s.pod, "pod", "", "only this pod: its UID (k8s.pod.uid, either tier) or name (gateway tier)")
+	fs.StringVar(&s.pod, "pod", "", "only this pod: its UID (k8s.pod.uid, either tier), or on the gateway its pod_name (k8s.pod.name where a sender set it, else host.name; the agent reads no pod names)")
 	fs.StringVar(&s.container, "container", "", "only this container: its ID (container.id) or a prefix of it, as docker ps and crictl ps print it")
 	fs.StringVar(&s.buildID, "build-id", "", "only this build ID (or a prefix of it)")
 	fs.StringVar(&s.since, "since", "1h", "start: a duration before now (15m, 2h, 7d), \"2025-12-15 14:00:00\" or RFC 3339")
