@@ -1312,11 +1312,12 @@ static long unwind_step(__u64 i, void *ctx)
 	__u32 n = i;
 	struct stack_trace *t = s->t;
 	struct proc_unwind *pu = s->pu;
+	struct rbx_state *rs = s->rbx;
 	struct unwind_row row = {};
 	__u64 cfa, ra = 0, bp = s->bp, shared, rbx;
 	__u8 kind = CFA_NONE;
 
-	if (!t || !pu) {
+	if (!t || !pu || !rs) {
 		s->end = END_INVALID;
 		return 1;
 	}
@@ -1353,8 +1354,7 @@ static long unwind_step(__u64 i, void *ctx)
 		// not after a call: recorded one past, as the interrupted pc.
 		if (n > 0)
 			t->ips[n] = s->pc + 1;
-		if (s->rbx)
-			s->rbx->at = s->sp + UC_RBX;
+		rs->at = s->sp + UC_RBX;
 		s->pc = ra;
 		s->sp = cfa;
 		s->bp = bp;
@@ -1377,12 +1377,12 @@ static long unwind_step(__u64 i, void *ctx)
 	case CFA_RBX:
 		// Read only here, where a row needs it: frames that save rbx
 		// are most frames, and CFA_RBX rows are ld.so's trampolines.
-		if (!s->rbx || (s->rbx->at & 1)) {
+		if (rs->at & 1) {
 			s->end = END_INVALID;
 			return 1;
 		}
-		cfa = s->rbx->bx;
-		if (s->rbx->at && read_word(s->rbx->at, &cfa) != 0) {
+		cfa = rs->bx;
+		if (rs->at && read_word(rs->at, &cfa) != 0) {
 			s->end = END_UNREADABLE;
 			return 1;
 		}
@@ -1400,8 +1400,7 @@ static long unwind_step(__u64 i, void *ctx)
 				if (n == 0)
 					s->leaf_cfi = 1; // its caller is known: no leaf-caller recovery
 				s->bp_lost = 0;
-				if (s->rbx)
-					s->rbx->at = 1;
+				rs->at = 1;
 				if (!is.pc)
 					return 1;
 				s->pc = is.pc;
@@ -1454,8 +1453,7 @@ static long unwind_step(__u64 i, void *ctx)
 		// frame-pointer walk, follow rbp to another stack (Go's
 		// systemstack switches to g0 and back). The depth bounds a loop.
 		// Where this frame saved rbx, if it did, no rule says.
-		if (s->rbx)
-			s->rbx->at = 1;
+		rs->at = 1;
 		cfa = s->bp + 16;
 		if (read_word(s->bp, &bp) != 0) {
 			s->end = END_UNREADABLE;
@@ -1475,8 +1473,8 @@ static long unwind_step(__u64 i, void *ctx)
 		if (n == 0)
 			s->leaf_cfi = 1;
 		rbx = (row.kind >> RBX_SHIFT) & 7;
-		if (rbx && s->rbx)
-			s->rbx->at = rbx == RBX_LOST ? 1 : cfa - 8 * (rbx + 1);
+		if (rbx)
+			rs->at = rbx == RBX_LOST ? 1 : cfa - 8 * (rbx + 1);
 		if (row.kind & RBP_LOST) {
 			bp = 0;
 			s->bp_lost = 1;
@@ -1618,10 +1616,10 @@ __attribute__((noinline)) int dwarf_stack(__u32 pid)
 	s.sp = regs->sp;
 	s.bp = regs->bp;
 	s.rbx = bpf_map_lookup_elem(&rbx_scratch, &zero);
-	if (s.rbx) {
-		s.rbx->bx = regs->bx;
-		s.rbx->at = 0;
-	}
+	if (!s.rbx)
+		return -1;
+	s.rbx->bx = regs->bx;
+	s.rbx->at = 0;
 	s.r13 = regs->r13;
 	if (!s.pc)
 		return 0;
